@@ -1,0 +1,100 @@
+/**
+ * The relaybus tables as Drizzle `pg-core` definitions: the single source of truth of the Postgres
+ * layout. drizzle-kit generates `schema/migrations/` from this file; `setup()` applies those
+ * migrations plus `postgres-supplement.sql` (what drizzle-kit cannot express). Users add this module
+ * to their own `drizzle.config.ts` (`relaybus/schema`) so their migrations include these tables.
+ *
+ * Indexes on `relaybus_deliveries` cover only columns that no happy-path statement writes: a
+ * delivery is inserted at publish and deleted at completion, and the claim writes lane rows only.
+ */
+import { sql } from 'drizzle-orm';
+import {
+  bigint, check, foreignKey, index, integer, jsonb, pgSchema, primaryKey, smallint, text, timestamp, uniqueIndex,
+} from 'drizzle-orm/pg-core';
+
+/** The Postgres schema the tables live in; `setup({ schema })` renders them into another name. */
+export const relaybusSchema = pgSchema('relaybus');
+
+const instant = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+
+/** One row per published event; `handlers` lists every handler the event ever had a delivery for (inbox dedup). */
+export const relaybusEvents = relaybusSchema.table('relaybus_events', {
+  id: text('id').primaryKey(),
+  type: text('type').notNull(),
+  key: text('key'),
+  payload: jsonb('payload').notNull(),
+  headers: jsonb('headers').notNull(),
+  handlers: text('handlers').array().notNull(),
+  createdAt: instant('created_at').notNull(),
+});
+
+/** One row per (event, handler) from publish until its completion commits; `pending` or `dead`. */
+export const relaybusDeliveries = relaybusSchema.table('relaybus_deliveries', {
+  id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+  eventId: text('event_id').notNull(),
+  handler: text('handler').notNull(),
+  lane: smallint('lane').notNull(),
+  key: text('key'),
+  sequence: bigint('sequence', { mode: 'bigint' }),
+  status: text('status').notNull(),
+  attempts: integer('attempts').notNull(),
+  maxAttempts: integer('max_attempts').notNull(),
+  claims: integer('claims').notNull(),
+  availableAt: instant('available_at').notNull(),
+  lastError: text('last_error'),
+  createdAt: instant('created_at').notNull(),
+  updatedAt: instant('updated_at').notNull(),
+}, (t) => [
+  foreignKey({ name: 'relaybus_deliveries_event_id_fkey', columns: [t.eventId], foreignColumns: [relaybusEvents.id] }).onDelete('cascade'),
+  uniqueIndex('relaybus_deliveries_event_id_handler_idx').on(t.eventId, t.handler),
+  index('relaybus_deliveries_lane_available_at_id_idx').on(t.lane, t.availableAt, t.id).where(sql`status = 'pending'`),
+  index('relaybus_deliveries_lane_handler_key_sequence_idx').on(t.lane, t.handler, t.key, t.sequence).where(sql`key IS NOT NULL AND status = 'pending'`),
+  index('relaybus_deliveries_updated_at_id_idx').on(t.updatedAt, t.id).where(sql`status = 'dead'`),
+  check('relaybus_deliveries_lane_check', sql`lane >= 0 AND lane < 256`),
+  check('relaybus_deliveries_status_check', sql`status IN ('pending', 'dead', 'completed')`),
+  check('relaybus_deliveries_attempts_check', sql`attempts >= 0 AND max_attempts >= 1`),
+]);
+
+/**
+ * 256 lane rows, the unit of leasing. No secondary index and fillfactor 50 (supplement), so every
+ * update of a lane row is heap-only (HOT). `in_flight` lists the delivery ids the owner has claimed.
+ */
+export const relaybusLanes = relaybusSchema.table('relaybus_lanes', {
+  lane: smallint('lane').primaryKey(),
+  epoch: bigint('epoch', { mode: 'bigint' }).notNull().default(sql`0`),
+  leaseOwner: text('lease_owner'),
+  leaseExpiresAt: instant('lease_expires_at'),
+  inFlight: bigint('in_flight', { mode: 'bigint' }).array().notNull().default(sql`'{}'`),
+}, () => [
+  check('relaybus_lanes_lane_check', sql`lane >= 0 AND lane < 256`),
+]);
+
+/** The last sequence number of each ordering key; the row stays locked until the publishing transaction commits. */
+export const relaybusKeySequences = relaybusSchema.table('relaybus_key_sequences', {
+  key: text('key').primaryKey(),
+  lastSequence: bigint('last_sequence', { mode: 'bigint' }).notNull(),
+});
+
+/** Optional append-only history of completed deliveries (`completionHistory: true`). */
+export const relaybusCompletedDeliveries = relaybusSchema.table('relaybus_completed_deliveries', {
+  deliveryId: bigint('delivery_id', { mode: 'bigint' }).notNull(),
+  eventId: text('event_id').notNull(),
+  eventType: text('event_type').notNull(),
+  handler: text('handler').notNull(),
+  lane: smallint('lane').notNull(),
+  key: text('key'),
+  sequence: bigint('sequence', { mode: 'bigint' }),
+  attempts: integer('attempts').notNull(),
+  maxAttempts: integer('max_attempts').notNull(),
+  createdAt: instant('created_at').notNull(),
+  completedAt: instant('completed_at').notNull(),
+}, (t) => [
+  primaryKey({ name: 'relaybus_completed_deliveries_pkey', columns: [t.deliveryId] }),
+  index('relaybus_completed_deliveries_completed_at_idx').on(t.completedAt),
+]);
+
+/** Which migrations `setup()` has applied to this schema. */
+export const relaybusMigrations = relaybusSchema.table('relaybus_migrations', {
+  name: text('name').primaryKey(),
+  appliedAt: instant('applied_at').notNull().default(sql`now()`),
+});

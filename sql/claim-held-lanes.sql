@@ -1,0 +1,65 @@
+-- claim-held-lanes: pick due deliveries from the lanes this owner holds and record them in flight; hand back held
+--                   lanes that got nothing and run nothing. Delivery rows are read, never written.
+-- index: relaybus_lanes_pkey; relaybus_deliveries_lane_available_at_id_idx (ordered scan per lane, capped);
+--        relaybus_deliveries_lane_handler_key_sequence_idx (is an earlier delivery of the key still pending?);
+--        relaybus_deliveries_pkey (pruning finished ids from in_flight); relaybus_events_pkey (payload)
+-- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now())
+-- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first
+WITH clock AS (
+  SELECT coalesce($5::timestamptz, now()) AS now
+),
+held AS (
+  SELECT l.lane, l.in_flight FROM /*schema*/relaybus_lanes l WHERE l.lease_owner = $1
+),
+picked AS (
+  SELECT c.* FROM held h
+  CROSS JOIN LATERAL (
+    SELECT d.* FROM (
+      -- Capped scan: a deep backlog of blocked followers of one key cannot make a claim read the whole lane.
+      SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+             d.available_at, d.created_at
+      FROM /*schema*/relaybus_deliveries d
+      WHERE d.lane = h.lane AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
+        AND d.handler = ANY ($2::text[]) AND d.id <> ALL (h.in_flight)
+      ORDER BY d.available_at, d.id
+      LIMIT $3::int * 2 + 16
+    ) d
+    WHERE d.key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM /*schema*/relaybus_deliveries p
+      WHERE p.lane = d.lane AND p.handler = d.handler AND p.key = d.key AND p.sequence < d.sequence
+        AND p.status = 'pending')
+    ORDER BY d.available_at, d.id
+    LIMIT $3::int
+  ) c
+  ORDER BY c.available_at, c.id
+  LIMIT $3::int
+),
+grouped AS (
+  SELECT lane, array_agg(id ORDER BY id) AS ids FROM picked GROUP BY lane
+),
+recorded AS (
+  UPDATE /*schema*/relaybus_lanes l
+  SET in_flight = ARRAY(
+        SELECT f FROM unnest(l.in_flight) AS f
+        WHERE EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = f)) || g.ids,
+      lease_expires_at = (SELECT now FROM clock) + make_interval(secs => $4::int / 1000.0)
+  FROM grouped g
+  WHERE l.lane = g.lane AND l.lease_owner = $1
+  RETURNING l.lane, l.epoch
+),
+handed_back AS (
+  UPDATE /*schema*/relaybus_lanes l
+  SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'
+  FROM held h
+  WHERE l.lane = h.lane AND l.lease_owner = $1
+    AND l.lane NOT IN (SELECT lane FROM grouped)
+    AND NOT EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = ANY (l.in_flight))
+  RETURNING l.lane
+)
+SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, e.type AS event_type, p.handler,
+       p.key, p.sequence::text AS sequence, e.payload, e.headers, p.attempts, p.max_attempts, p.available_at,
+       p.created_at
+FROM picked p
+JOIN recorded r ON r.lane = p.lane
+JOIN /*schema*/relaybus_events e ON e.id = p.event_id
+ORDER BY p.available_at, p.id

@@ -1,0 +1,19 @@
+-- complete-many-with-history: complete-many, plus one append-only history row per completed delivery.
+-- index: relaybus_deliveries_pkey; relaybus_lanes_pkey; relaybus_events_pkey (event type for the history)
+-- params: $1 delivery ids bigint[], $2 lanes smallint[], $3 epochs bigint[], $4 claims int[], $5 now timestamptz (null = now())
+-- returns: id of every deleted delivery (absent ids = lease lost)
+WITH deleted AS (
+  DELETE FROM /*schema*/relaybus_deliveries d
+  USING unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::int[]) AS t(id, lane, epoch, claims)
+  WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
+    AND EXISTS (
+      SELECT 1 FROM /*schema*/relaybus_lanes l
+      WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
+  RETURNING d.*
+)
+INSERT INTO /*schema*/relaybus_completed_deliveries
+  (delivery_id, event_id, event_type, handler, lane, key, sequence, attempts, max_attempts, created_at, completed_at)
+SELECT d.id, d.event_id, e.type, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at,
+       coalesce($5::timestamptz, now())
+FROM deleted d JOIN /*schema*/relaybus_events e ON e.id = d.event_id
+RETURNING delivery_id::text AS id

@@ -1,0 +1,12 @@
+-- complete-many: delete a batch of completed deliveries whose claim is still held (fenced), in one statement.
+-- index: relaybus_deliveries_pkey (driven from the ids); relaybus_lanes_pkey (the fence is a per-row subquery, never
+--        a join driven from lanes: that plan scanned whole lanes at a deep backlog)
+-- params: $1 delivery ids bigint[], $2 lanes smallint[], $3 epochs bigint[], $4 claims int[]
+-- returns: id of every deleted delivery (absent ids = lease lost)
+DELETE FROM /*schema*/relaybus_deliveries d
+USING unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::int[]) AS t(id, lane, epoch, claims)
+WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
+  AND EXISTS (
+    SELECT 1 FROM /*schema*/relaybus_lanes l
+    WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
+RETURNING d.id::text AS id

@@ -1,0 +1,73 @@
+-- publish: insert events and one pending delivery per handler they never had, in the caller's transaction.
+-- index: relaybus_events_pkey (dedup, FOR UPDATE of existing ids); relaybus_key_sequences_pkey (the key row stays
+--        locked until commit, so sequence order is commit order); relaybus_deliveries_event_id_handler_idx
+-- params: $1 events jsonb: [{ ord, id, type, key, payload, headers, handlers text[], max_attempts int[], lane,
+--         available_at }], $2 now timestamptz (null = now())
+-- returns: one row per input event in input order: ord, id, added (handlers that got a delivery), duplicate
+WITH input AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
+    ord int, id text, type text, key text, payload jsonb, headers jsonb,
+    handlers text[], max_attempts int[], lane smallint, available_at timestamptz)
+),
+existing AS (
+  SELECT e.id, e.handlers FROM /*schema*/relaybus_events e
+  WHERE e.id IN (SELECT id FROM input)
+  ORDER BY e.id
+  FOR UPDATE
+),
+inserted AS (
+  INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
+  SELECT i.id, i.type, i.key, i.payload, i.headers, i.handlers, coalesce($2::timestamptz, now())
+  FROM input i
+  WHERE i.id NOT IN (SELECT id FROM existing)
+  ORDER BY i.ord
+  ON CONFLICT (id) DO NOTHING
+  RETURNING id
+),
+missing AS (
+  SELECT x.id, ARRAY(SELECT h FROM unnest(i.handlers) AS h WHERE h <> ALL (x.handlers)) AS added
+  FROM existing x JOIN input i ON i.id = x.id
+),
+extended AS (
+  UPDATE /*schema*/relaybus_events e
+  SET handlers = e.handlers || m.added
+  FROM missing m
+  WHERE e.id = m.id AND cardinality(m.added) > 0
+  RETURNING e.id, m.added
+),
+pairs AS (
+  SELECT i.ord, i.id, i.key, i.lane, i.available_at, h.handler, h.max_attempts
+  FROM input i
+  CROSS JOIN LATERAL unnest(i.handlers, i.max_attempts) AS h(handler, max_attempts)
+  WHERE i.id IN (SELECT id FROM inserted)
+     OR EXISTS (SELECT 1 FROM extended x WHERE x.id = i.id AND h.handler = ANY (x.added))
+),
+keyed AS (
+  SELECT key, count(DISTINCT id) AS n FROM pairs WHERE key IS NOT NULL GROUP BY key
+),
+bumped AS (
+  INSERT INTO /*schema*/relaybus_key_sequences AS s (key, last_sequence)
+  SELECT key, n FROM keyed ORDER BY key
+  ON CONFLICT (key) DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence
+  RETURNING key, last_sequence
+),
+numbered AS (
+  SELECT q.id, b.last_sequence - count(*) OVER (PARTITION BY q.key) + row_number() OVER (PARTITION BY q.key ORDER BY q.ord) AS sequence
+  FROM (SELECT DISTINCT ord, id, key FROM pairs WHERE key IS NOT NULL) q
+  JOIN bumped b ON b.key = q.key
+),
+delivered AS (
+  INSERT INTO /*schema*/relaybus_deliveries
+    (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at)
+  SELECT p.id, p.handler, p.lane, p.key, n.sequence, 'pending', 0, p.max_attempts, 0,
+         coalesce(p.available_at, $2::timestamptz, now()), coalesce($2::timestamptz, now()), coalesce($2::timestamptz, now())
+  FROM pairs p LEFT JOIN numbered n ON n.id = p.id
+  ORDER BY p.ord, p.handler
+  ON CONFLICT (event_id, handler) DO NOTHING
+  RETURNING event_id, handler
+)
+SELECT i.ord, i.id,
+       coalesce((SELECT array_agg(d.handler ORDER BY d.handler) FROM delivered d WHERE d.event_id = i.id), '{}') AS added,
+       i.id NOT IN (SELECT id FROM inserted) AS duplicate
+FROM input i
+ORDER BY i.ord

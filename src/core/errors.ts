@@ -1,0 +1,90 @@
+/**
+ * Every error relaybus throws on purpose is a `RelayBusError` with a stable `code`, so callers can
+ * branch on `error.code` instead of parsing messages. Messages say what to do about the problem.
+ */
+export type RelayBusErrorCode =
+  | 'RELAYBUS_INVALID_OPTIONS'
+  | 'RELAYBUS_INVALID_INPUT'
+  | 'RELAYBUS_INVALID_LEASE'
+  | 'RELAYBUS_INVALID_PAYLOAD'
+  | 'RELAYBUS_UNKNOWN_EVENT'
+  | 'RELAYBUS_UNKNOWN_HANDLER'
+  | 'RELAYBUS_STORE_UNAVAILABLE'
+  | 'RELAYBUS_SCHEMA_MISMATCH'
+  | 'RELAYBUS_INVALID_STATE';
+
+/** Base class of every error relaybus throws deliberately. */
+export class RelayBusError extends Error {
+  readonly code: RelayBusErrorCode;
+  constructor(code: RelayBusErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** Options passed to a factory (store, bus, dispatcher) are missing, of the wrong type or out of range. */
+export class InvalidOptionsError extends RelayBusError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('RELAYBUS_INVALID_OPTIONS', message, options);
+  }
+}
+
+/** Arguments of a store or bus operation are invalid; nothing was written. */
+export class InvalidInputError extends RelayBusError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('RELAYBUS_INVALID_INPUT', message, options);
+  }
+}
+
+/** A lease token is malformed (not `lane:epoch:claims`, or a lane outside 0..255). A stale token is not an error: fenced writes return false. */
+export class InvalidLeaseError extends RelayBusError {
+  constructor(message: string) {
+    super('RELAYBUS_INVALID_LEASE', message);
+  }
+}
+
+/** A payload does not match its event schema, or is not JSON-serialisable; nothing was written. */
+export class InvalidPayloadError extends RelayBusError {
+  /** One entry per rule the payload broke: JSON pointer path and message. */
+  readonly issues: readonly { readonly path: string; readonly message: string }[];
+  constructor(message: string, issues: readonly { path: string; message: string }[] = []) {
+    super('RELAYBUS_INVALID_PAYLOAD', message);
+    this.issues = issues;
+  }
+}
+
+/** An event type was published or subscribed that the bus was not configured with. */
+export class UnknownEventError extends RelayBusError {
+  constructor(message: string) {
+    super('RELAYBUS_UNKNOWN_EVENT', message);
+  }
+}
+
+/** A handler name was used that is not registered (or is registered twice). */
+export class UnknownHandlerError extends RelayBusError {
+  constructor(message: string) {
+    super('RELAYBUS_UNKNOWN_HANDLER', message);
+  }
+}
+
+/** The database could not be reached or failed underneath; `cause` holds the driver's error. */
+export class StoreUnavailableError extends RelayBusError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('RELAYBUS_STORE_UNAVAILABLE', message, options);
+  }
+}
+
+/** The relaybus tables are missing or were created by an incompatible version. */
+export class SchemaMismatchError extends RelayBusError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('RELAYBUS_SCHEMA_MISMATCH', message, options);
+  }
+}
+
+/** An operation was called in a state that does not allow it (a closed store, a started bus). */
+export class InvalidStateError extends RelayBusError {
+  constructor(message: string) {
+    super('RELAYBUS_INVALID_STATE', message);
+  }
+}

@@ -1,0 +1,42 @@
+import { InvalidLeaseError } from './errors.js';
+import { isLane } from './lanes.js';
+
+/**
+ * A lease token `lane:epoch:claims` proves which claim of a delivery a worker holds: the lane, the
+ * lane's epoch when it was claimed (bumped whenever the lane changes hands) and the delivery's
+ * `claims` counter (bumped whenever a claim of it ends without completion). This module is the only
+ * place that knows the format.
+ */
+export interface LeaseTokenParts {
+  readonly lane: number;
+  /** Decimal string: epochs are int8 in Postgres and may exceed 2^53. */
+  readonly epoch: string;
+  readonly claims: number;
+}
+
+const TOKEN = /^(\d{1,3}):(\d{1,19}):(\d{1,10})$/;
+
+/** Render the token of a claim. */
+export function formatLeaseToken(parts: LeaseTokenParts): string {
+  return `${parts.lane}:${parts.epoch}:${parts.claims}`;
+}
+
+/** Parse a token; throws `InvalidLeaseError` when it is not `lane:epoch:claims` with a lane in 0..255. */
+export function parseLeaseToken(token: unknown): LeaseTokenParts {
+  if (typeof token !== 'string') {
+    throw new InvalidLeaseError(`A lease token must be a string "lane:epoch:claims", got ${typeof token}. Pass the lease of a claimed delivery unchanged.`);
+  }
+  const match = TOKEN.exec(token);
+  if (!match) {
+    throw new InvalidLeaseError(`Malformed lease token "${token}": expected "lane:epoch:claims" (three non-negative integers). Pass the lease of a claimed delivery unchanged.`);
+  }
+  const lane = Number(match[1]);
+  if (!isLane(lane)) {
+    throw new InvalidLeaseError(`Malformed lease token "${token}": lane ${lane} is outside 0..255.`);
+  }
+  const claims = Number(match[3]);
+  if (claims > 2_147_483_647) {
+    throw new InvalidLeaseError(`Malformed lease token "${token}": claims ${claims} is out of range.`);
+  }
+  return { lane, epoch: BigInt(match[2]!).toString(), claims };
+}

@@ -1,0 +1,103 @@
+import { InvalidInputError } from '../../core/errors.js';
+import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+
+/**
+ * The `pg` (node-postgres) driver. Structural types only, so relaybus never imports `pg` itself and
+ * works with whichever copy the application installed. Statements run as named prepared statements
+ * (`{ name, text, values }`) unless `preparedStatements: false` (transaction-mode PgBouncer).
+ */
+
+/** What relaybus needs of a `pg.QueryResult`. */
+export interface PgQueryResultLike {
+  readonly rows: unknown[];
+}
+
+/** A `pg.Client` or `pg.PoolClient`: the caller's transaction is a client after `BEGIN`. */
+export interface PgClientLike {
+  query(config: { text: string; values?: unknown[]; name?: string }): Promise<PgQueryResultLike>;
+  query(text: string): Promise<PgQueryResultLike>;
+}
+
+/** A `pg.PoolClient`: a client that goes back to its pool. */
+export interface PgPoolClientLike extends PgClientLike {
+  release(error?: Error | boolean): void;
+}
+
+/** A `pg.Pool`. */
+export interface PgPoolLike extends PgClientLike {
+  connect(): Promise<PgPoolClientLike>;
+  end(): Promise<void>;
+}
+
+export interface FromPgOptions {
+  /** Run statements as named prepared statements (default true). Turn off behind transaction-mode poolers. */
+  readonly preparedStatements?: boolean;
+  /** End the pool on `store.close()` (default false: the pool belongs to the caller). */
+  readonly ownsPool?: boolean;
+}
+
+function isPgClient(value: unknown): value is PgClientLike {
+  return typeof value === 'object' && value !== null && typeof (value as { query?: unknown }).query === 'function';
+}
+
+function executorOf(client: PgClientLike, prepared: boolean): SqlExecutor {
+  return {
+    async run<Row extends object>(statement: SqlStatement, params: readonly unknown[]): Promise<Row[]> {
+      const config = prepared
+        ? { name: statement.name, text: statement.text, values: [...params] }
+        : { text: statement.text, values: [...params] };
+      return (await client.query(config)).rows as Row[];
+    },
+    async exec(script: string): Promise<void> {
+      await client.query(script);
+    },
+  };
+}
+
+/**
+ * Adapt a `pg.Pool` for `postgresStore`. `bus.publish(client, ...)` then takes a `pg` client in an
+ * open transaction (`BEGIN` issued by the caller).
+ *
+ * ```ts
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ * const store = postgresStore({ driver: fromPg(pool) });
+ * ```
+ */
+export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresDriver<PgClientLike> {
+  if (!isPgClient(pool) || typeof (pool as { connect?: unknown }).connect !== 'function') {
+    throw new InvalidInputError('fromPg() needs a pg.Pool (an object with query() and connect()). For PGlite use fromPglite().');
+  }
+  const prepared = options.preparedStatements ?? true;
+  return {
+    executor: executorOf(pool, prepared),
+    concurrentConnections: true,
+    unwrap(tx: PgClientLike): SqlExecutor {
+      if (!isPgClient(tx)) {
+        throw new InvalidInputError('Expected a pg client inside an open transaction (a pg.PoolClient after BEGIN), got ' + typeof tx + '.');
+      }
+      return executorOf(tx, prepared);
+    },
+    async transaction<T>(fn: (tx: PgClientLike) => Promise<T>): Promise<T> {
+      const client = await pool.connect();
+      let broken: Error | undefined;
+      try {
+        await client.query('BEGIN');
+        const result = await fn(client);
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        try {
+          await client.query('ROLLBACK');
+        } catch (rollbackError) {
+          broken = rollbackError as Error; // the connection is unusable: destroy it instead of pooling it
+        }
+        throw error;
+      } finally {
+        client.release(broken ?? false);
+      }
+    },
+    async close(): Promise<void> {
+      if (options.ownsPool) await pool.end();
+    },
+  };
+}

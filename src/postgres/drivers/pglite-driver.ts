@@ -1,0 +1,64 @@
+import { InvalidInputError } from '../../core/errors.js';
+import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+
+/**
+ * The PGlite driver: embedded Postgres (WASM) in the same process, for the demo and for tests that
+ * need no server. PGlite is one connection: transactions run one after another, so lock contention
+ * between workers cannot happen (`concurrentConnections: false`). Structural types only.
+ */
+
+/** A PGlite database or a PGlite transaction. */
+export interface PgliteQueryableLike {
+  query<Row>(text: string, params?: unknown[]): Promise<{ rows: Row[] }>;
+  exec(script: string): Promise<unknown>;
+}
+
+/** A PGlite database. */
+export interface PgliteLike extends PgliteQueryableLike {
+  transaction<T>(fn: (tx: PgliteQueryableLike) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+export interface FromPgliteOptions {
+  /** Close the database on `store.close()` (default false: it belongs to the caller). */
+  readonly ownsDatabase?: boolean;
+}
+
+function executorOf(db: PgliteQueryableLike): SqlExecutor {
+  return {
+    async run<Row extends object>(statement: SqlStatement, params: readonly unknown[]): Promise<Row[]> {
+      return (await db.query<Row>(statement.text, [...params])).rows;
+    },
+    async exec(script: string): Promise<void> {
+      await db.exec(script);
+    },
+  };
+}
+
+/**
+ * Adapt a PGlite database for `postgresStore`.
+ *
+ * ```ts
+ * const db = await PGlite.create();
+ * const store = postgresStore({ driver: fromPglite(db) });
+ * ```
+ */
+export function fromPglite(db: PgliteLike, options: FromPgliteOptions = {}): PostgresDriver<PgliteQueryableLike> {
+  if (typeof db?.query !== 'function' || typeof db.transaction !== 'function') {
+    throw new InvalidInputError('fromPglite() needs a PGlite database (an object with query() and transaction()).');
+  }
+  return {
+    executor: executorOf(db),
+    concurrentConnections: false,
+    unwrap(tx: PgliteQueryableLike): SqlExecutor {
+      if (typeof tx?.query !== 'function') {
+        throw new InvalidInputError('Expected a PGlite transaction (the argument of db.transaction(fn)), got ' + typeof tx + '.');
+      }
+      return executorOf(tx);
+    },
+    transaction: (fn) => db.transaction(fn),
+    async close(): Promise<void> {
+      if (options.ownsDatabase) await db.close();
+    },
+  };
+}

@@ -1,0 +1,8 @@
+/**
+ * `relaybus/postgres`: the Postgres store, its drivers and the DDL.
+ */
+export { postgresStore, type PostgresStore, type PostgresStoreOptions } from './postgres-store.js';
+export { fromPg, type FromPgOptions, type PgClientLike, type PgPoolClientLike, type PgPoolLike } from './drivers/pg-driver.js';
+export { fromPglite, type FromPgliteOptions, type PgliteLike, type PgliteQueryableLike } from './drivers/pglite-driver.js';
+export { createPostgresSchemaSql, DEFAULT_SCHEMA, loadMigrations, loadSupplement } from './schema-sql.js';
+export type { PostgresDriver, SqlExecutor, SqlStatement } from './sql-client.js';

@@ -1,0 +1,326 @@
+import { randomInt, randomUUID } from 'node:crypto';
+import { InvalidOptionsError, RelayBusError, SchemaMismatchError, StoreUnavailableError } from '../core/errors.js';
+import { laneOf, LANE_COUNT } from '../core/lanes.js';
+import { formatLeaseToken } from '../core/lease-token.js';
+import type {
+  BuryParams, ClaimParams, ClaimedDelivery, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
+  ExtendLeaseResult, HandlerStatistics, ListDeliveriesParams, Page, PublishParams, PublishResult, PurgeParams,
+  PurgeResult, RequeueParams, RescheduleParams, Statistics, Store,
+} from '../store/contract.js';
+import {
+  assertDate, assertName, parseLease, parseLeases, validateClaim, validateError, validateExtendLease, validateList,
+  validatePublish, validatePurge, validateRequeue, type ParsedLease,
+} from '../store/validate.js';
+import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
+import { setupPostgres } from './setup.js';
+import type { PostgresDriver, SqlExecutor } from './sql-client.js';
+import { loadStatements, type StatementName } from './statements.js';
+
+/**
+ * The Postgres store, written once against `PostgresDriver` for every driver. Each contract method
+ * runs the statements of `sql/` (one file each); the claim is the only method that may run more than
+ * one: it first claims from the lanes the owner holds and, while the batch is not full, takes free
+ * lanes a few at a time (4, 8, 16, ...) and claims from them.
+ */
+
+export interface PostgresStoreOptions<TTx> {
+  /** The driver: `fromPg(pool)`, `fromPglite(db)`, ... */
+  readonly driver: PostgresDriver<TTx>;
+  /** Postgres schema of the relaybus tables (default `relaybus`). */
+  readonly schema?: string;
+  /** Keep an append-only history of completed deliveries (one extra insert per completion; default false). */
+  readonly completionHistory?: boolean;
+}
+
+/** SQLSTATEs worth retrying: serialization failure, deadlock, cannot connect now. */
+const RETRYABLE_SQLSTATES = new Set(['40001', '40P01', '57P03']);
+const UNDEFINED_TABLE = '42P01';
+
+function sqlStateOf(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+function toStoreError(error: unknown, statement: string, schema: string): RelayBusError {
+  if (error instanceof RelayBusError) return error;
+  const sqlState = sqlStateOf(error);
+  const detail = error instanceof Error ? error.message : String(error);
+  if (sqlState === UNDEFINED_TABLE) {
+    return new SchemaMismatchError(
+      `The relaybus tables are missing in schema "${schema}" (${detail}). Run setup() first (bus.start() does, unless setupStore is false) or apply createPostgresSchemaSql().`,
+      { cause: error },
+    );
+  }
+  const retry = sqlState !== undefined && RETRYABLE_SQLSTATES.has(sqlState) ? ' It is safe to retry.' : '';
+  return new StoreUnavailableError(`Postgres statement "${statement}" failed: ${detail}.${retry}`, { cause: error });
+}
+
+const iso = (date: Date | undefined): string | null => (date === undefined ? null : date.toISOString());
+const toDate = (value: unknown): Date => (value instanceof Date ? value : new Date(String(value)));
+const toInt = (value: unknown): number => Number(value);
+
+interface ClaimRow {
+  id: string; lane: number; epoch: string; claims: number; event_id: string; event_type: string; handler: string;
+  key: string | null; sequence: string | null; payload: unknown; headers: Record<string, string>;
+  attempts: number; max_attempts: number; available_at: Date; created_at: Date;
+}
+
+interface DeliveryRow {
+  id: string; event_id: string; event_type: string; handler: string; key: string | null; sequence: string | null;
+  lane: number; status: DeliveryStatus; attempts: number; max_attempts: number; available_at: Date;
+  last_error: string | null; created_at: Date; updated_at: Date;
+}
+
+interface StatisticsRow {
+  handler: string | null; pending: number; due: number; scheduled: number; in_flight: number; dead: number;
+  completed: number; oldest_due_at: Date | null; lanes_leased: number | null;
+}
+
+function leaseArrays(leases: readonly ParsedLease[]): [string[], number[], string[], number[]] {
+  return [leases.map((l) => l.deliveryId), leases.map((l) => l.lane), leases.map((l) => l.epoch), leases.map((l) => l.claims)];
+}
+
+function toClaimed(row: ClaimRow): ClaimedDelivery {
+  const claims = toInt(row.claims);
+  const lane = toInt(row.lane);
+  return {
+    id: row.id, lease: formatLeaseToken({ lane, epoch: row.epoch, claims }), lane, eventId: row.event_id,
+    eventType: row.event_type, handler: row.handler, key: row.key, sequence: row.sequence, payload: row.payload,
+    headers: row.headers ?? {}, attempts: toInt(row.attempts), maxAttempts: toInt(row.max_attempts),
+    availableAt: toDate(row.available_at), createdAt: toDate(row.created_at),
+  };
+}
+
+function toView(row: DeliveryRow): DeliveryView {
+  return {
+    id: row.id, eventId: row.event_id, eventType: row.event_type, handler: row.handler, key: row.key,
+    sequence: row.sequence, lane: toInt(row.lane), status: row.status, attempts: toInt(row.attempts),
+    maxAttempts: toInt(row.max_attempts), availableAt: toDate(row.available_at), lastError: row.last_error,
+    createdAt: toDate(row.created_at), updatedAt: toDate(row.updated_at),
+  };
+}
+
+const FIRST_LANES_TO_TAKE = 4;
+
+/** A Postgres store: the lane-lease delivery path over one schema. */
+export interface PostgresStore<TTx> extends Store<TTx> {
+  readonly kind: 'postgres';
+  /** The Postgres schema the tables live in. */
+  readonly schema: string;
+}
+
+/**
+ * Create the Postgres store.
+ *
+ * ```ts
+ * import pg from 'pg';
+ * import { postgresStore, fromPg } from 'relaybus/postgres';
+ * const store = postgresStore({ driver: fromPg(new pg.Pool({ connectionString: process.env.DATABASE_URL })) });
+ * await store.setup();
+ * ```
+ */
+export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): PostgresStore<TTx> {
+  if (typeof options !== 'object' || options === null || typeof options.driver?.unwrap !== 'function') {
+    throw new InvalidOptionsError('postgresStore() needs { driver }, e.g. postgresStore({ driver: fromPg(pool) }).');
+  }
+  const schema = options.schema ?? DEFAULT_SCHEMA;
+  assertSchemaName(schema);
+  if (options.completionHistory !== undefined && typeof options.completionHistory !== 'boolean') {
+    throw new InvalidOptionsError(`completionHistory must be a boolean, got ${JSON.stringify(options.completionHistory)}.`);
+  }
+  const { driver } = options;
+  const history = options.completionHistory ?? false;
+  const statements = loadStatements(schema);
+
+  async function run<Row extends object>(executor: SqlExecutor, name: StatementName, params: readonly unknown[]): Promise<Row[]> {
+    try {
+      return await executor.run<Row>(statements[name], params);
+    } catch (error) {
+      throw toStoreError(error, name, schema);
+    }
+  }
+  const runOwned = <Row extends object>(name: StatementName, params: readonly unknown[]) => run<Row>(driver.executor, name, params);
+
+  /** Run a fenced single-delivery write; true when the statement returned its row. */
+  async function fenced(name: StatementName, lease: ParsedLease, extra: readonly unknown[]): Promise<boolean> {
+    const rows = await runOwned(name, [lease.deliveryId, lease.lane, lease.epoch, lease.claims, ...extra]);
+    return rows.length > 0;
+  }
+
+  async function fencedMany(name: StatementName, leases: readonly DeliveryLease[], now: Date | undefined): Promise<boolean[]> {
+    const parsed = parseLeases(leases);
+    if (now !== undefined) assertDate(now, 'now');
+    if (parsed.length === 0) return [];
+    const extra = name === 'complete-many' ? [] : [iso(now)];
+    const rows = await runOwned<{ id: string }>(name, [...leaseArrays(parsed), ...extra]);
+    const done = new Set(rows.map((row) => row.id));
+    return parsed.map((lease) => done.has(lease.deliveryId));
+  }
+
+  return {
+    kind: 'postgres',
+    schema,
+    capabilities: Object.freeze({
+      transactions: true,
+      completionHistory: history,
+      wakeups: 'poll',
+      concurrentConnections: driver.concurrentConnections,
+    }),
+
+    async setup() {
+      try {
+        await setupPostgres(driver, schema, statements);
+      } catch (error) {
+        throw toStoreError(error, 'setup', schema);
+      }
+    },
+
+    async publish(tx: TTx, events: readonly PublishParams[], now?: Date): Promise<PublishResult[]> {
+      const payloads = validatePublish(events, now);
+      if (events.length === 0) return [];
+      const executor = driver.unwrap(tx);
+      // One JSON document carries the whole batch; payloads are spliced in as the JSON text validated above.
+      const input = events.map((event, ord) => {
+        const id = event.id ?? randomUUID();
+        const meta = JSON.stringify({
+          ord, id, type: event.type, key: event.key ?? null, headers: event.headers ?? {},
+          handlers: event.handlers.map((h) => h.name), max_attempts: event.handlers.map((h) => h.maxAttempts),
+          lane: laneOf(event.key, id), available_at: iso(event.availableAt),
+        });
+        return `${meta.slice(0, -1)},"payload":${payloads[ord]}}`;
+      });
+      const rows = await run<{ ord: number; id: string; added: string[]; duplicate: boolean }>(
+        executor, 'publish', [`[${input.join(',')}]`, iso(now)],
+      );
+      return rows.map((row) => ({ eventId: row.id, addedHandlers: row.added, duplicate: row.duplicate }));
+    },
+
+    async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {
+      validateClaim(params);
+      const { owner, handlers, limit, leaseDurationMs } = params;
+      const now = iso(params.now);
+      const claimHeld = (want: number) => runOwned<ClaimRow>('claim-held-lanes', [owner, handlers, want, leaseDurationMs, now]);
+      const claimed = await claimHeld(limit);
+      // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
+      const offset = randomInt(LANE_COUNT);
+      for (let take = FIRST_LANES_TO_TAKE; claimed.length < limit; take *= 2) {
+        const [acquired] = await runOwned<{ lanes: number }>('acquire-lanes', [owner, handlers, take, offset, leaseDurationMs, now]);
+        if (!acquired || toInt(acquired.lanes) === 0) break;
+        const more = await claimHeld(limit - claimed.length);
+        claimed.push(...more);
+        if (more.length === 0) break;
+      }
+      return claimed.map(toClaimed);
+    },
+
+    async extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult> {
+      validateExtendLease(params);
+      if (params.lanes.length === 0) return { extended: [], lost: [] };
+      const rows = await runOwned<{ lane: number }>('extend-lease', [
+        params.owner, params.lanes.map((l) => l.lane), params.lanes.map((l) => l.epoch), params.leaseDurationMs, iso(params.now),
+      ]);
+      const extended = new Set(rows.map((row) => toInt(row.lane)));
+      const lanes = params.lanes.map((l) => l.lane);
+      return { extended: lanes.filter((l) => extended.has(l)), lost: lanes.filter((l) => !extended.has(l)) };
+    },
+
+    completeMany(leases, now) {
+      return fencedMany(history ? 'complete-many-with-history' : 'complete-many', leases, now);
+    },
+
+    async complete(lease: DeliveryLease, tx: TTx, now?: Date): Promise<boolean> {
+      const parsed = parseLease(lease);
+      if (now !== undefined) assertDate(now, 'now');
+      const name = history ? 'complete-one-with-history' : 'complete-one';
+      const extra = history ? [iso(now)] : [];
+      const rows = await run(driver.unwrap(tx), name, [parsed.deliveryId, parsed.lane, parsed.epoch, parsed.claims, ...extra]);
+      return rows.length > 0;
+    },
+
+    async reschedule(lease: DeliveryLease, params: RescheduleParams): Promise<boolean> {
+      const parsed = parseLease(lease);
+      assertDate(params?.availableAt, 'availableAt');
+      validateError(params.error);
+      if (params.now !== undefined) assertDate(params.now, 'now');
+      return fenced('reschedule', parsed, [iso(params.availableAt), params.error, iso(params.now)]);
+    },
+
+    async bury(lease: DeliveryLease, params: BuryParams): Promise<boolean> {
+      const parsed = parseLease(lease);
+      validateError(params?.error);
+      if (params.now !== undefined) assertDate(params.now, 'now');
+      return fenced('bury', parsed, [params.error, iso(params.now)]);
+    },
+
+    release(leases, now) {
+      return fencedMany('release', leases, now);
+    },
+
+    async relinquish(owner: string, now?: Date): Promise<number> {
+      assertName(owner, 'owner');
+      if (now !== undefined) assertDate(now, 'now');
+      return (await runOwned('relinquish', [owner])).length;
+    },
+
+    async requeue(params: RequeueParams): Promise<number> {
+      validateRequeue(params);
+      const rows = await runOwned('requeue', [
+        params.deliveryIds ? [...params.deliveryIds] : null, params.handler ?? null, params.eventId ?? null, iso(params.now),
+      ]);
+      return rows.length;
+    },
+
+    async listDeliveries(params: ListDeliveriesParams = {}): Promise<Page<DeliveryView>> {
+      const { limit, cursor } = validateList(params);
+      const rows = await runOwned<DeliveryRow>('list-deliveries', [
+        params.status ?? null, params.handler ?? null, params.eventId ?? null, params.key ?? null, cursor, limit + 1,
+      ]);
+      const items = rows.slice(0, limit).map(toView);
+      return { items, nextCursor: rows.length > limit ? items[items.length - 1]!.id : null };
+    },
+
+    async statistics(now?: Date): Promise<Statistics> {
+      if (now !== undefined) assertDate(now, 'now');
+      const at = now ?? new Date();
+      const rows = await runOwned<StatisticsRow>('statistics', [iso(now)]);
+      const handlers: Record<string, HandlerStatistics> = {};
+      let lanesLeased = 0;
+      const totals = { pending: 0, due: 0, scheduled: 0, inFlight: 0, dead: 0, completed: 0 };
+      let oldestDueAt: number | null = null;
+      for (const row of rows) {
+        if (row.handler === null) {
+          lanesLeased = toInt(row.lanes_leased);
+          continue;
+        }
+        const oldest = row.oldest_due_at === null ? null : toDate(row.oldest_due_at).getTime();
+        const stats: HandlerStatistics = {
+          pending: toInt(row.pending), due: toInt(row.due), scheduled: toInt(row.scheduled), inFlight: toInt(row.in_flight),
+          dead: toInt(row.dead), completed: toInt(row.completed), oldestDueAgeMs: oldest === null ? null : Math.max(0, at.getTime() - oldest),
+        };
+        handlers[row.handler] = stats;
+        totals.pending += stats.pending; totals.due += stats.due; totals.scheduled += stats.scheduled;
+        totals.inFlight += stats.inFlight; totals.dead += stats.dead; totals.completed += stats.completed;
+        if (oldest !== null && (oldestDueAt === null || oldest < oldestDueAt)) oldestDueAt = oldest;
+      }
+      return {
+        ...totals, oldestDueAgeMs: oldestDueAt === null ? null : Math.max(0, at.getTime() - oldestDueAt), handlers, lanesLeased,
+      };
+    },
+
+    async purgeExpired(params: PurgeParams): Promise<PurgeResult> {
+      validatePurge(params);
+      const [row] = await runOwned<{ events: number; dead_deliveries: number; history: number }>('purge-expired', [
+        params.completedRetentionMs, params.deadRetentionMs, iso(params.now),
+      ]);
+      return { events: toInt(row?.events), deadDeliveries: toInt(row?.dead_deliveries), history: toInt(row?.history) };
+    },
+
+    transaction<T>(fn: (tx: TTx) => Promise<T>): Promise<T> {
+      return driver.transaction(fn);
+    },
+
+    close() {
+      return driver.close();
+    },
+  };
+}

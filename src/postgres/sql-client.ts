@@ -1,0 +1,36 @@
+/**
+ * The one interface every Postgres driver adapter implements, so the Postgres store is written once
+ * for `pg`, PGlite (and, later, postgres.js, Kysely and Drizzle). Adapters normalise results at the
+ * boundary: rows come back as plain objects; int8 columns are cast to text in the SQL itself.
+ */
+
+/** A statement from `sql/`: a stable name (for named prepared statements) and its text. */
+export interface SqlStatement {
+  readonly name: string;
+  readonly text: string;
+}
+
+/** A pool, a client or an open transaction: anything that can run statements. */
+export interface SqlExecutor {
+  /** Run one parameterised statement and return its rows. */
+  run<Row extends object>(statement: SqlStatement, params: readonly unknown[]): Promise<Row[]>;
+  /** Run a script of several statements without parameters (setup DDL). */
+  exec(script: string): Promise<void>;
+}
+
+/**
+ * River's Driver[TTx]: connections relaybus runs its own statements on (the dispatcher side), plus
+ * `unwrap()` for the caller's transaction of type `TTx`.
+ */
+export interface PostgresDriver<TTx> {
+  /** Autocommit executor on connections the driver manages (a pool, or one database handle). */
+  readonly executor: SqlExecutor;
+  /** An executor that runs statements inside the caller's transaction `tx`. */
+  unwrap(tx: TTx): SqlExecutor;
+  /** Open a transaction and hand it to `fn` as the caller's transaction type; commit or roll back. */
+  transaction<T>(fn: (tx: TTx) => Promise<T>): Promise<T>;
+  /** Several statements can run at once on different connections (false for PGlite). */
+  readonly concurrentConnections: boolean;
+  /** Close what the driver opened itself (never a pool the caller passed in). */
+  close(): Promise<void>;
+}

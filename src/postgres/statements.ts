@@ -1,0 +1,46 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { packageFile } from './package-files.js';
+import type { SqlStatement } from './sql-client.js';
+
+/**
+ * Loads the hot statements from `sql/` once, substitutes the schema marker and names each statement
+ * `relaybus_<file_snake>_<8-char schema hash>`, so one connection can serve two schemas with named
+ * prepared statements. The files ship in the package's `sql/` folder.
+ */
+export const STATEMENT_NAMES = [
+  'acquire-lanes', 'bury', 'claim-held-lanes', 'complete-many', 'complete-many-with-history', 'complete-one',
+  'complete-one-with-history', 'extend-lease', 'list-deliveries', 'publish', 'purge-expired', 'release',
+  'relinquish', 'requeue', 'reschedule', 'setup-applied', 'setup-installed', 'setup-lock', 'setup-record', 'statistics',
+] as const;
+
+export type StatementName = (typeof STATEMENT_NAMES)[number];
+export type Statements = Readonly<Record<StatementName, SqlStatement>>;
+
+const SCHEMA_MARKER = /\/\*schema\*\//g;
+const rawTexts = new Map<StatementName, string>();
+
+function rawText(name: StatementName): string {
+  let text = rawTexts.get(name);
+  if (text === undefined) {
+    text = readFileSync(packageFile(`sql/${name}.sql`), 'utf8');
+    rawTexts.set(name, text);
+  }
+  return text;
+}
+
+/** `"schema".` for a valid identifier; identifiers are validated by the store's options first. */
+export function quoteIdentifier(identifier: string): string {
+  return `"${identifier.replaceAll('"', '""')}"`;
+}
+
+/** Every statement, rendered for one schema. */
+export function loadStatements(schema: string): Statements {
+  const hash = createHash('sha256').update(schema).digest('hex').slice(0, 8);
+  const prefix = `${quoteIdentifier(schema)}.`;
+  const entries = STATEMENT_NAMES.map((name) => [
+    name,
+    { name: `relaybus_${name.replaceAll('-', '_')}_${hash}`, text: rawText(name).replace(SCHEMA_MARKER, prefix) },
+  ]);
+  return Object.freeze(Object.fromEntries(entries)) as Statements;
+}

@@ -1,0 +1,286 @@
+/**
+ * The store contract: the only thing the bus and the dispatcher know about a database.
+ *
+ * Every store (Postgres, in-memory, later MongoDB) implements `Store<TTx>`, where `TTx` is the
+ * caller's transaction type (a `pg` client, a Kysely transaction, ...). The contract suite in
+ * `test/contract/` pins every rule written here; a third-party store is welcome to run it.
+ *
+ * Model. An event fans out to one delivery per handler. Deliveries live in 256 lanes (see
+ * `core/lanes.ts`); a worker (identified by `owner`) leases lanes, never delivery rows. A claim
+ * records the claimed delivery ids in the lane's in-flight list; a lease token `lane:epoch:claims`
+ * (see `core/lease-token.ts`) proves which claim a worker holds. Rules:
+ *
+ * - Fenced writes (`completeMany`, `complete`, `reschedule`, `bury`, `release`) succeed only while
+ *   the lane still has the token's epoch, still lists the delivery in flight, and the delivery's
+ *   claims counter still equals the token's. Otherwise they return `false` and change nothing.
+ *   They never throw for a lost lease; they throw `InvalidLeaseError` for a malformed token.
+ * - Invalid input throws a `RelayBusError` before anything is written.
+ * - No method sleeps; every time-dependent method takes `now` (default: the database's clock).
+ * - Attempts are charged when a claim ends in failure (`reschedule`, `bury`: +1) or when a lane is
+ *   taken over after its lease expired (+1 for every delivery that was in flight there; a delivery
+ *   that reaches its `maxAttempts` that way is dead). `release` charges nothing.
+ */
+
+/** What a store can do; every field is required so no capability is assumed silently. */
+export interface StoreCapabilities {
+  /** Atomic publish in the caller's transaction and transactional handlers (`complete(lease, tx)`). */
+  readonly transactions: boolean;
+  /** Completed deliveries are kept in an append-only history (listable, counted). */
+  readonly completionHistory: boolean;
+  /** How idle workers learn about new work. Polling is always the correctness path. */
+  readonly wakeups: 'listen-notify' | 'change-stream' | 'poll';
+  /** Several connections can work at once (false for PGlite: one connection, no lock contention). */
+  readonly concurrentConnections: boolean;
+}
+
+/** A handler an event is published to, with the attempt budget of its deliveries. */
+export interface PublishHandler {
+  readonly name: string;
+  /** Attempts before the delivery is dead-lettered (>= 1). */
+  readonly maxAttempts: number;
+}
+
+/** One event to publish. */
+export interface PublishParams {
+  /** Caller-supplied id (inbox dedup: publishing it again adds only handlers it never had). Generated when absent. */
+  readonly id?: string;
+  readonly type: string;
+  /** Ordering key: deliveries of one key run one at a time per handler, in commit order. */
+  readonly key?: string | null;
+  /** Any JSON value. */
+  readonly payload: unknown;
+  readonly headers?: Readonly<Record<string, string>>;
+  /** One delivery per handler; at least one. */
+  readonly handlers: readonly PublishHandler[];
+  /** Delayed delivery: not claimable before this instant. Default: `now`. */
+  readonly availableAt?: Date;
+}
+
+export interface PublishResult {
+  readonly eventId: string;
+  /** Handlers that got a new delivery in this call (all of them for a new event). */
+  readonly addedHandlers: readonly string[];
+  /** True when the event id existed before this call. */
+  readonly duplicate: boolean;
+}
+
+export interface ClaimParams {
+  /** Unique per worker instance (never reused by a restarted process). */
+  readonly owner: string;
+  /** Handlers this worker runs; deliveries of other handlers are never returned. */
+  readonly handlers: readonly string[];
+  /** Most deliveries to return (>= 1). */
+  readonly limit: number;
+  /** Lease of every lane the claim records work in. */
+  readonly leaseDurationMs: number;
+  readonly now?: Date;
+}
+
+/** A delivery handed to a worker by `claim`. */
+export interface ClaimedDelivery {
+  readonly id: string;
+  /** The lease token `lane:epoch:claims`; pass it unchanged to fenced writes. */
+  readonly lease: string;
+  readonly lane: number;
+  readonly eventId: string;
+  readonly eventType: string;
+  readonly handler: string;
+  readonly key: string | null;
+  /** Position in the key's commit order (null for unkeyed events). */
+  readonly sequence: string | null;
+  readonly payload: unknown;
+  readonly headers: Readonly<Record<string, string>>;
+  /** Attempts already charged before this one. */
+  readonly attempts: number;
+  readonly maxAttempts: number;
+  readonly availableAt: Date;
+  readonly createdAt: Date;
+}
+
+/** A reference to a claimed delivery for fenced writes. */
+export interface DeliveryLease {
+  readonly deliveryId: string;
+  /** `lane:epoch:claims` as returned by `claim`. */
+  readonly lease: string;
+}
+
+export interface ExtendLeaseParams {
+  readonly owner: string;
+  /** The lanes to renew, each with the epoch the worker holds it at. */
+  readonly lanes: readonly { readonly lane: number; readonly epoch: string }[];
+  readonly leaseDurationMs: number;
+  readonly now?: Date;
+}
+
+export interface ExtendLeaseResult {
+  /** Lanes whose lease was extended. */
+  readonly extended: readonly number[];
+  /** Lanes the owner no longer holds at that epoch: everything it had in flight there is fenced. */
+  readonly lost: readonly number[];
+}
+
+export interface RescheduleParams {
+  /** When the delivery becomes claimable again. */
+  readonly availableAt: Date;
+  readonly error: string;
+  readonly now?: Date;
+}
+
+export interface BuryParams {
+  readonly error: string;
+  readonly now?: Date;
+}
+
+export interface RequeueParams {
+  /** Requeue these dead deliveries ... */
+  readonly deliveryIds?: readonly string[];
+  /** ... or every dead delivery of this handler ... */
+  readonly handler?: string;
+  /** ... or of this event ... */
+  readonly eventId?: string;
+  /** ... or every dead delivery. At least one selector is required. Selectors combine with AND. */
+  readonly all?: boolean;
+  readonly now?: Date;
+}
+
+export type DeliveryStatus = 'pending' | 'processing' | 'dead' | 'completed';
+
+export interface ListDeliveriesParams {
+  /** 'processing' = pending and in flight in a lane. 'completed' needs completion history. */
+  readonly status?: DeliveryStatus;
+  readonly handler?: string;
+  readonly eventId?: string;
+  readonly key?: string;
+  /** Page size, 1..1000 (default 100). */
+  readonly limit?: number;
+  /** `nextCursor` of the previous page. */
+  readonly cursor?: string;
+}
+
+export interface DeliveryView {
+  readonly id: string;
+  readonly eventId: string;
+  readonly eventType: string;
+  readonly handler: string;
+  readonly key: string | null;
+  readonly sequence: string | null;
+  readonly lane: number;
+  readonly status: DeliveryStatus;
+  readonly attempts: number;
+  readonly maxAttempts: number;
+  readonly availableAt: Date;
+  readonly lastError: string | null;
+  readonly createdAt: Date;
+  readonly updatedAt: Date;
+}
+
+export interface Page<T> {
+  readonly items: readonly T[];
+  /** Pass as `cursor` for the next page; null on the last page. */
+  readonly nextCursor: string | null;
+}
+
+export interface HandlerStatistics {
+  /** Pending deliveries that are not in flight (due or scheduled). */
+  readonly pending: number;
+  /** Pending, not in flight, claimable now. */
+  readonly due: number;
+  /** Pending, not in flight, available later (delayed or backing off). */
+  readonly scheduled: number;
+  readonly inFlight: number;
+  readonly dead: number;
+  /** Completed deliveries in the history; 0 without completion history. */
+  readonly completed: number;
+  /** Age of the oldest due delivery in ms (now - availableAt); null when nothing is due. */
+  readonly oldestDueAgeMs: number | null;
+}
+
+export interface Statistics extends HandlerStatistics {
+  readonly handlers: Readonly<Record<string, HandlerStatistics>>;
+  /** Lanes currently leased by some owner with a live lease. */
+  readonly lanesLeased: number;
+}
+
+export interface PurgeParams {
+  /** Events older than this with no deliveries left, and completion history older than this, are deleted. */
+  readonly completedRetentionMs: number;
+  /** Dead deliveries last updated longer ago than this are deleted. */
+  readonly deadRetentionMs: number;
+  readonly now?: Date;
+}
+
+export interface PurgeResult {
+  readonly events: number;
+  readonly deadDeliveries: number;
+  readonly history: number;
+}
+
+export interface SetupParams {
+  /** Reserved for stores that can upgrade older layouts. */
+  readonly signal?: AbortSignal;
+}
+
+/** The contract every store implements. `TTx` is the caller's transaction type. */
+export interface Store<TTx> {
+  readonly kind: 'postgres' | 'mongodb' | 'memory';
+  readonly capabilities: StoreCapabilities;
+
+  /** Create or upgrade the store's tables; idempotent and safe to run from several processes at once. */
+  setup(params?: SetupParams): Promise<void>;
+
+  /**
+   * Write events and one delivery per handler inside the caller's transaction `tx`. An event id that
+   * exists already gets deliveries only for handlers it never had (completed ones included). Keyed
+   * events take the next sequence of their key; the key stays locked until `tx` commits, so sequence
+   * order is commit order. Results are in input order.
+   */
+  publish(tx: TTx, events: readonly PublishParams[], now?: Date): Promise<PublishResult[]>;
+
+  /**
+   * Claim up to `limit` due deliveries of `handlers`: keep the lanes the owner holds, take free (or
+   * expired) lanes with due work a few at a time, charge an attempt to everything a taken-over lane
+   * had in flight, and record the batch in the lanes. A keyed delivery is returned only when no
+   * earlier delivery of its handler and key is pending (in flight or not). Lanes the owner holds
+   * that run nothing are handed back. Delivery rows are not written.
+   */
+  claim(params: ClaimParams): Promise<ClaimedDelivery[]>;
+
+  /** Renew the lease of lanes the owner holds; reports the ones it lost. */
+  extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult>;
+
+  /** Delete completed deliveries in one statement; `true` per lease that was still held, in input order. */
+  completeMany(leases: readonly DeliveryLease[], now?: Date): Promise<boolean[]>;
+
+  /** Complete one delivery inside `tx` (transactional handlers): commits with the handler's writes, or not at all. */
+  complete(lease: DeliveryLease, tx: TTx, now?: Date): Promise<boolean>;
+
+  /** The attempt failed: +1 attempt, claimable again at `availableAt`, error recorded. */
+  reschedule(lease: DeliveryLease, params: RescheduleParams): Promise<boolean>;
+
+  /** The attempt failed for good: +1 attempt, status dead (never claimed again until `requeue`). */
+  bury(lease: DeliveryLease, params: BuryParams): Promise<boolean>;
+
+  /** Give deliveries back without charging an attempt (graceful shutdown). */
+  release(leases: readonly DeliveryLease[], now?: Date): Promise<boolean[]>;
+
+  /** Hand back every lane of `owner` that runs nothing; returns how many. */
+  relinquish(owner: string, now?: Date): Promise<number>;
+
+  /** Move dead deliveries back to pending with a fresh attempt budget; returns how many. Keyed ones go to the end of their key's order. */
+  requeue(params: RequeueParams): Promise<number>;
+
+  listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>>;
+
+  statistics(now?: Date): Promise<Statistics>;
+
+  purgeExpired(params: PurgeParams): Promise<PurgeResult>;
+
+  /**
+   * Run `fn` in a new transaction of the store's own driver: commits when `fn` resolves, rolls back
+   * when it throws. The dispatcher uses it for transactional handlers (`ctx.transaction`).
+   */
+  transaction<T>(fn: (tx: TTx) => Promise<T>): Promise<T>;
+
+  /** Release what the store opened itself (never a pool the caller passed in). */
+  close(): Promise<void>;
+}
