@@ -79,7 +79,7 @@ export function validatePublish(events: readonly PublishParams[], now: Date | un
     }
     if (!Array.isArray(event.handlers) || event.handlers.length === 0) fail(`${at}.handlers must list at least one handler.`);
     const names = new Set<string>();
-    event.handlers.forEach((handler, h) => {
+    event.handlers.forEach((handler: PublishParams["handlers"][number], h: number) => {
       assertName(handler?.name, `${at}.handlers[${h}].name`);
       assertPositiveInteger(handler.maxAttempts, `${at}.handlers[${h}].maxAttempts`, 1_000_000);
       if (names.has(handler.name)) fail(`${at}.handlers lists "${handler.name}" twice.`);

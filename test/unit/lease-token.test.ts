@@ -1,0 +1,22 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { InvalidLeaseError } from '../../src/core/errors.js';
+import { formatLeaseToken, parseLeaseToken } from '../../src/core/lease-token.js';
+
+describe('lease tokens', () => {
+  it('round-trips lane:epoch:claims, epochs beyond 2^53 included', () => {
+    const parts = { lane: 255, epoch: '9007199254740993', claims: 7 };
+    assert.equal(formatLeaseToken(parts), '255:9007199254740993:7');
+    assert.deepEqual(parseLeaseToken('255:9007199254740993:7'), parts);
+  });
+
+  for (const bad of ['', '1:2', '1:2:3:4', 'a:1:1', '-1:1:1', '256:1:1', '300:0:0', '1:1:99999999999', ' 1:1:1', '1.5:1:1']) {
+    it(`rejects ${JSON.stringify(bad)} with RELAYBUS_INVALID_LEASE`, () => {
+      assert.throws(() => parseLeaseToken(bad), (error: unknown) => error instanceof InvalidLeaseError && error.code === 'RELAYBUS_INVALID_LEASE');
+    });
+  }
+
+  it('rejects a token that is not a string', () => {
+    assert.throws(() => parseLeaseToken(42), InvalidLeaseError);
+  });
+});
