@@ -45,7 +45,8 @@ export const relaybusDeliveries = relaybusSchema.table('relaybus_deliveries', {
   createdAt: instant('created_at').notNull(),
   updatedAt: instant('updated_at').notNull(),
 }, (t) => [
-  foreignKey({ name: 'relaybus_deliveries_event_id_fkey', columns: [t.eventId], foreignColumns: [relaybusEvents.id] }).onDelete('cascade'),
+  // No cascade: an event is deleted only when it has no delivery left; a delivery added meanwhile makes the purge fail, not vanish.
+  foreignKey({ name: 'relaybus_deliveries_event_id_fkey', columns: [t.eventId], foreignColumns: [relaybusEvents.id] }),
   uniqueIndex('relaybus_deliveries_event_id_handler_idx').on(t.eventId, t.handler),
   index('relaybus_deliveries_lane_available_at_id_idx').on(t.lane, t.availableAt, t.id).where(sql`status = 'pending'`),
   index('relaybus_deliveries_lane_handler_key_sequence_idx').on(t.lane, t.handler, t.key, t.sequence).where(sql`key IS NOT NULL AND status = 'pending'`),

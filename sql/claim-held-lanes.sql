@@ -1,6 +1,6 @@
 -- claim-held-lanes: pick due deliveries from the lanes this owner holds and record them in flight; hand back held
 --                   lanes that got nothing and run nothing. Delivery rows are read, never written.
--- index: relaybus_lanes_pkey; relaybus_deliveries_lane_available_at_id_idx (ordered scan per lane, capped);
+-- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_lane_available_at_id_idx (ordered scan per lane, capped);
 --        relaybus_deliveries_lane_handler_key_sequence_idx (is an earlier delivery of the key still pending?);
 --        relaybus_deliveries_pkey (pruning finished ids from in_flight); relaybus_events_pkey (payload)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now())
@@ -9,7 +9,10 @@ WITH clock AS (
   SELECT coalesce($5::timestamptz, now()) AS now
 ),
 held AS (
+  -- Locked, so this statement reads the latest in_flight and a concurrent claim of the same owner waits; a
+  -- transactional completion's FOR KEY SHARE does not conflict.
   SELECT l.lane, l.in_flight FROM /*schema*/relaybus_lanes l WHERE l.lease_owner = $1
+  FOR NO KEY UPDATE
 ),
 picked AS (
   SELECT c.* FROM held h
@@ -51,9 +54,11 @@ handed_back AS (
   UPDATE /*schema*/relaybus_lanes l
   SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'
   FROM held h
+  -- h.in_flight, not l.in_flight: h is the locked, latest row, while an anti-join on l would be re-checked against
+  -- the row version of this statement's snapshot (EvalPlanQual keeps the first join result).
   WHERE l.lane = h.lane AND l.lease_owner = $1
     AND l.lane NOT IN (SELECT lane FROM grouped)
-    AND NOT EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = ANY (l.in_flight))
+    AND NOT EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = ANY (h.in_flight))
   RETURNING l.lane
 )
 SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, e.type AS event_type, p.handler,

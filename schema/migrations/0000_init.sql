@@ -64,7 +64,7 @@ CREATE TABLE "relaybus"."relaybus_migrations" (
 	"applied_at" timestamp with time zone DEFAULT now() NOT NULL
 );
 --> statement-breakpoint
-ALTER TABLE "relaybus"."relaybus_deliveries" ADD CONSTRAINT "relaybus_deliveries_event_id_fkey" FOREIGN KEY ("event_id") REFERENCES "relaybus"."relaybus_events"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
+ALTER TABLE "relaybus"."relaybus_deliveries" ADD CONSTRAINT "relaybus_deliveries_event_id_fkey" FOREIGN KEY ("event_id") REFERENCES "relaybus"."relaybus_events"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 CREATE INDEX "relaybus_completed_deliveries_completed_at_idx" ON "relaybus"."relaybus_completed_deliveries" USING btree ("completed_at");--> statement-breakpoint
 CREATE UNIQUE INDEX "relaybus_deliveries_event_id_handler_idx" ON "relaybus"."relaybus_deliveries" USING btree ("event_id","handler");--> statement-breakpoint
 CREATE INDEX "relaybus_deliveries_lane_available_at_id_idx" ON "relaybus"."relaybus_deliveries" USING btree ("lane","available_at","id") WHERE status = 'pending';--> statement-breakpoint

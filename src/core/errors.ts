@@ -88,3 +88,6 @@ export class InvalidStateError extends RelayBusError {
     super('RELAYBUS_INVALID_STATE', message);
   }
 }
+
+/** A handler name was registered twice (handler names are unique per bus: deliveries name their handler). */
+export class DuplicateHandlerError extends UnknownHandlerError {}
