@@ -12,6 +12,7 @@ held AS (
   -- Locked, so this statement reads the latest in_flight and a concurrent claim of the same owner waits; a
   -- transactional completion's FOR KEY SHARE does not conflict.
   SELECT l.lane, l.in_flight FROM /*schema*/relaybus_lanes l WHERE l.lease_owner = $1
+  ORDER BY l.lane -- one lock order for every statement that locks several lanes: no deadlock
   FOR NO KEY UPDATE
 ),
 picked AS (

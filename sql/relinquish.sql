@@ -5,6 +5,7 @@
 -- returns: lane of every lane handed back
 WITH held AS (
   SELECT l.lane, l.in_flight FROM /*schema*/relaybus_lanes l WHERE l.lease_owner = $1
+  ORDER BY l.lane -- one lock order for every statement that locks several lanes: no deadlock
   FOR NO KEY UPDATE
 )
 UPDATE /*schema*/relaybus_lanes l

@@ -1,0 +1,302 @@
+import { Dispatcher, type StopOptions } from '../dispatcher/dispatcher.js';
+import type { PublishParams, PublishResult, Store } from '../store/contract.js';
+import { TypedEmitter, type TypedEvents } from './emitter.js';
+import { DuplicateHandlerError, InvalidInputError, InvalidOptionsError, InvalidStateError, UnknownEventError } from './errors.js';
+import { isEventDefinition, type EventDefinition, type EventPayload } from './events.js';
+import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from './handlers.js';
+import { describeError } from './logger.js';
+import { resolveHandlerOptions, resolveRelayBusOptions, type RelayBusOptions, type ResolvedRelayBusOptions } from './options.js';
+
+/**
+ * The bus: the API users touch. It registers handlers (`on`), publishes events inside the caller's
+ * transaction (`publish`, `publishMany`) and runs the dispatcher (`start`, `stop`). It knows the
+ * database only through the `Store` contract.
+ *
+ * Fan-out happens at publish: an event gets one delivery per handler registered for its type at
+ * that moment, each with that handler's `maxAttempts`. So every process that publishes must
+ * register the same handlers as the workers (define the bus in one module that both import), and
+ * publishing an event type with no handler registered is an error rather than a silent no-op: an
+ * outbox that drops events because a module was not imported is the bug this library exists to
+ * prevent.
+ */
+
+/** A handler of event `E`. */
+export type Handler<E extends EventDefinition> = (payload: EventPayload<E>, context: HandlerContext) => unknown;
+
+/** A `{ transactional: true }` handler of event `E`: `context.transaction` is a transaction of the store's driver. */
+export type TransactionalHandler<E extends EventDefinition, TTx> = (payload: EventPayload<E>, context: TransactionalHandlerContext<TTx>) => unknown;
+
+/** Options of one publish. */
+export interface PublishOptions {
+  /** Ordering key: deliveries of one key run one at a time per handler, in commit order. */
+  readonly key?: string | null;
+  /** Event id for inbox deduplication (a broker message id); generated when absent. */
+  readonly id?: string;
+  /** Not delivered before this instant. */
+  readonly availableAt?: Date;
+  /** String metadata handed to handlers as `ctx.delivery.headers`. */
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+/** One event of `publishMany`; `payload` is typed by `event`. */
+export type PublishItem<E extends EventDefinition> = E extends EventDefinition
+  ? { readonly event: E; readonly payload: EventPayload<E>; readonly options?: PublishOptions }
+  : never;
+
+/** Lifecycle of a bus. */
+export type RelayBusState = 'idle' | 'starting' | 'running' | 'stopping' | 'stopped';
+
+/** A relaybus instance; see `createRelayBus`. */
+export interface RelayBus<TTx, TEvent extends EventDefinition = EventDefinition> {
+  /** Lifecycle events (`delivered`, `failed`, `dead`, `lease-lost`) for metrics and alerting. */
+  readonly events: TypedEvents<RelayBusEventMap>;
+  /** The store, for admin calls: `listDeliveries`, `statistics`, `requeue`, `purgeExpired`. */
+  readonly store: Store<TTx>;
+  readonly state: RelayBusState;
+  /** The dispatcher's lease owner id once started. */
+  readonly owner: string | undefined;
+
+  /**
+   * Register handler `name` for `event`, before `start()`. Names are unique per bus and are stored
+   * with each delivery, so renaming a handler orphans its pending deliveries.
+   *
+   * ```ts
+   * bus.on(OrderPlaced, 'send-receipt', { maxAttempts: 5, timeoutMs: 10_000 }, async (order, ctx) => {
+   *   await mailer.send(order.orderId, { signal: ctx.signal });
+   * });
+   * ```
+   */
+  on<E extends TEvent>(event: E, name: string, handler: Handler<E>): void;
+  on<E extends TEvent>(event: E, name: string, options: HandlerOptions & { readonly transactional: true }, handler: TransactionalHandler<E, TTx>): void;
+  on<E extends TEvent>(event: E, name: string, options: HandlerOptions & { readonly transactional?: false }, handler: Handler<E>): void;
+  on<E extends TEvent>(event: E, name: string, options: HandlerOptions, handler: (payload: EventPayload<E>, context: HandlerContext & { readonly transaction?: TTx }) => unknown): void;
+
+  /**
+   * Publish one event inside `tx`, the caller's open transaction: the event and its deliveries are
+   * committed with it, or not at all. Validates the payload first; a bad payload writes nothing.
+   *
+   * ```ts
+   * await db.transaction().execute(async (trx) => {
+   *   await trx.insertInto('orders').values(order).execute();
+   *   await bus.publish(trx, OrderPlaced, { orderId: order.id }, { key: order.customerId });
+   * });
+   * ```
+   */
+  publish<E extends TEvent>(tx: TTx, event: E, payload: EventPayload<E>, options?: PublishOptions): Promise<PublishResult>;
+
+  /** Publish several events in one store call inside `tx`; results are in input order. */
+  publishMany(tx: TTx, items: readonly PublishItem<TEvent>[]): Promise<PublishResult[]>;
+
+  /** Run `store.setup()` (unless `setupStore: false`), then start the dispatcher. */
+  start(): Promise<void>;
+
+  /** Stop gracefully: see the dispatcher. Idempotent; `stop({ graceMs: 0 })` during a stop aborts at once. */
+  stop(options?: StopOptions): Promise<void>;
+}
+
+const PUBLISH_OPTION_KEYS = new Set(['key', 'id', 'availableAt', 'headers']);
+const MAX_NAME_LENGTH = 200;
+
+class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> {
+  readonly #options: ResolvedRelayBusOptions<TTx>;
+  readonly #emitter: TypedEmitter<RelayBusEventMap>;
+  readonly #handlers = new Map<string, ResolvedHandler<TTx>>();
+  readonly #handlersByType = new Map<string, ResolvedHandler<TTx>[]>();
+  #state: RelayBusState = 'idle';
+  #dispatcher: Dispatcher<TTx> | undefined;
+  #starting: Promise<void> | undefined;
+  #stopping: Promise<void> | undefined;
+
+  constructor(options: ResolvedRelayBusOptions<TTx>) {
+    this.#options = options;
+    this.#emitter = new TypedEmitter<RelayBusEventMap>(() => options.logger);
+  }
+
+  get events(): TypedEvents<RelayBusEventMap> {
+    return this.#emitter;
+  }
+
+  get store(): Store<TTx> {
+    return this.#options.store;
+  }
+
+  get state(): RelayBusState {
+    return this.#state;
+  }
+
+  get owner(): string | undefined {
+    return this.#dispatcher?.owner;
+  }
+
+  on(event: TEvent, name: string, optionsOrHandler: unknown, maybeHandler?: unknown): void {
+    if (this.#state !== 'idle') {
+      throw new InvalidStateError(`bus.on("${String(name)}") was called on a ${this.#state} bus; register every handler before start().`);
+    }
+    const definition = this.#registered(event, 'bus.on');
+    if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
+      throw new InvalidInputError(`bus.on: the handler name must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}.`);
+    }
+    const [options, fn] = maybeHandler === undefined ? [{}, optionsOrHandler] : [optionsOrHandler, maybeHandler];
+    if (typeof fn !== 'function') {
+      throw new InvalidInputError(`bus.on("${name}"): the last argument must be the handler function (payload, ctx) => ...`);
+    }
+    const existing = this.#handlers.get(name);
+    if (existing !== undefined) {
+      throw new DuplicateHandlerError(`Handler "${name}" is already registered (for event "${existing.eventType}"). Handler names are unique per bus; pick another name, e.g. "${name}-${definition.type}".`);
+    }
+    const resolved = resolveHandlerOptions(options as HandlerOptions, this.#options, name);
+    if (resolved.transactional && !this.#options.store.capabilities.transactions) {
+      throw new InvalidOptionsError(`Handler "${name}" is transactional, but the ${this.#options.store.kind} store has no transactions; drop { transactional: true } or use a store that supports them.`);
+    }
+    const handler: ResolvedHandler<TTx> = Object.freeze({
+      name,
+      eventType: definition.type,
+      ...resolved,
+      fn: fn as ResolvedHandler<TTx>['fn'],
+    });
+    this.#handlers.set(name, handler);
+    const forType = this.#handlersByType.get(definition.type) ?? [];
+    forType.push(handler);
+    this.#handlersByType.set(definition.type, forType);
+  }
+
+  async publish<E extends TEvent>(tx: TTx, event: E, payload: EventPayload<E>, options?: PublishOptions): Promise<PublishResult> {
+    const params = this.#toPublishParams(event, payload, options, 'bus.publish');
+    const [result] = await this.#options.store.publish(tx, [params], this.#options.clock?.now());
+    if (result === undefined) throw new InvalidStateError('The store returned no publish result; it does not follow the Store contract.');
+    return result;
+  }
+
+  async publishMany(tx: TTx, items: readonly PublishItem<TEvent>[]): Promise<PublishResult[]> {
+    if (!Array.isArray(items)) throw new InvalidInputError('bus.publishMany takes an array of { event, payload, options? }.');
+    const params = items.map((item: unknown, index) => {
+      if (typeof item !== 'object' || item === null) throw new InvalidInputError(`bus.publishMany: items[${index}] must be { event, payload, options? }.`);
+      const { event, payload, options } = item as { event: TEvent; payload: unknown; options?: PublishOptions };
+      return this.#toPublishParams(event, payload, options, `bus.publishMany: items[${index}]`);
+    });
+    if (params.length === 0) return [];
+    return this.#options.store.publish(tx, params, this.#options.clock?.now());
+  }
+
+  start(): Promise<void> {
+    if (this.#state !== 'idle') {
+      return Promise.reject(new InvalidStateError(`bus.start() was called on a ${this.#state} bus; a bus starts once.`));
+    }
+    if (this.#handlers.size === 0) {
+      return Promise.reject(new InvalidStateError('bus.start(): no handler is registered; register them with bus.on(...) first. A bus that only publishes does not need start().'));
+    }
+    this.#state = 'starting';
+    this.#starting = this.#start();
+    return this.#starting;
+  }
+
+  async #start(): Promise<void> {
+    const { store, logger, setupStore } = this.#options;
+    if (setupStore) {
+      try {
+        await store.setup();
+      } catch (error) {
+        if (this.#state === 'starting') this.#state = 'idle';
+        logger.error('store setup failed; the bus did not start', { error: describeError(error) });
+        throw error;
+      }
+    }
+    const dispatcher = new Dispatcher<TTx>({
+      store,
+      handlers: this.#handlers,
+      options: this.#options.dispatcher,
+      logger,
+      clock: this.#options.clock,
+      emitter: this.#emitter,
+    });
+    this.#dispatcher = dispatcher;
+    dispatcher.start();
+    if (this.#state === 'starting') this.#state = 'running';
+  }
+
+  stop(options?: StopOptions): Promise<void> {
+    if (this.#state === 'idle' || this.#state === 'stopped') return Promise.resolve();
+    if (this.#stopping !== undefined) {
+      void this.#dispatcher?.stop(options);
+      return this.#stopping;
+    }
+    this.#state = 'stopping';
+    this.#stopping = (async () => {
+      try {
+        await this.#starting;
+      } catch {
+        // start failed: nothing runs
+      }
+      await this.#dispatcher?.stop(options);
+      this.#state = 'stopped';
+    })();
+    return this.#stopping;
+  }
+
+  /** The bus's definition of `event`, or UnknownEventError. */
+  #registered(event: unknown, where: string): EventDefinition {
+    if (!isEventDefinition(event)) {
+      throw new UnknownEventError(`${where}: expected an event definition made by defineEvent(type, schema), got ${describeError(event)}.`);
+    }
+    const definition = this.#options.events.get(event.type);
+    if (definition === undefined) {
+      throw new UnknownEventError(`${where}: event type "${event.type}" is not one of this bus's events; add it to createRelayBus({ events: [...] }).`);
+    }
+    if (definition !== event) {
+      throw new UnknownEventError(`${where}: this definition of "${event.type}" is not the one the bus was created with (two defineEvent calls for one type?); import and use the same definition.`);
+    }
+    return definition;
+  }
+
+  #toPublishParams(event: unknown, payload: unknown, options: PublishOptions | undefined, where: string): PublishParams {
+    const definition = this.#registered(event, where);
+    const handlers = this.#handlersByType.get(definition.type) ?? [];
+    if (handlers.length === 0) {
+      throw new InvalidInputError(`${where}: event "${definition.type}" has no handler registered, so publishing it would deliver to nobody. Register its handlers with bus.on(${definition.type}, ...) in every process that publishes (define the bus in one shared module). Nothing was written.`);
+    }
+    definition.validate(payload);
+    if (options !== undefined) {
+      if (typeof options !== 'object' || options === null) throw new InvalidInputError(`${where}: options must be { key?, id?, availableAt?, headers? }.`);
+      const unknown = Object.keys(options).filter((name) => !PUBLISH_OPTION_KEYS.has(name));
+      if (unknown.length > 0) throw new InvalidInputError(`${where}: unknown publish option ${unknown.map((name) => `"${name}"`).join(', ')}; the options are key, id, availableAt, headers.`);
+    }
+    return {
+      type: definition.type,
+      payload,
+      handlers: handlers.map((handler) => ({ name: handler.name, maxAttempts: handler.maxAttempts })),
+      ...(options?.id !== undefined ? { id: options.id } : {}),
+      ...(options?.key !== undefined ? { key: options.key } : {}),
+      ...(options?.headers !== undefined ? { headers: options.headers } : {}),
+      ...(options?.availableAt !== undefined ? { availableAt: options.availableAt } : {}),
+    };
+  }
+}
+
+/**
+ * Create a bus over a store and a list of event definitions.
+ *
+ * ```ts
+ * import { Type, createRelayBus, defineEvent, memoryStore } from 'relaybus';
+ *
+ * const OrderPlaced = defineEvent('order.placed', Type.Object({ orderId: Type.String() }));
+ * const store = memoryStore();
+ * const bus = createRelayBus({ store, events: [OrderPlaced], dispatcher: { concurrency: 20 } });
+ *
+ * bus.on(OrderPlaced, 'send-receipt', async (order, ctx) => {
+ *   await mailer.send(order.orderId, { signal: ctx.signal });
+ * });
+ * bus.on(OrderPlaced, 'count-orders', { transactional: true }, async (order, ctx) => {
+ *   await incrementCounter(ctx.transaction, order.orderId); // commits with the completion
+ * });
+ *
+ * await store.transaction((tx) => bus.publish(tx, OrderPlaced, { orderId: 'o-1' }, { key: 'customer-7' }));
+ * await bus.start();
+ * // ...
+ * await bus.stop();
+ * ```
+ *
+ * Throws `InvalidOptionsError` for missing or out-of-range options.
+ */
+export function createRelayBus<TTx, const TEvents extends readonly EventDefinition[]>(options: RelayBusOptions<TTx, TEvents>): RelayBus<TTx, TEvents[number]> {
+  return new Bus<TTx, TEvents[number]>(resolveRelayBusOptions<TTx>(options));
+}

@@ -1,0 +1,316 @@
+import { Type, type TSchema } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import type { Store } from '../store/contract.js';
+import type { Clock } from './clock.js';
+import { InvalidOptionsError } from './errors.js';
+import { isEventDefinition, type EventDefinition } from './events.js';
+import type { HandlerOptions } from './handlers.js';
+import { noopLogger, type Logger } from './logger.js';
+import type { BackoffOptions } from './retry-policy.js';
+
+/**
+ * Options of `createRelayBus` and of its dispatcher, their defaults (exported as `DEFAULT_*`) and
+ * their validation. Options are checked once, at construction, against TypeBox schemas: a typo'd
+ * or out-of-range option throws `InvalidOptionsError` naming the option, the rule and the value.
+ * The resolved options are frozen.
+ *
+ * Two groups: handler defaults (`maxAttempts`, `backoff`, `handlerTimeoutMs`) sit at the top level
+ * because publishers need `maxAttempts` too (it is stored with each delivery); the worker loop's
+ * settings sit under `dispatcher`.
+ */
+
+/** Handlers running at once per bus. */
+export const DEFAULT_CONCURRENCY = 10;
+/** Most deliveries claimed per claim call (never more than the free handler slots). */
+export const DEFAULT_BATCH_SIZE = 10;
+/** How long an idle dispatcher waits before claiming again. */
+export const DEFAULT_POLL_INTERVAL_MS = 1_000;
+/** Lane lease; renewed every third of it while work runs. A crashed worker's lanes wait this long. */
+export const DEFAULT_LEASE_DURATION_MS = 30_000;
+/** Completions finishing within this window are written by one `completeMany`. */
+export const DEFAULT_COMPLETION_BATCH_WINDOW_MS = 2;
+/** How long `stop()` lets running handlers finish before aborting and releasing them. */
+export const DEFAULT_SHUTDOWN_GRACE_MS = 10_000;
+/** Attempts before a delivery is dead-lettered. */
+export const DEFAULT_MAX_ATTEMPTS = 10;
+/** An attempt running longer than this is aborted and counted as failed. */
+export const DEFAULT_HANDLER_TIMEOUT_MS = 60_000;
+/** 1 s, 2 s, 4 s, ... capped at 5 min, +-20%. */
+export const DEFAULT_BACKOFF: BackoffOptions = Object.freeze({ initialDelayMs: 1_000, maxDelayMs: 300_000, multiplier: 2, jitter: 0.2 });
+/** `start()` runs `store.setup()` unless told otherwise. */
+export const DEFAULT_SETUP_STORE = true;
+
+/** Longest delay a Node timer supports (about 24.8 days). */
+const MAX_TIMER_MS = 2_147_483_647;
+const DAY_MS = 86_400_000;
+
+/** Settings of the worker loop that claims deliveries and runs their handlers. */
+export interface DispatcherOptions {
+  /** Handlers running at once, 1..1000. Default `DEFAULT_CONCURRENCY` (10). */
+  readonly concurrency?: number;
+  /** Most deliveries per claim, 1..1000. Default `DEFAULT_BATCH_SIZE` (10). */
+  readonly batchSize?: number;
+  /** Idle wait between claims, 1 ms..1 day. Default `DEFAULT_POLL_INTERVAL_MS` (1000). */
+  readonly pollIntervalMs?: number;
+  /** Lane lease, 100 ms..1 day. Default `DEFAULT_LEASE_DURATION_MS` (30 000). */
+  readonly leaseDurationMs?: number;
+  /** Completion batching window, 0..1000 ms. Default `DEFAULT_COMPLETION_BATCH_WINDOW_MS` (2). */
+  readonly completionBatchWindowMs?: number;
+  /** Grace period of `stop()`, 0 ms..24.8 days. Default `DEFAULT_SHUTDOWN_GRACE_MS` (10 000). */
+  readonly shutdownGraceMs?: number;
+  /** First part of the lease owner `prefix:pid:random`; default the host name. */
+  readonly ownerPrefix?: string;
+}
+
+/** `DispatcherOptions` with every default applied. */
+export interface ResolvedDispatcherOptions {
+  readonly concurrency: number;
+  readonly batchSize: number;
+  readonly pollIntervalMs: number;
+  readonly leaseDurationMs: number;
+  readonly completionBatchWindowMs: number;
+  readonly shutdownGraceMs: number;
+  readonly ownerPrefix: string | undefined;
+}
+
+/** Options of `createRelayBus`. */
+export interface RelayBusOptions<TTx, TEvents extends readonly EventDefinition[] = readonly EventDefinition[]> {
+  /** Where events and deliveries live: `postgresStore(...)`, `memoryStore()`, ... */
+  readonly store: Store<TTx>;
+  /** Every event type this bus publishes or handles (at least one, unique type names). */
+  readonly events: TEvents;
+  /** Run `store.setup()` in `start()`. Default true; set false when migrations are applied separately. */
+  readonly setupStore?: boolean;
+  /** Where the library logs; silent by default. */
+  readonly logger?: Logger;
+  /**
+   * The time passed to every store call. Leave it out in production: the store then uses the
+   * database's clock, the same for every worker. Tests inject a stub clock they move by hand.
+   */
+  readonly clock?: Clock;
+  /** Default attempt budget of a handler, 1..1 000 000. Default `DEFAULT_MAX_ATTEMPTS` (10). */
+  readonly maxAttempts?: number;
+  /** Default backoff of a handler; missing fields come from `DEFAULT_BACKOFF`. */
+  readonly backoff?: Partial<BackoffOptions>;
+  /** Default attempt timeout, 1 ms..24.8 days. Default `DEFAULT_HANDLER_TIMEOUT_MS` (60 000). */
+  readonly handlerTimeoutMs?: number;
+  /** Worker loop settings. */
+  readonly dispatcher?: DispatcherOptions;
+}
+
+/** `RelayBusOptions` validated, with every default applied (frozen). */
+export interface ResolvedRelayBusOptions<TTx> {
+  readonly store: Store<TTx>;
+  /** Event definitions by type name. */
+  readonly events: ReadonlyMap<string, EventDefinition>;
+  readonly setupStore: boolean;
+  readonly logger: Logger;
+  readonly clock: Clock | undefined;
+  readonly maxAttempts: number;
+  readonly backoff: BackoffOptions;
+  readonly handlerTimeoutMs: number;
+  readonly dispatcher: ResolvedDispatcherOptions;
+}
+
+/** Handler options with the bus defaults applied. */
+export interface ResolvedHandlerOptions {
+  readonly transactional: boolean;
+  readonly maxAttempts: number;
+  readonly backoff: BackoffOptions;
+  readonly timeoutMs: number;
+}
+
+const integer = (minimum: number, maximum: number) => Type.Optional(Type.Integer({ minimum, maximum }));
+
+const BackoffSchema = Type.Object(
+  {
+    initialDelayMs: integer(0, MAX_TIMER_MS),
+    maxDelayMs: integer(0, MAX_TIMER_MS),
+    multiplier: Type.Optional(Type.Number({ minimum: 1, maximum: 100 })),
+    jitter: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+  },
+  { additionalProperties: false },
+);
+
+const DispatcherSchema = Type.Object(
+  {
+    concurrency: integer(1, 1_000),
+    batchSize: integer(1, 1_000),
+    pollIntervalMs: integer(1, DAY_MS),
+    leaseDurationMs: integer(100, DAY_MS),
+    completionBatchWindowMs: integer(0, 1_000),
+    shutdownGraceMs: integer(0, MAX_TIMER_MS),
+    ownerPrefix: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+  },
+  { additionalProperties: false },
+);
+
+const BusSchema = Type.Object(
+  {
+    store: Type.Unknown(),
+    events: Type.Unknown(),
+    setupStore: Type.Optional(Type.Boolean()),
+    logger: Type.Optional(Type.Unknown()),
+    clock: Type.Optional(Type.Unknown()),
+    maxAttempts: integer(1, 1_000_000),
+    backoff: Type.Optional(BackoffSchema),
+    handlerTimeoutMs: integer(1, MAX_TIMER_MS),
+    dispatcher: Type.Optional(DispatcherSchema),
+  },
+  { additionalProperties: false },
+);
+
+const HandlerSchema = Type.Object(
+  {
+    transactional: Type.Optional(Type.Boolean()),
+    maxAttempts: integer(1, 1_000_000),
+    backoff: Type.Optional(BackoffSchema),
+    timeoutMs: integer(1, MAX_TIMER_MS),
+  },
+  { additionalProperties: false },
+);
+
+const checkers = new Map<TSchema, ReturnType<typeof TypeCompiler.Compile>>();
+
+function assertSchema(schema: TSchema, value: unknown, what: string, root: string): void {
+  let checker = checkers.get(schema);
+  if (checker === undefined) checkers.set(schema, (checker = TypeCompiler.Compile(schema)));
+  if (checker.Check(value)) return;
+  const problems: string[] = [];
+  for (const error of checker.Errors(value)) {
+    const path = [root, ...error.path.split('/').filter((part) => part !== '')].filter((part) => part !== '').join('.') || 'options';
+    const got = error.message === 'Unexpected property' ? '' : ` (got ${render(error.value)})`;
+    problems.push(`${path}: ${error.message}${got}`);
+    if (problems.length >= 5) break;
+  }
+  throw new InvalidOptionsError(`Invalid ${what}: ${problems.join('; ')}. See the DEFAULT_* constants for the defaults.`);
+}
+
+function render(value: unknown): string {
+  if (typeof value === 'number' && !Number.isFinite(value)) return String(value);
+  if (typeof value === 'bigint') return `${value}n`;
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+function assertPlainObject(value: unknown, what: string): void {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new InvalidOptionsError(`${what} must be an object, got ${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value}.`);
+  }
+}
+
+const STORE_METHODS = ['setup', 'publish', 'claim', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury', 'release', 'relinquish', 'transaction'] as const;
+
+function assertStore(store: unknown): void {
+  if (typeof store !== 'object' || store === null) {
+    throw new InvalidOptionsError('createRelayBus: `store` is required, e.g. store: postgresStore({ ... }) or store: memoryStore().');
+  }
+  const missing = STORE_METHODS.filter((name) => typeof (store as Record<string, unknown>)[name] !== 'function');
+  const capabilities = (store as { capabilities?: unknown }).capabilities;
+  if (missing.length > 0 || typeof capabilities !== 'object' || capabilities === null) {
+    const what = missing.length > 0 ? `methods ${missing.join(', ')}` : 'capabilities';
+    throw new InvalidOptionsError(`createRelayBus: \`store\` does not implement the Store contract (missing ${what}). Pass a store made by a relaybus store factory.`);
+  }
+}
+
+function resolveEvents(events: unknown): Map<string, EventDefinition> {
+  if (!Array.isArray(events) || events.length === 0) {
+    throw new InvalidOptionsError('createRelayBus: `events` must list at least one event definition, e.g. events: [OrderPlaced] where OrderPlaced = defineEvent(...).');
+  }
+  const byType = new Map<string, EventDefinition>();
+  events.forEach((event: unknown, index) => {
+    if (!isEventDefinition(event)) {
+      throw new InvalidOptionsError(`createRelayBus: events[${index}] is not an event definition; create it with defineEvent(type, schema).`);
+    }
+    if (byType.has(event.type)) {
+      throw new InvalidOptionsError(`createRelayBus: event type "${event.type}" is listed twice in \`events\`; list each definition once.`);
+    }
+    byType.set(event.type, event);
+  });
+  return byType;
+}
+
+function assertMethods(value: unknown, methods: readonly string[], what: string, example: string): void {
+  const ok = typeof value === 'object' && value !== null && methods.every((name) => typeof (value as Record<string, unknown>)[name] === 'function');
+  if (!ok) throw new InvalidOptionsError(`${what} must be an object with methods ${methods.join(', ')}, e.g. ${example}.`);
+}
+
+function resolveBackoff(input: Partial<BackoffOptions> | undefined, base: BackoffOptions, what: string): BackoffOptions {
+  const backoff = Object.freeze({ ...base, ...stripUndefined(input ?? {}) });
+  if (backoff.maxDelayMs < backoff.initialDelayMs) {
+    throw new InvalidOptionsError(`Invalid ${what}: maxDelayMs (${backoff.maxDelayMs}) is below initialDelayMs (${backoff.initialDelayMs}); raise maxDelayMs or lower initialDelayMs.`);
+  }
+  return backoff;
+}
+
+function stripUndefined<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, item]) => item !== undefined)) as Partial<T>;
+}
+
+/**
+ * Validate dispatcher options and apply the defaults.
+ *
+ * ```ts
+ * resolveDispatcherOptions({ concurrency: 50 }).leaseDurationMs; // 30000
+ * ```
+ */
+export function resolveDispatcherOptions(input: DispatcherOptions = {}): ResolvedDispatcherOptions {
+  assertPlainObject(input, 'dispatcher options');
+  assertSchema(DispatcherSchema, input, 'dispatcher options', 'dispatcher');
+  return Object.freeze({
+    concurrency: input.concurrency ?? DEFAULT_CONCURRENCY,
+    batchSize: input.batchSize ?? DEFAULT_BATCH_SIZE,
+    pollIntervalMs: input.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS,
+    leaseDurationMs: input.leaseDurationMs ?? DEFAULT_LEASE_DURATION_MS,
+    completionBatchWindowMs: input.completionBatchWindowMs ?? DEFAULT_COMPLETION_BATCH_WINDOW_MS,
+    shutdownGraceMs: input.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS,
+    ownerPrefix: input.ownerPrefix,
+  });
+}
+
+/**
+ * Validate `createRelayBus` options and apply the defaults; throws `InvalidOptionsError`.
+ *
+ * ```ts
+ * const options = resolveRelayBusOptions({ store: memoryStore(), events: [OrderPlaced], maxAttempts: 5 });
+ * ```
+ */
+export function resolveRelayBusOptions<TTx>(input: RelayBusOptions<TTx>): ResolvedRelayBusOptions<TTx> {
+  assertPlainObject(input, 'createRelayBus options');
+  assertStore(input.store);
+  const events = resolveEvents(input.events);
+  assertSchema(BusSchema, input, 'relaybus options', '');
+  if (input.logger !== undefined) assertMethods(input.logger, ['debug', 'info', 'warn', 'error'], 'logger', 'consoleLogger');
+  if (input.clock !== undefined) assertMethods(input.clock, ['now'], 'clock', '{ now: () => new Date() }');
+  return Object.freeze({
+    store: input.store,
+    events,
+    setupStore: input.setupStore ?? DEFAULT_SETUP_STORE,
+    logger: input.logger ?? noopLogger,
+    clock: input.clock,
+    maxAttempts: input.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    backoff: resolveBackoff(input.backoff, DEFAULT_BACKOFF, 'relaybus options: backoff'),
+    handlerTimeoutMs: input.handlerTimeoutMs ?? DEFAULT_HANDLER_TIMEOUT_MS,
+    dispatcher: resolveDispatcherOptions(input.dispatcher),
+  });
+}
+
+/** Validate the options of one `bus.on(...)` and fill them from the bus defaults. */
+export function resolveHandlerOptions(
+  input: HandlerOptions,
+  defaults: Pick<ResolvedRelayBusOptions<unknown>, 'maxAttempts' | 'backoff' | 'handlerTimeoutMs'>,
+  handlerName: string,
+): ResolvedHandlerOptions {
+  const what = `options of handler "${handlerName}"`;
+  assertPlainObject(input, what);
+  assertSchema(HandlerSchema, input, what, '');
+  return Object.freeze({
+    transactional: input.transactional ?? false,
+    maxAttempts: input.maxAttempts ?? defaults.maxAttempts,
+    backoff: resolveBackoff(input.backoff, defaults.backoff, `${what}: backoff`),
+    timeoutMs: input.timeoutMs ?? defaults.handlerTimeoutMs,
+  });
+}

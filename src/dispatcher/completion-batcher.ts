@@ -1,0 +1,102 @@
+import { RelayBusError } from '../core/errors.js';
+import { describeError, type Logger } from '../core/logger.js';
+import type { DeliveryLease, Store } from '../store/contract.js';
+
+/**
+ * Groups completions. Every handler that succeeds asks for its delivery to be completed; those
+ * asking within `windowMs` of the first one are written by a single `store.completeMany` (one
+ * statement on Postgres). Each caller gets its own fenced result: `true` = completed, `false` =
+ * the lease was lost (the delivery belongs to another worker now; never retried here).
+ *
+ * A failed write (the database is unreachable) is retried a few times with short pauses, then
+ * rejected; the caller decides what to do (see handler-runner). Input errors are not retried.
+ */
+
+/** What the batcher needs: the store's `completeMany`, the window and the time passed to the store. */
+export interface CompletionBatcherOptions {
+  readonly store: Pick<Store<unknown>, 'completeMany'>;
+  /** 0 writes on the next turn of the event loop. */
+  readonly windowMs: number;
+  /** Write at once when this many completions are waiting. */
+  readonly maxBatchSize?: number;
+  /** Pauses before the retries of a failed write. */
+  readonly retryDelaysMs?: readonly number[];
+  readonly now: () => Date | undefined;
+  readonly logger: Logger;
+}
+
+interface Waiting {
+  readonly lease: DeliveryLease;
+  readonly resolve: (completed: boolean) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+const DEFAULT_MAX_BATCH_SIZE = 1_000;
+const DEFAULT_RETRY_DELAYS_MS: readonly number[] = [25, 100, 400];
+
+/** Batches completions of one dispatcher into `completeMany` calls. */
+export class CompletionBatcher {
+  readonly #options: CompletionBatcherOptions;
+  #waiting: Waiting[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  readonly #writes = new Set<Promise<void>>();
+
+  constructor(options: CompletionBatcherOptions) {
+    this.#options = options;
+  }
+
+  /** Completions waiting for the window to close. */
+  get pending(): number {
+    return this.#waiting.length;
+  }
+
+  /** Complete one delivery; resolves `true` when it was deleted, `false` when its lease was lost. */
+  complete(lease: DeliveryLease): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      this.#waiting.push({ lease, resolve, reject });
+      if (this.#waiting.length >= (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) this.#writeNow();
+      else if (this.#timer === undefined) this.#timer = setTimeout(() => this.#writeNow(), this.#options.windowMs);
+    });
+  }
+
+  /** Write what is waiting now and wait for every write in progress. */
+  async flush(): Promise<void> {
+    this.#writeNow();
+    await Promise.all([...this.#writes]);
+  }
+
+  #writeNow(): void {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    if (this.#waiting.length === 0) return;
+    const batch = this.#waiting;
+    this.#waiting = [];
+    const write = this.#write(batch).finally(() => this.#writes.delete(write));
+    this.#writes.add(write);
+  }
+
+  async #write(batch: readonly Waiting[]): Promise<void> {
+    const delays = this.#options.retryDelaysMs ?? DEFAULT_RETRY_DELAYS_MS;
+    const leases = batch.map((item) => item.lease);
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        const results = await this.#options.store.completeMany(leases, this.#options.now());
+        if (!Array.isArray(results) || results.length !== batch.length) {
+          throw new Error(`store.completeMany returned ${Array.isArray(results) ? results.length : typeof results} results for ${batch.length} leases`);
+        }
+        batch.forEach((item, index) => item.resolve(results[index] === true));
+        return;
+      } catch (error) {
+        const retryable = !(error instanceof RelayBusError) || error.code === 'RELAYBUS_STORE_UNAVAILABLE';
+        const delay = delays[attempt];
+        if (!retryable || delay === undefined) {
+          this.#options.logger.error('completing a batch of deliveries failed', { deliveries: batch.length, attempts: attempt + 1, error: describeError(error) });
+          for (const item of batch) item.reject(error);
+          return;
+        }
+        this.#options.logger.warn('completing a batch of deliveries failed; retrying', { deliveries: batch.length, retryInMs: delay, error: describeError(error) });
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    }
+  }
+}

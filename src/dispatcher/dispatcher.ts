@@ -1,0 +1,267 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { Clock } from '../core/clock.js';
+import type { TypedEmitter } from '../core/emitter.js';
+import { InvalidStateError } from '../core/errors.js';
+import type { RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
+import { parseLeaseToken } from '../core/lease-token.js';
+import { describeError, type Logger } from '../core/logger.js';
+import type { ResolvedDispatcherOptions } from '../core/options.js';
+import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
+import { CompletionBatcher } from './completion-batcher.js';
+import { reportLeaseLost, runDelivery, RunningDelivery, type RunOutcome, type RunnerDeps } from './handler-runner.js';
+import { LeaseRenewer } from './lease-renewer.js';
+import { GracePeriod } from './shutdown.js';
+import { Wakeup } from './wakeup.js';
+
+/**
+ * The dispatcher: the worker loop that claims deliveries and runs their handlers. It knows the
+ * store only through the `Store` contract.
+ *
+ * States:
+ *
+ *   idle ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
+ *
+ * - `idle`: constructed, nothing claimed. `stop()` here just ends in `stopped`.
+ * - `running`: the claim loop runs. Each turn it claims at most `min(batchSize, concurrency -
+ *   running)` deliveries (never more than free handler slots), starts a handler run for each,
+ *   and then either claims again at once (the claim came back full: more is probably due) or
+ *   waits up to `pollIntervalMs`. The wait ends early when a run ends, because a freed slot, or a
+ *   completed head of an ordering key, may make a claim productive. Per-key deliveries never run
+ *   concurrently: the store hands out only the head of each key, and a key lives in one lane that
+ *   one owner holds. Meanwhile the lease renewer extends the lanes that have work in flight every
+ *   `leaseDurationMs / 3`; a lane reported lost (or seen at a newer epoch in a later claim) aborts
+ *   the handlers claimed in it and their results are dropped. Completions go through the
+ *   completion batcher (one `completeMany` per `completionBatchWindowMs`).
+ * - `stopping` (`stop()`): no new claim starts; deliveries of a claim that was in progress are
+ *   released unrun. Running handlers get up to `shutdownGraceMs` to finish (their outcomes are
+ *   written normally). The rest are aborted through their signal and released (no attempt
+ *   charged), pending completions are flushed, renewal stops and `relinquish(owner)` hands every
+ *   lane back, so other workers take the lanes at once instead of after the lease.
+ * - `stopped`: final. A dispatcher is not restarted; create a new one (a new owner id).
+ *
+ * Store failures in the loop are logged and retried after the poll interval; they never crash the
+ * process. Nothing here handles process signals: the CLI maps SIGTERM onto `bus.stop()`.
+ */
+
+/** Lifecycle state of a dispatcher; see the module header. */
+export type DispatcherState = 'idle' | 'running' | 'stopping' | 'stopped';
+
+/** Everything a dispatcher needs; the bus builds it. */
+export interface DispatcherConfig<TTx> {
+  readonly store: Store<TTx>;
+  /** Handlers by name; the dispatcher claims deliveries of these handlers only. */
+  readonly handlers: ReadonlyMap<string, ResolvedHandler<TTx>>;
+  readonly options: ResolvedDispatcherOptions;
+  readonly logger: Logger;
+  /** Undefined: store calls use the store's clock. */
+  readonly clock: Clock | undefined;
+  readonly emitter: TypedEmitter<RelayBusEventMap>;
+  /** Random source of the backoff jitter (tests). */
+  readonly random?: () => number;
+}
+
+/** Options of `stop()`. */
+export interface StopOptions {
+  /** Override `shutdownGraceMs` for this stop; while a stop is in progress, cuts its grace period to this. */
+  readonly graceMs?: number;
+}
+
+/**
+ * A unique lease owner id `prefix:pid:random` (prefix defaults to the host name), new for every
+ * dispatcher instance so a restarted process never inherits a dead predecessor's lanes.
+ */
+export function createOwnerId(prefix?: string): string {
+  const base = (prefix ?? hostname()) || 'relaybus';
+  return `${base.slice(0, 100)}:${process.pid}:${randomBytes(6).toString('hex')}`;
+}
+
+/** The worker loop of one bus; see the module header for its states. Created by `bus.start()`. */
+export class Dispatcher<TTx> {
+  /** The lease owner id this dispatcher claims lanes as. */
+  readonly owner: string;
+  readonly #config: DispatcherConfig<TTx>;
+  readonly #handlerNames: readonly string[];
+  readonly #running = new Map<string, RunningDelivery<TTx>>();
+  readonly #wakeup = new Wakeup();
+  readonly #grace = new GracePeriod();
+  readonly #batcher: CompletionBatcher;
+  readonly #renewer: LeaseRenewer;
+  readonly #deps: RunnerDeps<TTx>;
+  readonly #toRelease: DeliveryLease[] = [];
+  #state: DispatcherState = 'idle';
+  #loop: Promise<void> = Promise.resolve();
+  #stopping: Promise<void> | undefined;
+
+  constructor(config: DispatcherConfig<TTx>) {
+    this.#config = config;
+    this.#handlerNames = Object.freeze([...config.handlers.keys()]);
+    this.owner = createOwnerId(config.options.ownerPrefix);
+    const now = (): Date | undefined => config.clock?.now();
+    this.#batcher = new CompletionBatcher({ store: config.store, windowMs: config.options.completionBatchWindowMs, now, logger: config.logger });
+    this.#renewer = new LeaseRenewer({
+      store: config.store,
+      owner: this.owner,
+      leaseDurationMs: config.options.leaseDurationMs,
+      intervalMs: Math.max(1, Math.floor(config.options.leaseDurationMs / 3)),
+      now,
+      logger: config.logger,
+      onLost: (lane, epoch, detectedBy) => this.#onLaneLost(lane, epoch, detectedBy),
+    });
+    this.#deps = {
+      store: config.store,
+      batcher: this.#batcher,
+      emitter: config.emitter,
+      logger: config.logger,
+      now,
+      wallNow: () => config.clock?.now() ?? new Date(),
+      random: config.random,
+    };
+  }
+
+  get state(): DispatcherState {
+    return this.#state;
+  }
+
+  /** Handlers running now. */
+  get runningCount(): number {
+    return this.#running.size;
+  }
+
+  /** Start the claim loop. */
+  start(): void {
+    if (this.#state !== 'idle') throw new InvalidStateError(`The dispatcher is ${this.#state}; a dispatcher starts once. Create a new bus to start again.`);
+    if (this.#handlerNames.length === 0) throw new InvalidStateError('The dispatcher has no handlers to run; register them with bus.on(...) before start().');
+    this.#state = 'running';
+    this.#renewer.start();
+    this.#config.logger.info('dispatcher started', { owner: this.owner, handlers: this.#handlerNames.length, ...this.#config.options });
+    this.#loop = this.#claimLoop();
+  }
+
+  /**
+   * Stop gracefully: stop claiming, let running handlers finish within the grace period, abort and
+   * release the rest (no attempt charged), then relinquish every lane. Idempotent.
+   */
+  stop(options: StopOptions = {}): Promise<void> {
+    if (this.#stopping !== undefined) {
+      if (options.graceMs !== undefined) this.#grace.cut(options.graceMs);
+      return this.#stopping;
+    }
+    if (this.#state === 'idle') {
+      this.#state = 'stopped';
+      return (this.#stopping = Promise.resolve());
+    }
+    this.#state = 'stopping';
+    this.#stopping = this.#shutdown(options.graceMs ?? this.#config.options.shutdownGraceMs);
+    return this.#stopping;
+  }
+
+  async #claimLoop(): Promise<void> {
+    const { store, options, logger } = this.#config;
+    while (this.#state === 'running') {
+      const free = options.concurrency - this.#running.size;
+      if (free > 0) {
+        const limit = Math.min(options.batchSize, free);
+        let claimed: ClaimedDelivery[];
+        try {
+          claimed = await store.claim({ owner: this.owner, handlers: this.#handlerNames, limit, leaseDurationMs: options.leaseDurationMs, now: this.#deps.now() });
+        } catch (error) {
+          logger.error('claiming deliveries failed; retrying after the poll interval', { error: describeError(error) });
+          await this.#wakeup.wait(options.pollIntervalMs);
+          continue;
+        }
+        if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit });
+        if (this.#state !== 'running') {
+          this.#toRelease.push(...claimed.map((delivery) => ({ deliveryId: delivery.id, lease: delivery.lease })));
+          break;
+        }
+        for (const delivery of claimed) this.#launch(delivery);
+        if (claimed.length >= limit) continue;
+      }
+      await this.#wakeup.wait(options.pollIntervalMs);
+    }
+  }
+
+  #launch(claimed: ClaimedDelivery): void {
+    const { logger } = this.#config;
+    const handler = this.#config.handlers.get(claimed.handler);
+    let lane: number;
+    let epoch: string;
+    try {
+      ({ lane, epoch } = parseLeaseToken(claimed.lease));
+    } catch (error) {
+      logger.error('the store returned a malformed lease; the delivery is skipped until its lane lease expires', { deliveryId: claimed.id, lease: claimed.lease, error: describeError(error) });
+      return;
+    }
+    if (handler === undefined) {
+      logger.error('the store returned a delivery of a handler this dispatcher did not ask for; releasing it', { deliveryId: claimed.id, handler: claimed.handler });
+      this.#releaseNow([{ deliveryId: claimed.id, lease: claimed.lease }]);
+      return;
+    }
+    if (!this.#renewer.track(lane, epoch)) {
+      logger.warn('a claim returned a lane at an older epoch than one already held; dropping the stale delivery', { deliveryId: claimed.id, lane, epoch });
+      return;
+    }
+    const run = new RunningDelivery(claimed, handler, lane, epoch);
+    this.#running.set(claimed.lease + '/' + claimed.id, run);
+    run.done = runDelivery(run, this.#deps).then(
+      (outcome) => this.#finish(run, outcome),
+      (error: unknown) => {
+        logger.error('a handler run failed unexpectedly', { deliveryId: claimed.id, error: describeError(error) });
+        return this.#finish(run, 'unrecorded');
+      },
+    );
+  }
+
+  #finish(run: RunningDelivery<TTx>, outcome: RunOutcome): RunOutcome {
+    this.#running.delete(run.claimed.lease + '/' + run.claimed.id);
+    this.#renewer.untrack(run.lane, run.epoch);
+    if (outcome === 'aborted') this.#toRelease.push(run.lease);
+    this.#wakeup.wake();
+    return outcome;
+  }
+
+  #onLaneLost(lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
+    for (const run of this.#running.values()) {
+      if (run.lane === lane && run.epoch === epoch) reportLeaseLost(run, detectedBy, this.#deps);
+    }
+  }
+
+  #releaseNow(leases: readonly DeliveryLease[]): void {
+    this.#config.store.release(leases, this.#deps.now()).catch((error: unknown) => {
+      this.#config.logger.warn('releasing deliveries failed; they run again once their lane lease expires', { count: leases.length, error: describeError(error) });
+    });
+  }
+
+  async #shutdown(graceMs: number): Promise<void> {
+    const { store, logger } = this.#config;
+    logger.info('dispatcher stopping', { owner: this.owner, running: this.#running.size, graceMs });
+    this.#wakeup.wake();
+    await this.#loop;
+
+    const drained = await this.#grace.wait([...this.#running.values()].map((run) => run.done), graceMs);
+    const aborted = [...this.#running.values()];
+    for (const run of aborted) run.abort('shutdown', new DOMException('relaybus is stopping and the grace period is over', 'AbortError'));
+    await Promise.all(aborted.map((run) => run.done));
+    this.#grace.dispose();
+
+    const leases = this.#toRelease.splice(0);
+    if (leases.length > 0) {
+      try {
+        const released = await store.release(leases, this.#deps.now());
+        logger.info('released unfinished deliveries (no attempt charged)', { count: released.filter(Boolean).length, requested: leases.length });
+      } catch (error) {
+        logger.error('releasing unfinished deliveries failed; they run again once their lane lease expires', { count: leases.length, error: describeError(error) });
+      }
+    }
+    await this.#batcher.flush();
+    await this.#renewer.stop();
+    try {
+      const lanes = await store.relinquish(this.owner, this.#deps.now());
+      logger.info('dispatcher stopped', { owner: this.owner, drained: drained === 'drained', aborted: aborted.length, lanesRelinquished: lanes });
+    } catch (error) {
+      logger.error('relinquishing lanes failed; other workers take them once their leases expire', { owner: this.owner, error: describeError(error) });
+    }
+    this.#state = 'stopped';
+  }
+}

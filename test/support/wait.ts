@@ -1,0 +1,91 @@
+import type { TypedEvents } from '../../src/core/emitter.js';
+import type { Store } from '../../src/store/contract.js';
+
+/**
+ * Helpers for tests that run the real dispatcher: wait on lifecycle events or conditions with a
+ * timeout (never a bare sleep), and spy on store calls.
+ */
+
+/** A promise with its resolve/reject exposed. */
+export interface Deferred<T> {
+  readonly promise: Promise<T>;
+  resolve(value: T): void;
+  reject(error: unknown): void;
+}
+
+export function deferred<T = void>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+/** Resolve with the next `name` event matching `filter`; reject after `timeoutMs`. */
+export function nextEvent<TMap, K extends keyof TMap>(
+  events: TypedEvents<TMap>,
+  name: K,
+  options: { readonly timeoutMs?: number; readonly filter?: (event: TMap[K]) => boolean } = {},
+): Promise<TMap[K]> {
+  const timeoutMs = options.timeoutMs ?? 3_000;
+  return new Promise<TMap[K]>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      off();
+      reject(new Error(`no "${String(name)}" event within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const off = events.on(name, (event) => {
+      if (options.filter && !options.filter(event)) return;
+      clearTimeout(timer);
+      off();
+      resolve(event);
+    });
+  });
+}
+
+/** Collect every `name` event into an array. */
+export function collect<TMap, K extends keyof TMap>(events: TypedEvents<TMap>, name: K): TMap[K][] {
+  const seen: TMap[K][] = [];
+  events.on(name, (event) => seen.push(event));
+  return seen;
+}
+
+/** Poll `predicate` every few ms until it holds; reject with `message` after `timeoutMs`. */
+export async function waitFor(predicate: () => boolean | Promise<boolean>, message: string, timeoutMs = 3_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await predicate()) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for: ${message}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** A short real wait, for asserting that something does NOT happen. */
+export function pause(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export interface StoreCall {
+  readonly method: string;
+  readonly args: readonly unknown[];
+}
+
+/** Wrap a store so every call is recorded; behaviour is unchanged. `overrides` replace methods. */
+export function spyStore<TTx>(store: Store<TTx>, overrides: Partial<Store<TTx>> = {}): { store: Store<TTx>; calls: StoreCall[] } {
+  const calls: StoreCall[] = [];
+  const target = store as unknown as Record<string, unknown>;
+  const methods = [
+    'setup', 'publish', 'claim', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury', 'release', 'relinquish',
+    'requeue', 'listDeliveries', 'statistics', 'purgeExpired', 'transaction', 'close',
+  ] as const;
+  const wrapped: Record<string, unknown> = { kind: store.kind, capabilities: store.capabilities };
+  for (const method of methods) {
+    const original = (overrides as Record<string, unknown>)[method] ?? target[method];
+    wrapped[method] = (...args: unknown[]) => {
+      calls.push({ method, args });
+      return (original as (...a: unknown[]) => unknown).apply(method in overrides ? wrapped : store, args);
+    };
+  }
+  return { store: wrapped as unknown as Store<TTx>, calls };
+}

@@ -1,0 +1,521 @@
+import assert from 'node:assert/strict';
+import { describe, it, type TestContext } from 'node:test';
+import { Type } from '@sinclair/typebox';
+import { createRelayBus } from '../../src/core/bus.js';
+import { defineEvent } from '../../src/core/events.js';
+import type { HandlerContext } from '../../src/core/handlers.js';
+import type { DispatcherOptions } from '../../src/core/options.js';
+import { CompletionBatcher } from '../../src/dispatcher/completion-batcher.js';
+import { LeaseRenewer } from '../../src/dispatcher/lease-renewer.js';
+import { memoryStore, type MemoryTransaction } from '../../src/memory/memory-store.js';
+import { noopLogger } from '../../src/core/logger.js';
+import { StoreUnavailableError } from '../../src/core/errors.js';
+import type { ClaimParams, DeliveryLease, Store } from '../../src/store/contract.js';
+import { StubClock } from '../support/clock.js';
+import { collect, deferred, nextEvent, pause, spyStore, waitFor } from '../support/wait.js';
+
+/**
+ * The dispatcher, run for real through the bus against the in-memory store. Time that matters to
+ * the store (lease expiry, backoff) is a stub clock moved by hand; real waits are only the few
+ * milliseconds of the poll interval and the completion window.
+ */
+
+const Order = defineEvent('order', Type.Object({ n: Type.Integer() }));
+const Audit = defineEvent('audit', Type.Object({ of: Type.Integer() }));
+
+function harness(t: TestContext, dispatcher: DispatcherOptions = {}, storeOverrides: Partial<Store<MemoryTransaction>> = {}) {
+  const clock = new StubClock();
+  const memory = memoryStore();
+  const { store, calls } = spyStore(memory, storeOverrides);
+  const bus = createRelayBus({ store, events: [Order, Audit], clock, backoff: { jitter: 0 }, dispatcher: { pollIntervalMs: 10, ...dispatcher } });
+  t.after(() => bus.stop({ graceMs: 0 }));
+  const publish = (n: number, key?: string) => store.transaction((tx) => bus.publish(tx, Order, { n }, key === undefined ? {} : { key }));
+  const callsOf = (method: string) => calls.filter((call) => call.method === method);
+  return { bus, store, memory, calls, callsOf, clock, publish };
+}
+
+describe('dispatcher: delivery', () => {
+  it('delivers every (event, handler) pair exactly once', async (t) => {
+    const { bus, store } = harness(t);
+    const seen: string[] = [];
+    bus.on(Order, 'order-a', async (order, ctx) => { seen.push(`order-a:${order.n}:${ctx.delivery.attempt}`); });
+    bus.on(Order, 'order-b', (order) => { seen.push(`order-b:${order.n}:1`); });
+    bus.on(Audit, 'audit-a', async (audit) => { seen.push(`audit-a:${audit.of}:1`); });
+    const delivered = collect(bus.events, 'delivered');
+    await store.transaction((tx) => bus.publishMany(tx, [
+      ...Array.from({ length: 10 }, (_, n) => ({ event: Order, payload: { n }, options: n % 2 === 0 ? { key: `k${n % 3}` } : {} })),
+      ...Array.from({ length: 5 }, (_, of) => ({ event: Audit, payload: { of } })),
+    ]));
+    await bus.start();
+    await waitFor(() => delivered.length === 25, '25 deliveries');
+    const expected = [
+      ...Array.from({ length: 10 }, (_, n) => [`order-a:${n}:1`, `order-b:${n}:1`]).flat(),
+      ...Array.from({ length: 5 }, (_, of) => `audit-a:${of}:1`),
+    ];
+    assert.deepEqual([...seen].sort(), expected.sort());
+    await pause(30);
+    assert.equal(seen.length, 25, 'nothing ran twice');
+    const stats = await store.statistics();
+    assert.equal(stats.pending + stats.inFlight + stats.dead, 0);
+  });
+
+  it('never runs more than `concurrency` handlers nor claims more than the free slots', async (t) => {
+    const { bus, publish, callsOf } = harness(t, { concurrency: 3, batchSize: 10 });
+    const gate = deferred();
+    let running = 0;
+    let peak = 0;
+    bus.on(Order, 'blocking', async () => {
+      running += 1;
+      peak = Math.max(peak, running);
+      await gate.promise;
+      running -= 1;
+    });
+    const delivered = collect(bus.events, 'delivered');
+    for (let n = 0; n < 8; n += 1) await publish(n);
+    await bus.start();
+    await waitFor(() => running === 3, 'three handlers running');
+    await pause(50); // several poll intervals with every slot taken
+    assert.equal(running, 3);
+    gate.resolve();
+    await waitFor(() => delivered.length === 8, 'all 8 delivered');
+    assert.equal(peak, 3);
+    for (const call of callsOf('claim')) assert.ok((call.args[0] as ClaimParams).limit <= 3, 'claim limit <= free slots');
+  });
+
+  it('runs the deliveries of one key one at a time, in sequence order', async (t) => {
+    const { bus, publish } = harness(t, { concurrency: 10 });
+    const active = new Set<string>();
+    const order = new Map<string, number[]>();
+    let overlaps = 0;
+    bus.on(Order, 'ordered', async (payload, ctx) => {
+      const key = ctx.delivery.key ?? 'none';
+      if (active.has(key)) overlaps += 1;
+      active.add(key);
+      await pause(2);
+      order.set(key, [...(order.get(key) ?? []), payload.n]);
+      active.delete(key);
+    });
+    const delivered = collect(bus.events, 'delivered');
+    for (let n = 0; n < 5; n += 1) {
+      await publish(n, 'k1');
+      await publish(100 + n, 'k2');
+    }
+    await bus.start();
+    await waitFor(() => delivered.length === 10, '10 keyed deliveries', 5_000);
+    assert.equal(overlaps, 0);
+    assert.deepEqual(order.get('k1'), [0, 1, 2, 3, 4]);
+    assert.deepEqual(order.get('k2'), [100, 101, 102, 103, 104]);
+  });
+
+  it('claims a key\'s next delivery as soon as its predecessor completes, not a poll interval later', async (t) => {
+    const { bus, publish } = harness(t, { pollIntervalMs: 60_000 });
+    bus.on(Order, 'chained', () => undefined);
+    const delivered = collect(bus.events, 'delivered');
+    for (let n = 0; n < 5; n += 1) await publish(n, 'one-key');
+    await bus.start();
+    await waitFor(() => delivered.length === 5, 'the whole key drained without polling', 1_500);
+    assert.deepEqual(delivered.map((event) => event.delivery.sequence), ['1', '2', '3', '4', '5']);
+  });
+
+  it('writes completions finishing within the window as one completeMany', async (t) => {
+    const { bus, publish, callsOf } = harness(t, { completionBatchWindowMs: 20 });
+    bus.on(Order, 'fast', () => undefined);
+    const delivered = collect(bus.events, 'delivered');
+    for (let n = 0; n < 5; n += 1) await publish(n);
+    await bus.start();
+    await waitFor(() => delivered.length === 5, '5 delivered');
+    const completes = callsOf('completeMany');
+    assert.equal(completes.length, 1);
+    assert.equal((completes[0]!.args[0] as DeliveryLease[]).length, 5);
+  });
+
+  it('hands handlers their delivery, a live signal and the typed payload', async (t) => {
+    const { bus, store } = harness(t);
+    const seen = deferred<{ payload: { n: number }; ctx: HandlerContext }>();
+    bus.on(Order, 'inspect', (payload, ctx) => seen.resolve({ payload, ctx }));
+    const [result] = await store.transaction((tx) => bus.publishMany(tx, [{ event: Order, payload: { n: 7 }, options: { key: 'c-1', id: 'evt-1', headers: { trace: 't-1' } } }]));
+    await bus.start();
+    const { payload, ctx } = await seen.promise;
+    assert.deepEqual(payload, { n: 7 });
+    assert.equal(result?.eventId, 'evt-1');
+    const { delivery } = ctx;
+    assert.equal(delivery.eventId, 'evt-1');
+    assert.equal(delivery.eventType, 'order');
+    assert.equal(delivery.handler, 'inspect');
+    assert.equal(delivery.key, 'c-1');
+    assert.equal(delivery.sequence, '1');
+    assert.equal(delivery.attempt, 1);
+    assert.equal(delivery.maxAttempts, 10);
+    assert.deepEqual(delivery.headers, { trace: 't-1' });
+    assert.ok(delivery.createdAt instanceof Date);
+    assert.equal(ctx.signal.aborted, false);
+    assert.equal('transaction' in ctx, false);
+  });
+});
+
+describe('dispatcher: failures', () => {
+  it('retries a failing handler with backoff, then dead-letters it with its last error; requeue revives it', async (t) => {
+    const { bus, publish, store, clock } = harness(t);
+    let calls = 0;
+    let healthy = false;
+    bus.on(Order, 'flaky', { maxAttempts: 3, backoff: { initialDelayMs: 1_000, maxDelayMs: 1_000 } }, async (_payload, ctx) => {
+      calls += 1;
+      if (!healthy) throw new Error(`boom ${ctx.delivery.attempt}`);
+    });
+    const failed: Date[] = [];
+    const failedAt: Date[] = [];
+    bus.events.on('failed', (event) => {
+      failed.push(event.retryAt);
+      failedAt.push(clock.now());
+      clock.advance(1_000); // make the retry due
+    });
+    const dead = nextEvent(bus.events, 'dead');
+    await publish(1);
+    await bus.start();
+    const { delivery, error } = await dead;
+    assert.equal(delivery.attempt, 3);
+    assert.match(String(error), /boom 3/);
+    assert.equal(calls, 3);
+    assert.deepEqual(failed.map((at) => at.getTime()), failedAt.map((at) => at.getTime() + 1_000), 'retryAt = now + backoff');
+    const { items } = await store.listDeliveries({ status: 'dead' });
+    assert.equal(items.length, 1);
+    assert.equal(items[0]!.attempts, 3);
+    assert.equal(items[0]!.lastError, 'Error: boom 3');
+
+    healthy = true;
+    const delivered = nextEvent(bus.events, 'delivered');
+    assert.equal(await store.requeue({ handler: 'flaky', now: clock.now() }), 1);
+    assert.equal((await delivered).delivery.attempt, 1);
+    assert.equal(calls, 4);
+  });
+
+  it('aborts a handler that exceeds its timeout and counts the attempt as failed', async (t) => {
+    const { bus, publish, store } = harness(t);
+    let signal: AbortSignal | undefined;
+    bus.on(Order, 'hang', { timeoutMs: 30, maxAttempts: 1 }, (_payload, ctx) => {
+      signal = ctx.signal;
+      return new Promise(() => undefined); // ignores its signal
+    });
+    const dead = nextEvent(bus.events, 'dead');
+    await publish(1);
+    await bus.start();
+    const { error, durationMs } = await dead;
+    assert.equal((error as DOMException).name, 'TimeoutError');
+    assert.ok(durationMs >= 25, `aborted after ${durationMs} ms`);
+    assert.equal(signal?.aborted, true);
+    const { items } = await store.listDeliveries({ status: 'dead' });
+    assert.match(items[0]?.lastError ?? '', /TimeoutError: handler "hang" did not finish within 30 ms/);
+  });
+
+  it('keeps running when a claim fails', async (t) => {
+    let failures = 1;
+    const memory = memoryStore();
+    const { bus, publish } = harness(t, {}, {
+      claim: (params: ClaimParams) => (failures-- > 0 ? Promise.reject(new StoreUnavailableError('db down')) : memory.claim(params)),
+      transaction: (fn) => memory.transaction(fn),
+      publish: (tx, events, now) => memory.publish(tx, events, now),
+      completeMany: (leases, now) => memory.completeMany(leases, now),
+    });
+    bus.on(Order, 'after-outage', () => undefined);
+    await publish(1);
+    const delivered = nextEvent(bus.events, 'delivered');
+    await bus.start();
+    await delivered;
+  });
+
+  it('a throwing lifecycle listener does not disturb the dispatcher', async (t) => {
+    const { bus, publish } = harness(t);
+    bus.on(Order, 'ok', () => undefined);
+    bus.events.on('delivered', () => { throw new Error('metrics are broken'); });
+    const delivered = collect(bus.events, 'delivered');
+    await publish(1);
+    await publish(2);
+    await bus.start();
+    await waitFor(() => delivered.length === 2, 'both delivered');
+  });
+});
+
+describe('dispatcher: transactional handlers', () => {
+  it('completes the delivery in the transaction the handler wrote in', async (t) => {
+    const { bus, publish, callsOf, store } = harness(t);
+    let handlerTx: MemoryTransaction | undefined;
+    bus.on(Order, 'tx-handler', { transactional: true }, async (order, ctx) => {
+      handlerTx = ctx.transaction;
+      await bus.publish(ctx.transaction, Audit, { of: order.n });
+    });
+    const audited = deferred<number>();
+    bus.on(Audit, 'audit-sink', (audit) => audited.resolve(audit.of));
+    const delivered = nextEvent(bus.events, 'delivered', { filter: (event) => event.delivery.handler === 'tx-handler' });
+    await publish(42);
+    await bus.start();
+    await delivered;
+    assert.equal(await audited.promise, 42, 'the handler\'s write committed');
+    const completes = callsOf('complete');
+    assert.equal(completes.length, 1);
+    assert.equal(completes[0]!.args[1], handlerTx, 'complete() ran in the handler\'s transaction');
+    assert.equal(callsOf('completeMany').filter((call) => (call.args[0] as DeliveryLease[]).some((lease) => lease.deliveryId === (completes[0]!.args[0] as DeliveryLease).deliveryId)).length, 0);
+    assert.equal((await store.listDeliveries({ handler: 'tx-handler' })).items.length, 0);
+  });
+
+  it('rolls back the handler\'s writes when it throws, and retries', async (t) => {
+    const { bus, publish, store } = harness(t);
+    bus.on(Order, 'tx-fails', { transactional: true }, async (order, ctx) => {
+      await bus.publish(ctx.transaction, Audit, { of: order.n });
+      throw new Error('after writing');
+    });
+    bus.on(Audit, 'audit-sink', () => undefined);
+    const failed = nextEvent(bus.events, 'failed');
+    await publish(1);
+    await bus.start();
+    await failed;
+    assert.equal((await store.listDeliveries({ handler: 'audit-sink' })).items.length, 0, 'the write was rolled back');
+    const [delivery] = (await store.listDeliveries({ handler: 'tx-fails' })).items;
+    assert.equal(delivery?.attempts, 1);
+    assert.equal(delivery?.lastError, 'Error: after writing');
+  });
+
+  it('rolls back and reports lease-lost (not a failure) when the completion is fenced', async (t) => {
+    const { bus, publish, store, clock } = harness(t);
+    const started = deferred();
+    const gate = deferred();
+    bus.on(Order, 'tx-slow', { transactional: true }, async (order, ctx) => {
+      started.resolve();
+      await gate.promise;
+      await bus.publish(ctx.transaction, Audit, { of: order.n });
+    });
+    bus.on(Audit, 'audit-sink', () => undefined);
+    const failures = collect(bus.events, 'failed');
+    const lost = nextEvent(bus.events, 'lease-lost');
+    await publish(1);
+    await bus.start();
+    await started.promise;
+    clock.advance(60_000); // the 30 s lease expired; the renewer (every 10 s of real time) has not run
+    const stolen = await store.claim({ owner: 'thief', handlers: ['tx-slow'], limit: 10, leaseDurationMs: 60_000, now: clock.now() });
+    assert.equal(stolen.length, 1);
+    gate.resolve();
+    const event = await lost;
+    assert.equal(event.detectedBy, 'outcome');
+    await pause(20);
+    assert.equal(failures.length, 0);
+    assert.equal((await store.listDeliveries({ handler: 'audit-sink' })).items.length, 0, 'the handler\'s write was rolled back');
+    const [delivery] = (await store.listDeliveries({ handler: 'tx-slow' })).items;
+    assert.equal(delivery?.status, 'processing', 'held by the thief');
+    assert.equal(delivery?.attempts, 1, 'charged once, by the takeover');
+  });
+});
+
+describe('dispatcher: lost leases', () => {
+  it('aborts the handler when renewal finds the lane taken over, and drops its late result', async (t) => {
+    const { bus, publish, store, clock, callsOf } = harness(t, { leaseDurationMs: 300 });
+    const started = deferred();
+    const gate = deferred();
+    let signal: AbortSignal | undefined;
+    bus.on(Order, 'slow', async (_payload, ctx) => {
+      signal = ctx.signal;
+      started.resolve();
+      await gate.promise;
+    });
+    const delivered = collect(bus.events, 'delivered');
+    const lost = nextEvent(bus.events, 'lease-lost');
+    await publish(1);
+    await bus.start();
+    await started.promise;
+    clock.advance(1_000);
+    const [stolen] = await store.claim({ owner: 'thief', handlers: ['slow'], limit: 10, leaseDurationMs: 60_000, now: clock.now() });
+    assert.ok(stolen);
+    const event = await lost; // the renewer runs every 100 ms
+    assert.equal(event.detectedBy, 'renewal');
+    assert.equal(event.delivery.id, stolen.id);
+    assert.equal(signal?.aborted, true);
+    gate.resolve();
+    await pause(30);
+    assert.equal(delivered.length, 0);
+    assert.equal(callsOf('completeMany').length, 0, 'the late result was never written');
+    assert.deepEqual(await store.completeMany([{ deliveryId: stolen.id, lease: stolen.lease }], clock.now()), [true], 'the thief still holds it');
+  });
+
+  it('drops the result when the completion is fenced', async (t) => {
+    const { bus, publish, store, clock } = harness(t);
+    const started = deferred();
+    const gate = deferred();
+    bus.on(Order, 'slow', async () => {
+      started.resolve();
+      await gate.promise;
+    });
+    const delivered = collect(bus.events, 'delivered');
+    const lost = nextEvent(bus.events, 'lease-lost');
+    await publish(1);
+    await bus.start();
+    await started.promise;
+    clock.advance(60_000);
+    const [stolen] = await store.claim({ owner: 'thief', handlers: ['slow'], limit: 10, leaseDurationMs: 60_000, now: clock.now() });
+    gate.resolve();
+    assert.equal((await lost).detectedBy, 'outcome');
+    assert.equal(delivered.length, 0);
+    const [delivery] = (await store.listDeliveries({})).items;
+    assert.equal(delivery?.id, stolen?.id);
+    assert.equal(delivery?.status, 'processing');
+  });
+
+  it('LeaseRenewer: a claim at a newer epoch fences what runs at the older one', () => {
+    const lost: string[] = [];
+    const renewer = new LeaseRenewer({
+      store: { extendLease: async () => ({ extended: [], lost: [] }) },
+      owner: 'o', leaseDurationMs: 1_000, intervalMs: 1_000, now: () => undefined, logger: noopLogger,
+      onLost: (lane, epoch, detectedBy) => lost.push(`${lane}@${epoch}:${detectedBy}`),
+    });
+    assert.equal(renewer.track(7, '3'), true);
+    assert.equal(renewer.track(7, '3'), true);
+    assert.equal(renewer.lanes.get(7)?.inFlight, 2);
+    assert.equal(renewer.track(7, '4'), true);
+    assert.deepEqual(lost, ['7@3:claim']);
+    assert.deepEqual(renewer.lanes.get(7), { epoch: '4', inFlight: 1 });
+    assert.equal(renewer.track(7, '2'), false, 'an older epoch is stale');
+    renewer.untrack(7, '3'); // a late untrack of the lost epoch changes nothing
+    assert.equal(renewer.lanes.get(7)?.inFlight, 1);
+    renewer.untrack(7, '4');
+    assert.equal(renewer.lanes.size, 0);
+  });
+
+  it('LeaseRenewer: extends only lanes with work and reports the lost ones', async () => {
+    const sent: unknown[] = [];
+    const lost: string[] = [];
+    const renewer = new LeaseRenewer({
+      store: { extendLease: async (params) => { sent.push(params.lanes); return { extended: [1], lost: [2] }; } },
+      owner: 'o', leaseDurationMs: 1_000, intervalMs: 1_000, now: () => undefined, logger: noopLogger,
+      onLost: (lane, epoch, detectedBy) => lost.push(`${lane}@${epoch}:${detectedBy}`),
+    });
+    await renewer.renew();
+    assert.equal(sent.length, 0, 'nothing to renew');
+    renewer.track(1, '5');
+    renewer.track(2, '9');
+    await renewer.renew();
+    assert.deepEqual(sent, [[{ lane: 1, epoch: '5' }, { lane: 2, epoch: '9' }]]);
+    assert.deepEqual(lost, ['2@9:renewal']);
+    assert.deepEqual([...renewer.lanes.keys()], [1]);
+  });
+});
+
+describe('dispatcher: completion batcher', () => {
+  const lease = (id: string): DeliveryLease => ({ deliveryId: id, lease: `1:1:0` });
+
+  it('maps each result to its caller and retries a failing write', async () => {
+    let attempts = 0;
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          attempts += 1;
+          if (attempts === 1) throw new Error('connection reset');
+          return leases.map((item) => item.deliveryId !== '2');
+        },
+      },
+      windowMs: 5, retryDelaysMs: [1], now: () => undefined, logger: noopLogger,
+    });
+    const results = await Promise.all([batcher.complete(lease('1')), batcher.complete(lease('2')), batcher.complete(lease('3'))]);
+    assert.deepEqual(results, [true, false, true]);
+    assert.equal(attempts, 2);
+  });
+
+  it('rejects every caller when the write keeps failing, without retrying input errors', async () => {
+    let attempts = 0;
+    const batcher = new CompletionBatcher({
+      store: { completeMany: async () => { attempts += 1; throw new StoreUnavailableError('down'); } },
+      windowMs: 0, retryDelaysMs: [1, 1], now: () => undefined, logger: noopLogger,
+    });
+    await assert.rejects(batcher.complete(lease('1')), StoreUnavailableError);
+    assert.equal(attempts, 3);
+  });
+});
+
+describe('dispatcher: graceful stop', () => {
+  it('lets handlers finish within the grace period, aborts and releases the rest, and relinquishes the lanes', async (t) => {
+    const { bus, publish, store, clock, callsOf } = harness(t, { shutdownGraceMs: 100 });
+    const stuckStarted = deferred();
+    const finishStarted = deferred();
+    let stuckSignal: AbortSignal | undefined;
+    bus.on(Order, 'stuck', (_payload, ctx) => {
+      stuckSignal = ctx.signal;
+      stuckStarted.resolve();
+      return new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason)));
+    });
+    bus.on(Order, 'finishes', async () => {
+      finishStarted.resolve();
+      await pause(20);
+    });
+    const delivered = collect(bus.events, 'delivered');
+    const failed = collect(bus.events, 'failed');
+    await publish(1, 'key-1');
+    await bus.start();
+    await Promise.all([stuckStarted.promise, finishStarted.promise]);
+    const owner = bus.owner;
+    await bus.stop();
+
+    assert.equal(bus.state, 'stopped');
+    assert.deepEqual(delivered.map((event) => event.delivery.handler), ['finishes'], 'finished within the grace period');
+    assert.equal(stuckSignal?.aborted, true);
+    assert.equal((stuckSignal?.reason as DOMException).name, 'AbortError');
+    assert.equal(failed.length, 0, 'an abort by stop() is not a failure');
+    const [left] = (await store.listDeliveries({})).items;
+    assert.equal(left?.handler, 'stuck');
+    assert.equal(left?.status, 'pending', 'released');
+    assert.equal(left?.attempts, 0, 'no attempt charged');
+    assert.equal(left?.lastError, null);
+    assert.equal(callsOf('release').length, 1);
+    assert.deepEqual(callsOf('relinquish').map((call) => call.args[0]), [owner]);
+    assert.equal((await store.statistics(clock.now())).lanesLeased, 0, 'every lane handed back');
+    // another worker takes it at once, without waiting for the lease to expire
+    const [taken] = await store.claim({ owner: 'next-worker', handlers: ['stuck'], limit: 1, leaseDurationMs: 1_000, now: clock.now() });
+    assert.equal(taken?.attempts, 0);
+  });
+
+  it('stop({ graceMs: 0 }) during a stop aborts at once', async (t) => {
+    const { bus, publish } = harness(t, { shutdownGraceMs: 60_000 });
+    const started = deferred();
+    bus.on(Order, 'stuck', (_payload, ctx) => {
+      started.resolve();
+      return new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason)));
+    });
+    await publish(1);
+    await bus.start();
+    await started.promise;
+    const began = Date.now();
+    const stopping = bus.stop();
+    await pause(10);
+    await Promise.all([bus.stop({ graceMs: 0 }), stopping]);
+    assert.ok(Date.now() - began < 1_000, 'did not wait for the 60 s grace period');
+    assert.equal(bus.state, 'stopped');
+  });
+
+  it('releases, unrun, the deliveries of a claim that returns after stop() began', async (t) => {
+    const gate = deferred();
+    const memory = memoryStore();
+    let first = true;
+    const { bus, store, callsOf } = harness(t, {}, {
+      claim: async (params: ClaimParams) => {
+        if (first) {
+          first = false;
+          await gate.promise;
+        }
+        return memory.claim(params);
+      },
+      transaction: (fn) => memory.transaction(fn),
+      publish: (tx, events, now) => memory.publish(tx, events, now),
+      release: (leases, now) => memory.release(leases, now),
+      relinquish: (owner, now) => memory.relinquish(owner, now),
+      listDeliveries: (params) => memory.listDeliveries(params),
+    });
+    let ran = 0;
+    bus.on(Order, 'never', () => { ran += 1; });
+    await store.transaction((tx) => bus.publish(tx, Order, { n: 1 }));
+    await bus.start();
+    await waitFor(() => callsOf('claim').length === 1, 'the first claim is in progress');
+    const stopping = bus.stop();
+    gate.resolve();
+    await stopping;
+    assert.equal(ran, 0);
+    assert.equal(callsOf('release').length, 1);
+    const [left] = (await store.listDeliveries({})).items;
+    assert.equal(left?.status, 'pending');
+    assert.equal(left?.attempts, 0);
+  });
+});
