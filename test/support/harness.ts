@@ -26,4 +26,22 @@ export interface ContractTarget<TTx> {
   open(options?: HarnessOptions): Promise<Harness<TTx>>;
 }
 
+class Rollback extends Error {}
+
+/** harness.inTransaction over store.transaction: commits, or rolls back on request by throwing. */
+export function transactionRunner<TTx>(store: { transaction<T>(fn: (tx: TTx) => Promise<T>): Promise<T> }) {
+  return async <T>(fn: (tx: TTx) => Promise<T>, options: { rollback?: boolean } = {}): Promise<T> => {
+    let result: { value: T } | undefined;
+    try {
+      await store.transaction(async (tx) => {
+        result = { value: await fn(tx) };
+        if (options.rollback) throw new Rollback('rollback requested by the test');
+      });
+    } catch (error) {
+      if (!(error instanceof Rollback)) throw error;
+    }
+    return result!.value;
+  };
+}
+
 export { StubClock };

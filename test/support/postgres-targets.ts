@@ -7,25 +7,9 @@ import pg from 'pg';
 import { fromPg, fromPglite, postgresStore, type PgClientLike, type PgliteQueryableLike, type PostgresStore } from '../../src/postgres/index.js';
 import type { StoreCapabilities } from '../../src/store/contract.js';
 import { findPostgres, uniqueSchemaName } from './databases.js';
-import { StubClock, type ContractTarget, type Harness, type HarnessOptions } from './harness.js';
+import { StubClock, transactionRunner, type ContractTarget, type Harness, type HarnessOptions } from './harness.js';
 
-class Rollback extends Error {}
-
-/** harness.inTransaction over store.transaction: commits, or rolls back on request by throwing. */
-export function transactionRunner<TTx>(store: { transaction<T>(fn: (tx: TTx) => Promise<T>): Promise<T> }) {
-  return async <T>(fn: (tx: TTx) => Promise<T>, options: { rollback?: boolean } = {}): Promise<T> => {
-    let result: { value: T } | undefined;
-    try {
-      await store.transaction(async (tx) => {
-        result = { value: await fn(tx) };
-        if (options.rollback) throw new Rollback('rollback requested by the test');
-      });
-    } catch (error) {
-      if (!(error instanceof Rollback)) throw error;
-    }
-    return result!.value;
-  };
-}
+export { transactionRunner };
 
 /** SQL that empties a relaybus schema between tests and frees every lane. */
 export function resetSql(schema: string): string {
@@ -34,8 +18,9 @@ export function resetSql(schema: string): string {
           UPDATE ${s}.relaybus_lanes SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}';`;
 }
 
-function capabilitiesOf(concurrentConnections: boolean, completionHistory = false): StoreCapabilities {
-  return { transactions: true, completionHistory, wakeups: 'poll', concurrentConnections };
+function capabilitiesOf(concurrentConnections: boolean): StoreCapabilities {
+  // completionHistory: true because open({ completionHistory: true }) gives such a store.
+  return { transactions: true, completionHistory: true, wakeups: 'poll', concurrentConnections };
 }
 
 /** The Postgres store over a `pg` pool on the test server. */

@@ -1,0 +1,4 @@
+import { memoryTarget } from '../support/memory-target.js';
+import { describeStoreContract } from './suite.js';
+
+await describeStoreContract(memoryTarget);
