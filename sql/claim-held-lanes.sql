@@ -15,8 +15,15 @@ held AS (
   ORDER BY l.lane -- one lock order for every statement that locks several lanes: no deadlock
   FOR NO KEY UPDATE
 ),
+seen AS (
+  -- The same lane rows as of this statement's snapshot (no lock): a reschedule, bury or release that committed
+  -- while this statement waited for the lock took its delivery out of the latest in_flight, but the delivery rows
+  -- read below are the snapshot's (still due, old claims). An id either version lists is not picked now.
+  SELECT s.lane, s.in_flight FROM /*schema*/relaybus_lanes s WHERE s.lane IN (SELECT lane FROM held)
+),
 picked AS (
   SELECT c.* FROM held h
+  JOIN seen s ON s.lane = h.lane
   CROSS JOIN LATERAL (
     SELECT d.* FROM (
       -- Capped scan: a deep backlog of blocked followers of one key cannot make a claim read the whole lane.
@@ -24,7 +31,7 @@ picked AS (
              d.available_at, d.created_at
       FROM /*schema*/relaybus_deliveries d
       WHERE d.lane = h.lane AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
-        AND d.handler = ANY ($2::text[]) AND d.id <> ALL (h.in_flight)
+        AND d.handler = ANY ($2::text[]) AND d.id <> ALL (h.in_flight) AND d.id <> ALL (s.in_flight)
       ORDER BY d.available_at, d.id
       LIMIT $3::int * 2 + 16
     ) d

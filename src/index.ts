@@ -16,7 +16,7 @@ export { Type } from '@sinclair/typebox';
 export type { Static, TSchema } from '@sinclair/typebox';
 
 export { createRelayBus } from './core/bus.js';
-export type { Handler, PublishItem, PublishOptions, RelayBus, RelayBusState, TransactionalHandler } from './core/bus.js';
+export type { Handler, PublishItem, PublishOptions, RelayBus, RelayBusState, StartOptions, TransactionalHandler } from './core/bus.js';
 export type { StopOptions } from './dispatcher/dispatcher.js';
 
 export { defineEvent, isEventDefinition } from './core/events.js';

@@ -1,11 +1,16 @@
 import { Dispatcher, type StopOptions } from '../dispatcher/dispatcher.js';
 import type { PublishParams, PublishResult, Store } from '../store/contract.js';
 import { TypedEmitter, type TypedEvents } from './emitter.js';
-import { DuplicateHandlerError, InvalidInputError, InvalidOptionsError, InvalidStateError, UnknownEventError } from './errors.js';
+import {
+  DuplicateHandlerError, InvalidInputError, InvalidOptionsError, InvalidStateError, UnknownEventError, UnknownHandlerError,
+} from './errors.js';
 import { isEventDefinition, type EventDefinition, type EventPayload } from './events.js';
 import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from './handlers.js';
 import { describeError } from './logger.js';
-import { resolveHandlerOptions, resolveRelayBusOptions, type RelayBusOptions, type ResolvedRelayBusOptions } from './options.js';
+import {
+  resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type DispatcherOptions, type RelayBusOptions,
+  type ResolvedDispatcherOptions, type ResolvedRelayBusOptions,
+} from './options.js';
 
 /**
  * The bus: the API users touch. It registers handlers (`on`), publishes events inside the caller's
@@ -42,6 +47,17 @@ export interface PublishOptions {
 export type PublishItem<E extends EventDefinition> = E extends EventDefinition
   ? { readonly event: E; readonly payload: EventPayload<E>; readonly options?: PublishOptions }
   : never;
+
+/**
+ * Per-run settings of `bus.start(options)`, over the ones the bus was created with: what the
+ * `relaybus worker` flags set (`--handlers`, `--concurrency`, ...).
+ */
+export interface StartOptions {
+  /** Run only these registered handlers (default: all). Deliveries of the others wait for other workers. */
+  readonly handlers?: readonly string[];
+  /** Dispatcher settings for this run, over the bus's `dispatcher` options; validated the same way. */
+  readonly dispatcher?: DispatcherOptions;
+}
 
 /** Lifecycle of a bus. */
 export type RelayBusState = 'idle' | 'starting' | 'running' | 'stopping' | 'stopped';
@@ -87,11 +103,27 @@ export interface RelayBus<TTx, TEvent extends EventDefinition = EventDefinition>
   /** Publish several events in one store call inside `tx`; results are in input order. */
   publishMany(tx: TTx, items: readonly PublishItem<TEvent>[]): Promise<PublishResult[]>;
 
-  /** Run `store.setup()` (unless `setupStore: false`), then start the dispatcher. */
-  start(): Promise<void>;
+  /** Names of the registered handlers, in registration order. */
+  readonly handlers: readonly string[];
+
+  /**
+   * Run `store.setup()` (unless `setupStore: false`), then start the dispatcher. `options` narrow
+   * the handlers or tune the dispatcher for this run; invalid ones reject before anything starts.
+   *
+   * ```ts
+   * await bus.start({ handlers: ['send-receipt'], dispatcher: { concurrency: 50 } });
+   * ```
+   */
+  start(options?: StartOptions): Promise<void>;
 
   /** Stop gracefully: see the dispatcher. Idempotent; `stop({ graceMs: 0 })` during a stop aborts at once. */
   stop(options?: StopOptions): Promise<void>;
+}
+
+/** What one `start()` runs: a subset of the handlers and the dispatcher options. */
+interface RunSettings<TTx> {
+  readonly handlers: ReadonlyMap<string, ResolvedHandler<TTx>>;
+  readonly dispatcher: ResolvedDispatcherOptions;
 }
 
 const PUBLISH_OPTION_KEYS = new Set(['key', 'id', 'availableAt', 'headers']);
@@ -122,6 +154,10 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
 
   get state(): RelayBusState {
     return this.#state;
+  }
+
+  get handlers(): readonly string[] {
+    return [...this.#handlers.keys()];
   }
 
   get owner(): string | undefined {
@@ -178,19 +214,49 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     return this.#options.store.publish(tx, params, this.#options.clock?.now());
   }
 
-  start(): Promise<void> {
+  start(options?: StartOptions): Promise<void> {
     if (this.#state !== 'idle') {
       return Promise.reject(new InvalidStateError(`bus.start() was called on a ${this.#state} bus; a bus starts once.`));
     }
     if (this.#handlers.size === 0) {
       return Promise.reject(new InvalidStateError('bus.start(): no handler is registered; register them with bus.on(...) first. A bus that only publishes does not need start().'));
     }
+    let run: RunSettings<TTx>;
+    try {
+      run = this.#runSettings(options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     this.#state = 'starting';
-    this.#starting = this.#start();
+    this.#starting = this.#start(run);
     return this.#starting;
   }
 
-  async #start(): Promise<void> {
+  /** The handlers and dispatcher options of this run: the bus's, narrowed and overridden by `options`. */
+  #runSettings(options: StartOptions | undefined): RunSettings<TTx> {
+    if (options === undefined) return { handlers: this.#handlers, dispatcher: this.#options.dispatcher };
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+      throw new InvalidInputError('bus.start(options): options must be an object { handlers?, dispatcher? }.');
+    }
+    let handlers: ReadonlyMap<string, ResolvedHandler<TTx>> = this.#handlers;
+    if (options.handlers !== undefined) {
+      if (!Array.isArray(options.handlers) || options.handlers.length === 0) {
+        throw new InvalidInputError('bus.start({ handlers }): list at least one registered handler name, or leave handlers out to run them all.');
+      }
+      const unknown = options.handlers.filter((name) => !this.#handlers.has(name));
+      if (unknown.length > 0) {
+        throw new UnknownHandlerError(
+          `bus.start({ handlers }): ${unknown.map((name) => JSON.stringify(name)).join(', ')} ${unknown.length === 1 ? 'is' : 'are'} not registered; this bus has ${[...this.#handlers.keys()].join(', ')}.`,
+        );
+      }
+      handlers = new Map(options.handlers.map((name) => [name, this.#handlers.get(name)!]));
+    }
+    const base = Object.fromEntries(Object.entries(this.#options.dispatcher).filter(([, value]) => value !== undefined)) as DispatcherOptions;
+    const dispatcher = options.dispatcher === undefined ? this.#options.dispatcher : resolveDispatcherOptions({ ...base, ...options.dispatcher });
+    return { handlers, dispatcher };
+  }
+
+  async #start(run: RunSettings<TTx>): Promise<void> {
     const { store, logger, setupStore } = this.#options;
     if (setupStore) {
       try {
@@ -203,8 +269,8 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     }
     const dispatcher = new Dispatcher<TTx>({
       store,
-      handlers: this.#handlers,
-      options: this.#options.dispatcher,
+      handlers: run.handlers,
+      options: run.dispatcher,
       logger,
       clock: this.#options.clock,
       emitter: this.#emitter,

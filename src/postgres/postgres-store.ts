@@ -131,6 +131,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const { driver } = options;
   const history = options.completionHistory ?? false;
   const statements = loadStatements(schema);
+  /** When each owner last tried to take lanes (see claim); one entry per worker of this process. */
+  const lastAcquireAt = new Map<string, number>();
 
   async function run<Row extends object>(executor: SqlExecutor, name: StatementName, params: readonly unknown[]): Promise<Row[]> {
     try {
@@ -200,15 +202,24 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const { owner, handlers, limit, leaseDurationMs } = params;
       const now = iso(params.now);
       const claimHeld = (want: number) => runOwned<ClaimRow>('claim-held-lanes', [owner, handlers, want, leaseDurationMs, now]);
+      const acquire = (take: number) => runOwned<{ lanes: number }>('acquire-lanes', [owner, handlers, take, randomInt(LANE_COUNT), leaseDurationMs, now]);
       const claimed = await claimHeld(limit);
-      // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
-      const offset = randomInt(LANE_COUNT);
-      for (let take = FIRST_LANES_TO_TAKE; claimed.length < limit; take *= 2) {
-        const [acquired] = await runOwned<{ lanes: number }>('acquire-lanes', [owner, handlers, take, offset, leaseDurationMs, now]);
-        if (!acquired || toInt(acquired.lanes) === 0) break;
-        const more = await claimHeld(limit - claimed.length);
-        claimed.push(...more);
-        if (more.length === 0) break;
+      const at = (params.now ?? new Date()).getTime();
+      if (claimed.length < limit) {
+        // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
+        for (let take = FIRST_LANES_TO_TAKE; claimed.length < limit; take *= 2) {
+          const [acquired] = await acquire(take);
+          lastAcquireAt.set(owner, at);
+          if (!acquired || toInt(acquired.lanes) === 0) break;
+          const more = await claimHeld(limit - claimed.length);
+          claimed.push(...more);
+          if (more.length === 0) break;
+        }
+      } else if (at - (lastAcquireAt.get(owner) ?? 0) >= leaseDurationMs) {
+        // Deep backlog: a worker whose own lanes always fill its batch still takes a few lanes once per lease
+        // duration, so the lanes of a crashed worker are taken over (and its work re-run) while everyone is busy.
+        await acquire(FIRST_LANES_TO_TAKE);
+        lastAcquireAt.set(owner, at);
       }
       return claimed.map(toClaimed);
     },

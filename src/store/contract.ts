@@ -241,7 +241,9 @@ export interface Store<TTx> {
    * expired) lanes with due work a few at a time, charge an attempt to everything a taken-over lane
    * had in flight, and record the batch in the lanes. A keyed delivery is returned only when no
    * earlier delivery of its handler and key is pending (in flight or not). Lanes the owner holds
-   * that run nothing are handed back. Delivery rows are not written.
+   * that run nothing are handed back. Delivery rows are not written. A worker whose own lanes fill
+   * every batch still tries to take a few lanes once per lease duration, so an expired lane is taken
+   * over even when every worker is busy. Claims of one owner may run concurrently.
    */
   claim(params: ClaimParams): Promise<ClaimedDelivery[]>;
 

@@ -7,6 +7,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { laneOf } from '../../src/core/lanes.js';
+import { parseLeaseToken } from '../../src/core/lease-token.js';
+import { loadStatements } from '../../src/postgres/statements.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 
 const found = await findPostgres();
@@ -82,5 +85,91 @@ describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.s
     assert.equal([...seen.values()].filter((n) => n > 1).length, 0, 'each delivery claimed once');
     const stats = await store.statistics();
     assert.equal(stats.pending + stats.inFlight + stats.dead, 0, 'nothing left');
+  });
+});
+
+describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  it('does not hand out again a delivery rescheduled while the claim waited for its lane', async () => {
+    const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 4 });
+    const schema = uniqueSchemaName('claim_vs_reschedule');
+    const store = postgresStore({ driver: fromPg(pool), schema });
+    try {
+      await store.setup();
+      await store.transaction((tx) => store.publish(tx, [{ type: 't', payload: {}, handlers: [{ name: 'h', maxAttempts: 5 }] }]));
+      const [first] = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+      assert.ok(first);
+      // Hold the reschedule's transaction open so the next claim takes its snapshot first, then waits for the lane.
+      const { lane, epoch, claims } = parseLeaseToken(first.lease);
+      const holder = await pool.connect();
+      try {
+        await holder.query('BEGIN');
+        await holder.query(loadStatements(schema).reschedule.text, [first.id, lane, epoch, claims, new Date(Date.now() + 60_000).toISOString(), 'boom', null]);
+        const racing = store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+        await waitUntilBlocked(pool);
+        await holder.query('COMMIT');
+        assert.deepEqual(await racing, [], 'the rescheduled delivery is not due for a minute');
+      } finally {
+        holder.release();
+      }
+      const [view] = (await store.listDeliveries()).items;
+      assert.equal(view?.status, 'pending');
+      assert.equal(view?.attempts, 1);
+      const later = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000, now: new Date(Date.now() + 61_000) });
+      assert.deepEqual(later.map((d) => d.id), [first.id], 'claimable once its backoff is over, not stuck in flight');
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    }
+  });
+});
+
+/** Wait until some backend of this database waits for a lock (the racing claim). */
+async function waitUntilBlocked(pool: pg.Pool): Promise<void> {
+  for (let i = 0; i < 200; i += 1) {
+    const { rows } = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`);
+    if (rows[0]!.n > 0) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error('the racing claim never waited for the lane lock');
+}
+
+describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  it('a worker whose own lanes fill every claim still takes over a crashed worker\'s expired lane', async () => {
+    const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 2 });
+    const schema = uniqueSchemaName('busy_takeover');
+    const store = postgresStore({ driver: fromPg(pool), schema });
+    const idsInLanes = (lanes: readonly number[], count: number, prefix: string) => {
+      const ids: string[] = [];
+      for (let i = 0; ids.length < count; i += 1) if (lanes.includes(laneOf(null, `${prefix}${i}`))) ids.push(`${prefix}${i}`);
+      return ids;
+    };
+    try {
+      await store.setup();
+      const busyLanes = [10, 11, 12, 13];
+      const crashedLane = 200;
+      const event = (id: string, handler: string) => ({ id, type: 't', payload: {}, handlers: [{ name: handler, maxAttempts: 5 }] });
+      await store.transaction((tx) => store.publish(tx, [
+        ...idsInLanes(busyLanes, 40, 'busy-').map((id) => event(id, 'ha')),
+        ...idsInLanes([crashedLane], 2, 'crashed-hb-').map((id) => event(id, 'hb')),
+        ...idsInLanes([crashedLane], 1, 'crashed-ha-').map((id) => event(id, 'ha')),
+      ]));
+      const t0 = new Date();
+      const lease = 10_000;
+      const [lost] = await store.claim({ owner: 'crashes', handlers: ['hb'], limit: 1, leaseDurationMs: lease, now: t0 });
+      assert.equal(lost?.lane, crashedLane);
+      const first = await store.claim({ owner: 'busy', handlers: ['ha'], limit: 5, leaseDurationMs: lease, now: t0 });
+      assert.equal(first.length, 5);
+      // The crashed worker's lease is over; the busy worker's own lanes still fill its batch.
+      const later = new Date(t0.getTime() + lease + 1);
+      const again = await store.claim({ owner: 'busy', handlers: ['ha'], limit: 5, leaseDurationMs: lease, now: later });
+      assert.equal(again.length, 5);
+      const [charged] = (await store.listDeliveries({ eventId: lost.eventId })).items;
+      assert.equal(charged?.attempts, 1, 'the crashed worker\'s in-flight delivery was charged: its lane was taken over');
+      assert.match(charged?.lastError ?? '', /lease expired/);
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    }
   });
 });

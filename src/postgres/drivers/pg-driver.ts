@@ -1,5 +1,6 @@
 import { InvalidInputError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+import { runGuarded } from './transaction-guard.js';
 
 /**
  * The `pg` (node-postgres) driver. Structural types only, so relaybus never imports `pg` itself and
@@ -16,6 +17,8 @@ export interface PgQueryResultLike {
 export interface PgClientLike {
   query(config: { text: string; values?: unknown[]; name?: string }): Promise<PgQueryResultLike>;
   query(text: string): Promise<PgQueryResultLike>;
+  /** pg >= 8.12: 'I' idle (no transaction), 'T' in a transaction, 'E' in a failed transaction. */
+  getTransactionStatus?(): string | null;
 }
 
 /** A `pg.PoolClient`: a client that goes back to its pool. */
@@ -75,6 +78,16 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
       if (!isPgClient(tx)) {
         throw new InvalidInputError('Expected a pg client inside an open transaction (a pg.PoolClient after BEGIN), got ' + typeof tx + '.');
       }
+      if ('totalCount' in tx) { // a pg.Pool: each query would run on whichever connection is free
+        throw new InvalidInputError('Expected a pg client in an open transaction, got a pool: check a client out with pool.connect() and run BEGIN.');
+      }
+      const status = tx.getTransactionStatus?.();
+      if (status === 'I') {
+        throw new InvalidInputError('The pg client is not in a transaction (no BEGIN, or it already committed or rolled back); nothing was written.');
+      }
+      if (status === 'E') {
+        throw new InvalidInputError("The pg client's transaction has failed: roll it back; nothing was written.");
+      }
       return executorOf(tx, prepared);
     },
     async transaction<T>(fn: (tx: PgClientLike) => Promise<T>): Promise<T> {
@@ -82,7 +95,7 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
       let broken: Error | undefined;
       try {
         await client.query('BEGIN');
-        const result = await fn(client);
+        const result = await runGuarded<PgClientLike, T>(client, fn);
         await client.query('COMMIT');
         return result;
       } catch (error) {

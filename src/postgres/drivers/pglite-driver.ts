@@ -1,5 +1,6 @@
 import { InvalidInputError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+import { runGuarded } from './transaction-guard.js';
 
 /**
  * The PGlite driver: embedded Postgres (WASM) in the same process, for the demo and for tests that
@@ -56,7 +57,7 @@ export function fromPglite(db: PgliteLike, options: FromPgliteOptions = {}): Pos
       }
       return executorOf(tx);
     },
-    transaction: (fn) => db.transaction(fn),
+    transaction: (fn) => db.transaction((tx) => runGuarded(tx, fn)),
     async close(): Promise<void> {
       if (options.ownsDatabase) await db.close();
     },

@@ -1,0 +1,121 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { HandlerStatistics, Statistics } from '../../index.js';
+import { DATABASE_FLAGS, durationFlag, HELP_FLAG, JSON_FLAG, optionalValue, parseFlags, renderHelp, VERBOSE_FLAG, type FlagSpecs } from '../args.js';
+import { withAdminStore } from '../admin-store.js';
+import { ExitCode, writeLine, type Command, type OutputStream } from '../command.js';
+import { formatDuration, parseDuration } from '../duration.js';
+import { onShutdownSignals } from '../signals.js';
+import { renderTable, type Column } from '../table.js';
+
+/**
+ * `relaybus stats`: per-handler counts from `store.statistics()` as an aligned table or JSON;
+ * `--watch` refreshes them in place (a TTY) or prints one block (one JSON line) per refresh.
+ */
+
+/** Refresh interval of `--watch` without a value. */
+export const DEFAULT_WATCH_MS = 2_000;
+
+const FLAGS = {
+  ...DATABASE_FLAGS,
+  ...JSON_FLAG,
+  watch: { type: 'string', value: 'interval', description: `Refresh every interval until Ctrl-C (the value is optional: --watch alone refreshes every ${DEFAULT_WATCH_MS / 1000}s; --watch 500ms). With --json: one JSON line per refresh.` },
+  ...VERBOSE_FLAG,
+  ...HELP_FLAG,
+} as const satisfies FlagSpecs;
+
+type Row = { readonly handler: string } & HandlerStatistics;
+
+const COLUMNS: readonly Column<Row>[] = [
+  { header: 'handler', value: (row) => row.handler },
+  { header: 'pending', align: 'right', value: (row) => String(row.pending) },
+  { header: 'due', align: 'right', value: (row) => String(row.due) },
+  { header: 'scheduled', align: 'right', value: (row) => String(row.scheduled) },
+  { header: 'in flight', align: 'right', value: (row) => String(row.inFlight) },
+  { header: 'dead', align: 'right', value: (row) => String(row.dead) },
+  { header: 'oldest due', align: 'right', value: (row) => (row.oldestDueAgeMs === null ? '-' : formatDuration(row.oldestDueAgeMs)) },
+];
+
+/** The statistics as table lines: one row per handler, then a total row when there are several. */
+export function statisticsTable(stats: Statistics): string[] {
+  const rows: Row[] = Object.entries(stats.handlers)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([handler, counts]) => ({ handler, ...counts }));
+  if (rows.length === 0) return ['no deliveries: nothing pending, in flight or dead'];
+  if (rows.length > 1) rows.push({ handler: 'total', ...stats });
+  return renderTable(COLUMNS, rows);
+}
+
+/** Statistics as JSON-ready data (plain numbers, no Dates). */
+export function statisticsJson(stats: Statistics, schema: string, at: Date): Record<string, unknown> {
+  const { handlers, ...totals } = stats;
+  return { schema, at: at.toISOString(), ...totals, handlers };
+}
+
+function isInterval(arg: string): boolean {
+  return parseDuration(arg) !== undefined;
+}
+
+/** Rewrites what was printed last time on a TTY (counting lines the terminal wrapped); appends elsewhere. */
+function screen(stream: OutputStream): (lines: readonly string[]) => void {
+  let previous = 0;
+  return (lines) => {
+    if (stream.isTTY) {
+      const columns = stream.columns !== undefined && stream.columns > 0 ? stream.columns : 80;
+      if (previous > 0) stream.write(`\x1b[${previous}A\r\x1b[J`);
+      previous = lines.reduce((rows, line) => rows + Math.max(1, Math.ceil(line.length / columns)), 0);
+    } else if (previous++ > 0) {
+      stream.write('\n');
+    }
+    stream.write(lines.join('\n') + '\n');
+  };
+}
+
+/** `relaybus stats`. */
+export const statsCommand: Command = {
+  name: 'stats',
+  summary: 'Per handler: pending, due, in flight, dead, oldest due age.',
+  help: renderHelp({
+    usage: ['relaybus stats [options]', 'relaybus stats --watch [interval] [--json]'],
+    description: 'Count the deliveries of every handler: pending (not in flight: due now or scheduled for later, e.g. backing off), due, scheduled, in flight (claimed by a worker), dead (out of attempts, waiting for relaybus dead requeue) and the age of the oldest due delivery, the lag to watch. The header names the leased lanes (workers holding live leases).',
+    flags: FLAGS,
+    sections: [
+      { title: 'Exit codes', lines: ['0  printed (or --watch stopped with Ctrl-C)', '1  the database failed', '2  usage error'] },
+      {
+        title: 'Examples',
+        lines: ['relaybus stats', 'relaybus stats --json | jq .handlers', 'relaybus stats --watch 1s'],
+      },
+    ],
+  }),
+  async run(args, context) {
+    const { values } = parseFlags('stats', optionalValue(args, '--watch', String(DEFAULT_WATCH_MS), isInterval), FLAGS);
+    const watchMs = durationFlag('watch', values.watch, 100, 86_400_000);
+    return withAdminStore(values, context, async ({ store, schema, target }) => {
+      const show = screen(context.stdout);
+      const render = async (): Promise<void> => {
+        const at = new Date();
+        const stats = await store.statistics();
+        if (values.json) {
+          writeLine(context.stdout, JSON.stringify(statisticsJson(stats, schema, at), null, watchMs === undefined ? 2 : undefined));
+          return;
+        }
+        const every = watchMs === undefined ? '' : `  (every ${formatDuration(watchMs)}; Ctrl-C stops)`;
+        show([`relaybus stats  schema "${schema}" on ${target}  ${at.toISOString()}  lanes leased: ${stats.lanesLeased}${every}`, '', ...statisticsTable(stats)]);
+      };
+      if (watchMs === undefined) {
+        await render();
+        return ExitCode.ok;
+      }
+      const stop = new AbortController();
+      const dispose = onShutdownSignals({ graceful: () => stop.abort(), force: () => stop.abort() });
+      try {
+        while (!stop.signal.aborted) {
+          await render();
+          await sleep(watchMs, undefined, { signal: stop.signal }).catch(() => {});
+        }
+      } finally {
+        dispose();
+      }
+      return ExitCode.ok;
+    });
+  },
+};

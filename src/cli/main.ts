@@ -1,0 +1,190 @@
+#!/usr/bin/env node
+/**
+ * The `relaybus` command: `worker` runs the dispatcher of the user's bus; `setup`, `sql`, `stats`,
+ * `dead list`, `dead requeue` and `purge` are admin commands over the public API; `demo` shows the
+ * delivery path on an embedded database. Errors print one line, `relaybus: <message>`, on stderr
+ * (a stack trace too with `--verbose`) and exit non-zero: 2 for usage errors, 1 otherwise.
+ */
+import { readFileSync, realpathSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { RelayBusError } from '../index.js';
+import { packageFile } from '../postgres/package-files.js';
+import { wantsHelp, wrap } from './args.js';
+import { CliFailure, ExitCode, UsageError, writeLine, type CliContext, type Command } from './command.js';
+import { deadListCommand, deadRequeueCommand } from './commands/dead.js';
+import { demoCommand } from './commands/demo.js';
+import { purgeCommand } from './commands/purge.js';
+import { setupCommand } from './commands/setup.js';
+import { sqlCommand } from './commands/sql.js';
+import { statsCommand } from './commands/stats.js';
+import { workerCommand } from './commands/worker.js';
+
+/** Every command, by the words typed after `relaybus`. */
+export const COMMANDS: readonly Command[] = [
+  workerCommand, demoCommand, setupCommand, sqlCommand, statsCommand, deadListCommand, deadRequeueCommand, purgeCommand,
+];
+
+/** The package version, from package.json. */
+export function version(): string {
+  return (JSON.parse(readFileSync(packageFile('package.json'), 'utf8')) as { version: string }).version;
+}
+
+function topHelp(): string {
+  const width = Math.max(...COMMANDS.map((command) => command.name.length));
+  return [
+    'Usage: relaybus <command> [options]',
+    '',
+    ...wrap('relaybus is a transactional outbox and in-database event bus: events are published inside your database transaction and delivered to every handler, at least once, retried, dead-lettered, ordered per key.', 80),
+    '',
+    'Commands:',
+    ...COMMANDS.map((command) => `  ${command.name.padEnd(width)}  ${command.summary}`),
+    '',
+    'Options:',
+    '  -h, --help     Show help; relaybus <command> --help shows a command\'s options.',
+    '  -v, --version  Print the version.',
+    '  --verbose      Print stack traces on errors.',
+    '',
+    'The admin commands (setup, stats, dead, purge) connect to --database-url or',
+    'DATABASE_URL and work on --schema (default relaybus).',
+    'Durations are written 500ms, 30s, 15m, 12h, 7d (or plain milliseconds).',
+    '',
+    'Exit codes:',
+    '  0    success',
+    '  1    runtime failure (database, config module); the message says what failed',
+    '  2    usage error (unknown command or flag, bad value, missing config module)',
+    '  130  a worker forced to stop by a second SIGINT',
+    '  143  a worker forced to stop by a second SIGTERM',
+    '',
+    'Start with: relaybus demo',
+    '',
+  ].join('\n');
+}
+
+const DEAD_HELP = [
+  'Usage: relaybus dead <list|requeue> [options]',
+  '',
+  'Dead deliveries are the ones whose handler failed its last attempt.',
+  '',
+  'Commands:',
+  `  list     ${deadListCommand.summary}`,
+  `  requeue  ${deadRequeueCommand.summary}`,
+  '',
+  'relaybus dead list --help and relaybus dead requeue --help show their options.',
+  '',
+].join('\n');
+
+/** The command `args` names, and the arguments after its name. */
+function findCommand(args: readonly string[]): { command: Command; rest: readonly string[] } | { help: string; usage?: string } {
+  const [first, second] = args;
+  if (first === 'dead') {
+    if (second === undefined || second.startsWith('-')) {
+      return wantsHelp(args.slice(1)) ? { help: DEAD_HELP } : { help: DEAD_HELP, usage: 'relaybus dead needs a subcommand: list or requeue (see relaybus dead --help)' };
+    }
+    const command = COMMANDS.find((candidate) => candidate.name === `dead ${second}`);
+    if (command === undefined) return { help: DEAD_HELP, usage: `unknown command "dead ${second}"; use relaybus dead list or relaybus dead requeue` };
+    return { command, rest: args.slice(2) };
+  }
+  const command = COMMANDS.find((candidate) => candidate.name === first);
+  if (command === undefined) {
+    return { help: topHelp(), usage: `unknown command "${first}"; commands: ${[...new Set(COMMANDS.map((c) => c.name.split(' ')[0]))].join(', ')} (see relaybus --help)` };
+  }
+  return { command, rest: args.slice(1) };
+}
+
+/** The one-line message of `error`, with the cause's message when the error's own is empty. */
+export function errorLine(error: unknown): string {
+  const describe = (value: unknown): string => {
+    if (value instanceof AggregateError && value.message === '') return value.errors.map(describe).filter(Boolean).join('; ');
+    if (value instanceof Error) return value.message;
+    return String(value);
+  };
+  let message = describe(error);
+  if (message === '' && error instanceof Error && error.cause !== undefined) message = describe(error.cause);
+  return (message || 'failed without a message (rerun with --verbose)').replace(/\s*\n\s*/g, ' ').trim();
+}
+
+function exitCodeOf(error: unknown): number {
+  return error instanceof UsageError ? ExitCode.usage : ExitCode.failure;
+}
+
+function printStack(error: unknown, context: CliContext): void {
+  let current: unknown = error;
+  for (let depth = 0; current !== undefined && depth < 5; depth += 1) {
+    const text = current instanceof Error ? current.stack ?? `${current.name}: ${current.message}` : String(current);
+    writeLine(context.stderr, depth === 0 ? text : `caused by: ${text}`);
+    current = current instanceof Error ? current.cause : undefined;
+  }
+}
+
+/**
+ * Run the CLI with `args` (without `node` and the script) and resolve with the exit code.
+ *
+ * ```ts
+ * process.exit(await runCli(process.argv.slice(2)));
+ * ```
+ */
+export async function runCli(args: readonly string[], base: Omit<CliContext, 'verbose'> = { stdout: process.stdout, stderr: process.stderr, env: process.env, cwd: process.cwd() }): Promise<number> {
+  const verbose = args.slice(0, args.includes('--') ? args.indexOf('--') : undefined).includes('--verbose');
+  const context: CliContext = { ...base, verbose };
+  const first = args[0];
+  if (first === undefined) {
+    context.stderr.write(topHelp());
+    return ExitCode.usage;
+  }
+  if (first === '--version' || first === '-v') {
+    writeLine(context.stdout, version());
+    return ExitCode.ok;
+  }
+  if (first === '--help' || first === '-h' || first === 'help') {
+    const topic = first === 'help' ? args.slice(1) : [];
+    if (topic.length > 0) return runCli([...topic, '--help'], base);
+    context.stdout.write(topHelp());
+    return ExitCode.ok;
+  }
+  if (first.startsWith('-') && first !== '--verbose') {
+    writeLine(context.stderr, `relaybus: unknown option ${first} before the command; usage: relaybus <command> [options] (see relaybus --help)`);
+    return ExitCode.usage;
+  }
+  const commandArgs = first === '--verbose' ? args.slice(1) : args;
+  if (commandArgs.length === 0) {
+    context.stderr.write(topHelp());
+    return ExitCode.usage;
+  }
+  const found = findCommand(commandArgs);
+  if ('help' in found) {
+    if (found.usage === undefined) {
+      context.stdout.write(found.help);
+      return ExitCode.ok;
+    }
+    writeLine(context.stderr, `relaybus: ${found.usage}`);
+    return ExitCode.usage;
+  }
+  if (wantsHelp(found.rest)) {
+    context.stdout.write(found.command.help);
+    return ExitCode.ok;
+  }
+  try {
+    return await found.command.run(found.rest, context);
+  } catch (error) {
+    const expected = error instanceof UsageError || error instanceof CliFailure || error instanceof RelayBusError;
+    writeLine(context.stderr, `relaybus: ${errorLine(error)}${expected || verbose ? '' : ' (unexpected: rerun with --verbose for the stack trace)'}`);
+    if (verbose) printStack(error, context);
+    return exitCodeOf(error);
+  }
+}
+
+function isEntryPoint(): boolean {
+  const script = process.argv[1];
+  if (script === undefined) return false;
+  try {
+    return import.meta.url === pathToFileURL(realpathSync(script)).href;
+  } catch {
+    return false;
+  }
+}
+
+if (isEntryPoint()) {
+  const code = await runCli(process.argv.slice(2));
+  // Exit explicitly: a user's config may leave pools, servers or timers open after the bus stopped.
+  process.exit(code);
+}

@@ -1,0 +1,4 @@
+import { drizzlePgTarget } from '../support/driver-targets.js';
+import { describeStoreContract } from './suite.js';
+
+await describeStoreContract(drizzlePgTarget());

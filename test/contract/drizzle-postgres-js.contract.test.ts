@@ -1,0 +1,4 @@
+import { drizzlePostgresJsTarget } from '../support/driver-targets.js';
+import { describeStoreContract } from './suite.js';
+
+await describeStoreContract(drizzlePostgresJsTarget());

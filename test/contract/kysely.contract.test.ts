@@ -1,0 +1,4 @@
+import { kyselyTarget } from '../support/driver-targets.js';
+import { describeStoreContract } from './suite.js';
+
+await describeStoreContract(kyselyTarget());

@@ -1,0 +1,4 @@
+import { postgresJsTarget } from '../support/driver-targets.js';
+import { describeStoreContract } from './suite.js';
+
+await describeStoreContract(postgresJsTarget());
