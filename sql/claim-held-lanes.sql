@@ -1,6 +1,6 @@
 -- claim-held-lanes: pick due deliveries from the lanes this owner holds and record them in flight; hand back held
 --                   lanes that got nothing and run nothing. Delivery rows are read, never written.
--- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_lane_available_at_id_idx (ordered scan per lane, capped);
+-- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_lane_available_at_id_idx (ordered scan per lane, capped at its share);
 --        relaybus_deliveries_lane_handler_key_sequence_idx (is an earlier delivery of the key still pending?);
 --        relaybus_deliveries_pkey (pruning finished ids from in_flight); relaybus_events_pkey (payload)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now())
@@ -26,14 +26,15 @@ picked AS (
   JOIN seen s ON s.lane = h.lane
   CROSS JOIN LATERAL (
     SELECT d.* FROM (
-      -- Capped scan: a deep backlog of blocked followers of one key cannot make a claim read the whole lane.
+      -- Capped scan, each lane's share of the batch: a deep backlog of blocked followers of a key cannot make a
+      -- claim read the whole lane, and many held lanes do not multiply the rows read.
       SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
              d.available_at, d.created_at
       FROM /*schema*/relaybus_deliveries d
       WHERE d.lane = h.lane AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
         AND d.handler = ANY ($2::text[]) AND d.id <> ALL (h.in_flight) AND d.id <> ALL (s.in_flight)
       ORDER BY d.available_at, d.id
-      LIMIT $3::int * 2 + 16
+      LIMIT ($3::int / (SELECT count(*) FROM held)::int + 1) * 2 + 16
     ) d
     WHERE d.key IS NULL OR NOT EXISTS (
       SELECT 1 FROM /*schema*/relaybus_deliveries p

@@ -65,9 +65,10 @@ delivered AS (
   ORDER BY p.ord, p.handler
   ON CONFLICT (event_id, handler) DO NOTHING
   RETURNING event_id, handler
+),
+added AS (
+  SELECT d.event_id, array_agg(d.handler ORDER BY d.handler) AS handlers FROM delivered d GROUP BY d.event_id
 )
-SELECT i.ord, i.id,
-       coalesce((SELECT array_agg(d.handler ORDER BY d.handler) FROM delivered d WHERE d.event_id = i.id), '{}') AS added,
-       i.id NOT IN (SELECT id FROM inserted) AS duplicate
-FROM input i
+SELECT i.ord, i.id, coalesce(a.handlers, '{}') AS added, i.id NOT IN (SELECT id FROM inserted) AS duplicate
+FROM input i LEFT JOIN added a ON a.event_id = i.id
 ORDER BY i.ord

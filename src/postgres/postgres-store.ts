@@ -101,6 +101,8 @@ function toView(row: DeliveryRow): DeliveryView {
 }
 
 const FIRST_LANES_TO_TAKE = 4;
+/** Rounds of taking free lanes in one claim (4, 8, ..., 256 lanes at a time). */
+const MAX_ACQUIRE_ROUNDS = 8;
 
 /** A Postgres store: the lane-lease delivery path over one schema. */
 export interface PostgresStore<TTx> extends Store<TTx> {
@@ -207,13 +209,20 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const at = (params.now ?? new Date()).getTime();
       if (claimed.length < limit) {
         // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
-        for (let take = FIRST_LANES_TO_TAKE; claimed.length < limit; take *= 2) {
-          const [acquired] = await acquire(take);
-          lastAcquireAt.set(owner, at);
-          if (!acquired || toInt(acquired.lanes) === 0) break;
-          const more = await claimHeld(limit - claimed.length);
-          claimed.push(...more);
-          if (more.length === 0) break;
+        try {
+          for (let take = FIRST_LANES_TO_TAKE, round = 0; claimed.length < limit && round < MAX_ACQUIRE_ROUNDS; round += 1) {
+            const [acquired] = await acquire(take);
+            lastAcquireAt.set(owner, at);
+            if (!acquired || toInt(acquired.lanes) === 0) break;
+            const more = await claimHeld(limit - claimed.length);
+            claimed.push(...more);
+            if (more.length === 0) break;
+            take = Math.min(take * 2, LANE_COUNT);
+          }
+        } catch (error) {
+          // What was claimed is recorded in flight in this owner's lanes: hand it over, or it would stay stuck there
+          // while the owner lives. The failure shows again on the next claim.
+          if (claimed.length === 0) throw error;
         }
       } else if (at - (lastAcquireAt.get(owner) ?? 0) >= leaseDurationMs) {
         // Deep backlog: a worker whose own lanes always fill its batch still takes a few lanes once per lease

@@ -1,0 +1,21 @@
+/**
+ * The contenders by name, loaded on demand: a child process imports only the contender it runs
+ * (pg-boss and graphile-worker are large modules; loading them in every child slows start-up).
+ */
+import type { Contender } from '../lib/types.js';
+
+const LOADERS: Readonly<Record<string, () => Promise<Contender>>> = {
+  relaybus: async () => (await import('./relaybus.js')).relaybus,
+  'row-lease': async () => (await import('./row-lease.js')).rowLease,
+  'pg-boss': async () => (await import('./pg-boss.js')).pgBoss,
+  'graphile-worker': async () => (await import('./graphile-worker.js')).graphileWorker,
+  'raw-sql': async () => (await import('./raw-sql.js')).rawSql,
+};
+
+export const CONTENDER_NAMES: readonly string[] = Object.keys(LOADERS);
+
+export async function loadContender(name: string): Promise<Contender> {
+  const loader = LOADERS[name];
+  if (!loader) throw new Error(`unknown contender ${name}; known: ${CONTENDER_NAMES.join(', ')}`);
+  return loader();
+}
