@@ -15,55 +15,9 @@ import { fromDrizzle, type DrizzleTransactionLike } from '../../src/postgres/dri
 import { fromKysely, type KyselyTransactionLike } from '../../src/postgres/drivers/kysely-driver.js';
 import { fromPostgresJs, postgresStore, type PostgresDriver, type PostgresJsTransactionLike } from '../../src/postgres/index.js';
 import type { StoreCapabilities } from '../../src/store/contract.js';
-import { findPostgres, uniqueSchemaName } from './databases.js';
+import { uniqueSchemaName } from './databases.js';
 import { StubClock, type ContractTarget, type Harness, type HarnessOptions } from './harness.js';
-import { resetSql, transactionRunner } from './postgres-targets.js';
-
-const POOL_SIZE = 8;
-
-/** The Postgres store keeps a completion history when opened with `completionHistory: true`. */
-function capabilities(concurrentConnections: boolean): StoreCapabilities {
-  return { transactions: true, completionHistory: true, wakeups: 'poll', concurrentConnections };
-}
-
-/** A driver over a fresh connection to the test server, and how to end that connection. */
-interface Connection<TTx> {
-  readonly driver: PostgresDriver<TTx>;
-  end(): Promise<void>;
-}
-
-/** A target on the test Postgres server: a schema per harness, set up by the store, dropped on close. */
-function serverTarget<TTx>(name: string, label: string, connect: (url: string) => Connection<TTx>): ContractTarget<TTx> {
-  return {
-    name,
-    capabilities: capabilities(true),
-    async probe() {
-      const found = await findPostgres();
-      return 'skip' in found ? found.skip : undefined;
-    },
-    async open(options: HarnessOptions = {}): Promise<Harness<TTx>> {
-      const found = await findPostgres();
-      if ('skip' in found) throw new Error(found.skip);
-      const { driver, end } = connect(found.url);
-      const schema = uniqueSchemaName(label);
-      const store = postgresStore({ driver, schema, completionHistory: options.completionHistory ?? false });
-      await store.setup();
-      return {
-        store,
-        clock: new StubClock(),
-        inTransaction: transactionRunner(store),
-        reset: () => driver.executor.exec(resetSql(schema)),
-        close: async () => {
-          try {
-            await driver.executor.exec(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-          } finally {
-            await end();
-          }
-        },
-      };
-    },
-  };
-}
+import { capabilities, POOL_SIZE, resetSql, serverTarget, transactionRunner } from './postgres-targets.js';
 
 const quietPostgresJs = (url: string) => postgres(url, { max: POOL_SIZE, onnotice: () => {} });
 
