@@ -24,10 +24,13 @@ import { Wakeup } from './wakeup.js';
  *
  * - `idle`: constructed, nothing claimed. `stop()` here just ends in `stopped`.
  * - `running`: the claim loop runs. Each turn it claims at most `min(batchSize, concurrency -
- *   running)` deliveries (never more than free handler slots), starts a handler run for each,
- *   and then either claims again at once (the claim came back full: more is probably due) or
- *   waits up to `pollIntervalMs`. The wait ends early when a run ends, because a freed slot, or a
- *   completed head of an ordering key, may make a claim productive. Per-key deliveries never run
+ *   running handlers)` deliveries (never more than free handler slots), starts a handler run for
+ *   each, and then either claims again at once (the claim came back full: more is probably due) or
+ *   waits up to `pollIntervalMs`. A slot frees when its handler returns (or fails), not when the
+ *   outcome is written, so the next claim overlaps the completion batch of the previous one; runs
+ *   that only wait for their outcome write are capped at another `concurrency`. The wait ends early
+ *   when a handler returns or a run ends, because a freed slot, or a completed head of an ordering
+ *   key, may make a claim productive. Per-key deliveries never run
  *   concurrently: the store hands out only the head of each key, and a key lives in one lane that
  *   one owner holds. Meanwhile the lease renewer extends the lanes that have work in flight every
  *   `leaseDurationMs / 3`; a lane reported lost (or seen at a newer epoch in a later claim) aborts
@@ -83,6 +86,9 @@ export class Dispatcher<TTx> {
   readonly #config: DispatcherConfig<TTx>;
   readonly #handlerNames: readonly string[];
   readonly #running = new Map<string, RunningDelivery<TTx>>();
+  /** Runs of `#running` whose handler is still running (the others only wait for their outcome write). */
+  #active = 0;
+  #wakeQueued = false;
   readonly #wakeup = new Wakeup();
   readonly #grace = new GracePeriod();
   readonly #batcher: CompletionBatcher;
@@ -116,6 +122,7 @@ export class Dispatcher<TTx> {
       now,
       wallNow: () => config.clock?.now() ?? new Date(),
       random: config.random,
+      settled: () => this.#settled(),
     };
   }
 
@@ -159,7 +166,10 @@ export class Dispatcher<TTx> {
   async #claimLoop(): Promise<void> {
     const { store, options, logger } = this.#config;
     while (this.#state === 'running') {
-      const free = options.concurrency - this.#running.size;
+      // A slot is a running handler: a run whose handler returned and that only waits for its outcome
+      // write (the completion batch) does not hold one, so the next claim overlaps that write. Those
+      // waiting runs are bounded too, to one more `concurrency`, should the writes fall behind.
+      const free = Math.min(options.concurrency - this.#active, 2 * options.concurrency - this.#running.size);
       if (free > 0) {
         const limit = Math.min(options.batchSize, free);
         let claimed: ClaimedDelivery[];
@@ -204,6 +214,7 @@ export class Dispatcher<TTx> {
     }
     const run = new RunningDelivery(claimed, handler, lane, epoch);
     this.#running.set(claimed.lease + '/' + claimed.id, run);
+    this.#active += 1;
     run.done = runDelivery(run, this.#deps).then(
       (outcome) => this.#finish(run, outcome),
       (error: unknown) => {
@@ -213,7 +224,22 @@ export class Dispatcher<TTx> {
     );
   }
 
+  /** A run's handler is over: its slot is free. Wakes the claim loop once per turn of the event loop, not per run. */
+  #settled(): void {
+    this.#active -= 1;
+    if (this.#wakeQueued) return;
+    this.#wakeQueued = true;
+    setImmediate(() => {
+      this.#wakeQueued = false;
+      this.#wakeup.wake();
+    });
+  }
+
   #finish(run: RunningDelivery<TTx>, outcome: RunOutcome): RunOutcome {
+    if (!run.settled) {
+      run.settled = true;
+      this.#active -= 1;
+    }
     this.#running.delete(run.claimed.lease + '/' + run.claimed.id);
     this.#renewer.untrack(run.lane, run.epoch);
     if (outcome === 'aborted') this.#toRelease.push(run.lease);

@@ -40,25 +40,38 @@ export interface RunnerDeps<TTx> {
   /** The time retries are scheduled from. */
   readonly wallNow: () => Date;
   readonly random?: () => number;
+  /**
+   * Called once when the handler's part of a run is over (it returned, threw, timed out or was
+   * aborted; a transactional handler's transaction has ended), before its outcome is written. Its
+   * handler slot is free from then on: writing the outcome runs no user code.
+   */
+  readonly settled?: (run: RunningDelivery<TTx>) => void;
 }
 
 /** Longest error text recorded with a failed delivery. */
 const MAX_ERROR_LENGTH = 4_000;
 
-/** A claimed delivery while it runs: its handler, its abort controller and what stopped it. */
+/** A claimed delivery while it runs: its handler, its abort signal and what stopped it. */
 export class RunningDelivery<TTx> {
   readonly claimed: ClaimedDelivery;
   readonly handler: ResolvedHandler<TTx>;
   readonly lane: number;
   readonly epoch: string;
   readonly info: DeliveryInfo;
-  readonly controller = new AbortController();
   /** The first reason the signal was aborted. */
   abortKind: AbortKind | undefined;
+  /** What the signal was (or will be) aborted with. */
+  abortReason: unknown;
   /** The lane lease is known to be lost (reported once). */
   leaseLost = false;
+  /** The handler's part is over (see `RunnerDeps.settled`). */
+  settled = false;
   /** Settles when the run has ended and its outcome is written. */
   done: Promise<RunOutcome> = Promise.resolve('aborted');
+  /** Created on first use of `signal`: most handlers never read it, and a controller costs more than the rest of a run. */
+  #controller: AbortController | undefined;
+  /** Stops the runner's wait for the handler (set while it waits). */
+  onAbort: (() => void) | undefined;
 
   constructor(claimed: ClaimedDelivery, handler: ResolvedHandler<TTx>, lane: number, epoch: string) {
     this.claimed = claimed;
@@ -79,6 +92,15 @@ export class RunningDelivery<TTx> {
     });
   }
 
+  /** The handler's abort signal; already aborted if the run was. */
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.abortKind !== undefined) this.#controller.abort(this.abortReason);
+    }
+    return this.#controller.signal;
+  }
+
   /** The lease of this claim, for fenced writes. */
   get lease(): DeliveryLease {
     return { deliveryId: this.claimed.id, lease: this.claimed.lease };
@@ -88,7 +110,11 @@ export class RunningDelivery<TTx> {
   abort(kind: AbortKind, reason: unknown): void {
     if (this.abortKind !== undefined) return;
     this.abortKind = kind;
-    this.controller.abort(reason);
+    this.abortReason = reason;
+    this.#controller?.abort(reason);
+    const onAbort = this.onAbort;
+    this.onAbort = undefined;
+    onAbort?.();
   }
 }
 
@@ -116,27 +142,26 @@ class LeaseLostSignal extends Error {
 /** The runner stopped waiting for the handler because its signal was aborted. */
 class StoppedWaiting extends Error {}
 
-/** Resolve or reject with `promise`, or reject with `StoppedWaiting` as soon as `signal` aborts. */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal, onLate: (outcome: string) => void): Promise<T> {
-  if (signal.aborted) {
+/** Resolve or reject with `promise`, or reject with `StoppedWaiting` as soon as `run` is aborted. */
+function untilAborted<TTx, T>(promise: PromiseLike<T>, run: RunningDelivery<TTx>, onLate: (outcome: string) => void): Promise<T> {
+  if (run.abortKind !== undefined) {
     promise.then(() => onLate('resolved'), () => onLate('rejected'));
     return Promise.reject(new StoppedWaiting());
   }
   return new Promise<T>((resolve, reject) => {
     let stopped = false;
-    const onAbort = (): void => {
+    run.onAbort = () => {
       stopped = true;
       reject(new StoppedWaiting());
     };
-    signal.addEventListener('abort', onAbort, { once: true });
     promise.then(
       (value) => {
-        signal.removeEventListener('abort', onAbort);
+        run.onAbort = undefined;
         if (stopped) onLate('resolved');
         else resolve(value);
       },
       (error: unknown) => {
-        signal.removeEventListener('abort', onAbort);
+        run.onAbort = undefined;
         if (stopped) onLate('rejected');
         else reject(error);
       },
@@ -144,16 +169,38 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignal, onLate: (outc
   });
 }
 
-function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, deps: RunnerDeps<TTx>): Promise<unknown> {
-  const context: HandlerContext & { transaction?: TTx } = run.handler.transactional
-    ? Object.freeze({ delivery: run.info, signal: run.controller.signal, transaction })
-    : Object.freeze({ delivery: run.info, signal: run.controller.signal });
-  const handlerPromise = new Promise<unknown>((resolve) => resolve(run.handler.fn(run.claimed.payload, context)));
-  return untilAborted(handlerPromise, run.controller.signal, (late) => {
+/** The handler's context; `signal` is read through the run so its controller exists only when a handler asks for it. */
+function contextOf<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined): HandlerContext & { transaction?: TTx } {
+  return run.handler.transactional
+    ? Object.freeze({ delivery: run.info, get signal() { return run.signal; }, transaction })
+    : Object.freeze({ delivery: run.info, get signal() { return run.signal; } });
+}
+
+/**
+ * Call the handler. A handler that returns a plain value (or throws) synchronously is done at once;
+ * only a returned promise (thenable) is raced against the abort.
+ */
+function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, deps: RunnerDeps<TTx>): unknown {
+  const onLate = (late: string): void => {
     deps.logger.debug('a handler settled after relaybus stopped waiting for it; its result was ignored', {
       deliveryId: run.claimed.id, handler: run.claimed.handler, abortedBy: run.abortKind, late,
     });
-  });
+  };
+  let result: unknown;
+  try {
+    result = run.handler.fn(run.claimed.payload, contextOf(run, transaction));
+  } catch (error) {
+    if (run.abortKind === undefined) throw error;
+    onLate('rejected');
+    throw new StoppedWaiting();
+  }
+  if (result === null || (typeof result !== 'object' && typeof result !== 'function') || typeof (result as PromiseLike<unknown>).then !== 'function') {
+    if (run.abortKind === undefined) return result;
+    onLate('resolved');
+    throw new StoppedWaiting();
+  }
+  // Adopt the thenable as a promise would, so a thenable whose `then` throws rejects the run.
+  return untilAborted(new Promise<unknown>((resolve) => resolve(result)), run, onLate);
 }
 
 function errorText(error: unknown): string {
@@ -169,6 +216,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
 
   if (claimed.eventType !== handler.eventType) {
     const error = new Error(`handler "${handler.name}" is registered for event type "${handler.eventType}" but was handed a delivery of "${claimed.eventType}"; a handler name must not move between event types`);
+    settle(run, deps);
     return writeFailure(run, deps, error, elapsed, true);
   }
 
@@ -199,6 +247,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
   } finally {
     clearTimeout(timer);
   }
+  settle(run, deps);
 
   if (succeeded) {
     if (handler.transactional) return delivered(run, deps, elapsed());
@@ -221,8 +270,14 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
     return 'lease-lost';
   }
   if (run.abortKind === 'shutdown') return 'aborted';
-  const error: unknown = run.abortKind === 'timeout' ? run.controller.signal.reason : thrown;
+  const error: unknown = run.abortKind === 'timeout' ? run.abortReason : thrown;
   return writeFailure(run, deps, error, elapsed, false);
+}
+
+function settle<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>): void {
+  if (run.settled) return;
+  run.settled = true;
+  deps.settled?.(run);
 }
 
 function delivered<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, durationMs: number): RunOutcome {
