@@ -3,6 +3,7 @@
  * included), <name>.md (tables of the VALID runs: median with min-max, paired ratios, the issue's
  * targets) and <name>.svg (dispatch throughput and WAL per delivery, hand-written SVG).
  */
+import { isAbsolute } from 'node:path';
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { RunRecord } from './scenarios/common.js';
@@ -264,12 +265,12 @@ function svg(results: BenchResults): string {
   return parts.join('\n');
 }
 
-/** Write <name>.json, .md, .svg into `dir`; returns the paths. */
+/** Write <name>.json, .md, .svg into `dir` (or at `name` itself when it is an absolute path); returns the paths. */
 export function writeReport(results: BenchResults, dir: URL): string[] {
-  const base = new URL(`./${results.name}`, dir);
-  const json = fileURLToPath(base) + '.json';
-  const md = fileURLToPath(base) + '.md';
-  const chart = fileURLToPath(base) + '.svg';
+  const base = isAbsolute(results.name) ? results.name : fileURLToPath(new URL(`./${results.name}`, dir));
+  const json = base + '.json';
+  const md = base + '.md';
+  const chart = base + '.svg';
   writeFileSync(json, JSON.stringify(results, null, 1) + '\n');
   writeFileSync(md, markdown(results));
   writeFileSync(chart, svg(results));

@@ -10,6 +10,7 @@
 import pg from 'pg';
 import { Logger, run, runMigrations, type Runner } from 'graphile-worker';
 import { HANDLERS, type Contender } from '../lib/types.js';
+import { inTransaction } from '../lib/db.js';
 
 /** graphile-worker's Logger wraps a log-function factory; a no-op one keeps its output out of the run. */
 const logger = new Logger(() => () => {});
@@ -44,17 +45,9 @@ export const graphileWorker: Contender = {
     return {
       async publish(events) {
         const specs = JSON.stringify(events.flatMap((e) => HANDLERS.map((identifier) => ({ identifier, payload: { i: e.i } }))));
-        const client = await pool.connect();
-        try {
-          await client.query('BEGIN');
+        await inTransaction(pool, async (client) => {
           await client.query(text, [specs]);
-          await client.query('COMMIT');
-        } catch (error) {
-          await client.query('ROLLBACK').catch(() => {});
-          throw error;
-        } finally {
-          client.release();
-        }
+        });
       },
       close: () => pool.end(),
     };

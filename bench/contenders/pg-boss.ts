@@ -15,6 +15,7 @@
 import pg from 'pg';
 import PgBoss from 'pg-boss';
 import { HANDLERS, type Contender } from '../lib/types.js';
+import { inTransaction } from '../lib/db.js';
 
 interface Executor { executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }> }
 
@@ -59,18 +60,10 @@ export const pgBoss: Contender = {
     await b.start();
     return {
       async publish(events) {
-        const client = await pool.connect();
-        const db: Executor = { executeSql: (text, values) => client.query(text, values) };
-        try {
-          await client.query('BEGIN');
+        await inTransaction(pool, async (client) => {
+          const db: Executor = { executeSql: (text, values) => client.query(text, values) };
           await b.insert(events.flatMap((e) => HANDLERS.map((name) => ({ name, data: { i: e.i } }))), { db });
-          await client.query('COMMIT');
-        } catch (error) {
-          await client.query('ROLLBACK').catch(() => {});
-          throw error;
-        } finally {
-          client.release();
-        }
+        });
       },
       async close() {
         await b.stop({ graceful: false, wait: true });

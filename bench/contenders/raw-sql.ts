@@ -10,6 +10,7 @@
 import pg from 'pg';
 import { laneOf } from '../../src/core/lanes.js';
 import { HANDLERS, type Contender, type DispatcherHandle } from '../lib/types.js';
+import { inTransaction } from '../lib/db.js';
 
 export const rawSql: Contender = {
   name: 'raw-sql',
@@ -55,20 +56,12 @@ export const rawSql: Contender = {
     const handlerIds = HANDLERS.map((_, index) => index);
     return {
       async publish(events) {
-        const client = await pool.connect();
-        try {
-          await client.query('BEGIN');
+        await inTransaction(pool, async (client) => {
           await client.query({
             ...insert,
             values: [events.map((e) => laneOf(e.key, `e${e.i}`)), events.map((e) => e.i), events.map((e) => e.key), handlerIds],
           });
-          await client.query('COMMIT');
-        } catch (error) {
-          await client.query('ROLLBACK').catch(() => {});
-          throw error;
-        } finally {
-          client.release();
-        }
+        });
       },
       close: () => pool.end(),
     };

@@ -7,6 +7,7 @@ import pg from 'pg';
 import { createConsoleLogger, createRelayBus, defineEvent, Type, type RelayBus } from '../../src/index.js';
 import { fromPg, postgresStore, type PgClientLike } from '../../src/postgres/index.js';
 import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.js';
+import { inTransaction } from '../lib/db.js';
 
 const BenchEvent = defineEvent('bench.event', Type.Object({ i: Type.Integer() }));
 
@@ -69,21 +70,13 @@ export const relaybus: Contender = {
     for (const handler of HANDLERS) bus.on(BenchEvent, handler, () => {});
     return {
       async publish(events) {
-        const client = await pool.connect();
-        try {
-          await client.query('BEGIN');
+        await inTransaction(pool, async (client) => {
           if (events.length === 1) {
             await bus.publish(client, BenchEvent, { i: events[0]!.i }, { key: events[0]!.key, id: `e${events[0]!.i}` });
           } else {
             await bus.publishMany(client, events.map((e) => ({ event: BenchEvent, payload: { i: e.i }, options: { key: e.key, id: `e${e.i}` } })));
           }
-          await client.query('COMMIT');
-        } catch (error) {
-          await client.query('ROLLBACK').catch(() => {});
-          throw error;
-        } finally {
-          client.release();
-        }
+        });
       },
       close: () => pool.end(),
     };

@@ -16,6 +16,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { HANDLERS, type Contender, type DispatcherHandle } from '../lib/types.js';
+import { inTransaction } from '../lib/db.js';
 
 const LEASE_MS = 30_000;
 
@@ -138,17 +139,9 @@ export const rowLease: Contender = {
     return {
       async publish(events) {
         const input = JSON.stringify(events.map((e, ord) => ({ ord, id: `e${e.i}`, key: e.key, payload: { i: e.i } })));
-        const client = await pool.connect();
-        try {
-          await client.query('BEGIN');
+        await inTransaction(pool, async (client) => {
           await client.query({ name, text, values: [input, HANDLERS] });
-          await client.query('COMMIT');
-        } catch (error) {
-          await client.query('ROLLBACK').catch(() => {});
-          throw error;
-        } finally {
-          client.release();
-        }
+        });
       },
       close: () => pool.end(),
     };

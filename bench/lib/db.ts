@@ -150,3 +150,19 @@ export async function ownWalBytes(client: pg.Client, from: string, to: string): 
     return undefined;
   }
 }
+
+/** Run `fn` on one pooled client between BEGIN and COMMIT (ROLLBACK when it throws): every contender's publish. */
+export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const result = await fn(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  } finally {
+    client.release();
+  }
+}
