@@ -11,7 +11,7 @@
  * dispatcher processes, and an exactness check; INVALID runs are kept in the JSON but never enter
  * the medians. Results: bench/results/<name>.json, .md and .svg (see report.ts).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import { CONTENDER_NAMES, loadContender } from './contenders/index.js';

@@ -9,7 +9,7 @@ import { snapshot } from '../lib/db.js';
 import { sleep } from '../lib/stats.js';
 import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.js';
 import { dbFigures, mergeStatements, profile } from '../metrics.js';
-import { mergeRecords, validate, type Records } from '../validate.js';
+import { mergeRecords, validate } from '../validate.js';
 import type { DispatcherResult } from '../child.js';
 import { analyzeSchema, withSchema, type RunContext, type RunRecord } from './common.js';
 

@@ -14,9 +14,9 @@ import { CamelCasePlugin, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { InvalidInputError, InvalidOptionsError, RelayBusError } from '../../src/core/errors.js';
-import { fromDrizzle, type DrizzleTransactionLike } from '../../src/postgres/drivers/drizzle-driver.js';
+import { fromDrizzle } from '../../src/postgres/drivers/drizzle-driver.js';
 import { fromKysely, type KyselyTransactionLike } from '../../src/postgres/drivers/kysely-driver.js';
-import { fromPg, fromPostgresJs, postgresStore, type PostgresJsTransactionLike, type PostgresStore } from '../../src/postgres/index.js';
+import { fromPg, fromPostgresJs, postgresStore, type PostgresStore } from '../../src/postgres/index.js';
 import type { PublishParams } from '../../src/store/contract.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 

@@ -4,7 +4,6 @@
  * the `pg` target; these catch driver differences (parameter and result types, arrays, JSON, result
  * shapes, transactions). Each opened harness gets a schema of its own, dropped on close.
  */
-import { PGlite } from '@electric-sql/pglite';
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
@@ -13,11 +12,9 @@ import pg from 'pg';
 import postgres from 'postgres';
 import { fromDrizzle, type DrizzleTransactionLike } from '../../src/postgres/drivers/drizzle-driver.js';
 import { fromKysely, type KyselyTransactionLike } from '../../src/postgres/drivers/kysely-driver.js';
-import { fromPostgresJs, postgresStore, type PostgresDriver, type PostgresJsTransactionLike } from '../../src/postgres/index.js';
-import type { StoreCapabilities } from '../../src/store/contract.js';
-import { uniqueSchemaName } from './databases.js';
-import { StubClock, type ContractTarget, type Harness, type HarnessOptions } from './harness.js';
-import { capabilities, POOL_SIZE, resetSql, serverTarget, transactionRunner } from './postgres-targets.js';
+import { fromPostgresJs, type PostgresJsTransactionLike } from '../../src/postgres/index.js';
+import type { ContractTarget } from './harness.js';
+import { pgliteTarget, POOL_SIZE, serverTarget } from './postgres-targets.js';
 
 const quietPostgresJs = (url: string) => postgres(url, { max: POOL_SIZE, onnotice: () => {} });
 
@@ -58,39 +55,7 @@ export function drizzlePostgresJsTarget(): ContractTarget<DrizzleTransactionLike
   });
 }
 
-/**
- * The store over Drizzle's PGlite driver (embedded, one connection). A PGlite instance takes about
- * half a gigabyte, so the harnesses of one target share one instance, each in a schema of its own.
- */
+/** The store over Drizzle's PGlite driver (embedded, one connection; one instance shared by the harnesses). */
 export function drizzlePgliteTarget(): ContractTarget<DrizzleTransactionLike> {
-  let shared: { client: Promise<PGlite>; users: number } | undefined;
-  return {
-    name: 'postgres store / drizzle (pglite)',
-    capabilities: capabilities(false),
-    probe: async () => undefined,
-    async open(options: HarnessOptions = {}): Promise<Harness<DrizzleTransactionLike>> {
-      shared ??= { client: PGlite.create(), users: 0 };
-      const instance = shared;
-      instance.users += 1;
-      const client = await instance.client;
-      const driver = fromDrizzle(drizzlePglite({ client }));
-      const schema = uniqueSchemaName('drizzle_pglite');
-      const store = postgresStore({ driver, schema, completionHistory: options.completionHistory ?? false });
-      await store.setup();
-      return {
-        store,
-        clock: new StubClock(),
-        inTransaction: transactionRunner(store),
-        reset: () => driver.executor.exec(resetSql(schema)),
-        close: async () => {
-          await driver.executor.exec(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-          instance.users -= 1;
-          if (instance.users === 0) {
-            if (shared === instance) shared = undefined;
-            await client.close();
-          }
-        },
-      };
-    },
-  };
+  return pgliteTarget('postgres store / drizzle (pglite)', 'drizzle_pglite', (client) => fromDrizzle(drizzlePglite({ client })));
 }

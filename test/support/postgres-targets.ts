@@ -32,6 +32,28 @@ export interface Connection<TTx> {
   end(): Promise<void>;
 }
 
+/** A store in a fresh schema of `driver`'s database, set up; closing drops the schema, then calls `end`. */
+export async function schemaHarness<TTx>(
+  driver: PostgresDriver<TTx>, label: string, options: HarnessOptions, end: () => Promise<void>,
+): Promise<Harness<TTx>> {
+  const schema = uniqueSchemaName(label);
+  const store = postgresStore({ driver, schema, completionHistory: options.completionHistory ?? false });
+  await store.setup();
+  return {
+    store,
+    clock: new StubClock(),
+    inTransaction: transactionRunner(store),
+    reset: () => driver.executor.exec(resetSql(schema)),
+    close: async () => {
+      try {
+        await driver.executor.exec(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      } finally {
+        await end();
+      }
+    },
+  };
+}
+
 /** A target on the test Postgres server: a schema per harness, set up by the store, dropped on close. */
 export function serverTarget<TTx>(name: string, label: string, connect: (url: string) => Connection<TTx>): ContractTarget<TTx> {
   return {
@@ -45,22 +67,35 @@ export function serverTarget<TTx>(name: string, label: string, connect: (url: st
       const found = await findPostgres();
       if ('skip' in found) throw new Error(found.skip);
       const { driver, end } = connect(found.url);
-      const schema = uniqueSchemaName(label);
-      const store = postgresStore({ driver, schema, completionHistory: options.completionHistory ?? false });
-      await store.setup();
-      return {
-        store,
-        clock: new StubClock(),
-        inTransaction: transactionRunner(store),
-        reset: () => driver.executor.exec(resetSql(schema)),
-        close: async () => {
-          try {
-            await driver.executor.exec(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-          } finally {
-            await end();
-          }
-        },
-      };
+      return schemaHarness(driver, label, options, end);
+    },
+  };
+}
+
+/**
+ * A target on embedded PGlite (one connection). An instance takes about half a gigabyte, so the
+ * harnesses of one target share one instance, each in a schema of its own.
+ */
+export function pgliteTarget<TTx = PgliteQueryableLike>(
+  name = 'postgres store / pglite', label = 'pglite',
+  makeDriver: (db: PGlite) => PostgresDriver<TTx> = (db) => fromPglite(db) as unknown as PostgresDriver<TTx>,
+): ContractTarget<TTx> {
+  let shared: { db: Promise<PGlite>; users: number } | undefined;
+  return {
+    name,
+    capabilities: capabilities(false),
+    probe: async () => undefined,
+    async open(options: HarnessOptions = {}): Promise<Harness<TTx>> {
+      shared ??= { db: PGlite.create(), users: 0 };
+      const instance = shared;
+      instance.users += 1;
+      const db = await instance.db;
+      return schemaHarness(makeDriver(db), label, options, async () => {
+        instance.users -= 1;
+        if (instance.users > 0) return;
+        if (shared === instance) shared = undefined;
+        await db.close();
+      });
     },
   };
 }
@@ -76,25 +111,4 @@ export function pgTarget(options: { preparedStatements?: boolean } = {}): Contra
       return { driver: fromPg(pool, { preparedStatements: prepared }), end: () => pool.end() };
     },
   );
-}
-
-/** The Postgres store over an embedded PGlite database (one connection). */
-export function pgliteTarget(): ContractTarget<PgliteQueryableLike> {
-  return {
-    name: 'postgres store / pglite',
-    capabilities: capabilities(false),
-    probe: async () => undefined,
-    async open(harnessOptions: HarnessOptions = {}): Promise<Harness<PgliteQueryableLike>> {
-      const db = await PGlite.create();
-      const store = postgresStore({ driver: fromPglite(db, { ownsDatabase: true }), completionHistory: harnessOptions.completionHistory ?? false });
-      await store.setup();
-      return {
-        store,
-        clock: new StubClock(),
-        inTransaction: transactionRunner(store),
-        reset: async () => { await db.exec(resetSql(store.schema)); },
-        close: () => store.close(),
-      };
-    },
-  };
 }
