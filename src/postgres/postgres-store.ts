@@ -158,7 +158,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     const extra = name === 'complete-many' ? [] : [iso(now)];
     const rows = await runOwned<{ id: string }>(name, [...leaseArrays(parsed), ...extra]);
     const done = new Set(rows.map((row) => row.id));
-    return parsed.map((lease) => done.has(lease.deliveryId));
+    // A lease listed twice succeeds once, as it would in two calls.
+    return parsed.map((lease) => done.delete(lease.deliveryId));
   }
 
   return {

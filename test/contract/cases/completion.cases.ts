@@ -32,6 +32,16 @@ export const completionCases: CaseGroup = {
       },
     },
     {
+      name: 'a lease listed twice in one completeMany succeeds once',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'e1' })]);
+        const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
+        const results = await harness.store.completeMany([leaseOf(claimed!), leaseOf(claimed!)], harness.clock.now());
+        assert.deepEqual(results, [true, false]);
+        assert.deepEqual(await allDeliveries(harness), []);
+      },
+    },
+    {
       name: 'a transactional complete deletes the delivery when its transaction commits',
       needs: ['transactions'],
       async run({ harness }) {
