@@ -18,9 +18,11 @@ import { loadStatements, type StatementName } from './statements.js';
 
 /**
  * The Postgres store, written once against `PostgresDriver` for every driver. Each contract method
- * runs the statements of `sql/` (one file each); the claim is the only method that may run more than
- * one: it first claims from the lanes the owner holds and, while the batch is not full, takes free
- * lanes a few at a time (4, 8, 16, ...) and claims from them.
+ * runs the statements of `sql/` (one file each); two methods may run more than one. The claim first
+ * claims from the lanes the owner holds and, while the batch is not full, takes free lanes a few at a
+ * time (4, 8, 16, ...) and claims from them. Publish runs `publish-new-one` (one event) or
+ * `publish-new` (a batch), which write only when every id is new, and then, only when an id exists
+ * already, `publish` (inbox dedup) for the whole batch.
  */
 
 export interface PostgresStoreOptions<TTx> {
@@ -98,6 +100,20 @@ function toView(row: DeliveryRow): DeliveryView {
     maxAttempts: toInt(row.max_attempts), availableAt: toDate(row.available_at), lastError: row.last_error,
     createdAt: toDate(row.created_at), updatedAt: toDate(row.updated_at),
   };
+}
+
+/** The JSON document of publish and publish-new: one object per event; payloads are spliced in as validated JSON text. */
+function publishDocument(events: readonly PublishParams[], ids: readonly string[], payloads: readonly string[]): string {
+  const input = events.map((event, ord) => {
+    const id = ids[ord]!;
+    const meta = JSON.stringify({
+      ord, id, type: event.type, key: event.key ?? null, headers: event.headers ?? {},
+      handlers: event.handlers.map((h) => h.name), max_attempts: event.handlers.map((h) => h.maxAttempts),
+      lane: laneOf(event.key, id), available_at: iso(event.availableAt),
+    });
+    return `${meta.slice(0, -1)},"payload":${payloads[ord]}}`;
+  });
+  return `[${input.join(',')}]`;
 }
 
 const FIRST_LANES_TO_TAKE = 4;
@@ -184,20 +200,37 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const payloads = validatePublish(events, now);
       if (events.length === 0) return [];
       const executor = driver.unwrap(tx);
-      // One JSON document carries the whole batch; payloads are spliced in as the JSON text validated above.
-      const input = events.map((event, ord) => {
-        const id = event.id ?? randomUUID();
-        const meta = JSON.stringify({
-          ord, id, type: event.type, key: event.key ?? null, headers: event.headers ?? {},
-          handlers: event.handlers.map((h) => h.name), max_attempts: event.handlers.map((h) => h.maxAttempts),
-          lane: laneOf(event.key, id), available_at: iso(event.availableAt),
-        });
-        return `${meta.slice(0, -1)},"payload":${payloads[ord]}}`;
+      const ids = events.map((event) => event.id ?? randomUUID());
+      // The common case, every id new, takes one lean statement: one event from plain parameters, a batch as one JSON
+      // document (payloads spliced in as the JSON text validated above). It returns the deliveries it inserted, or a
+      // row of nulls, having written nothing, when an id exists already.
+      const [first] = events;
+      const rows = events.length === 1
+        ? await run<{ event_id: string | null; handler: string | null }>(executor, 'publish-new-one', [
+          ids[0], first!.type, first!.key ?? null, payloads[0], JSON.stringify(first!.headers ?? {}),
+          first!.handlers.map((h) => h.name), first!.handlers.map((h) => h.maxAttempts), laneOf(first!.key, ids[0]!),
+          iso(first!.availableAt), iso(now),
+        ])
+        : await run<{ event_id: string | null; handler: string | null }>(executor, 'publish-new', [publishDocument(events, ids, payloads), iso(now)]);
+      if (rows.some((row) => row.event_id === null)) {
+        // An id exists: the full statement (inbox dedup) runs for the whole batch, in the same transaction.
+        const full = await run<{ ord: number; id: string; added: string[]; duplicate: boolean }>(
+          executor, 'publish', [publishDocument(events, ids, payloads), iso(now)],
+        );
+        return full.map((row) => ({ eventId: row.id, addedHandlers: row.added, duplicate: row.duplicate }));
+      }
+      // Rows come in input order and by handler (database collation) within an event. An event without rows was
+      // inserted by a concurrent transaction first: a duplicate that got nothing, as with the full statement.
+      const added = new Map<string, string[]>();
+      for (const row of rows) {
+        const handlers = added.get(row.event_id!);
+        if (handlers === undefined) added.set(row.event_id!, [row.handler!]);
+        else handlers.push(row.handler!);
+      }
+      return ids.map((id) => {
+        const handlers = added.get(id);
+        return { eventId: id, addedHandlers: handlers ?? [], duplicate: handlers === undefined };
       });
-      const rows = await run<{ ord: number; id: string; added: string[]; duplicate: boolean }>(
-        executor, 'publish', [`[${input.join(',')}]`, iso(now)],
-      );
-      return rows.map((row) => ({ eventId: row.id, addedHandlers: row.added, duplicate: row.duplicate }));
     },
 
     async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {

@@ -79,6 +79,9 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
         await rejectsInput(store.publish(client, [event('e1')]), /not in a transaction/);
         await client.query('BEGIN');
         await client.query('SELECT 1/0').catch(() => {});
+        // pg rejects on the error message and learns the failed status from the ReadyForQuery that follows:
+        // one more (failing) round trip makes sure that message has been read.
+        await client.query('SELECT 1').catch(() => {});
         await rejectsInput(store.publish(client, [event('e1')]), /has failed/);
         await client.query('ROLLBACK');
         await client.query('BEGIN');
