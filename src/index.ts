@@ -44,10 +44,11 @@ export { systemClock } from './core/clock.js';
 export type { Clock } from './core/clock.js';
 
 export {
-  DuplicateHandlerError, InvalidInputError, InvalidLeaseError, InvalidOptionsError, InvalidPayloadError, InvalidStateError,
-  RelayBusError, SchemaMismatchError, StoreUnavailableError, UnknownEventError, UnknownHandlerError,
+  DuplicateHandlerError, EventConflictError, InvalidInputError, InvalidLeaseError, InvalidOptionsError, InvalidPayloadError,
+  InvalidStateError, isRetryableError, RelayBusError, SchemaMismatchError, StoreUnavailableError, UnknownEventError,
+  UnknownHandlerError,
 } from './core/errors.js';
-export type { RelayBusErrorCode } from './core/errors.js';
+export type { RelayBusErrorCode, RelayBusErrorOptions } from './core/errors.js';
 
 export type {
   BuryParams, ClaimedDelivery, ClaimParams, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams, ExtendLeaseResult,

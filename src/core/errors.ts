@@ -11,28 +11,48 @@ export type RelayBusErrorCode =
   | 'RELAYBUS_UNKNOWN_HANDLER'
   | 'RELAYBUS_STORE_UNAVAILABLE'
   | 'RELAYBUS_SCHEMA_MISMATCH'
-  | 'RELAYBUS_INVALID_STATE';
+  | 'RELAYBUS_INVALID_STATE'
+  | 'RELAYBUS_CONFLICT';
+
+/** Options every relaybus error takes: the underlying error, and whether the same call may succeed later. */
+export interface RelayBusErrorOptions {
+  readonly cause?: unknown;
+  /** Default false: only a store failure that a retry can fix (connection lost, restart, deadlock) says true. */
+  readonly retryable?: boolean;
+}
 
 /** Base class of every error relaybus throws deliberately. */
 export class RelayBusError extends Error {
   readonly code: RelayBusErrorCode;
-  constructor(code: RelayBusErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  /**
+   * True when the same call may succeed if made again later, unchanged: the connection was lost, the
+   * database is restarting or shutting down, a serialization failure or deadlock. False for bad input,
+   * data Postgres rejects, constraints, privileges and schema problems: retrying those repeats the failure.
+   */
+  readonly retryable: boolean;
+  constructor(code: RelayBusErrorCode, message: string, options?: RelayBusErrorOptions) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
+    this.retryable = options?.retryable ?? false;
   }
+}
+
+/** True when `error` is one a retry of the same call can fix (see `RelayBusError.retryable`). */
+export function isRetryableError(error: unknown): boolean {
+  return error instanceof RelayBusError && error.retryable;
 }
 
 /** Options passed to a factory (store, bus, dispatcher) are missing, of the wrong type or out of range. */
 export class InvalidOptionsError extends RelayBusError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  constructor(message: string, options?: RelayBusErrorOptions) {
     super('RELAYBUS_INVALID_OPTIONS', message, options);
   }
 }
 
 /** Arguments of a store or bus operation are invalid; nothing was written. */
 export class InvalidInputError extends RelayBusError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  constructor(message: string, options?: RelayBusErrorOptions) {
     super('RELAYBUS_INVALID_INPUT', message, options);
   }
 }
@@ -68,16 +88,35 @@ export class UnknownHandlerError extends RelayBusError {
   }
 }
 
-/** The database could not be reached or failed underneath; `cause` holds the driver's error. */
+/**
+ * The database could not be reached or failed underneath; `cause` holds the driver's error and
+ * `retryable` says whether the same call may succeed later (connection lost, restart, deadlock) or
+ * not (data Postgres rejects, a constraint, missing privileges).
+ */
 export class StoreUnavailableError extends RelayBusError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  constructor(message: string, options?: RelayBusErrorOptions) {
     super('RELAYBUS_STORE_UNAVAILABLE', message, options);
+  }
+}
+
+/**
+ * An event id was published again with a different type, key or payload: a second, different
+ * event under an id that is taken. Nothing was written. `eventId` and `differences` say what.
+ */
+export class EventConflictError extends RelayBusError {
+  readonly eventId: string;
+  /** The fields that differ from the stored event: 'type', 'key', 'payload'. */
+  readonly differences: readonly string[];
+  constructor(message: string, eventId: string, differences: readonly string[]) {
+    super('RELAYBUS_CONFLICT', message);
+    this.eventId = eventId;
+    this.differences = differences;
   }
 }
 
 /** The relaybus tables are missing or were created by an incompatible version. */
 export class SchemaMismatchError extends RelayBusError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  constructor(message: string, options?: RelayBusErrorOptions) {
     super('RELAYBUS_SCHEMA_MISMATCH', message, options);
   }
 }

@@ -1,0 +1,62 @@
+/**
+ * Which database failures a retry can fix. Classified once, here, at the store boundary: the store
+ * turns every driver error into a `RelayBusError` whose `retryable` comes from this function, and
+ * the dispatcher, the CLI worker and callers read that property instead of parsing messages.
+ */
+
+/** SQLSTATE classes (first two characters) that a later retry can get past. */
+const RETRYABLE_CLASSES = new Set([
+  '08', // connection exception: the connection failed or was lost
+  '53', // insufficient resources: too many connections, out of memory or disk (an operator fixes it; the worker waits)
+  '57', // operator intervention: admin shutdown, crash shutdown, cannot connect now, query canceled
+  '58', // system error: I/O error
+]);
+
+/** Single SQLSTATEs a retry can get past. */
+const RETRYABLE_STATES = new Set([
+  '40001', // serialization_failure
+  '40P01', // deadlock_detected
+  '55P03', // lock_not_available
+  'XX000', // internal_error: seen while a server restarts; a retry either succeeds or fails the same way
+]);
+
+/** SQLSTATEs in a retryable class that retrying will not fix. */
+const PERMANENT_STATES = new Set([
+  '57014', // query_canceled by statement_timeout: the same statement takes as long again
+]);
+
+/** Node socket errors (and driver messages) of a connection that dropped or never opened. */
+const RETRYABLE_SOCKET_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN',
+  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT', // postgres.js
+]);
+
+const RETRYABLE_MESSAGES = [
+  /connection terminated/i, // pg: "Connection terminated unexpectedly", "Connection terminated due to connection timeout"
+  /terminating connection/i,
+  /the database system is (starting up|shutting down|in recovery mode)/i,
+  /client has encountered a connection error/i, // pg: a client used after its connection failed
+  /timeout exceeded when trying to connect/i, // pg-pool
+  /connection (is )?closed/i,
+];
+
+/** The SQLSTATE of a driver error, if it has one. */
+export function sqlStateOf(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+/** True when the same statement may succeed if run again later. */
+export function isRetryableDatabaseError(error: unknown): boolean {
+  const sqlState = sqlStateOf(error);
+  if (sqlState !== undefined) {
+    if (PERMANENT_STATES.has(sqlState)) return false;
+    return RETRYABLE_STATES.has(sqlState) || RETRYABLE_CLASSES.has(sqlState.slice(0, 2));
+  }
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && RETRYABLE_SOCKET_CODES.has(code)) return true;
+  const errors = (error as { errors?: unknown } | null)?.errors; // AggregateError of a multi-address connect
+  if (Array.isArray(errors) && errors.some(isRetryableDatabaseError)) return true;
+  const message = error instanceof Error ? error.message : typeof error === 'string' ? error : '';
+  return RETRYABLE_MESSAGES.some((pattern) => pattern.test(message));
+}
