@@ -16,6 +16,12 @@ export interface SqlExecutor {
   run<Row extends object>(statement: SqlStatement, params: readonly unknown[]): Promise<Row[]>;
   /** Run a script of several statements without parameters (setup DDL). */
   exec(script: string): Promise<void>;
+  /**
+   * True when the driver has already made sure, without a round trip, that this executor runs inside an
+   * open transaction block (pg's transaction status, a Kysely or PGlite transaction object that refuses
+   * use after it ended): publish then skips its guard statement.
+   */
+  readonly transactionChecked?: boolean;
 }
 
 /**
@@ -31,6 +37,14 @@ export interface PostgresDriver<TTx> {
   transaction<T>(fn: (tx: TTx) => Promise<T>): Promise<T>;
   /** Several statements can run at once on different connections (false for PGlite). */
   readonly concurrentConnections: boolean;
+  /**
+   * Subscribe to connection errors the driver kept from crashing the process (a pooled `pg`
+   * connection dropped: `pg_terminate_backend`, a restart, a network cut), for logging. The
+   * statement in progress has failed with the error already. Returns the unsubscribe function.
+   * Absent where such errors only ever surface as failed statements (postgres.js, PGlite) and
+   * where the driver cannot reach the pool (Kysely without its `pool` option).
+   */
+  onConnectionError?(listener: (error: Error) => void): () => void;
   /** Close what the driver opened itself (never a pool the caller passed in). */
   close(): Promise<void>;
 }

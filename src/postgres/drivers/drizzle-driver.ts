@@ -7,12 +7,19 @@
  * plain `${array}` would expand into a list), and run with `execute()`. Results are normalised at
  * the boundary: postgres-js returns an array of rows, node-postgres and PGlite an object with
  * `rows`. Statements run unnamed (Drizzle names only the statements of its own query builder).
+ *
+ * Dropped connections: over node-postgres, Drizzle checks a client out of the pool for each
+ * transaction and puts no `'error'` listener on it, so a connection dropped mid-transaction would
+ * crash the process. relaybus listens on `db.$client` (the pool, or a lone `pg.Client`) and on every
+ * client the pool hands out (see `fromPg`); the errors go to `onConnectionError`. postgres-js and
+ * PGlite never emit them: a dropped connection only fails the statement in progress.
  */
 import { entityKind, is, sql, type SQL } from 'drizzle-orm';
 import { PgTransaction } from 'drizzle-orm/pg-core';
 import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
-import { runGuarded } from './transaction-guard.js';
+import { guardPgClient, guardPgPool, isPgPool, type ConnectionErrorListener } from './connection-errors.js';
+import { inTransaction, runGuarded } from './transaction-guard.js';
 import { placeholderChunks, splitStatements } from './placeholders.js';
 
 /** What relaybus needs of any Drizzle Postgres handle: `execute(sql)`. */
@@ -108,6 +115,13 @@ function executorOf(db: DrizzleExecutorLike): SqlExecutor {
   };
 }
 
+/** Listen for connection errors on the `pg` pool or client under a node-postgres database (undefined for other drivers). */
+function guardNodePg(db: DrizzleDatabaseLike): ((listener: ConnectionErrorListener) => () => void) | undefined {
+  if (!kindsOf(db).includes('NodePgDatabase')) return undefined;
+  const client: unknown = (db as { $client?: unknown }).$client;
+  return isPgPool(client) ? guardPgPool(client) : guardPgClient(client);
+}
+
 function describe(value: unknown): string {
   if (value === null) return 'null';
   if (typeof value !== 'object') return typeof value;
@@ -136,6 +150,12 @@ export function fromDrizzle<TDb extends DrizzleDatabaseLike>(db: TDb, options: F
   return drizzleDriver(db, options) as unknown as PostgresDriver<DrizzleTransactionOf<TDb>>;
 }
 
+/** The transaction status of the pg client under a node-postgres Drizzle transaction ('T': open), else undefined. */
+function nodePgStatusOf(tx: DrizzleTransactionLike): string | null | undefined {
+  const session = (tx as { session?: { client?: { getTransactionStatus?: () => string | null } } }).session;
+  return session?.client?.getTransactionStatus?.();
+}
+
 function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): PostgresDriver<DrizzleTransactionLike> {
   if (typeof db?.execute !== 'function' || typeof db.transaction !== 'function') {
     throw new InvalidOptionsError(`fromDrizzle() needs a Drizzle Postgres database (drizzle(...)), got ${describe(db)}.`);
@@ -144,7 +164,10 @@ function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): Po
     throw new InvalidOptionsError('fromDrizzle() needs the Drizzle database itself, not a transaction: relaybus opens its own transactions on it.');
   }
   const single = kindsOf(db).includes('PgliteDatabase');
+  const subscribe = guardNodePg(db);
+  const endsEarly = kindsOf(db).includes('PostgresJsDatabase');
   return {
+    ...(subscribe ? { onConnectionError: subscribe } : {}),
     executor: executorOf(db),
     concurrentConnections: options.concurrentConnections ?? !single,
     unwrap(tx: DrizzleTransactionLike): SqlExecutor {
@@ -157,10 +180,28 @@ function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): Po
           + 'Call it inside db.transaction(async (tx) => ...) and pass tx.',
         );
       }
-      return executorOf(tx);
+      return { ...executorOf(tx), transactionChecked: single || nodePgStatusOf(tx) === 'T' };
     },
-    transaction<T>(fn: (tx: DrizzleTransactionLike) => Promise<T>): Promise<T> {
-      return db.transaction((tx) => runGuarded(tx, fn));
+    async transaction<T>(fn: (tx: DrizzleTransactionLike) => Promise<T>): Promise<T> {
+      let failure: { readonly error: unknown } | undefined;
+      const body = async (tx: DrizzleTransactionLike): Promise<T> => {
+        try {
+          return await runGuarded(tx, fn);
+        } catch (error) {
+          failure = { error };
+          throw error;
+        }
+      };
+      try {
+        // Only a postgres-js transaction can end while `fn` still runs (see inTransaction).
+        return endsEarly
+          ? await inTransaction<DrizzleTransactionLike, T>((inner) => db.transaction(inner), body)
+          : await db.transaction(body);
+      } catch (error) {
+        // On a dropped connection Drizzle replaces what `fn` threw with its failed ROLLBACK: hand on fn's error.
+        if (failure !== undefined && (error as { query?: unknown } | null)?.query === 'rollback') throw failure.error;
+        throw error;
+      }
     },
     async close(): Promise<void> {
       // The database and its client belong to the caller.

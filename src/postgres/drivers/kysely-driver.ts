@@ -10,10 +10,17 @@
  * The types are structural (`KyselyLike`, `KyselyTransactionLike`), so a `Transaction<AppDB>` from
  * the application's own copy of kysely type-checks, and a plain `Kysely` instance where a
  * transaction is expected does not (`isTransaction` is `true` only on a transaction).
+ *
+ * Dropped connections: Kysely checks a `pg` client out of the dialect's pool for every statement
+ * and transaction and puts no `'error'` listener on it, so a connection dropped mid-statement (or
+ * an idle one, in a pool without `pool.on('error')`) would crash the process. Kysely keeps that
+ * pool private: pass it as `fromKysely(db, { pool })` and relaybus listens on it (see `fromPg`).
  */
 import { CompiledQuery, type QueryResult } from 'kysely';
 import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+import { guardPgPool, isPgPool } from './connection-errors.js';
+import type { PgPoolLike } from './pg-driver.js';
 import { splitStatements } from './placeholders.js';
 
 /** What relaybus needs of any Kysely handle: run a compiled query, drop plugins. */
@@ -48,6 +55,13 @@ export interface FromKyselyOptions {
   readonly concurrentConnections?: boolean;
   /** `db.destroy()` on `store.close()` (default false: the instance belongs to the caller). */
   readonly ownsDatabase?: boolean;
+  /**
+   * The `pg.Pool` given to the `PostgresDialect`, which Kysely does not expose. With it, relaybus
+   * listens for connection errors on the pool and on every client checked out of it (by Kysely,
+   * relaybus or you), so a dropped connection fails the statement instead of crashing the
+   * process, and `onConnectionError` reports it. Without it, add those listeners yourself.
+   */
+  readonly pool?: PgPoolLike;
 }
 
 const FINISHED = /^Transaction is already (committed|rolled back)$/;
@@ -99,8 +113,9 @@ function describe(value: unknown): string {
  * import { postgresStore } from 'relaybus/postgres';
  * import { fromKysely } from 'relaybus/kysely';
  *
- * const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString }) }) });
- * const store = postgresStore({ driver: fromKysely(db) });
+ * const pool = new pg.Pool({ connectionString });
+ * const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+ * const store = postgresStore({ driver: fromKysely(db, { pool }) });
  * await db.transaction().execute(async (trx) => {
  *   await trx.insertInto('orders').values({ id: 'o-1' }).execute();
  *   await bus.publish(trx, OrderPlaced, { orderId: 'o-1' });
@@ -118,8 +133,13 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
   if (db.isTransaction) {
     throw new InvalidOptionsError('fromKysely() needs the Kysely instance itself, not a transaction: relaybus opens its own transactions on it.');
   }
+  if (options.pool !== undefined && !isPgPool(options.pool)) {
+    throw new InvalidOptionsError(`fromKysely(db, { pool }) needs the pg.Pool of the PostgresDialect, got ${describe(options.pool)}.`);
+  }
+  const subscribe = options.pool === undefined ? undefined : guardPgPool(options.pool);
   const owned = db.withoutPlugins();
   return {
+    ...(subscribe ? { onConnectionError: subscribe } : {}),
     executor: executorOf(owned),
     concurrentConnections: options.concurrentConnections ?? true,
     unwrap(tx: KyselyTransactionLike): SqlExecutor {
@@ -133,7 +153,8 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
           + 'with your writes. Call it inside db.transaction().execute(async (trx) => ...) and pass trx.',
         );
       }
-      return executorOf(tx.withoutPlugins());
+      // A Kysely transaction refuses statements once it ended: no guard statement needed.
+      return { ...executorOf(tx.withoutPlugins()), transactionChecked: true };
     },
     transaction<T>(fn: (tx: KyselyTransactionLike) => Promise<T>): Promise<T> {
       // The application's own instance (with its plugins): `fn` may be a transactional handler using trx for its writes.

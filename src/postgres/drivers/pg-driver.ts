@@ -1,5 +1,6 @@
 import { InvalidInputError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+import { guardCheckedOut, guardPgPool } from './connection-errors.js';
 import { runGuarded } from './transaction-guard.js';
 
 /**
@@ -61,6 +62,13 @@ function executorOf(client: PgClientLike, prepared: boolean): SqlExecutor {
  * Adapt a `pg.Pool` for `postgresStore`. `bus.publish(client, ...)` then takes a `pg` client in an
  * open transaction (`BEGIN` issued by the caller).
  *
+ * Dropped connections: relaybus puts an `'error'` listener on the pool and on every client it hands
+ * out from then on (once per pool), so a connection that drops (`pg_terminate_backend`, a restart)
+ * fails the statement in progress instead of crashing the process with an unhandled `'error'`
+ * event; a handler's attempt then fails and is retried. The errors go to `onConnectionError`
+ * subscribers (the worker logs them). Your own code should still listen too: `pool.on('error')`,
+ * and `client.on('error')` on clients you check out with `pool.connect()` to publish.
+ *
  * ```ts
  * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
  * const store = postgresStore({ driver: fromPg(pool) });
@@ -71,6 +79,7 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
     throw new InvalidInputError('fromPg() needs a pg.Pool (an object with query() and connect()). For PGlite use fromPglite().');
   }
   const prepared = options.preparedStatements ?? true;
+  const subscribe = guardPgPool(pool);
   return {
     executor: executorOf(pool, prepared),
     concurrentConnections: true,
@@ -88,10 +97,12 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
       if (status === 'E') {
         throw new InvalidInputError("The pg client's transaction has failed: roll it back; nothing was written.");
       }
-      return executorOf(tx, prepared);
+      // pg >= 8.12 reports the transaction status: 'T' is an open block, and publish needs no guard statement.
+      return { ...executorOf(tx, prepared), transactionChecked: status === 'T' };
     },
     async transaction<T>(fn: (tx: PgClientLike) => Promise<T>): Promise<T> {
       const client = await pool.connect();
+      guardCheckedOut(pool, client); // a pool-like that emits no 'acquire' still gets the listener
       let broken: Error | undefined;
       try {
         await client.query('BEGIN');
@@ -108,6 +119,9 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
       } finally {
         client.release(broken ?? false);
       }
+    },
+    onConnectionError(listener: (error: Error) => void): () => void {
+      return subscribe?.(listener) ?? (() => {});
     },
     async close(): Promise<void> {
       if (options.ownsPool) await pool.end();

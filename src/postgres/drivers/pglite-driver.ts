@@ -5,7 +5,8 @@ import { runGuarded } from './transaction-guard.js';
 /**
  * The PGlite driver: embedded Postgres (WASM) in the same process, for the demo and for tests that
  * need no server. PGlite is one connection: transactions run one after another, so lock contention
- * between workers cannot happen (`concurrentConnections: false`). Structural types only.
+ * between workers cannot happen (`concurrentConnections: false`). Structural types only. There is
+ * no connection to drop, hence no `onConnectionError`.
  */
 
 /** A PGlite database or a PGlite transaction. */
@@ -55,7 +56,8 @@ export function fromPglite(db: PgliteLike, options: FromPgliteOptions = {}): Pos
       if (typeof tx?.query !== 'function') {
         throw new InvalidInputError('Expected a PGlite transaction (the argument of db.transaction(fn)), got ' + typeof tx + '.');
       }
-      return executorOf(tx);
+      // A PGlite transaction refuses statements once it ended: no guard statement needed.
+      return { ...executorOf(tx), transactionChecked: true };
     },
     transaction: (fn) => db.transaction((tx) => runGuarded(tx, fn)),
     async close(): Promise<void> {

@@ -1,6 +1,6 @@
 import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
-import { runGuarded } from './transaction-guard.js';
+import { inTransaction } from './transaction-guard.js';
 import { parseArrayLiteral, toArrayLiteral } from './array-literal.js';
 import { jsonCastParams } from './placeholders.js';
 
@@ -18,6 +18,13 @@ import { jsonCastParams } from './placeholders.js';
  *   `preparedStatements: false` or the client was made with `prepare: false`. An unprepared
  *   statement with parameters costs postgres.js two round trips (it asks the server for the
  *   parameter types first), so they are prepared inside the caller's transaction too.
+ *
+ * Dropped connections: postgres.js emits nothing (no listener needed, no `onConnectionError`): the
+ * statement in progress fails, an idle connection reopens on its next use, and a transaction whose
+ * connection dropped rejects at once, so the handler's attempt fails and is retried. relaybus then
+ * refuses statements through that transaction and never lets postgres.js commit or roll it back:
+ * postgres.js 3.4 would write on the closed socket and crash the process (your own `sql.begin`
+ * callbacks that outlive a dropped connection hit the same bug).
  */
 
 /** One column of a postgres.js result. */
@@ -136,8 +143,8 @@ function notATransaction(tx: unknown): string | undefined {
  * Adapt a postgres.js client for `postgresStore`. `bus.publish(tx, ...)` then takes the `tx` of
  * `sql.begin(tx => ...)`, so the event commits or rolls back with your writes.
  *
- * A `tx` used after `sql.begin` returned is not detected: postgres.js runs its statements outside
- * any transaction. Publish inside the callback.
+ * A `tx` used after `sql.begin` returned is refused (postgres.js would run its statements outside
+ * any transaction): the store's publish guard finds no transaction block and writes nothing.
  *
  * ```ts
  * import postgres from 'postgres';
@@ -181,7 +188,7 @@ function postgresJsDriver(sql: PostgresJsSqlLike, options: FromPostgresJsOptions
       return executorOf(tx, prepare);
     },
     transaction<T>(fn: (tx: PostgresJsTransactionLike) => Promise<T>): Promise<T> {
-      return sql.begin((tx) => runGuarded(tx, fn)) as Promise<T>;
+      return inTransaction<PostgresJsTransactionLike, T>((body) => sql.begin(body) as Promise<T>, fn);
     },
     async close(): Promise<void> {
       if (options.ownsClient) await sql.end();
