@@ -126,59 +126,15 @@ WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pe
   AND (SELECT l.epoch = t.epoch AND t.id = ANY (l.in_flight) FROM "${schema}".relaybus_lanes l WHERE l.lane = t.lane)
 RETURNING d.id::text AS id`;
 
-  // Proposals for sql/claim-held-lanes.sql, derived from the shipped text so they track it (see the report).
   const shipped = statements['claim-held-lanes'].text;
-  const capLine = 'LIMIT $3::int * 2 + 16';
-  if (!shipped.includes(capLine)) throw new Error('claim-held-lanes changed: the per-lane cap line was not found');
-  // P1: cap each held lane's scan at its share of the batch, not at the whole batch.
-  const proposalShare = shipped.replace(capLine, 'LIMIT ($3::int / (SELECT count(*) FROM held)::int + 1) * 2 + 16');
-  // P2: keyed heads by a loose index scan of (lane, handler, key, sequence), unkeyed candidates by a capped scan of
-  // a partial index on unkeyed pending rows: no per-row predecessor probe, no blocked follower read.
-  const pickedStart = shipped.indexOf('picked AS (');
-  const pickedEnd = shipped.indexOf('grouped AS (');
   const q = `"${schema}".`;
-  const proposalHeads = 'WITH RECURSIVE ' + shipped.slice(shipped.indexOf('clock AS ('), pickedStart) + `heads AS (
-  SELECT h.lane, f.handler, f.key, f.sequence, 1 AS depth
-  FROM held h CROSS JOIN LATERAL (
-    SELECT d.handler, d.key, d.sequence FROM ${q}relaybus_deliveries d
-    WHERE d.lane = h.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.handler = ANY ($2::text[])
-    ORDER BY d.handler, d.key, d.sequence LIMIT 1) f
-  UNION ALL
-  SELECT k.lane, n.handler, n.key, n.sequence, k.depth + 1
-  FROM heads k CROSS JOIN LATERAL (
-    SELECT d.handler, d.key, d.sequence FROM ${q}relaybus_deliveries d
-    WHERE d.lane = k.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.handler = ANY ($2::text[])
-      AND (d.handler, d.key) > (k.handler, k.key)
-    ORDER BY d.handler, d.key, d.sequence LIMIT 1) n
-  WHERE k.depth < $3::int * 2 + 16
-),
-candidates AS (
-  SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims, d.available_at, d.created_at
-  FROM heads k JOIN held h ON h.lane = k.lane JOIN seen s ON s.lane = k.lane
-  JOIN ${q}relaybus_deliveries d ON d.lane = k.lane AND d.handler = k.handler AND d.key = k.key AND d.sequence = k.sequence
-  WHERE d.status = 'pending' AND d.available_at <= (SELECT now FROM clock) AND d.id <> ALL (h.in_flight) AND d.id <> ALL (s.in_flight)
-  UNION ALL
-  SELECT c.* FROM held h JOIN seen s ON s.lane = h.lane CROSS JOIN LATERAL (
-    SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims, d.available_at, d.created_at
-    FROM ${q}relaybus_deliveries d
-    WHERE d.lane = h.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
-      AND d.handler = ANY ($2::text[]) AND d.id <> ALL (h.in_flight) AND d.id <> ALL (s.in_flight)
-    ORDER BY d.available_at, d.id LIMIT $3::int) c
-),
-picked AS (
-  SELECT * FROM candidates ORDER BY available_at, id LIMIT $3::int
-),
-` + shipped.slice(pickedEnd);
-  await pool.query(`CREATE INDEX IF NOT EXISTS bench_proposal_unkeyed_idx ON ${q}relaybus_deliveries (lane, available_at, id) WHERE status = 'pending' AND key IS NULL`);
-  say('');
-  say('Proposals measured below (bench-only, not in sql/): P1 = claim-held-lanes with each lane\'s scan capped at its share of the batch; P2 = keyed heads by a loose index scan of relaybus_deliveries_lane_handler_key_sequence_idx plus unkeyed candidates through a new partial index (lane, available_at, id) WHERE status = \'pending\' AND key IS NULL (created in this study\'s schema).');
 
   /** Run a claim statement for real inside a rolled-back transaction: how many it picks, and whether each keyed pick is its key's head. */
   async function checkClaim(text: string, owner: string): Promise<string> {
     const client = await pool.connect();
     try {
       await client.query('BEGIN');
-      const { rows } = await client.query<{ id: string }>(text, [owner, HANDLERS.slice(), batch, 600_000, null]);
+      const { rows } = await client.query<{ id: string }>(text, [owner, HANDLERS.slice(), batch, 600_000, null, [], [], []]);
       const { rows: [bad] } = await client.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM ${q}relaybus_deliveries d WHERE d.id = ANY ($1::bigint[]) AND d.key IS NOT NULL
            AND EXISTS (SELECT 1 FROM ${q}relaybus_deliveries p WHERE p.lane = d.lane AND p.handler = d.handler AND p.key = d.key
@@ -214,13 +170,11 @@ picked AS (
     const completeParams = [leases.map((l) => l.id), leases.map((l) => l.lane), leases.map((l) => l.epoch), leases.map((l) => l.claims)];
     const label = stale ? 'stale' : 'fresh';
     const results: [string, number][] = [];
-    const claimParams = [owner, HANDLERS.slice(), batch, 600_000, null];
+    const claimParams = [owner, HANDLERS.slice(), batch, 600_000, null, [], [], []];
     results.push(['claim-held-lanes (sql/claim-held-lanes.sql)', await explain(`${label}: claim-held-lanes, limit ${batch}`, shipped, claimParams)]);
     results.push(['claim-held-lanes, generic plan', await explain(`${label}: claim-held-lanes, limit ${batch}, generic plan (named prepared statement)`, shipped, claimParams, true)]);
-    results.push(['P1 claim, per-lane share cap', await explain(`${label}: P1 claim-held-lanes with a per-lane share cap`, proposalShare, claimParams)]);
-    results.push(['P2 claim, loose index scan of heads', await explain(`${label}: P2 claim-held-lanes with keyed heads by a loose index scan`, proposalHeads, claimParams)]);
     say('');
-    say(`Picks (run for real, rolled back): shipped ${await checkClaim(shipped, owner)}; P1 ${await checkClaim(proposalShare, owner)}; P2 ${await checkClaim(proposalHeads, owner)}.`);
+    say(`Picks (run for real, rolled back): ${await checkClaim(shipped, owner)}.`);
     results.push(['acquire-lanes (sql/acquire-lanes.sql), take 4', await explain(`${label}: acquire-lanes, take 4`, statements['acquire-lanes'].text, ['explain-other', HANDLERS.slice(), 4, 0, 600_000, null])]);
     results.push([`complete-many (sql/complete-many.sql), ${leases.length} ids`, await explain(`${label}: complete-many (EXISTS fence, as shipped), ${leases.length} ids`, statements['complete-many'].text, completeParams)]);
     results.push(['complete-many, generic plan', await explain(`${label}: complete-many, generic plan (named prepared statement)`, statements['complete-many'].text, completeParams, true)]);
@@ -233,7 +187,7 @@ picked AS (
     }
     void laneOf;
   }
-  const head = `| statistics | claim-held-lanes | claim, generic plan | P1 claim | P2 claim | acquire-lanes | complete-many (shipped) | complete-many, generic plan | fence as join (trap) | fence as scalar subquery |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |`;
+  const head = `| statistics | claim-held-lanes | claim, generic plan | acquire-lanes | complete-many (shipped) | complete-many, generic plan | fence as join (trap) | fence as scalar subquery |\n| --- | --- | --- | --- | --- | --- | --- | --- |`;
   out.splice(3, 0, '', '## Summary: execution time in ms (EXPLAIN ANALYZE)', '', head, ...summary);
   console.log(['', head, ...summary].join('\n'));
 } finally {

@@ -48,8 +48,13 @@ export const relaybusDeliveries = relaybusSchema.table('relaybus_deliveries', {
   // No cascade: an event is deleted only when it has no delivery left; a delivery added meanwhile makes the purge fail, not vanish.
   foreignKey({ name: 'relaybus_deliveries_event_id_fkey', columns: [t.eventId], foreignColumns: [relaybusEvents.id] }),
   uniqueIndex('relaybus_deliveries_event_id_handler_idx').on(t.eventId, t.handler),
-  index('relaybus_deliveries_lane_available_at_id_idx').on(t.lane, t.availableAt, t.id).where(sql`status = 'pending'`),
+  // Unkeyed pending rows in due order: the claim takes them oldest first, capped per lane.
+  index('relaybus_deliveries_unkeyed_due_idx').on(t.lane, t.availableAt, t.id).where(sql`key IS NULL AND status = 'pending'`),
+  // Keyed pending rows by key and sequence: the claim walks it key by key (each key's first row is its head), so
+  // blocked followers are never read, whatever their due time.
   index('relaybus_deliveries_lane_handler_key_sequence_idx').on(t.lane, t.handler, t.key, t.sequence).where(sql`key IS NOT NULL AND status = 'pending'`),
+  // Keyed pending rows in due order: only "does this lane have due keyed work?" (acquire-lanes).
+  index('relaybus_deliveries_keyed_due_idx').on(t.lane, t.availableAt).where(sql`key IS NOT NULL AND status = 'pending'`),
   index('relaybus_deliveries_updated_at_id_idx').on(t.updatedAt, t.id).where(sql`status = 'dead'`),
   check('relaybus_deliveries_lane_check', sql`lane >= 0 AND lane < 256`),
   check('relaybus_deliveries_status_check', sql`status IN ('pending', 'dead', 'completed')`),

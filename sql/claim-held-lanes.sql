@@ -1,11 +1,18 @@
 -- claim-held-lanes: pick due deliveries from the lanes this owner holds and record them in flight; hand back held
 --                   lanes that got nothing and run nothing. Delivery rows are read, never written.
--- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_lane_available_at_id_idx (ordered scan per lane, capped at its share);
---        relaybus_deliveries_lane_handler_key_sequence_idx (is an earlier delivery of the key still pending?);
+--                   Unkeyed rows come oldest first. Keyed rows come from a walk over the lane's keys, one step per
+--                   (handler, key): the key's first pending row is its head, the only one that may run, so blocked
+--                   followers are never read and no backlog shape can hide a due head. The walk starts after the key
+--                   this owner picked last in the lane (a cursor the store keeps) and wraps around, so every key gets
+--                   its turn even when the batch fills before the walk ends.
+-- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_unkeyed_due_idx (unkeyed,
+--        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key);
 --        relaybus_deliveries_pkey (pruning finished ids from in_flight); relaybus_events_pkey (payload)
--- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now())
--- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first
-WITH clock AS (
+-- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
+--         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes)
+-- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; walk_step orders
+--          the keyed rows of a lane in walk order (the store resumes after the last one)
+WITH RECURSIVE clock AS (
   SELECT coalesce($5::timestamptz, now()) AS now
 ),
 held AS (
@@ -19,30 +26,72 @@ seen AS (
   -- The same lane rows as of this statement's snapshot (no lock): a reschedule, bury or release that committed
   -- while this statement waited for the lock took its delivery out of the latest in_flight, but the delivery rows
   -- read below are the snapshot's (still due, old claims). An id either version lists is not picked now.
-  SELECT s.lane, s.in_flight FROM /*schema*/relaybus_lanes s WHERE s.lane IN (SELECT lane FROM held)
+  SELECT h.lane, h.in_flight || s.in_flight AS in_flight
+  FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane
+),
+share AS (
+  -- Each lane's share of the batch, doubled so lanes with little due work leave room to the others.
+  SELECT ($3::int / greatest(count(*), 1)::int + 1) * 2 AS rows FROM held
+),
+unkeyed AS (
+  SELECT c.* FROM seen s CROSS JOIN LATERAL (
+    SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+           d.available_at, d.created_at, NULL::int AS walk_step
+    FROM /*schema*/relaybus_deliveries d
+    WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
+      AND d.handler = ANY ($2::text[]) AND d.id <> ALL (s.in_flight)
+    ORDER BY d.available_at, d.id
+    LIMIT (SELECT rows FROM share)
+  ) c
+),
+walk AS (
+  -- One row per visited key: its head, whether it can run now (due, a handler asked for, not in flight), and how
+  -- many of this lane's visited heads could. Stops at the lane's share, or once it is back at its start.
+  SELECT s.lane, s.in_flight, st.handler AS start_handler, st.key AS start_key, n.*, 1 AS step,
+         (n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight))::int AS found
+  FROM seen s
+  CROSS JOIN LATERAL (
+    SELECT coalesce(c.handler, '') AS handler, coalesce(c.key, '') AS key
+    FROM (SELECT 1) one
+    LEFT JOIN unnest($6::smallint[], $7::text[], $8::text[]) AS c(lane, handler, key) ON c.lane = s.lane
+    LIMIT 1
+  ) st
+  CROSS JOIN LATERAL (
+    (SELECT d.id, d.handler, d.key, d.available_at, false AS wrapped FROM /*schema*/relaybus_deliveries d
+     WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (st.handler, st.key)
+     ORDER BY d.handler, d.key, d.sequence LIMIT 1)
+    UNION ALL
+    (SELECT d.id, d.handler, d.key, d.available_at, true FROM /*schema*/relaybus_deliveries d
+     WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending'
+     ORDER BY d.handler, d.key, d.sequence LIMIT 1)
+    LIMIT 1
+  ) n
+  WHERE NOT (n.wrapped AND (n.handler, n.key) > (st.handler, st.key))
+  UNION ALL
+  SELECT w.lane, w.in_flight, w.start_handler, w.start_key, n.*, w.step + 1,
+         w.found + (n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (w.in_flight))::int
+  FROM walk w
+  CROSS JOIN LATERAL (
+    (SELECT d.id, d.handler, d.key, d.available_at, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
+     WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (w.handler, w.key)
+     ORDER BY d.handler, d.key, d.sequence LIMIT 1)
+    UNION ALL
+    (SELECT d.id, d.handler, d.key, d.available_at, true FROM /*schema*/relaybus_deliveries d
+     WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND NOT w.wrapped
+     ORDER BY d.handler, d.key, d.sequence LIMIT 1)
+    LIMIT 1
+  ) n
+  WHERE w.found < (SELECT rows FROM share)
+    AND NOT (n.wrapped AND (n.handler, n.key) > (w.start_handler, w.start_key))
+),
+keyed AS (
+  SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+         d.available_at, d.created_at, w.step AS walk_step
+  FROM walk w JOIN /*schema*/relaybus_deliveries d ON d.id = w.id
+  WHERE w.available_at <= (SELECT now FROM clock) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
 picked AS (
-  SELECT c.* FROM held h
-  JOIN seen s ON s.lane = h.lane
-  CROSS JOIN LATERAL (
-    SELECT d.* FROM (
-      -- Capped scan, each lane's share of the batch: a deep backlog of blocked followers of a key cannot make a
-      -- claim read the whole lane, and many held lanes do not multiply the rows read.
-      SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-             d.available_at, d.created_at
-      FROM /*schema*/relaybus_deliveries d
-      WHERE d.lane = h.lane AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
-        AND d.handler = ANY ($2::text[]) AND d.id <> ALL (h.in_flight) AND d.id <> ALL (s.in_flight)
-      ORDER BY d.available_at, d.id
-      LIMIT ($3::int / (SELECT count(*) FROM held)::int + 1) * 2 + 16
-    ) d
-    WHERE d.key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM /*schema*/relaybus_deliveries p
-      WHERE p.lane = d.lane AND p.handler = d.handler AND p.key = d.key AND p.sequence < d.sequence
-        AND p.status = 'pending')
-    ORDER BY d.available_at, d.id
-    LIMIT $3::int
-  ) c
+  SELECT * FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed) c
   ORDER BY c.available_at, c.id
   LIMIT $3::int
 ),
@@ -72,7 +121,7 @@ handed_back AS (
 )
 SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, e.type AS event_type, p.handler,
        p.key, p.sequence::text AS sequence, e.payload, e.headers, p.attempts, p.max_attempts, p.available_at,
-       p.created_at
+       p.created_at, p.walk_step
 FROM picked p
 JOIN recorded r ON r.lane = p.lane
 JOIN /*schema*/relaybus_events e ON e.id = p.event_id

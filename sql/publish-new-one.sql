@@ -1,16 +1,21 @@
 -- publish-new-one: publish-new for a single event, from plain parameters (no JSON document to take apart): when its
 --                  id does not exist yet, insert the event and one pending delivery per handler; when it does,
 --                  change nothing and return the marker row (the store then runs publish, in the same transaction).
+--                  Writes nothing either when $11 is set and the transaction has no matching publish-guard marker
+--                  (not in a transaction block: the caller's transaction ended, the statement would autocommit).
 -- index: relaybus_events_pkey (the existence probe; ON CONFLICT for an id a concurrent transaction inserted first: it
 --        gets nothing, as in publish); relaybus_key_sequences_pkey (the key row stays locked until commit, so
 --        sequence order is commit order)
 -- params: $1 id, $2 type, $3 key (null = unkeyed), $4 payload jsonb, $5 headers jsonb, $6 handlers text[],
 --         $7 max_attempts int[] (per handler), $8 lane smallint, $9 available_at timestamptz (null = now),
---         $10 now timestamptz (null = now())
--- returns: event_id, handler of every delivery inserted, by handler (no row: not inserted, duplicate); or one row of
---          nulls when the id exists (nothing written)
-WITH fresh AS (
-  SELECT NOT EXISTS (SELECT 1 FROM /*schema*/relaybus_events e WHERE e.id = $1::text) AS ok
+--         $10 now timestamptz (null = now()), $11 guard text ('on': look for publish-guard's marker; null = no check)
+-- returns: event_id, handler, refused: every delivery inserted, by handler (no row: not inserted, duplicate); or one
+--          row (null, null, refused) having written nothing: refused 'exists' (the id exists) or 'no-transaction'
+WITH guard AS (
+  SELECT $11::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $11::text AS ok
+),
+fresh AS (
+  SELECT (SELECT ok FROM guard) AND NOT EXISTS (SELECT 1 FROM /*schema*/relaybus_events e WHERE e.id = $1::text) AS ok
 ),
 inserted AS (
   INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
@@ -36,6 +41,6 @@ delivered AS (
   ORDER BY h.handler
   RETURNING event_id, handler
 )
-SELECT event_id, handler FROM delivered
+SELECT event_id, handler, NULL::text AS refused FROM delivered
 UNION ALL
-SELECT NULL, NULL FROM fresh WHERE NOT ok
+SELECT NULL, NULL, CASE WHEN (SELECT ok FROM guard) THEN 'exists' ELSE 'no-transaction' END FROM fresh WHERE NOT ok

@@ -1,21 +1,27 @@
 -- publish-new: publish's common case in one pass: when no input id exists yet, insert the events and one pending
 --              delivery per handler; when one does, change nothing and return the marker row (the store then runs
---              publish for the whole batch, in the same transaction).
+--              publish for the whole batch, in the same transaction). Writes nothing either when $3 is set and the
+--              transaction has no matching publish-guard marker (not in a transaction block).
 -- index: relaybus_events_pkey (one existence probe per id; ON CONFLICT for an id a concurrent transaction inserted
 --        first: it gets nothing, as in publish); relaybus_key_sequences_pkey (the key row stays locked until commit,
 --        so sequence order is commit order)
 -- params: $1 events jsonb: [{ ord, id, type, key, payload, headers, handlers text[], max_attempts int[], lane,
---         available_at }] (as publish), $2 now timestamptz (null = now())
--- returns: event_id, handler of every delivery inserted, in input order and by handler within an event (an event
---          without rows was not inserted: duplicate); or one row of nulls when an input id exists (nothing written)
+--         available_at }] (as publish), $2 now timestamptz (null = now()),
+--         $3 guard text ('on': look for publish-guard's marker; null = no check)
+-- returns: event_id, handler, refused of every delivery inserted, in input order and by handler within an event (an
+--          event without rows was not inserted: duplicate); or one row (null, null, refused) having written nothing:
+--          refused 'exists' (an input id exists) or 'no-transaction'
 WITH input AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
     ord int, id text, type text, key text, payload jsonb, headers jsonb,
     handlers text[], max_attempts int[], lane smallint, available_at timestamptz)
 ),
+guard AS (
+  SELECT $3::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $3::text AS ok
+),
 fresh AS (
   -- A scalar probe per id (never pulled up into a join), so it stays an index probe whatever the statistics say.
-  SELECT count(*) = 0 AS ok FROM input i
+  SELECT (SELECT ok FROM guard) AND count(*) = 0 AS ok FROM input i
   WHERE (SELECT true FROM /*schema*/relaybus_events e WHERE e.id = i.id)
 ),
 inserted AS (
@@ -49,6 +55,6 @@ delivered AS (
   ORDER BY i.ord, h.handler
   RETURNING event_id, handler
 )
-SELECT event_id, handler FROM delivered
+SELECT event_id, handler, NULL::text AS refused FROM delivered
 UNION ALL
-SELECT NULL, NULL FROM fresh WHERE NOT ok
+SELECT NULL, NULL, CASE WHEN (SELECT ok FROM guard) THEN 'exists' ELSE 'no-transaction' END FROM fresh WHERE NOT ok

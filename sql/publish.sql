@@ -1,25 +1,43 @@
--- publish: insert events and one pending delivery per handler they never had, in the caller's transaction.
+-- publish: insert events and one pending delivery per handler they never had, in the caller's transaction (inbox
+--          dedup). An input id that exists with a different type, key or payload (jsonb equality) is a conflict: then
+--          nothing at all is written and the conflicting rows say what differs. Writes nothing either when $3 is set
+--          and the transaction has no matching publish-guard marker (not in a transaction block).
 -- index: relaybus_events_pkey (dedup, FOR UPDATE of existing ids); relaybus_key_sequences_pkey (the key row stays
 --        locked until commit, so sequence order is commit order); relaybus_deliveries_event_id_handler_idx
 -- params: $1 events jsonb: [{ ord, id, type, key, payload, headers, handlers text[], max_attempts int[], lane,
---         available_at }], $2 now timestamptz (null = now())
--- returns: one row per input event in input order: ord, id, added (handlers that got a delivery), duplicate
+--         available_at }], $2 now timestamptz (null = now()), $3 guard text ('on': look for publish-guard's marker; null = no check)
+-- returns: one row per input event in input order: ord, id, added (handlers that got a delivery), duplicate,
+--          conflict (what differs from the stored event: 'type', 'key', 'payload'; null when nothing does),
+--          stored_type, stored_key (of a conflicting event), no_transaction (true: refused, nothing written)
 WITH input AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
     ord int, id text, type text, key text, payload jsonb, headers jsonb,
     handlers text[], max_attempts int[], lane smallint, available_at timestamptz)
 ),
+guard AS (
+  SELECT $3::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $3::text AS ok
+),
 existing AS (
-  SELECT e.id, e.handlers FROM /*schema*/relaybus_events e
-  WHERE e.id IN (SELECT id FROM input)
+  SELECT e.id, e.handlers, e.type, e.key, e.payload FROM /*schema*/relaybus_events e
+  WHERE e.id IN (SELECT id FROM input) AND (SELECT ok FROM guard)
   ORDER BY e.id
   FOR UPDATE
+),
+conflicts AS (
+  SELECT i.ord, x.type AS stored_type, x.key AS stored_key, array_remove(ARRAY[
+           CASE WHEN x.type <> i.type THEN 'type' END,
+           CASE WHEN x.key IS DISTINCT FROM i.key THEN 'key' END,
+           CASE WHEN x.payload <> i.payload THEN 'payload' END], NULL) AS differences
+  FROM existing x JOIN input i ON i.id = x.id
+),
+allowed AS (
+  SELECT (SELECT ok FROM guard) AND NOT EXISTS (SELECT 1 FROM conflicts WHERE cardinality(differences) > 0) AS ok
 ),
 inserted AS (
   INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
   SELECT i.id, i.type, i.key, i.payload, i.headers, i.handlers, coalesce($2::timestamptz, now())
   FROM input i
-  WHERE i.id NOT IN (SELECT id FROM existing)
+  WHERE i.id NOT IN (SELECT id FROM existing) AND (SELECT ok FROM allowed)
   ORDER BY i.ord
   ON CONFLICT (id) DO NOTHING
   RETURNING id
@@ -32,7 +50,7 @@ extended AS (
   UPDATE /*schema*/relaybus_events e
   SET handlers = e.handlers || m.added
   FROM missing m
-  WHERE e.id = m.id AND cardinality(m.added) > 0
+  WHERE e.id = m.id AND cardinality(m.added) > 0 AND (SELECT ok FROM allowed)
   RETURNING e.id, m.added
 ),
 pairs AS (
@@ -69,6 +87,7 @@ delivered AS (
 added AS (
   SELECT d.event_id, array_agg(d.handler ORDER BY d.handler) AS handlers FROM delivered d GROUP BY d.event_id
 )
-SELECT i.ord, i.id, coalesce(a.handlers, '{}') AS added, i.id NOT IN (SELECT id FROM inserted) AS duplicate
-FROM input i LEFT JOIN added a ON a.event_id = i.id
+SELECT i.ord, i.id, coalesce(a.handlers, '{}') AS added, i.id NOT IN (SELECT id FROM inserted) AS duplicate,
+       nullif(c.differences, '{}') AS conflict, c.stored_type, c.stored_key, NOT (SELECT ok FROM guard) AS no_transaction
+FROM input i LEFT JOIN added a ON a.event_id = i.id LEFT JOIN conflicts c ON c.ord = i.ord
 ORDER BY i.ord

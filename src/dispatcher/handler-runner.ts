@@ -1,4 +1,5 @@
 import type { TypedEmitter } from '../core/emitter.js';
+import { RelayBusError } from '../core/errors.js';
 import type { DeliveryInfo, HandlerContext, RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
 import { describeError, type Logger } from '../core/logger.js';
 import { decideRetry } from '../core/retry-policy.js';
@@ -17,6 +18,7 @@ import type { CompletionBatcher } from './completion-batcher.js';
  * | lane lease lost (renewal, newer claim, fence)  | none: the late result is dropped        | `lease-lost` |
  * | aborted by a graceful stop                     | none here: the dispatcher `release`s it | `aborted`    |
  * | the write itself failed (database down)        | `release` attempted                     | `unrecorded` |
+ * | reschedule/bury failed for good (not retryable) | `bury` with the write's error instead   | `dead`       |
  *
  * Abort. The handler's `ctx.signal` aborts on timeout, lease loss or shutdown, and the runner stops
  * waiting for the handler at that moment: a handler that ignores its signal keeps running, but its
@@ -203,9 +205,19 @@ function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, de
   return untilAborted(new Promise<unknown>((resolve) => resolve(result)), run, onLate);
 }
 
+/** At most MAX_ERROR_LENGTH characters, without NULs (Postgres cannot store them; the stores strip them too). */
+function clip(text: string): string {
+  const clean = text.includes('\0') ? text.replaceAll('\0', '') : text;
+  return clean.length > MAX_ERROR_LENGTH ? `${clean.slice(0, MAX_ERROR_LENGTH - 1)}…` : clean;
+}
+
 function errorText(error: unknown): string {
-  const text = describeError(error);
-  return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
+  return clip(describeError(error));
+}
+
+/** A store error that the same write, repeated, will hit again (a plain Error of a third-party store is not assumed so). */
+function isPermanent(error: unknown): boolean {
+  return error instanceof RelayBusError && !error.retryable;
 }
 
 /** Run the handler of `run` and write its outcome. Never rejects. */
@@ -302,6 +314,7 @@ async function writeFailure<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx
       ? await deps.store.reschedule(run.lease, { availableAt: decision.availableAt, error: errorText(error), now: deps.now() })
       : await deps.store.bury(run.lease, { error: errorText(error), now: deps.now() });
   } catch (writeError) {
+    if (isPermanent(writeError)) return buryInstead(run, deps, decision.action, writeError, error, fields, durationMs);
     return unrecorded(run, deps, decision.action, writeError);
   }
   if (!written) {
@@ -318,14 +331,52 @@ async function writeFailure<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx
   return 'dead';
 }
 
+/**
+ * A reschedule or bury failed with an error a retry repeats (data the database refuses, a constraint, a
+ * privilege): releasing the delivery would run it, fail and fail to record, forever. Bury it instead, with
+ * the write's error recorded next to the handler's; if even that fails, with the write's error alone; if
+ * that fails too, release it and say clearly that an operator must act.
+ */
+async function buryInstead<TTx>(
+  run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, write: 'reschedule' | 'bury', writeError: unknown, error: unknown,
+  fields: Record<string, unknown>, durationMs: number,
+): Promise<RunOutcome> {
+  const cause = `relaybus could not record this failure with ${write} (${describeError(writeError)}), so the delivery was buried`;
+  const texts = [clip(`${describeError(error)} [${cause}]`), clip(`${cause}; the handler's error is in the worker log`)];
+  let last: unknown = writeError;
+  for (const text of texts) {
+    let buried: boolean;
+    try {
+      buried = await deps.store.bury(run.lease, { error: text, now: deps.now() });
+    } catch (buryError) {
+      last = buryError;
+      if (isPermanent(buryError)) continue;
+      return unrecorded(run, deps, 'bury', buryError);
+    }
+    if (!buried) {
+      reportLeaseLost(run, 'outcome', deps);
+      return 'lease-lost';
+    }
+    deps.logger.error('could not record a failed delivery (the error is not retryable); buried it instead, the delivery is dead until requeued', {
+      ...fields, write, writeError: describeError(writeError),
+    });
+    deps.emitter.emit('dead', { delivery: run.info, error, durationMs });
+    return 'dead';
+  }
+  return unrecorded(run, deps, write, last);
+}
+
 /** The outcome could not be written: give the delivery back if possible, otherwise its lease expiry will. */
 async function unrecorded<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, write: string, error: unknown): Promise<RunOutcome> {
-  const fields = { deliveryId: run.claimed.id, handler: run.claimed.handler, write, error: describeError(error) };
+  const permanent = isPermanent(error);
+  const fields = { deliveryId: run.claimed.id, handler: run.claimed.handler, write, error: describeError(error), retryable: !permanent };
+  // A write that fails for good fails again on every run of the delivery: say so, an operator must act.
+  const again = permanent ? ' The error is not retryable: it will fail the same way until the database or the delivery is fixed.' : '';
   try {
     await deps.store.release([run.lease], deps.now());
-    deps.logger.error('could not record the outcome of a delivery; released it, it will run again', fields);
+    deps.logger.error(`could not record the outcome of a delivery; released it, it will run again.${again}`, fields);
   } catch {
-    deps.logger.error('could not record the outcome of a delivery; it will run again once its lane lease expires', fields);
+    deps.logger.error(`could not record the outcome of a delivery; it will run again once its lane lease expires.${again}`, fields);
   }
   return 'unrecorded';
 }

@@ -6,7 +6,8 @@
  *
  * - `events`: one record per event id, with `handlers`, every handler the event ever had a delivery
  *   for. Republishing an id adds deliveries only for handlers that are not listed (inbox dedup), so
- *   a completed handler never runs twice.
+ *   a completed handler never runs twice. An id republished with a different type, key or payload
+ *   (JSON equality, as Postgres jsonb) is an `EventConflictError`, checked before anything is staged.
  * - `deliveries`: one record per (event, handler), from publish until completion deletes it. Status
  *   is `pending` or `dead`; "processing" is not stored, it means "pending and listed in flight in
  *   its lane".
@@ -29,7 +30,7 @@
  * other) and returns copies, never internal records.
  */
 import { randomUUID } from 'node:crypto';
-import { InvalidInputError, InvalidOptionsError, InvalidStateError } from '../core/errors.js';
+import { EventConflictError, InvalidInputError, InvalidOptionsError, InvalidStateError } from '../core/errors.js';
 import { LANE_COUNT, laneOf } from '../core/lanes.js';
 import { formatLeaseToken } from '../core/lease-token.js';
 import type {
@@ -38,7 +39,7 @@ import type {
   PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, StoreCapabilities,
 } from '../store/contract.js';
 import {
-  assertDate, assertName, parseLease, parseLeases, payloadToJson, validateClaim, validateError, validateExtendLease,
+  assertDate, assertName, echo as echoValue, parseLease, parseLeases, validateClaim, validateError, validateExtendLease,
   validateList, validatePublish, validatePurge, validateRequeue, type ParsedLease,
 } from '../store/validate.js';
 
@@ -140,6 +141,16 @@ function assertOptionalNow(now: unknown): void {
 
 function assertObject(value: unknown, what: string): void {
   if (typeof value !== 'object' || value === null) throw new InvalidInputError(`${what} must be an object.`);
+}
+
+/** Equality of two parsed JSON values as Postgres jsonb compares them: object key order does not matter. */
+function jsonEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const aKeys = Object.keys(a);
+  if (aKeys.length !== Object.keys(b).length) return false;
+  return aKeys.every((key) => Object.hasOwn(b, key) && jsonEqual((a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key]));
 }
 
 function compareIds(a: string, b: string): number {
@@ -253,15 +264,39 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   async publish(tx: MemoryTransaction, events: readonly PublishParams[], now?: Date): Promise<PublishResult[]> {
     this.#assertOpen();
-    validatePublish(events, now);
+    const payloads = validatePublish(events, now);
     const state = this.#openTransaction(tx);
     const at = timeOf(now);
-    return events.map((event) => this.#stagePublish(state, event, at));
+    const ids = events.map((event) => event.id ?? randomUUID());
+    // Every event is checked before any is staged: a conflict stages nothing.
+    events.forEach((event, i) => this.#assertNoConflict(state, ids[i]!, event, payloads[i]!));
+    return events.map((event, i) => this.#stagePublish(state, ids[i]!, event, payloads[i]!, at));
+  }
+
+  /** An existing id (committed, or staged by this transaction) must name the same type, key and payload. */
+  #assertNoConflict(state: TransactionState, id: string, event: PublishParams, payloadJson: string): void {
+    const stored = this.#events.get(id) ?? state.publishes.find((p) => p.id === id);
+    if (!stored) return;
+    const key = event.key ?? null;
+    const differences = [
+      ...(stored.type === event.type ? [] : ['type']),
+      ...(stored.key === key ? [] : ['key']),
+      ...(jsonEqual(JSON.parse(stored.payloadJson), JSON.parse(payloadJson)) ? [] : ['payload']),
+    ];
+    if (differences.length === 0) return;
+    const parts = differences.map((field) =>
+      field === 'type' ? `type ${echoValue(stored.type)} was published again as ${echoValue(event.type)}`
+        : field === 'key' ? `key ${echoValue(stored.key)} was published again as ${echoValue(key)}`
+          : 'the payload differs');
+    throw new EventConflictError(
+      `Event id ${echoValue(id)} is taken by a different event: ${parts.join('; ')}. An event id names one event; `
+      + 'publish a different event under a new id. Nothing was written; your transaction is still usable.',
+      id, differences,
+    );
   }
 
   /** Compute the result against committed state plus this transaction's staging, and stage the new deliveries. */
-  #stagePublish(state: TransactionState, event: PublishParams, now: number): PublishResult {
-    const id = event.id ?? randomUUID();
+  #stagePublish(state: TransactionState, id: string, event: PublishParams, payloadJson: string, now: number): PublishResult {
     const committed = this.#events.get(id);
     const staged = state.publishes.filter((p) => p.id === id);
     const known = new Set([...(committed?.handlers ?? []), ...staged.flatMap((p) => p.handlers.map((h) => h.name))]);
@@ -271,7 +306,7 @@ class MemoryStore implements Store<MemoryTransaction> {
         id,
         type: event.type,
         key: event.key ?? null,
-        payloadJson: payloadToJson(event.payload),
+        payloadJson,
         headers: { ...(event.headers ?? {}) },
         handlers: added,
         availableAt: event.availableAt?.getTime() ?? now,
@@ -536,13 +571,13 @@ class MemoryStore implements Store<MemoryTransaction> {
     const parsed = parseLease(lease);
     assertObject(params, 'reschedule() params');
     assertDate(params.availableAt, 'availableAt');
-    validateError(params.error);
+    const error = validateError(params.error);
     assertOptionalNow(params.now);
     const delivery = this.#fenced(parsed);
     if (!delivery) return false;
     delivery.attempts += 1;
     delivery.availableAt = params.availableAt.getTime();
-    delivery.lastError = params.error;
+    delivery.lastError = error;
     this.#endClaim(delivery, timeOf(params.now));
     return true;
   }
@@ -551,13 +586,13 @@ class MemoryStore implements Store<MemoryTransaction> {
     this.#assertOpen();
     const parsed = parseLease(lease);
     assertObject(params, 'bury() params');
-    validateError(params.error);
+    const error = validateError(params.error);
     assertOptionalNow(params.now);
     const delivery = this.#fenced(parsed);
     if (!delivery) return false;
     delivery.attempts += 1;
     delivery.status = 'dead';
-    delivery.lastError = params.error;
+    delivery.lastError = error;
     this.#endClaim(delivery, timeOf(params.now));
     return true;
   }

@@ -1,5 +1,7 @@
 import { randomInt, randomUUID } from 'node:crypto';
-import { InvalidOptionsError, RelayBusError, SchemaMismatchError, StoreUnavailableError } from '../core/errors.js';
+import {
+  EventConflictError, InvalidInputError, InvalidOptionsError, RelayBusError, SchemaMismatchError, StoreUnavailableError,
+} from '../core/errors.js';
 import { laneOf, LANE_COUNT } from '../core/lanes.js';
 import { formatLeaseToken } from '../core/lease-token.js';
 import type {
@@ -11,7 +13,9 @@ import {
   assertDate, assertName, parseLease, parseLeases, validateClaim, validateError, validateExtendLease, validateList,
   validatePublish, validatePurge, validateRequeue, type ParsedLease,
 } from '../store/validate.js';
+import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
+import { KeyWalkCursors } from './key-walk-cursors.js';
 import { setupPostgres } from './setup.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import { loadStatements, type StatementName } from './statements.js';
@@ -20,9 +24,11 @@ import { loadStatements, type StatementName } from './statements.js';
  * The Postgres store, written once against `PostgresDriver` for every driver. Each contract method
  * runs the statements of `sql/` (one file each); two methods may run more than one. The claim first
  * claims from the lanes the owner holds and, while the batch is not full, takes free lanes a few at a
- * time (4, 8, 16, ...) and claims from them. Publish runs `publish-new-one` (one event) or
- * `publish-new` (a batch), which write only when every id is new, and then, only when an id exists
- * already, `publish` (inbox dedup) for the whole batch.
+ * time (4, 8, 16, ...) and claims from them. Publish runs `publish-guard` (pipelined with the next
+ * statement) and `publish-new-one` (one event) or `publish-new` (a batch), which write only when
+ * every id is new and the guard's marker shows a transaction block, and then, only when an id exists
+ * already, `publish` (inbox dedup and conflict check) for the whole batch. Publish never runs a
+ * statement that fails on bad input: a refusal leaves the caller's transaction usable.
  */
 
 export interface PostgresStoreOptions<TTx> {
@@ -34,15 +40,12 @@ export interface PostgresStoreOptions<TTx> {
   readonly completionHistory?: boolean;
 }
 
-/** SQLSTATEs worth retrying: serialization failure, deadlock, cannot connect now. */
-const RETRYABLE_SQLSTATES = new Set(['40001', '40P01', '57P03']);
 const UNDEFINED_TABLE = '42P01';
 
-function sqlStateOf(error: unknown): string | undefined {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
-}
-
+/**
+ * Every driver error becomes a `RelayBusError` here, once: `retryable` comes from the one
+ * classification (`error-class.ts`), and only a retryable error says a retry is safe.
+ */
 function toStoreError(error: unknown, statement: string, schema: string): RelayBusError {
   if (error instanceof RelayBusError) return error;
   const sqlState = sqlStateOf(error);
@@ -53,8 +56,50 @@ function toStoreError(error: unknown, statement: string, schema: string): RelayB
       { cause: error },
     );
   }
-  const retry = sqlState !== undefined && RETRYABLE_SQLSTATES.has(sqlState) ? ' It is safe to retry.' : '';
-  return new StoreUnavailableError(`Postgres statement "${statement}" failed: ${detail}.${retry}`, { cause: error });
+  const retryable = isRetryableDatabaseError(error);
+  const state = sqlState === undefined ? '' : ` (SQLSTATE ${sqlState})`;
+  const advice = retryable ? ' It is safe to retry.' : '';
+  return new StoreUnavailableError(`Postgres statement "${statement}" failed${state}: ${detail}.${advice}`, { cause: error, retryable });
+}
+
+/** The value `publish-guard` sets in the caller's transaction and the publish statements look for. */
+const GUARD_MARKER = 'on';
+
+/** A publish statement's row: a delivery it inserted, or (all nulls but `refused`) why it wrote nothing. */
+interface LeanRow {
+  event_id: string | null; handler: string | null; refused: 'exists' | 'no-transaction' | null;
+}
+
+interface FullRow {
+  ord: number; id: string; added: string[]; duplicate: boolean; conflict: string[] | null;
+  stored_type: string | null; stored_key: string | null; no_transaction: boolean;
+}
+
+function notInTransaction(): InvalidInputError {
+  return new InvalidInputError(
+    'publish() was called with a transaction that is not in a transaction block (it already committed or rolled back, '
+    + 'or it never began): the events would have been written on their own, not atomically with your writes, so '
+    + 'nothing was written. Publish inside the transaction callback, before it returns.',
+  );
+}
+
+const quote = (value: string | null): string => (value === null ? 'null' : JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}...` : value));
+
+/** The conflict error of the first conflicting row (all of them are named in the message). */
+function conflictError(rows: readonly FullRow[], events: readonly PublishParams[]): EventConflictError {
+  const conflicting = rows.filter((row) => row.conflict !== null);
+  const [first] = conflicting;
+  const event = events[first!.ord]!;
+  const parts = first!.conflict!.map((field) =>
+    field === 'type' ? `type ${quote(first!.stored_type)} was published again as ${quote(event.type)}`
+      : field === 'key' ? `key ${quote(first!.stored_key)} was published again as ${quote(event.key ?? null)}`
+        : 'the payload differs');
+  const others = conflicting.length > 1 ? ` (and ${conflicting.length - 1} more event id(s) of this call: ${conflicting.slice(1, 6).map((r) => quote(r.id)).join(', ')})` : '';
+  return new EventConflictError(
+    `Event id ${quote(first!.id)} is taken by a different event: ${parts.join('; ')}${others}. An event id names one event; `
+    + 'publish a different event under a new id. Nothing was written; your transaction is still usable.',
+    first!.id, first!.conflict!,
+  );
 }
 
 const iso = (date: Date | undefined): string | null => (date === undefined ? null : date.toISOString());
@@ -64,7 +109,7 @@ const toInt = (value: unknown): number => Number(value);
 interface ClaimRow {
   id: string; lane: number; epoch: string; claims: number; event_id: string; event_type: string; handler: string;
   key: string | null; sequence: string | null; payload: unknown; headers: Record<string, string>;
-  attempts: number; max_attempts: number; available_at: Date; created_at: Date;
+  attempts: number; max_attempts: number; available_at: Date; created_at: Date; walk_step: number | null;
 }
 
 interface DeliveryRow {
@@ -125,6 +170,12 @@ export interface PostgresStore<TTx> extends Store<TTx> {
   readonly kind: 'postgres';
   /** The Postgres schema the tables live in. */
   readonly schema: string;
+  /**
+   * Subscribe to dropped-connection errors the driver kept from crashing the process (for logging;
+   * the statement in progress has failed already). Returns the unsubscribe function; a no-op for
+   * drivers that never emit them (postgres.js, PGlite).
+   */
+  onConnectionError(listener: (error: Error) => void): () => void;
 }
 
 /**
@@ -151,6 +202,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const statements = loadStatements(schema);
   /** When each owner last tried to take lanes (see claim); one entry per worker of this process. */
   const lastAcquireAt = new Map<string, number>();
+  const walks = new KeyWalkCursors();
 
   async function run<Row extends object>(executor: SqlExecutor, name: StatementName, params: readonly unknown[]): Promise<Row[]> {
     try {
@@ -201,26 +253,41 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       if (events.length === 0) return [];
       const executor = driver.unwrap(tx);
       const ids = events.map((event) => event.id ?? randomUUID());
+      // Outside a transaction block (a transaction object used after it ended) a statement would autocommit. No
+      // single statement can tell, so a guard statement sets a transaction-local marker first, pipelined where the
+      // driver allows, and the publish statements write only where they see it. Nothing ever fails: the caller's
+      // transaction stays usable.
+      const guard = executor.transactionChecked === true ? null : GUARD_MARKER;
       // The common case, every id new, takes one lean statement: one event from plain parameters, a batch as one JSON
-      // document (payloads spliced in as the JSON text validated above). It returns the deliveries it inserted, or a
-      // row of nulls, having written nothing, when an id exists already.
+      // document (payloads spliced in as the JSON text validated above). It returns the deliveries it inserted, or one
+      // row saying why it wrote nothing (an id exists already, or no transaction).
       const [first] = events;
-      const rows = events.length === 1
-        ? await run<{ event_id: string | null; handler: string | null }>(executor, 'publish-new-one', [
+      const lean = () => (events.length === 1
+        ? run<LeanRow>(executor, 'publish-new-one', [
           ids[0], first!.type, first!.key ?? null, payloads[0], JSON.stringify(first!.headers ?? {}),
           first!.handlers.map((h) => h.name), first!.handlers.map((h) => h.maxAttempts), laneOf(first!.key, ids[0]!),
-          iso(first!.availableAt), iso(now),
+          iso(first!.availableAt), iso(now), guard,
         ])
-        : await run<{ event_id: string | null; handler: string | null }>(executor, 'publish-new', [publishDocument(events, ids, payloads), iso(now)]);
-      if (rows.some((row) => row.event_id === null)) {
-        // An id exists: the full statement (inbox dedup) runs for the whole batch, in the same transaction.
-        const full = await run<{ ord: number; id: string; added: string[]; duplicate: boolean }>(
-          executor, 'publish', [publishDocument(events, ids, payloads), iso(now)],
-        );
+        : run<LeanRow>(executor, 'publish-new', [publishDocument(events, ids, payloads), iso(now), guard]));
+      let rows: LeanRow[];
+      if (guard === null) {
+        rows = await lean();
+      } else {
+        [, rows] = await Promise.all([run(executor, 'publish-guard', []), lean()]);
+        // A driver may run the two in either order: ask once more, after the guard has run, before refusing.
+        if (rows.some((row) => row.refused === 'no-transaction')) rows = await lean();
+        if (rows.some((row) => row.refused === 'no-transaction')) throw notInTransaction();
+      }
+      // An id exists, or (no row at all) a concurrent transaction inserted the one new id first and nothing was
+      // written: the full statement (inbox dedup, conflict check) runs for the whole batch, in the same transaction.
+      if (rows.length === 0 || rows.some((row) => row.refused === 'exists')) {
+        const full = await run<FullRow>(executor, 'publish', [publishDocument(events, ids, payloads), iso(now), guard]);
+        if (full.some((row) => row.no_transaction)) throw notInTransaction();
+        if (full.some((row) => row.conflict !== null)) throw conflictError(full, events);
         return full.map((row) => ({ eventId: row.id, addedHandlers: row.added, duplicate: row.duplicate }));
       }
       // Rows come in input order and by handler (database collation) within an event. An event without rows was
-      // inserted by a concurrent transaction first: a duplicate that got nothing, as with the full statement.
+      // inserted by a concurrent transaction first (a batch where other ids were new): a duplicate that got nothing.
       const added = new Map<string, string[]>();
       for (const row of rows) {
         const handlers = added.get(row.event_id!);
@@ -237,7 +304,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       validateClaim(params);
       const { owner, handlers, limit, leaseDurationMs } = params;
       const now = iso(params.now);
-      const claimHeld = (want: number) => runOwned<ClaimRow>('claim-held-lanes', [owner, handlers, want, leaseDurationMs, now]);
+      const claimHeld = async (want: number) => {
+        const rows = await runOwned<ClaimRow>('claim-held-lanes', [owner, handlers, want, leaseDurationMs, now, ...walks.parameters(owner)]);
+        walks.advance(owner, rows);
+        return rows;
+      };
       const acquire = (take: number) => runOwned<{ lanes: number }>('acquire-lanes', [owner, handlers, take, randomInt(LANE_COUNT), leaseDurationMs, now]);
       const claimed = await claimHeld(limit);
       const at = (params.now ?? new Date()).getTime();
@@ -294,16 +365,16 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async reschedule(lease: DeliveryLease, params: RescheduleParams): Promise<boolean> {
       const parsed = parseLease(lease);
       assertDate(params?.availableAt, 'availableAt');
-      validateError(params.error);
+      const error = validateError(params.error);
       if (params.now !== undefined) assertDate(params.now, 'now');
-      return fenced('reschedule', parsed, [iso(params.availableAt), params.error, iso(params.now)]);
+      return fenced('reschedule', parsed, [iso(params.availableAt), error, iso(params.now)]);
     },
 
     async bury(lease: DeliveryLease, params: BuryParams): Promise<boolean> {
       const parsed = parseLease(lease);
-      validateError(params?.error);
+      const error = validateError(params?.error);
       if (params.now !== undefined) assertDate(params.now, 'now');
-      return fenced('bury', parsed, [params.error, iso(params.now)]);
+      return fenced('bury', parsed, [error, iso(params.now)]);
     },
 
     release(leases, now) {
@@ -313,6 +384,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async relinquish(owner: string, now?: Date): Promise<number> {
       assertName(owner, 'owner');
       if (now !== undefined) assertDate(now, 'now');
+      walks.forget(owner);
+      lastAcquireAt.delete(owner);
       return (await runOwned('relinquish', [owner])).length;
     },
 
@@ -369,8 +442,26 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       return { events: toInt(row?.events), deadDeliveries: toInt(row?.dead_deliveries), history: toInt(row?.history) };
     },
 
-    transaction<T>(fn: (tx: TTx) => Promise<T>): Promise<T> {
-      return driver.transaction(fn);
+    async transaction<T>(fn: (tx: TTx) => Promise<T>): Promise<T> {
+      let thrown: { error: unknown } | undefined;
+      try {
+        return await driver.transaction(async (tx) => {
+          try {
+            return await fn(tx);
+          } catch (error) {
+            thrown = { error };
+            throw error;
+          }
+        });
+      } catch (error) {
+        // What the caller's fn threw is theirs, as it is; a driver error (opening, committing) is classified like any.
+        if (thrown !== undefined && error === thrown.error) throw error;
+        throw toStoreError(error, 'transaction', schema);
+      }
+    },
+
+    onConnectionError(listener: (error: Error) => void): () => void {
+      return driver.onConnectionError?.(listener) ?? (() => {});
     },
 
     close() {

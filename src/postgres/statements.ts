@@ -10,7 +10,7 @@ import type { SqlStatement } from './sql-client.js';
  */
 export const STATEMENT_NAMES = [
   'acquire-lanes', 'bury', 'claim-held-lanes', 'complete-many', 'complete-many-with-history', 'complete-one',
-  'complete-one-with-history', 'extend-lease', 'list-deliveries', 'publish', 'publish-new', 'publish-new-one', 'purge-expired', 'release',
+  'complete-one-with-history', 'extend-lease', 'list-deliveries', 'publish', 'publish-guard', 'publish-new', 'publish-new-one', 'purge-expired', 'release',
   'relinquish', 'requeue', 'reschedule', 'setup-applied', 'setup-installed', 'setup-lock', 'setup-record', 'statistics',
 ] as const;
 

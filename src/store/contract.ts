@@ -14,7 +14,9 @@
  *   the lane still has the token's epoch, still lists the delivery in flight, and the delivery's
  *   claims counter still equals the token's. Otherwise they return `false` and change nothing.
  *   They never throw for a lost lease; they throw `InvalidLeaseError` for a malformed token.
- * - Invalid input throws a `RelayBusError` before anything is written.
+ * - Invalid input throws a `RelayBusError` before anything is written, and before any statement runs
+ *   in the caller's transaction (a failed statement would abort it).
+ * - A store error says whether the same call may succeed later (`RelayBusError.retryable`).
  * - No method sleeps; every time-dependent method takes `now` (default: the database's clock).
  * - Attempts are charged when a claim ends in failure (`reschedule`, `bury`: +1) or when a lane is
  *   taken over after its lease expired (+1 for every delivery that was in flight there; a delivery
@@ -122,11 +124,13 @@ export interface ExtendLeaseResult {
 export interface RescheduleParams {
   /** When the delivery becomes claimable again. */
   readonly availableAt: Date;
+  /** The failure text to record (NUL characters are dropped: Postgres cannot store them). */
   readonly error: string;
   readonly now?: Date;
 }
 
 export interface BuryParams {
+  /** The failure text to record (NUL characters are dropped: Postgres cannot store them). */
   readonly error: string;
   readonly now?: Date;
 }
@@ -233,6 +237,12 @@ export interface Store<TTx> {
    * exists already gets deliveries only for handlers it never had (completed ones included). Keyed
    * events take the next sequence of their key; the key stays locked until `tx` commits, so sequence
    * order is commit order. Results are in input order.
+   *
+   * An id that exists with a different type, key or payload (compared as JSON values) throws
+   * `EventConflictError`; bad input (a NUL character anywhere, an over-long name, a date outside the
+   * years 1-9999) throws `InvalidInputError` / `InvalidPayloadError`; a `tx` that is no longer in a
+   * transaction throws `InvalidInputError`. In every such case nothing of the call is written and no
+   * failing statement ran, so `tx` stays usable.
    */
   publish(tx: TTx, events: readonly PublishParams[], now?: Date): Promise<PublishResult[]>;
 

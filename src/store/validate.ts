@@ -1,4 +1,4 @@
-import { InvalidInputError } from '../core/errors.js';
+import { InvalidInputError, InvalidPayloadError } from '../core/errors.js';
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
 import type {
   ClaimParams, DeliveryLease, ExtendLeaseParams, ListDeliveriesParams, PublishParams, PurgeParams, RequeueParams,
@@ -6,30 +6,70 @@ import type {
 
 /**
  * Input checks shared by every store, so each throws the same typed error for the same bad input,
- * before anything is written.
+ * before anything is written. Postgres cannot store a NUL character (U+0000) in text or jsonb: a
+ * statement carrying one fails and aborts the caller's transaction, so NULs are refused here, with
+ * the field named, before any statement runs.
  */
 
 const MAX_NAME_LENGTH = 200;
+/** Longest excerpt of a bad value repeated in an error message. */
+const MAX_ECHO_LENGTH = 60;
 
 function fail(message: string): never {
   throw new InvalidInputError(message);
 }
 
+/** A bad value as an error message shows it: long strings cut, with their length. */
+export function echo(value: unknown): string {
+  if (typeof value === 'string' && value.length > MAX_ECHO_LENGTH) {
+    return `a string of ${value.length} characters (${JSON.stringify(value.slice(0, MAX_ECHO_LENGTH))}...)`;
+  }
+  if (typeof value === 'bigint') return `${value}n`;
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    text = undefined; // a cycle
+  }
+  text ??= String(value);
+  return text.length > MAX_ECHO_LENGTH * 2 ? `${text.slice(0, MAX_ECHO_LENGTH * 2)}...` : text;
+}
+
+/** Refuse a string with a NUL character, naming where it is. */
+export function assertNoNul(value: string, what: string): void {
+  const at = value.indexOf('\0');
+  if (at !== -1) {
+    fail(`${what} contains a NUL character (\\u0000) at index ${at}, which Postgres cannot store; nothing was written. Got ${echo(value)}.`);
+  }
+}
+
 export function assertName(value: unknown, what: string): asserts value is string {
   if (typeof value !== 'string' || value.length === 0 || value.length > MAX_NAME_LENGTH) {
-    fail(`${what} must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(value)}.`);
+    fail(`${what} must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${echo(value)}.`);
   }
+  assertNoNul(value, what);
 }
 
 export function assertPositiveInteger(value: unknown, what: string, max = Number.MAX_SAFE_INTEGER): asserts value is number {
   if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > max) {
-    fail(`${what} must be an integer from 1 to ${max}, got ${JSON.stringify(value)}.`);
+    fail(`${what} must be an integer from 1 to ${max}, got ${echo(value)}.`);
   }
 }
+
+/**
+ * The instants a store accepts: years 1 to 9999, what Postgres reads back from the ISO text the store
+ * sends (an extended year such as -000001 or +010000 fails the statement, and with it the caller's
+ * transaction). JavaScript dates reach much further.
+ */
+const MIN_DATE_MS = Date.parse('0001-01-01T00:00:00.000Z');
+const MAX_DATE_MS = Date.parse('9999-12-31T23:59:59.999Z');
 
 export function assertDate(value: unknown, what: string): asserts value is Date {
   if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
     fail(`${what} must be a valid Date, got ${String(value)}.`);
+  }
+  if (value.getTime() < MIN_DATE_MS || value.getTime() > MAX_DATE_MS) {
+    fail(`${what} must be between the years 1 and 9999, got ${value.toISOString()}.`);
   }
 }
 
@@ -37,22 +77,56 @@ function assertOptionalDate(value: unknown, what: string): void {
   if (value !== undefined) assertDate(value, what);
 }
 
-/** Serialise a payload, rejecting what JSON cannot represent faithfully (undefined, functions, bigint, cycles). */
+/** The JSON pointer of the first string or object key under `value` that holds a NUL character. */
+function nulPath(value: unknown, path: string): string | undefined {
+  if (typeof value === 'string') return value.includes('\0') ? path : undefined;
+  if (typeof value !== 'object' || value === null) return undefined;
+  for (const [key, inner] of Object.entries(value)) {
+    const at = `${path}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+    if (key.includes('\0')) return at;
+    const found = nulPath(inner, at);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
+/**
+ * Serialise a payload, rejecting what JSON cannot represent faithfully (undefined, functions, bigint,
+ * cycles: InvalidInputError) and what Postgres jsonb cannot store (a NUL character in any string or
+ * object key: InvalidPayloadError naming its JSON pointer).
+ */
 export function payloadToJson(payload: unknown, what = 'payload'): string {
   let text: string | undefined;
+  let hasNul = false;
   try {
-    text = JSON.stringify(payload, (_key, value: unknown) => {
+    text = JSON.stringify(payload, (key, value: unknown) => {
       if (typeof value === 'bigint' || typeof value === 'function' || typeof value === 'symbol') {
         throw new TypeError(`a ${typeof value} is not JSON`);
       }
       if (typeof value === 'number' && !Number.isFinite(value)) throw new TypeError(`${value} is not JSON`);
+      if (key.includes('\0') || (typeof value === 'string' && value.includes('\0'))) hasNul = true;
       return value;
     });
   } catch (error) {
     throw new InvalidInputError(`The ${what} is not JSON-serialisable (${(error as Error).message}). Publish plain JSON values.`, { cause: error });
   }
   if (text === undefined) fail(`The ${what} is not JSON-serialisable (undefined). Publish plain JSON values.`);
+  if (hasNul) {
+    // The serialised form is exactly what would be stored: find the path in it (toJSON and friends applied).
+    const path = nulPath(JSON.parse(text), '') ?? '';
+    const message = 'contains a NUL character (\\u0000), which Postgres jsonb cannot store';
+    const shown = path.replaceAll('\0', '\\u0000');
+    throw new InvalidPayloadError(`The ${what} ${path === '' ? 'itself' : `at ${shown}`} ${message}; nothing was written. Remove or replace the character.`, [{ path, message }]);
+  }
   return text;
+}
+
+/**
+ * The failure text to record with a delivery: NUL characters removed. The text comes from a
+ * handler's error; refusing it would leave the delivery's outcome unrecordable for good.
+ */
+export function recordableError(error: string): string {
+  return error.includes('\0') ? error.replaceAll('\0', '') : error;
 }
 
 /** Checks every event and returns each payload as JSON text, in input order. */
@@ -65,7 +139,7 @@ export function validatePublish(events: readonly PublishParams[], now: Date | un
     if (typeof event !== 'object' || event === null) fail(`${at} must be an object.`);
     if (event.id !== undefined) {
       assertName(event.id, `${at}.id`);
-      if (ids.has(event.id)) fail(`${at}.id "${event.id}" appears twice in one publish call; publish each event once.`);
+      if (ids.has(event.id)) fail(`${at}.id ${echo(event.id)} appears twice in one publish call; publish each event once.`);
       ids.add(event.id);
     }
     assertName(event.type, `${at}.type`);
@@ -74,7 +148,9 @@ export function validatePublish(events: readonly PublishParams[], now: Date | un
     if (event.headers !== undefined) {
       if (typeof event.headers !== 'object' || event.headers === null || Array.isArray(event.headers)) fail(`${at}.headers must be an object of strings.`);
       for (const [name, value] of Object.entries(event.headers)) {
+        assertNoNul(name, `${at}.headers name ${echo(name)}`);
         if (typeof value !== 'string') fail(`${at}.headers.${name} must be a string.`);
+        assertNoNul(value, `${at}.headers.${name}`);
       }
     }
     if (!Array.isArray(event.handlers) || event.handlers.length === 0) fail(`${at}.handlers must list at least one handler.`);
@@ -82,7 +158,7 @@ export function validatePublish(events: readonly PublishParams[], now: Date | un
     event.handlers.forEach((handler: PublishParams["handlers"][number], h: number) => {
       assertName(handler?.name, `${at}.handlers[${h}].name`);
       assertPositiveInteger(handler.maxAttempts, `${at}.handlers[${h}].maxAttempts`, 1_000_000);
-      if (names.has(handler.name)) fail(`${at}.handlers lists "${handler.name}" twice.`);
+      if (names.has(handler.name)) fail(`${at}.handlers lists ${echo(handler.name)} twice.`);
       names.add(handler.name);
     });
     assertOptionalDate(event.availableAt, `${at}.availableAt`);
@@ -113,7 +189,7 @@ export interface ParsedLease extends LeaseTokenParts {
 
 /** Check a delivery id: the decimal id of a delivery row. */
 export function assertDeliveryId(value: unknown, what = 'deliveryId'): asserts value is string {
-  if (typeof value !== 'string' || !/^\d{1,19}$/.test(value)) fail(`${what} must be a delivery id (a decimal string), got ${JSON.stringify(value)}.`);
+  if (typeof value !== 'string' || !/^\d{1,19}$/.test(value)) fail(`${what} must be a delivery id (a decimal string), got ${echo(value)}.`);
 }
 
 export function parseLease(lease: DeliveryLease): ParsedLease {
@@ -127,8 +203,10 @@ export function parseLeases(leases: readonly DeliveryLease[]): ParsedLease[] {
   return leases.map(parseLease);
 }
 
-export function validateError(error: unknown): void {
+/** Check the failure text of reschedule/bury and return it as it can be recorded (see `recordableError`). */
+export function validateError(error: unknown): string {
   if (typeof error !== 'string') fail('error must be a string (the failure message to record).');
+  return recordableError(error);
 }
 
 export function validateRequeue(params: RequeueParams): void {
@@ -150,7 +228,7 @@ const STATUSES = new Set(['pending', 'processing', 'dead', 'completed']);
 
 /** Normalised list parameters: the limit defaulted, the cursor checked. */
 export function validateList(params: ListDeliveriesParams = {}): { limit: number; cursor: string | null } {
-  if (params.status !== undefined && !STATUSES.has(params.status)) fail(`status must be one of pending, processing, dead, completed; got ${JSON.stringify(params.status)}.`);
+  if (params.status !== undefined && !STATUSES.has(params.status)) fail(`status must be one of pending, processing, dead, completed; got ${echo(params.status)}.`);
   if (params.handler !== undefined) assertName(params.handler, 'handler');
   if (params.eventId !== undefined) assertName(params.eventId, 'eventId');
   if (params.key !== undefined) assertName(params.key, 'key');
@@ -164,7 +242,7 @@ export function validatePurge(params: PurgeParams): void {
   if (typeof params !== 'object' || params === null) fail('purgeExpired() takes { completedRetentionMs, deadRetentionMs }.');
   for (const name of ['completedRetentionMs', 'deadRetentionMs'] as const) {
     const value = params[name];
-    if (!Number.isInteger(value) || value < 0) fail(`${name} must be a non-negative integer number of milliseconds, got ${JSON.stringify(value)}.`);
+    if (!Number.isInteger(value) || value < 0) fail(`${name} must be a non-negative integer number of milliseconds, got ${echo(value)}.`);
   }
   assertOptionalDate(params.now, 'now');
 }

@@ -13,6 +13,7 @@ import { adminCases } from './cases/admin.cases.js';
 import { claimCases } from './cases/claim.cases.js';
 import { completionCases } from './cases/completion.cases.js';
 import { fencingCases } from './cases/fencing.cases.js';
+import { livenessCases } from './cases/liveness.cases.js';
 import type { CaseGroup, ContractCase } from './cases/kit.js';
 import { orderingCases } from './cases/ordering.cases.js';
 import { publishCases } from './cases/publish.cases.js';
@@ -20,7 +21,7 @@ import { retryCases } from './cases/retry.cases.js';
 import { shutdownCases } from './cases/shutdown.cases.js';
 
 export const contractGroups: readonly CaseGroup[] = [
-  publishCases, claimCases, fencingCases, completionCases, retryCases, orderingCases, shutdownCases, adminCases,
+  publishCases, claimCases, fencingCases, completionCases, retryCases, orderingCases, livenessCases, shutdownCases, adminCases,
 ];
 
 /** Why a case cannot run on this target, or undefined when it can. */

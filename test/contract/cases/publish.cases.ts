@@ -1,10 +1,36 @@
 /** Publish: atomic with the caller's transaction, one delivery per handler, inbox dedup, input checks. */
 import assert from 'node:assert/strict';
+import { EventConflictError, RelayBusError, type RelayBusErrorCode } from '../../../src/core/errors.js';
 import { laneOf } from '../../../src/core/lanes.js';
+import type { PublishParams } from '../../../src/store/contract.js';
+import type { Harness } from '../../support/harness.js';
 import {
   allDeliveries, claim, claimExpecting, event, H1, H2, handlers, leaseOf, publish, rejectsWithCode,
   type CaseGroup,
 } from './kit.js';
+
+/**
+ * Publish `refused` in a transaction and expect it to be refused with `code`; then publish `after` in the
+ * same transaction and commit. The later publish only succeeds if the refusal ran no failing statement
+ * (a failed statement aborts a Postgres transaction). Returns the refusal.
+ */
+async function refusedThenUsable<TTx>(
+  harness: Harness<TTx>, refused: readonly PublishParams[], code: RelayBusErrorCode, after: PublishParams,
+): Promise<RelayBusError> {
+  const now = harness.clock.now();
+  let caught: unknown;
+  await harness.inTransaction(async (tx) => {
+    caught = await harness.store.publish(tx, refused, now).then(() => undefined, (error: unknown) => error);
+    const [later] = await harness.store.publish(tx, [after], now);
+    assert.equal(later?.duplicate, false, 'the publish after the refused one writes in the same transaction');
+  });
+  assert.ok(caught instanceof RelayBusError, `expected a RelayBusError, got ${String(caught)}`);
+  assert.equal(caught.code, code, caught.message);
+  assert.ok((await harness.store.listDeliveries({ eventId: after.id! })).items.length > 0, 'the transaction committed');
+  return caught;
+}
+
+const NUL = '\u0000';
 
 export const publishCases: CaseGroup = {
   area: 'publish',
@@ -149,6 +175,100 @@ export const publishCases: CaseGroup = {
         assert.deepEqual((await harness.store.listDeliveries()).items, []);
         const [later] = await publish(harness, [event({ id: 'e-good' })]);
         assert.equal(later?.duplicate, false);
+      },
+    },
+    {
+      name: 'republishing an id with a different type, key or payload is a conflict naming what differs; nothing is written and the transaction goes on',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'e1', key: 'k1', payload: { n: 1, tags: ['a'] } })]);
+        const variants: [Partial<PublishParams>, string[]][] = [
+          [{ type: 'other.event' }, ['type']],
+          [{ key: 'k2' }, ['key']],
+          [{ key: null }, ['key']],
+          [{ payload: { n: 2, tags: ['a'] } }, ['payload']],
+          [{ payload: { n: 1, tags: ['a'], extra: true } }, ['payload']],
+          [{ type: 'other.event', key: 'k2', payload: 'text' }, ['type', 'key', 'payload']],
+        ];
+        for (const [index, [change, differences]] of variants.entries()) {
+          const conflicting = event({ id: 'e1', key: 'k1', payload: { n: 1, tags: ['a'] }, handlers: handlers(H1, H2), ...change });
+          const error = await refusedThenUsable(harness, [conflicting], 'RELAYBUS_CONFLICT', event({ id: `after-${index}` }));
+          assert.ok(error instanceof EventConflictError);
+          assert.equal(error.eventId, 'e1');
+          assert.deepEqual(error.differences, differences, error.message);
+          assert.match(error.message, /"e1"/);
+          for (const field of differences) assert.match(error.message, new RegExp(field));
+        }
+        // Nothing of the conflicting publishes was written: e1 has its one delivery, its stored event is unchanged.
+        assert.deepEqual((await harness.store.listDeliveries({ eventId: 'e1' })).items.map((d) => d.handler), [H1]);
+        const [claimed] = (await claim(harness, 'w1', { limit: 100 })).filter((c) => c.eventId === 'e1');
+        assert.deepEqual([claimed!.eventType, claimed!.key, claimed!.payload], ['test.event', 'k1', { n: 1, tags: ['a'] }]);
+      },
+    },
+    {
+      name: 'an identical redelivery is a duplicate, payloads compare as JSON (key order does not matter), headers may differ',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'e1', key: 'k1', payload: { a: 1, b: { c: [1, 2] } }, headers: { trace: 't1' } })]);
+        const [again] = await publish(harness, [event({
+          id: 'e1', key: 'k1', payload: { b: { c: [1, 2] }, a: 1 }, headers: { trace: 't2' }, handlers: handlers(H1, H2),
+        })]);
+        assert.deepEqual(again, { eventId: 'e1', addedHandlers: [H2], duplicate: true });
+      },
+    },
+    {
+      name: 'a conflict anywhere in a batch writes none of it, also against an event staged by the same transaction',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'e1' })]);
+        await refusedThenUsable(harness, [event({ id: 'new-1' }), event({ id: 'e1', type: 'other' }), event({ id: 'new-2' })], 'RELAYBUS_CONFLICT', event({ id: 'after' }));
+        const now = harness.clock.now();
+        await harness.inTransaction(async (tx) => {
+          await harness.store.publish(tx, [event({ id: 'mine', key: 'k' })], now);
+          await assert.rejects(harness.store.publish(tx, [event({ id: 'mine', key: 'other-key' })], now), EventConflictError);
+          await harness.store.publish(tx, [event({ id: 'mine', key: 'k', handlers: handlers(H1, H2) })], now);
+        });
+        const ids = (await allDeliveries(harness)).map((d) => `${d.eventId}:${d.handler}`).sort();
+        assert.deepEqual(ids, ['after:h1', 'e1:h1', 'mine:h1', 'mine:h2']);
+      },
+    },
+    {
+      name: 'a NUL character in an id, type, key, handler, payload (any depth, object keys) or header is refused before anything is written',
+      async run({ harness }) {
+        const cases: [Partial<PublishParams>, RelayBusErrorCode, RegExp][] = [
+          [{ id: `e${NUL}1` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.id/],
+          [{ type: `t${NUL}` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.type/],
+          [{ key: `k${NUL}` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.key/],
+          [{ handlers: handlers(H1, `h${NUL}2`) }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.handlers\[1\]\.name/],
+          [{ payload: `top${NUL}` }, 'RELAYBUS_INVALID_PAYLOAD', /events\[1\]\.payload/],
+          [{ payload: { a: [{ b: `deep${NUL}` }] } }, 'RELAYBUS_INVALID_PAYLOAD', /\/a\/0\/b/],
+          [{ payload: { [`k${NUL}ey`]: 1 } }, 'RELAYBUS_INVALID_PAYLOAD', /events\[1\]\.payload at \/k/],
+          [{ headers: { trace: `t${NUL}` } }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.headers\.trace/],
+          [{ headers: { [`tr${NUL}ace`]: 't' } }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.headers name/],
+        ];
+        for (const [index, [change, code, where]] of cases.entries()) {
+          const error = await refusedThenUsable(harness, [event({ id: `good-${index}` }), event(change)], code, event({ id: `after-${index}` }));
+          assert.match(error.message, where);
+          assert.match(error.message, /NUL/);
+          assert.deepEqual((await harness.store.listDeliveries({ eventId: `good-${index}` })).items, [], 'nothing of the batch was written');
+        }
+        assert.equal((await allDeliveries(harness)).length, cases.length, 'only the publishes after the refusals');
+      },
+    },
+    {
+      name: 'an over-long key is refused with its length, not echoed whole',
+      async run({ harness }) {
+        const key = 'k'.repeat(5_000);
+        const error = await refusedThenUsable(harness, [event({ key })], 'RELAYBUS_INVALID_INPUT', event({ id: 'after' }));
+        assert.match(error.message, /5000 characters/);
+        assert.ok(error.message.length < 400, `message of ${error.message.length} characters`);
+      },
+    },
+    {
+      name: 'a date outside the years 1 to 9999 is refused before anything is written',
+      async run({ harness }) {
+        for (const [index, availableAt] of [new Date('+010000-01-01T00:00:00Z'), new Date('-000001-06-01T00:00:00Z')].entries()) {
+          const error = await refusedThenUsable(harness, [event({ id: `e-${index}`, availableAt })], 'RELAYBUS_INVALID_INPUT', event({ id: `after-${index}` }));
+          assert.match(error.message, /availableAt must be between the years 1 and 9999/);
+        }
+        await rejectsWithCode(harness.store.statistics(new Date('+010000-01-01T00:00:00Z')), 'RELAYBUS_INVALID_INPUT');
       },
     },
   ],

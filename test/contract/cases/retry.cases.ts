@@ -102,5 +102,19 @@ export const retryCases: CaseGroup = {
         assert.equal((await viewOf(harness, claimed!.id)).status, 'dead');
       },
     },
+    {
+      name: 'a failure text with NUL characters is recorded without them (reschedule and bury)',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'e1' }), event({ id: 'e2' })]);
+        const claimed = await claim(harness, 'w1');
+        const first = claimed.find((c) => c.eventId === 'e1');
+        const second = claimed.find((c) => c.eventId === 'e2');
+        const now = harness.clock.now();
+        assert.equal(await harness.store.reschedule(leaseOf(first!), { availableAt: now, error: 'bad\u0000byte', now }), true);
+        assert.equal(await harness.store.bury(leaseOf(second!), { error: '\u0000nul\u0000', now }), true);
+        assert.equal((await viewOf(harness, first!.id)).lastError, 'badbyte');
+        assert.equal((await viewOf(harness, second!.id)).lastError, 'nul');
+      },
+    },
   ],
 };

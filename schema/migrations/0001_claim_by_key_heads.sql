@@ -1,0 +1,3 @@
+DROP INDEX "relaybus"."relaybus_deliveries_lane_available_at_id_idx";--> statement-breakpoint
+CREATE INDEX "relaybus_deliveries_unkeyed_due_idx" ON "relaybus"."relaybus_deliveries" USING btree ("lane","available_at","id") WHERE key IS NULL AND status = 'pending';--> statement-breakpoint
+CREATE INDEX "relaybus_deliveries_keyed_due_idx" ON "relaybus"."relaybus_deliveries" USING btree ("lane","available_at") WHERE key IS NOT NULL AND status = 'pending';

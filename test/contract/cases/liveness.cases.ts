@@ -1,0 +1,94 @@
+/**
+ * Liveness of the claim: no shape of backlog may stop a due head of a key from being claimed. A
+ * capped scan in due-time order stalled a lane for good when the window filled with blocked
+ * followers: a retried head due later than its followers, a delayed head, or a deep backlog of one
+ * key whose head is in flight (holding back every other key of its lane).
+ */
+import assert from 'node:assert/strict';
+import { laneOf } from '../../../src/core/lanes.js';
+import type { PublishParams } from '../../../src/store/contract.js';
+import { claim, claimExpecting, event, leaseOf, publish, type CaseGroup } from './kit.js';
+
+/** `count` distinct keys that share the lane of `key` (so they compete in one lane). */
+function keysInLaneOf(key: string, count: number): string[] {
+  const lane = laneOf(key, 'unused');
+  const found: string[] = [];
+  for (let i = 0; found.length < count; i += 1) {
+    const candidate = `other-${i}`;
+    if (laneOf(candidate, 'unused') === lane) found.push(candidate);
+  }
+  return found;
+}
+
+function backlog(key: string, count: number, prefix = key): PublishParams[] {
+  return Array.from({ length: count }, (_, i) => event({ id: `${prefix}-${i + 1}`, key }));
+}
+
+export const livenessCases: CaseGroup = {
+  area: 'liveness',
+  cases: [
+    {
+      name: 'a retried head is claimed as soon as it is due, behind any number of due followers of its key',
+      async run({ harness }) {
+        await publish(harness, backlog('k', 60));
+        const [head] = await claimExpecting(harness, 'w1', ['k-1']);
+        const retryAt = new Date(harness.clock.now().getTime() + 10_000);
+        assert.equal(await harness.store.reschedule(leaseOf(head!), { availableAt: retryAt, error: 'once', now: harness.clock.now() }), true);
+        assert.deepEqual(await claim(harness, 'w1'), [], 'the followers wait for the head');
+        harness.clock.advance(10_000);
+        const [retried] = await claimExpecting(harness, 'w1', ['k-1']);
+        assert.equal(retried!.attempts, 1);
+        assert.deepEqual(await harness.store.completeMany([leaseOf(retried!)], harness.clock.now()), [true]);
+        for (let n = 2; n <= 60; n += 1) {
+          const [next] = await claimExpecting(harness, 'w1', [`k-${n}`]);
+          assert.deepEqual(await harness.store.completeMany([leaseOf(next!)], harness.clock.now()), [true]);
+        }
+      },
+    },
+    {
+      name: 'a delayed head is claimed when due, although followers of its key were due long before',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'k-1', key: 'k', availableAt: new Date(harness.clock.now().getTime() + 60_000) })]);
+        await publish(harness, backlog('k', 60, 'later').map((e) => ({ ...e, key: 'k' })));
+        assert.deepEqual(await claim(harness, 'w1'), []);
+        harness.clock.advance(60_000);
+        const [head] = await claimExpecting(harness, 'w1', ['k-1']);
+        await harness.store.completeMany([leaseOf(head!)], harness.clock.now());
+        await claimExpecting(harness, 'w1', ['later-1']);
+      },
+    },
+    {
+      name: 'a deep backlog of one key whose head is in flight does not hold back the other keys of its lane',
+      async run({ harness }) {
+        await publish(harness, backlog('deep', 120));
+        const others = keysInLaneOf('deep', 12);
+        await publish(harness, others.map((key) => event({ id: `${key}-1`, key })));
+        // One claim of 10: the deep key gives its head; the other nine come from the other keys of the lane.
+        const first = await claim(harness, 'w1', { limit: 10 });
+        assert.equal(first.length, 10, `a full batch (got ${first.map((c) => c.eventId).join(', ')})`);
+        assert.deepEqual(first.filter((c) => c.key === 'deep').map((c) => c.eventId), ['deep-1']);
+        // With the deep head still running, the rest of the lane's other keys come next.
+        const second = await claim(harness, 'w1', { limit: 10 });
+        assert.deepEqual(second.map((c) => c.key).sort(), others.filter((key) => !first.some((c) => c.key === key)).sort());
+      },
+    },
+    {
+      name: 'every due head of a lane with many blocked keys is claimed within a few claims',
+      async run({ harness }) {
+        // 30 keys of one lane, each with a running head and 5 blocked followers, then 30 fresh keys of that lane.
+        const busy = keysInLaneOf('lane-of-this', 60);
+        await publish(harness, busy.slice(0, 30).flatMap((key) => backlog(key, 6)));
+        const heads = [];
+        for (let round = 0; round < 10 && heads.length < 30; round += 1) heads.push(...await claim(harness, 'w1', { limit: 10 }));
+        assert.equal(heads.length, 30, 'every busy key has its head running');
+        await publish(harness, busy.slice(30).map((key) => event({ id: `${key}-fresh`, key })));
+        const fresh = new Set<string>();
+        for (let round = 0; round < 6; round += 1) {
+          for (const c of await claim(harness, 'w1', { limit: 10 })) fresh.add(c.eventId);
+        }
+        assert.equal(fresh.size, 30, `every fresh key was claimed (got ${fresh.size})`);
+        assert.ok([...fresh].every((id) => id.endsWith('-fresh')), 'no follower of a running head');
+      },
+    },
+  ],
+};
