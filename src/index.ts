@@ -17,7 +17,7 @@ export type { Static, TSchema } from '@sinclair/typebox';
 
 export { createRelayBus } from './core/bus.js';
 export type { Handler, PublishItem, PublishOptions, RelayBus, RelayBusState, StartOptions, TransactionalHandler } from './core/bus.js';
-export type { StopOptions } from './dispatcher/dispatcher.js';
+export type { RelayBusHealth, StopOptions } from './dispatcher/dispatcher.js';
 
 export { defineEvent, isEventDefinition } from './core/events.js';
 export type { EventDefinition, EventPayload, PayloadIssue } from './core/events.js';

@@ -113,6 +113,13 @@ export function durationFlag(name: string, raw: string | undefined, minMs: numbe
   return value;
 }
 
+/** A flag that takes one of `choices`; undefined when absent. */
+export function choiceFlag<const C extends readonly string[]>(name: string, raw: string | undefined, choices: C): C[number] | undefined {
+  if (raw === undefined) return undefined;
+  if (!choices.includes(raw)) throw new UsageError(`--${name} must be one of ${choices.join(', ')}, got "${raw}"`);
+  return raw;
+}
+
 /** A comma-separated list flag, trimmed, without empty items; undefined when absent. */
 export function listFlag(name: string, raw: string | undefined): string[] | undefined {
   if (raw === undefined) return undefined;

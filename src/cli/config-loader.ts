@@ -2,7 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { basename, extname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { RelayBus, StopOptions } from '../index.js';
+import type { Logger, RelayBus, StopOptions } from '../index.js';
 import { CliFailure, UsageError } from './command.js';
 
 /**
@@ -29,6 +29,8 @@ export interface WorkerStartOptions {
     readonly pollIntervalMs?: number;
     readonly leaseDurationMs?: number;
   };
+  /** Where this run's setup and dispatcher log (relaybus versions without it ignore it). */
+  readonly logger?: Logger;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { HandlerStatistics, Statistics } from '../index.js';
+import { isRetryableError, type HandlerStatistics, type Statistics } from '../index.js';
 
 /**
  * `relaybus worker --once`: decide when the work that was due is drained. The worker's own
@@ -33,7 +33,7 @@ export function dueAndInFlight(stats: Statistics, handlers: readonly string[] | 
 
 /**
  * Resolve once nothing due is left for `handlers` (see the module header), or when `signal` aborts.
- * Rejects when reading the statistics fails.
+ * Rejects when reading the statistics fails with an error a retry cannot fix.
  */
 export async function waitUntilDrained(options: DrainWatchOptions): Promise<'drained' | 'stalled' | 'aborted'> {
   let lastProgress = options.progress();
@@ -44,7 +44,14 @@ export async function waitUntilDrained(options: DrainWatchOptions): Promise<'dra
     } catch {
       return 'aborted';
     }
-    const { due, inFlight } = dueAndInFlight(await options.statistics(), options.handlers);
+    let stats: Statistics;
+    try {
+      stats = await options.statistics();
+    } catch (error) {
+      if (isRetryableError(error)) continue; // the database is away: the dispatcher retries too; look again later
+      throw error;
+    }
+    const { due, inFlight } = dueAndInFlight(stats, options.handlers);
     if (due === 0 && inFlight === 0) return 'drained';
     const progress = options.progress();
     if (inFlight > 0 || progress !== lastProgress) {

@@ -1,4 +1,4 @@
-import { Dispatcher, type StopOptions } from '../dispatcher/dispatcher.js';
+import { Dispatcher, HealthState, type RelayBusHealth, type StopOptions } from '../dispatcher/dispatcher.js';
 import type { PublishParams, PublishResult, Store } from '../store/contract.js';
 import { TypedEmitter, type TypedEvents } from './emitter.js';
 import {
@@ -6,9 +6,9 @@ import {
 } from './errors.js';
 import { isEventDefinition, type EventDefinition, type EventPayload } from './events.js';
 import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from './handlers.js';
-import { describeError } from './logger.js';
+import { describeError, type Logger } from './logger.js';
 import {
-  resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type DispatcherOptions, type RelayBusOptions,
+  assertLogger, resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type DispatcherOptions, type RelayBusOptions,
   type ResolvedDispatcherOptions, type ResolvedRelayBusOptions,
 } from './options.js';
 
@@ -57,6 +57,8 @@ export interface StartOptions {
   readonly handlers?: readonly string[];
   /** Dispatcher settings for this run, over the bus's `dispatcher` options; validated the same way. */
   readonly dispatcher?: DispatcherOptions;
+  /** Where this run's setup and dispatcher log, over the bus's `logger` (the CLI worker passes its own). */
+  readonly logger?: Logger;
 }
 
 /** Lifecycle of a bus. */
@@ -118,12 +120,24 @@ export interface RelayBus<TTx, TEvent extends EventDefinition = EventDefinition>
 
   /** Stop gracefully: see the dispatcher. Idempotent; `stop({ graceMs: 0 })` during a stop aborts at once. */
   stop(options?: StopOptions): Promise<void>;
+
+  /**
+   * Whether the worker reaches its store, for a readiness probe: `ready` once a claim succeeded,
+   * false again after a failed claim (the dispatcher retries with backoff) or a failed setup, and
+   * once stopped. `since` is when `ready` last changed; `lastError` says why it is false.
+   *
+   * ```ts
+   * app.get('/ready', (req, res) => res.status(bus.health().ready ? 200 : 503).json(bus.health()));
+   * ```
+   */
+  health(): RelayBusHealth;
 }
 
 /** What one `start()` runs: a subset of the handlers and the dispatcher options. */
 interface RunSettings<TTx> {
   readonly handlers: ReadonlyMap<string, ResolvedHandler<TTx>>;
   readonly dispatcher: ResolvedDispatcherOptions;
+  readonly logger: Logger;
 }
 
 const PUBLISH_OPTION_KEYS = new Set(['key', 'id', 'availableAt', 'headers']);
@@ -134,14 +148,18 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
   readonly #emitter: TypedEmitter<RelayBusEventMap>;
   readonly #handlers = new Map<string, ResolvedHandler<TTx>>();
   readonly #handlersByType = new Map<string, ResolvedHandler<TTx>[]>();
+  readonly #health = new HealthState();
   #state: RelayBusState = 'idle';
+  /** The logger of the current run (`start({ logger })`), else the bus's. */
+  #logger: Logger;
   #dispatcher: Dispatcher<TTx> | undefined;
   #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
 
   constructor(options: ResolvedRelayBusOptions<TTx>) {
     this.#options = options;
-    this.#emitter = new TypedEmitter<RelayBusEventMap>(() => options.logger);
+    this.#logger = options.logger;
+    this.#emitter = new TypedEmitter<RelayBusEventMap>(() => this.#logger);
   }
 
   get events(): TypedEvents<RelayBusEventMap> {
@@ -162,6 +180,10 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
 
   get owner(): string | undefined {
     return this.#dispatcher?.owner;
+  }
+
+  health(): RelayBusHealth {
+    return this.#health.snapshot();
   }
 
   on(event: TEvent, name: string, optionsOrHandler: unknown, maybeHandler?: unknown): void {
@@ -234,10 +256,11 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
 
   /** The handlers and dispatcher options of this run: the bus's, narrowed and overridden by `options`. */
   #runSettings(options: StartOptions | undefined): RunSettings<TTx> {
-    if (options === undefined) return { handlers: this.#handlers, dispatcher: this.#options.dispatcher };
+    if (options === undefined) return { handlers: this.#handlers, dispatcher: this.#options.dispatcher, logger: this.#options.logger };
     if (typeof options !== 'object' || options === null || Array.isArray(options)) {
-      throw new InvalidInputError('bus.start(options): options must be an object { handlers?, dispatcher? }.');
+      throw new InvalidInputError('bus.start(options): options must be an object { handlers?, dispatcher?, logger? }.');
     }
+    if (options.logger !== undefined) assertLogger(options.logger, 'bus.start({ logger })');
     let handlers: ReadonlyMap<string, ResolvedHandler<TTx>> = this.#handlers;
     if (options.handlers !== undefined) {
       if (!Array.isArray(options.handlers) || options.handlers.length === 0) {
@@ -253,17 +276,21 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     }
     const base = Object.fromEntries(Object.entries(this.#options.dispatcher).filter(([, value]) => value !== undefined)) as DispatcherOptions;
     const dispatcher = options.dispatcher === undefined ? this.#options.dispatcher : resolveDispatcherOptions({ ...base, ...options.dispatcher });
-    return { handlers, dispatcher };
+    return { handlers, dispatcher, logger: options.logger ?? this.#options.logger };
   }
 
   async #start(run: RunSettings<TTx>): Promise<void> {
-    const { store, logger, setupStore } = this.#options;
+    const { store, setupStore } = this.#options;
+    const { logger } = run;
+    this.#logger = logger;
     if (setupStore) {
       try {
         await store.setup();
       } catch (error) {
         if (this.#state === 'starting') this.#state = 'idle';
-        logger.error('store setup failed; the bus did not start', { error: describeError(error) });
+        this.#health.markUnready(describeError(error));
+        // The caller gets the error from start(); logged at debug only so that a caller retrying start() is not reported twice.
+        logger.debug('store setup failed; the bus did not start', { error: describeError(error) });
         throw error;
       }
     }
@@ -274,6 +301,7 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
       logger,
       clock: this.#options.clock,
       emitter: this.#emitter,
+      health: this.#health,
     });
     this.#dispatcher = dispatcher;
     dispatcher.start();

@@ -238,6 +238,11 @@ function assertMethods(value: unknown, methods: readonly string[], what: string,
   if (!ok) throw new InvalidOptionsError(`${what} must be an object with methods ${methods.join(', ')}, e.g. ${example}.`);
 }
 
+/** Throw `InvalidOptionsError` unless `value` is a `Logger` (debug, info, warn and error methods). */
+export function assertLogger(value: unknown, what = 'logger'): asserts value is Logger {
+  assertMethods(value, ['debug', 'info', 'warn', 'error'], what, 'consoleLogger');
+}
+
 function resolveBackoff(input: Partial<BackoffOptions> | undefined, base: BackoffOptions, what: string): BackoffOptions {
   const backoff = Object.freeze({ ...base, ...stripUndefined(input ?? {}) });
   if (backoff.maxDelayMs < backoff.initialDelayMs) {
@@ -283,7 +288,7 @@ export function resolveRelayBusOptions<TTx>(input: RelayBusOptions<TTx>): Resolv
   assertStore(input.store);
   const events = resolveEvents(input.events);
   assertSchema(BusSchema, input, 'relaybus options', '');
-  if (input.logger !== undefined) assertMethods(input.logger, ['debug', 'info', 'warn', 'error'], 'logger', 'consoleLogger');
+  if (input.logger !== undefined) assertLogger(input.logger);
   if (input.clock !== undefined) assertMethods(input.clock, ['now'], 'clock', '{ now: () => new Date() }');
   return Object.freeze({
     store: input.store,

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Clock } from '../core/clock.js';
 import type { TypedEmitter } from '../core/emitter.js';
-import { InvalidStateError } from '../core/errors.js';
+import { InvalidStateError, isRetryableError } from '../core/errors.js';
 import type { RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
 import { parseLeaseToken } from '../core/lease-token.js';
 import { describeError, type Logger } from '../core/logger.js';
@@ -12,7 +13,7 @@ import { CompletionBatcher } from './completion-batcher.js';
 import { reportLeaseLost, runDelivery, RunningDelivery, type RunOutcome, type RunnerDeps } from './handler-runner.js';
 import { LeaseRenewer } from './lease-renewer.js';
 import { GracePeriod } from './shutdown.js';
-import { Wakeup } from './wakeup.js';
+import { RetryBackoff, Wakeup } from './wakeup.js';
 
 /**
  * The dispatcher: the worker loop that claims deliveries and runs their handlers. It knows the
@@ -43,9 +44,52 @@ import { Wakeup } from './wakeup.js';
  *   lane back, so other workers take the lanes at once instead of after the lease.
  * - `stopped`: final. A dispatcher is not restarted; create a new one (a new owner id).
  *
- * Store failures in the loop are logged and retried after the poll interval; they never crash the
- * process. Nothing here handles process signals: the CLI maps SIGTERM onto `bus.stop()`.
+ * A failed claim is logged once and retried after a capped exponential backoff (250 ms doubling to
+ * 30 s, jittered; `STORE_RETRY_BACKOFF`), reset by the next successful claim; store failures never
+ * crash the process. The claim loop feeds the bus's health: unready after a failed claim, ready
+ * after a successful one, with one log line at each transition. Nothing here handles process
+ * signals: the CLI maps SIGTERM onto `bus.stop()`.
  */
+
+/** Whether a bus can reach its store; see `RelayBus.health()`. */
+export interface RelayBusHealth {
+  /** True while the dispatcher's last claim succeeded; false before the first one, after a failed one and once stopped. */
+  readonly ready: boolean;
+  /** When `ready` last changed (the bus's creation before that). */
+  readonly since: Date;
+  /** The failure that made the bus unready (its name and message); absent while ready. */
+  readonly lastError?: string;
+}
+
+/** The health of one bus, written by its setup and its dispatcher, read through `bus.health()`. */
+export class HealthState {
+  #ready = false;
+  #since = new Date();
+  #lastError: string | undefined;
+
+  /** A frozen copy of the current health. */
+  snapshot(): RelayBusHealth {
+    return Object.freeze({ ready: this.#ready, since: this.#since, ...(this.#lastError === undefined ? {} : { lastError: this.#lastError }) });
+  }
+
+  /** A store call succeeded; true when that made the bus ready. */
+  markReady(): boolean {
+    if (this.#ready) return false;
+    this.#ready = true;
+    this.#since = new Date();
+    this.#lastError = undefined;
+    return true;
+  }
+
+  /** A store call failed (`error`), or the bus stopped (no error); true when that made the bus unready. */
+  markUnready(error?: string): boolean {
+    this.#lastError = error;
+    if (!this.#ready) return false;
+    this.#ready = false;
+    this.#since = new Date();
+    return true;
+  }
+}
 
 /** Lifecycle state of a dispatcher; see the module header. */
 export type DispatcherState = 'idle' | 'running' | 'stopping' | 'stopped';
@@ -62,6 +106,10 @@ export interface DispatcherConfig<TTx> {
   readonly emitter: TypedEmitter<RelayBusEventMap>;
   /** Random source of the backoff jitter (tests). */
   readonly random?: () => number;
+  /** Where the claim loop reports whether the store answers; a private one when absent. */
+  readonly health?: HealthState;
+  /** Delays between retries of a failing claim; `STORE_RETRY_BACKOFF` when absent (tests shorten it). */
+  readonly claimBackoff?: RetryBackoff;
 }
 
 /** Options of `stop()`. */
@@ -95,6 +143,12 @@ export class Dispatcher<TTx> {
   readonly #renewer: LeaseRenewer;
   readonly #deps: RunnerDeps<TTx>;
   readonly #toRelease: DeliveryLease[] = [];
+  readonly #health: HealthState;
+  readonly #claimBackoff: RetryBackoff;
+  /** Aborted by `stop()`: ends a claim retry's backoff at once. */
+  readonly #stopSignal = new AbortController();
+  /** When the first of the current run of failed claims happened. */
+  #failingSince = 0;
   #state: DispatcherState = 'idle';
   #loop: Promise<void> = Promise.resolve();
   #stopping: Promise<void> | undefined;
@@ -103,6 +157,8 @@ export class Dispatcher<TTx> {
     this.#config = config;
     this.#handlerNames = Object.freeze([...config.handlers.keys()]);
     this.owner = createOwnerId(config.options.ownerPrefix);
+    this.#health = config.health ?? new HealthState();
+    this.#claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
     const now = (): Date | undefined => config.clock?.now();
     this.#batcher = new CompletionBatcher({ store: config.store, windowMs: config.options.completionBatchWindowMs, now, logger: config.logger });
     this.#renewer = new LeaseRenewer({
@@ -159,6 +215,7 @@ export class Dispatcher<TTx> {
       return (this.#stopping = Promise.resolve());
     }
     this.#state = 'stopping';
+    this.#stopSignal.abort();
     this.#stopping = this.#shutdown(options.graceMs ?? this.#config.options.shutdownGraceMs);
     return this.#stopping;
   }
@@ -176,10 +233,10 @@ export class Dispatcher<TTx> {
         try {
           claimed = await store.claim({ owner: this.owner, handlers: this.#handlerNames, limit, leaseDurationMs: options.leaseDurationMs, now: this.#deps.now() });
         } catch (error) {
-          logger.error('claiming deliveries failed; retrying after the poll interval', { error: describeError(error) });
-          await this.#wakeup.wait(options.pollIntervalMs);
+          await this.#retryClaimAfter(error);
           continue;
         }
+        this.#claimSucceeded();
         if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit });
         if (this.#state !== 'running') {
           this.#toRelease.push(...claimed.map((delivery) => ({ deliveryId: delivery.id, lease: delivery.lease })));
@@ -189,6 +246,37 @@ export class Dispatcher<TTx> {
         if (claimed.length >= limit) continue;
       }
       await this.#wakeup.wait(options.pollIntervalMs);
+    }
+  }
+
+  /** Log a failed claim once, mark the bus unready, and wait out the backoff (or until stop). */
+  async #retryClaimAfter(error: unknown): Promise<void> {
+    const delayMs = this.#claimBackoff.failed();
+    const attempt = this.#claimBackoff.failures;
+    if (attempt === 1) this.#failingSince = Date.now();
+    const described = describeError(error);
+    this.#health.markUnready(described);
+    const retryable = isRetryableError(error);
+    const fields = { attempt, retryAt: new Date(Date.now() + delayMs).toISOString(), retryInMs: delayMs, error: described };
+    const what = retryable ? (attempt === 1 ? 'database unreachable' : 'database still unreachable')
+      : (attempt === 1 ? 'claiming deliveries failed' : 'claiming deliveries failed again');
+    const message = `${what}; claiming again after a backoff`;
+    if (retryable) this.#config.logger.warn(message, fields);
+    else this.#config.logger.error(message, fields);
+    try {
+      await sleep(delayMs, undefined, { signal: this.#stopSignal.signal });
+    } catch {
+      // stop() ended the wait
+    }
+  }
+
+  #claimSucceeded(): void {
+    const failures = this.#claimBackoff.succeeded();
+    const first = this.#health.markReady();
+    if (failures > 0) {
+      this.#config.logger.info('database reachable again; claiming resumed', { failedAttempts: failures, unreachableForMs: Date.now() - this.#failingSince });
+    } else if (first) {
+      this.#config.logger.debug('first claim succeeded; the bus is ready', { owner: this.owner });
     }
   }
 
@@ -288,6 +376,7 @@ export class Dispatcher<TTx> {
     } catch (error) {
       logger.error('relinquishing lanes failed; other workers take them once their leases expire', { owner: this.owner, error: describeError(error) });
     }
+    this.#health.markUnready();
     this.#state = 'stopped';
   }
 }

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { BIN, IMPORTS, lines, REPO, runCli, tempDir, useBuiltCli, writeModule } from './support.js';
+import { BIN, IMPORTS, lines, REPO, runCli, startCli, tempDir, useBuiltCli, writeModule } from './support.js';
 
 useBuiltCli();
 
@@ -74,6 +74,8 @@ describe('relaybus: usage errors are one line and exit non-zero (built bin)', ()
     assertOneLineError(await runCli(['stats', '--bogus']), 2, /^relaybus: unknown option '--bogus' \(see relaybus stats --help\)\n$/);
     assertOneLineError(await runCli(['worker', '--concurrency']), 2, /--concurrency <value>' argument missing/);
     assertOneLineError(await runCli(['worker', '--concurrency', 'many']), 2, /^relaybus: --concurrency must be an integer from 1 to 1000, got "many"\n$/);
+    assertOneLineError(await runCli(['worker', '--log-level', 'loud']), 2, /^relaybus: --log-level must be one of debug, info, warn, error, got "loud"\n$/);
+    assertOneLineError(await runCli(['worker', '--log-format', 'xml']), 2, /^relaybus: --log-format must be one of pretty, json, got "xml"\n$/);
     assertOneLineError(await runCli(['--bogus']), 2, /unknown option --bogus before the command/);
   });
 
@@ -103,7 +105,7 @@ describe('relaybus: usage errors are one line and exit non-zero (built bin)', ()
     assert.match(verbose.stderr, /caused by: InvalidOptionsError: createRelayBus/);
   });
 
-  it('a bus that cannot start (its database is down): exit 1, one line', { timeout: 30_000 }, async () => {
+  it('a bus whose database is down: the worker retries the start, and SIGTERM during the backoff exits 0 at once', { timeout: 30_000 }, async () => {
     const dir = tempDir('down');
     writeModule(dir, 'bus.mjs', `
 import pg from '${IMPORTS.pg}';
@@ -115,7 +117,15 @@ const bus = createRelayBus({ store: postgresStore({ driver: fromPg(pool) }), eve
 bus.on(Ping, 'pong', () => {});
 export default bus;
 `);
-    assertOneLineError(await runCli(['worker', 'bus.mjs'], { cwd: dir }), 1, /^relaybus: Postgres statement "setup" failed: .*ECONNREFUSED/);
+    const worker = startCli(['worker', 'bus.mjs'], { cwd: dir });
+    await worker.waitFor(/database still unreachable; starting again after a backoff attempt=2 retryAt=\S+ retryInMs=\d+ error=".*ECONNREFUSED/);
+    const signalledAt = Date.now();
+    worker.child.kill('SIGTERM');
+    const result = await worker.exited;
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    assert.ok(Date.now() - signalledAt < 3_000, 'the backoff does not delay the stop');
+    assert.match(result.stdout, /SIGTERM received; stopping gracefully/);
+    assert.match(result.stdout, /stopped; 0 delivered, 0 failed attempts, 0 dead\n$/);
   });
 
   it('an admin command without a database', { timeout: 30_000 }, async () => {

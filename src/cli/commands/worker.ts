@@ -1,9 +1,16 @@
 import { basename } from 'node:path';
-import { DEFAULT_POLL_INTERVAL_MS, RelayBusError, UnknownHandlerError, type DeadEvent, type FailedEvent } from '../../index.js';
-import { durationFlag, HELP_FLAG, integerFlag, listFlag, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
-import { CliFailure, ExitCode, UsageError, writeLine, type CliContext, type Command } from '../command.js';
+import {
+  DEFAULT_POLL_INTERVAL_MS, RelayBusError, UnknownHandlerError, type DeadEvent, type FailedEvent, type Logger,
+} from '../../index.js';
+import { describeError } from '../../core/logger.js';
+import { choiceFlag, durationFlag, HELP_FLAG, integerFlag, listFlag, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
+import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
 import { acceptsStartOptions, DEFAULT_CONFIG_NAMES, loadBus, resolveConfigPath, type WorkerBus, type WorkerStartOptions } from '../config-loader.js';
+import { checkDatabaseUrl, DATABASE_URL, describeDatabaseUrl } from '../database-url.js';
 import { waitUntilDrained } from '../drain-watch.js';
+import { createCliLogger, LOG_FORMATS, LOG_LEVELS } from '../log.js';
+import { watchParent } from '../parent-watch.js';
+import { startWithRetry } from '../start-retry.js';
 import { oneLine } from '../table.js';
 import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../signals.js';
 
@@ -12,7 +19,12 @@ import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../sig
  * with `--once`, until what is due is drained). The first signal stops gracefully through
  * `bus.stop()`: running handlers get the configured grace period, the rest are released without
  * charging an attempt and the lanes are handed back. A second signal cuts the grace period to zero
- * and exits 130/143 within `FORCE_DEADLINE_MS`.
+ * and exits 130/143 within `FORCE_DEADLINE_MS`. Losing the parent process (npx killed by a
+ * container runtime) stops gracefully too.
+ *
+ * A database that is down does not end the worker: the start (the store's setup) and the claims
+ * are retried with a capped backoff, one log line per failed attempt. Only errors a retry cannot
+ * fix (`isRetryableError` false: bad credentials, a missing database, a newer schema) exit 1.
  */
 
 /** After a second signal the worker exits within this long, whether or not the forced stop finished. */
@@ -42,13 +54,15 @@ const FLAGS = {
   'lease-duration': { type: 'string', value: 'time', description: 'Lane lease, at least 100ms, e.g. 30s. Default: the config\'s (30s).' },
   handlers: { type: 'string', value: 'names', description: 'Run only these handlers (comma separated names given to bus.on). Default: all.' },
   once: { type: 'boolean', description: 'Drain what is due now, then stop and exit 0 (cron jobs, CI, backfills).' },
-  verbose: { type: 'boolean', description: 'Print a line per delivered event, and stack traces on errors.' },
+  'log-level': { type: 'string', value: 'level', description: 'Least severe log line printed: debug, info, warn or error. Default: info.' },
+  'log-format': { type: 'string', value: 'format', description: 'pretty (a readable line each) or json (one object per line: time, level, msg and fields). Default: pretty.' },
+  verbose: { type: 'boolean', description: 'Log a line per delivered event (at info), and print stack traces on errors.' },
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
 
 const HELP = renderHelp({
   usage: ['relaybus worker [config] [options]'],
-  description: `Run the dispatcher of your bus: claim due deliveries, run their handlers, record the outcomes. [config] is an ES module whose default export is the bus (export default createRelayBus({ store, events }) plus its bus.on(...) calls); the same module your application imports to publish. Default: the first of ${DEFAULT_CONFIG_NAMES.join(', ')} in the current directory. .ts configs need tsx installed (npm install --save-dev tsx). The database connection is the one the config's store uses (typically DATABASE_URL).`,
+  description: `Run the dispatcher of your bus: claim due deliveries, run their handlers, record the outcomes. [config] is an ES module whose default export is the bus (export default createRelayBus({ store, events }) plus its bus.on(...) calls); the same module your application imports to publish. Default: the first of ${DEFAULT_CONFIG_NAMES.join(', ')} in the current directory. .ts configs need tsx installed (npm install --save-dev tsx). The database connection is the one the config's store uses (typically DATABASE_URL; a value that is not a connection string is refused before anything connects).`,
   flags: FLAGS,
   sections: [
     {
@@ -63,11 +77,31 @@ const HELP = renderHelp({
       ],
     },
     {
+      title: 'Database outages',
+      lines: [
+        'While the database cannot be reached (down, restarting, refusing connections) the worker',
+        'keeps running: it retries the setup and the claims after 250ms, doubling up to 30s, and logs',
+        'each failed attempt with the time of the next one, then "database reachable again".',
+        'It exits 1 only on errors a retry cannot fix: bad credentials, an unknown database, a',
+        'schema newer than this relaybus.',
+      ],
+    },
+    {
+      title: 'Logs',
+      lines: [
+        'debug and info lines go to stdout, warn and error lines to stderr; the library\'s own lines',
+        '(dispatcher, setup, retries) use the same format. In containers, run the bin directly',
+        '(node_modules/.bin/relaybus worker) so the runtime\'s SIGTERM reaches the worker; under',
+        'npx the worker notices that npx is gone and stops gracefully.',
+      ],
+    },
+    {
       title: 'Exit codes',
       lines: [
-        '0    stopped gracefully (after a signal, or when --once had drained)',
-        '1    runtime failure: the config module threw, the bus could not start, the database failed',
-        '2    usage error: unknown flag, bad value, config module not found or without a bus',
+        '0    stopped gracefully (after a signal, its parent exiting, or when --once had drained)',
+        '1    runtime failure: the config module threw, the database refused the worker for good',
+        '2    usage error: unknown flag, bad value, config module not found or without a bus,',
+        '     DATABASE_URL not a connection string',
         '130  forced by a second SIGINT',
         '143  forced by a second SIGTERM',
       ],
@@ -78,6 +112,7 @@ const HELP = renderHelp({
         'relaybus worker                                  # ./relaybus.config.{ts,js,mjs}',
         'relaybus worker dist/bus.js --concurrency 50',
         'relaybus worker --handlers send-receipt,update-ledger --once',
+        'relaybus worker --log-format json --log-level warn',
       ],
     },
   ],
@@ -111,39 +146,82 @@ function checkOverrides(bus: WorkerBus, options: WorkerStartOptions, flags: read
   }
 }
 
-/** One line per failed attempt and per dead letter, on stderr; a count of every outcome. */
-function reportOutcomes(bus: WorkerBus, context: CliContext): { readonly counts: { delivered: number; failed: number; dead: number }; dispose(): void } {
+/** A line per failed attempt (warn) and per dead letter (error), per delivery at debug (info with --verbose); a count of every outcome. */
+function reportOutcomes(bus: WorkerBus, log: Logger, verbose: boolean): { readonly counts: { delivered: number; failed: number; dead: number }; dispose(): void } {
   const counts = { delivered: 0, failed: 0, dead: 0 };
-  const describe = (error: unknown) => oneLine(error instanceof Error ? `${error.name}: ${error.message}` : String(error));
+  const describe = (error: unknown) => oneLine(describeError(error));
   const offs = [
     bus.events.on('delivered', ({ delivery }) => {
       counts.delivered += 1;
-      if (context.verbose) writeLine(context.stdout, `relaybus worker: ${delivery.handler} delivered ${delivery.eventType} ${delivery.eventId} (delivery ${delivery.id})`);
+      (verbose ? log.info : log.debug)(`${delivery.handler} delivered ${delivery.eventType} ${delivery.eventId} (delivery ${delivery.id})`);
     }),
     bus.events.on('failed', ({ delivery, error, retryAt }: FailedEvent) => {
       counts.failed += 1;
-      writeLine(context.stderr, `relaybus worker: ${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`);
+      log.warn(`${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`);
     }),
     bus.events.on('dead', ({ delivery, error }: DeadEvent) => {
       counts.dead += 1;
-      writeLine(context.stderr, `relaybus worker: ${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`);
+      log.error(`${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`);
     }),
     bus.events.on('lease-lost', ({ delivery }) => {
-      writeLine(context.stderr, `relaybus worker: lost the lane lease of delivery ${delivery.id}; it runs again on another worker`);
+      log.warn(`lost the lane lease of delivery ${delivery.id}; it runs again on another worker`);
     }),
   ];
   return { counts, dispose: () => offs.forEach((off) => off()) };
 }
 
+/** Log the store's dropped idle connections, where the store reports them (`onConnectionError`). */
+function reportConnectionErrors(bus: WorkerBus, log: Logger): () => void {
+  const store = bus.store as { onConnectionError?: unknown };
+  if (typeof store.onConnectionError !== 'function') return () => {};
+  const off: unknown = store.onConnectionError.call(store, (error: unknown) => {
+    log.warn('a database connection failed while idle; the pool opens a new one when needed', { error: describeError(error) });
+  });
+  return typeof off === 'function' ? () => void off() : () => {};
+}
+
+/** Where the worker's bus keeps its data, for the start line: store kind, schema, DATABASE_URL without the password. */
+function describeStore(bus: WorkerBus, env: CliContext['env']): string {
+  const { kind } = bus.store;
+  const schema = (bus.store as { schema?: unknown }).schema;
+  const url = describeDatabaseUrl(env);
+  const parts = [`${kind} store`];
+  if (typeof schema === 'string') parts.push(`schema ${schema}`);
+  if (kind !== 'memory') parts.push(url === undefined ? `${DATABASE_URL} is not set` : `${DATABASE_URL} ${url}`);
+  return parts.join(', ');
+}
+
+/** The one-line error of a start a retry cannot fix. */
+function startFailure(error: unknown, bus: WorkerBus, env: CliContext['env']): CliFailure {
+  const message = oneLine(error instanceof Error ? error.message : String(error));
+  const unset = env[DATABASE_URL] === undefined || env[DATABASE_URL] === '';
+  if (unset && bus.store.kind === 'postgres' && error instanceof RelayBusError && error.code === 'RELAYBUS_STORE_UNAVAILABLE') {
+    return new CliFailure(`${DATABASE_URL} is not set, and the store could not connect without it: ${message}`, { cause: error });
+  }
+  return new CliFailure(`the worker could not start: ${message}`, { cause: error });
+}
+
 async function runWorker(args: readonly string[], context: CliContext): Promise<number> {
+  const parentAtStart = process.ppid;
   const { values, positionals } = parseFlags('worker', args, FLAGS, { maxPositionals: 1 });
+  const log = createCliLogger({
+    level: choiceFlag('log-level', values['log-level'], LOG_LEVELS) ?? 'info',
+    format: choiceFlag('log-format', values['log-format'], LOG_FORMATS) ?? 'pretty',
+    stdout: context.stdout,
+    stderr: context.stderr,
+    prefix: 'relaybus worker',
+  });
   const { options, flags } = overridesOf(values);
   const configPath = resolveConfigPath(positionals[0], context.cwd);
+  checkDatabaseUrl(context.env); // before the config module is imported: it may connect at once
   const configName = basename(configPath);
   const bus = await loadBus(configPath);
   checkOverrides(bus, options, flags, configName);
   const handlers = options.handlers ?? (acceptsStartOptions(bus) ? bus.handlers : undefined);
-  const outcomes = reportOutcomes(bus, context);
+  const outcomes = reportOutcomes(bus, log, values.verbose === true);
+  const stopReportingConnections = reportConnectionErrors(bus, log);
+  const running = handlers ? `${handlers.length} handler${handlers.length === 1 ? '' : 's'} (${handlers.join(', ')})` : 'the bus';
+  log.info(`starting ${running} from ${configName}: ${describeStore(bus, context.env)}`);
 
   let settle!: (code: number) => void;
   let fail!: (error: unknown) => void;
@@ -151,14 +229,15 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
     settle = resolve;
     fail = reject;
   });
-  const drainAbort = new AbortController();
+  /** Aborted by the first stop request: ends the start retries and the --once watch. */
+  const stopAsked = new AbortController();
   let stopping: Promise<void> | undefined;
   let drainError: unknown;
   let forcedBy: ShutdownSignal | undefined;
   const stopGracefully = (why: string): void => {
     if (stopping !== undefined) return;
-    drainAbort.abort();
-    writeLine(context.stdout, `relaybus worker: ${why}; stopping gracefully (a second SIGINT/SIGTERM forces the stop)`);
+    stopAsked.abort();
+    log.info(`${why}; stopping gracefully (a second SIGINT/SIGTERM forces the stop)`);
     stopping = bus.stop();
     stopping.then(() => settle(forcedBy === undefined ? ExitCode.ok : SHUTDOWN_SIGNALS[forcedBy]), fail);
   };
@@ -166,22 +245,34 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
     graceful: (signal) => stopGracefully(`${signal} received`),
     force: (signal: ShutdownSignal) => {
       forcedBy = signal;
-      writeLine(context.stderr, `relaybus worker: ${signal} received again; forcing the stop (running handlers are aborted)`);
+      log.warn(`${signal} received again; forcing the stop (running handlers are aborted)`);
       bus.stop({ graceMs: 0 }).catch(() => {});
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS);
     },
   });
+  const stopWatchingParent = watchParent((was, now) => {
+    stopGracefully(`the parent process (pid ${was}) exited and left the worker to pid ${now}, as npx does when it is signalled`);
+  }, { initial: parentAtStart });
 
   try {
+    // Per-run flags and the CLI's logger go to a bus whose start() takes options (see acceptsStartOptions).
+    const startOptions: WorkerStartOptions | undefined = acceptsStartOptions(bus) ? { ...options, logger: log } : undefined;
+    const unset = bus.store.kind !== 'memory' && describeDatabaseUrl(context.env) === undefined;
     try {
-      await bus.start(flags.length > 0 ? options : undefined);
+      await startWithRetry({
+        start: () => bus.start(startOptions),
+        logger: log,
+        signal: stopAsked.signal,
+        ...(unset ? { fields: { hint: `${DATABASE_URL} is not set` } } : {}),
+      });
     } catch (error) {
       if (error instanceof UnknownHandlerError) throw new UsageError(`--handlers: ${error.message}`);
       if (stopping !== undefined) return await finished; // stopped while starting
-      throw error;
+      throw startFailure(error, bus, context.env);
     }
-    const running = handlers ? `${handlers.length} handler${handlers.length === 1 ? '' : 's'} (${handlers.join(', ')})` : 'the bus';
-    writeLine(context.stdout, `relaybus worker: running ${running} from ${configName} as owner ${bus.owner ?? '?'}${values.once ? '; --once: stops when nothing is due' : ''}`);
+    if (stopping === undefined) {
+      log.info(`running ${running} from ${configName} as owner ${bus.owner ?? '?'}${values.once ? '; --once: stops when nothing is due' : ''}`);
+    }
 
     if (values.once && stopping === undefined) {
       const pollMs = options.dispatcher?.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
@@ -191,7 +282,7 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
         progress: () => outcomes.counts.delivered + outcomes.counts.failed + outcomes.counts.dead,
         intervalMs: DRAIN_CHECK_MS,
         stallMs: Math.max(DRAIN_STALL_MIN_MS, 2 * pollMs),
-        signal: drainAbort.signal,
+        signal: stopAsked.signal,
       }).then(
         (result) => {
           if (result === 'drained') stopGracefully('--once: nothing is due');
@@ -209,10 +300,12 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
       throw new CliFailure(`--once could not read the statistics: ${message}`, { cause: drainError });
     }
     const { delivered, failed, dead } = outcomes.counts;
-    writeLine(context.stdout, `relaybus worker: stopped; ${delivered} delivered, ${failed} failed attempt${failed === 1 ? '' : 's'}, ${dead} dead`);
+    log.info(`stopped; ${delivered} delivered, ${failed} failed attempt${failed === 1 ? '' : 's'}, ${dead} dead`);
     return code;
   } finally {
     disposeSignals();
+    stopWatchingParent();
+    stopReportingConnections();
     outcomes.dispose();
     await closeWithin(bus, CLOSE_DEADLINE_MS);
   }

@@ -1,0 +1,317 @@
+/**
+ * `relaybus worker` when the database is not there, and in a container: the built bin keeps running
+ * while nothing answers on its DATABASE_URL (logging each retry, as JSON here), drains once a proxy
+ * starts forwarding to the real Postgres, and rides out an outage mid-run; it exits 1 with one line
+ * on errors a retry cannot fix, 2 on a DATABASE_URL that is not a URL (before the config is even
+ * imported); and it stops gracefully, handing its lanes back, both on a direct SIGTERM and when run
+ * through `npm exec` whose npm process is signalled (npm exits and orphans the worker).
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { BIN, IMPORTS, lines, REPO, runCli, startCli, tempDir, useBuiltCli, writeModule, type RunningCli } from './support.js';
+
+const found = await findPostgres();
+useBuiltCli();
+
+const HANDLERS = [{ name: 'record', maxAttempts: 5 }];
+
+/** One handler that records each run in `<schema>.handled`, after HANDLER_DELAY_MS; a long lease so only a relinquish frees lanes. */
+const CONFIG = `
+import { writeFileSync } from 'node:fs';
+import pg from '${IMPORTS.pg}';
+import { createRelayBus, defineEvent, Type } from '${IMPORTS.relaybus}';
+import { fromPg, postgresStore } from '${IMPORTS.postgres}';
+
+if (process.env.MARK_FILE) writeFileSync(process.env.MARK_FILE, 'imported');
+const schema = process.env.TEST_SCHEMA;
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
+const store = postgresStore({ driver: fromPg(pool, { ownsPool: true }), schema });
+const OrderPlaced = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
+const bus = createRelayBus({
+  store, events: [OrderPlaced], maxAttempts: 5,
+  dispatcher: { concurrency: 4, batchSize: 4, pollIntervalMs: 50, leaseDurationMs: 120_000, shutdownGraceMs: 10_000 },
+});
+const delayMs = Number(process.env.HANDLER_DELAY_MS ?? 0);
+bus.on(OrderPlaced, 'record', async (payload, ctx) => {
+  if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+  await pool.query('INSERT INTO "' + schema + '".handled (delivery_id, n) VALUES ($1, $2)', [ctx.delivery.id, payload.n]);
+});
+export default bus;
+`;
+
+/** A TCP proxy to Postgres on a fixed port: refuses connections until `open()`, and `cut()` drops every connection. */
+class Proxy {
+  #server: Server | undefined;
+  readonly #sockets = new Set<Socket>();
+  constructor(readonly port: number, readonly target: { host: string; port: number }) {}
+
+  /** A port nothing listens on (until `open()`). */
+  static async freePort(): Promise<number> {
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const { port } = probe.address() as AddressInfo;
+    await new Promise((resolve) => probe.close(resolve));
+    return port;
+  }
+
+  async open(): Promise<void> {
+    const server = createServer((client) => {
+      const upstream = connect(this.target.port, this.target.host);
+      for (const socket of [client, upstream]) {
+        this.#sockets.add(socket);
+        socket.on('close', () => this.#sockets.delete(socket));
+        socket.on('error', () => { client.destroy(); upstream.destroy(); });
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve) => server.listen(this.port, '127.0.0.1', resolve));
+    this.#server = server;
+  }
+
+  async cut(): Promise<void> {
+    const server = this.#server;
+    this.#server = undefined;
+    for (const socket of this.#sockets) socket.destroy();
+    if (server) await new Promise((resolve) => server.close(resolve));
+  }
+}
+
+/** True while `pid` runs (a zombie waiting for its new parent to reap it has finished). */
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'Z';
+  } catch {
+    return true; // no /proc (macOS): kill(0) is the answer
+  }
+}
+
+describe('relaybus worker: database outages, bad settings, containers (real Postgres, built bin)', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  const url = 'url' in found ? found.url : 'postgres://postgres@127.0.0.1:5432/test';
+  const target = new URL(url);
+  const schema = uniqueSchemaName('cli_resilience');
+  let pool: pg.Pool;
+  let store: PostgresStore<PgClientLike>;
+  let dir: string;
+  let config: string;
+  const leftovers: number[] = [];
+
+  /** `url` with some parts replaced. */
+  function urlWith(parts: { port?: number; database?: string; username?: string; password?: string }): string {
+    const next = new URL(url);
+    if (parts.port !== undefined) { next.hostname = '127.0.0.1'; next.port = String(parts.port); }
+    if (parts.database !== undefined) next.pathname = `/${parts.database}`;
+    if (parts.username !== undefined) next.username = parts.username;
+    if (parts.password !== undefined) next.password = parts.password;
+    return next.toString();
+  }
+
+  before(async () => {
+    pool = new pg.Pool({ connectionString: url, max: 3 });
+    store = postgresStore({ driver: fromPg(pool), schema });
+    await store.setup();
+    await pool.query(`CREATE TABLE "${schema}".handled (delivery_id bigint NOT NULL, n int NOT NULL)`);
+    dir = tempDir('resilience');
+    config = writeModule(dir, 'bus.mjs', CONFIG);
+  });
+  after(async () => {
+    for (const pid of leftovers) {
+      try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+    }
+    await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool?.end();
+  });
+
+  async function reset(): Promise<void> {
+    await pool.query(`TRUNCATE "${schema}".handled, "${schema}".relaybus_deliveries, "${schema}".relaybus_events CASCADE`);
+  }
+
+  async function publish(count: number, from = 0): Promise<void> {
+    await store.transaction((tx) => store.publish(tx, Array.from({ length: count }, (_, i) => ({
+      type: 'order.placed', key: `k-${(from + i) % 7}`, payload: { n: from + i }, handlers: HANDLERS,
+    }))));
+  }
+
+  async function handled(): Promise<number> {
+    const { rows } = await pool.query<{ count: number }>(`SELECT count(DISTINCT delivery_id)::int AS count FROM "${schema}".handled`);
+    return rows[0]!.count;
+  }
+
+  async function lanesOf(owner: string): Promise<number> {
+    const { rows } = await pool.query<{ count: number }>(`SELECT count(*)::int AS count FROM "${schema}".relaybus_lanes WHERE lease_owner = $1`, [owner]);
+    return rows[0]!.count;
+  }
+
+  async function waitUntil(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!(await check())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+      await sleep(50);
+    }
+  }
+
+  /** The lease owner the worker printed (`running ... as owner host:pid:random`) and its pid. */
+  async function ownerOf(worker: RunningCli): Promise<{ owner: string; pid: number }> {
+    await worker.waitFor(/ as owner \S+/);
+    const owner = / as owner (\S+)/.exec(worker.output().stdout)![1]!;
+    const pid = Number(owner.split(':').at(-2));
+    leftovers.push(pid);
+    return { owner, pid };
+  }
+
+  const env = (extra: Record<string, string | undefined> = {}) => ({ DATABASE_URL: url, TEST_SCHEMA: schema, ...extra });
+
+  it('keeps running while the database is unreachable, logging each retry (JSON), drains once it answers, and rides out an outage', { timeout: 90_000 }, async () => {
+    await reset();
+    await publish(20);
+    const proxy = new Proxy(await Proxy.freePort(), { host: target.hostname, port: Number(target.port || 5432) });
+    const worker = startCli(['worker', config, '--log-format', 'json'], { env: env({ DATABASE_URL: urlWith({ port: proxy.port }) }) });
+    try {
+      await worker.waitFor(/"attempt":2/, 10_000); // two failed starts: 250 ms, then 500 ms of backoff
+      assert.equal(worker.child.exitCode, null, 'still running');
+      assert.equal(await handled(), 0);
+
+      await proxy.open();
+      await worker.waitFor(/database reachable again; the store is set up/);
+      await waitUntil('the backlog is drained and completed', async () => (await handled()) === 20 && (await store.statistics()).pending === 0);
+
+      await proxy.cut(); // an outage while running: claims fail, the worker waits
+      await worker.waitFor(/database unreachable; claiming again after a backoff/);
+      await publish(10, 20);
+      await sleep(300);
+      assert.equal(worker.child.exitCode, null, 'still running through the outage');
+      await proxy.open();
+      await worker.waitFor(/database reachable again; claiming resumed/, 40_000);
+      await waitUntil('what was published during the outage is drained', async () => (await handled()) === 30, 40_000);
+    } finally {
+      worker.child.kill('SIGTERM');
+    }
+    const result = await worker.exited;
+    await proxy.cut();
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+
+    const records = [...lines(result.stdout), ...lines(result.stderr)].map((line) => {
+      const record = JSON.parse(line) as Record<string, unknown>; // every line is one JSON object
+      assert.ok(!Number.isNaN(Date.parse(String(record.time))) && typeof record.level === 'string' && typeof record.msg === 'string', line);
+      return record;
+    });
+    const retries = records.filter((record) => /^database (still )?unreachable; starting again/.test(String(record.msg)));
+    assert.ok(retries.length >= 2);
+    retries.forEach((record, i) => {
+      assert.equal(record.level, 'warn');
+      assert.equal(record.attempt, i + 1, 'one line per failed attempt');
+      assert.ok(Date.parse(String(record.retryAt)) > Date.parse(String(record.time)), 'the next retry time is in the future');
+      assert.match(String(record.error), /ECONNREFUSED/);
+    });
+    const start = records.find((record) => String(record.msg).startsWith('starting 1 handler'));
+    assert.match(String(start?.msg), new RegExp(`postgres store, schema ${schema}, DATABASE_URL postgres://`));
+    assert.ok(records.some((record) => record.msg === 'dispatcher stopped' && typeof record.lanesRelinquished === 'number'), 'the library\'s lines come through the same logger');
+    assert.match(String(lines(result.stdout).map((line) => (JSON.parse(line) as { msg: string }).msg).at(-1)), /^stopped; 30 delivered, 0 failed attempts, 0 dead$/);
+    const claimRetries = records.filter((record) => /^database (still )?unreachable; claiming again after a backoff$/.test(String(record.msg)));
+    assert.equal(claimRetries[0]?.level, 'warn', 'the outage mid-run is reported by the dispatcher');
+    assert.equal(claimRetries[0]?.attempt, 1);
+    assert.ok(records.some((record) => record.level === 'warn' && /connection failed while idle/.test(String(record.msg))), 'dropped idle connections are reported (store.onConnectionError)');
+  });
+
+  it('exits at once with one line on what a retry cannot fix; refuses a DATABASE_URL that is not a URL before importing the config', { timeout: 60_000 }, async () => {
+    const mark = join(dir, 'imported');
+    const started = Date.now();
+    const [database, role, unset, notUrl] = await Promise.all([
+      runCli(['worker', config, '--log-level', 'warn'], { env: env({ DATABASE_URL: urlWith({ database: 'relaybus_no_such_database' }) }) }),
+      runCli(['worker', config], { env: env({ DATABASE_URL: urlWith({ username: 'relaybus_no_such_role', password: 's3cret' }) }) }),
+      runCli(['worker', config], { env: env({ DATABASE_URL: undefined, USER: undefined, PGUSER: undefined, PGPASSWORD: undefined, PGHOST: target.hostname, PGPORT: target.port || '5432' }) }),
+      runCli(['worker', config], { env: env({ DATABASE_URL: 'not-a-url', MARK_FILE: mark }) }),
+    ]);
+    assert.ok(Date.now() - started < 15_000, 'no retries');
+
+    assert.equal(database.code, 1, database.stderr);
+    assert.equal(database.stdout, '', '--log-level warn hides the info lines');
+    assert.match(database.stderr, /^relaybus: the worker could not start: .*database "relaybus_no_such_database" does not exist\.?\n$/);
+
+    assert.equal(role.code, 1, role.stderr);
+    assert.match(role.stderr, /^relaybus: the worker could not start: .*role "relaybus_no_such_role" does not exist\.?\n$/);
+    assert.match(role.stdout, /^relaybus worker: starting 1 handler \(record\) from bus\.mjs: postgres store, schema \S+, DATABASE_URL postgres:\/\/relaybus_no_such_role:\*\*\*@/m);
+    assert.doesNotMatch(role.stdout + role.stderr, /s3cret/, 'the password is never printed');
+
+    assert.equal(unset.code, 1, unset.stderr);
+    assert.match(unset.stdout, /DATABASE_URL is not set$/m);
+    assert.match(unset.stderr, /^relaybus: DATABASE_URL is not set, and the store could not connect without it: .*no PostgreSQL user name specified in startup packet\.?\n$/);
+
+    assert.equal(notUrl.code, 2, notUrl.stderr);
+    assert.equal(notUrl.stdout, '');
+    assert.equal(notUrl.stderr, 'relaybus: DATABASE_URL is not a valid connection string; expected postgres://user:password@host:5432/database\n');
+    assert.equal(existsSync(mark), false, 'the config module was not imported');
+  });
+
+  it('node <bin> worker: SIGTERM stops it gracefully (exit 0) and hands its lanes back at once', { timeout: 60_000 }, async () => {
+    await reset();
+    await publish(40);
+    const worker = startCli(['worker', config], { env: env({ HANDLER_DELAY_MS: '100' }) });
+    const { owner } = await ownerOf(worker);
+    await waitUntil('the worker holds lanes', async () => (await lanesOf(owner)) > 0);
+    worker.child.kill('SIGTERM');
+    const result = await worker.exited;
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    assert.match(result.stdout, /SIGTERM received; stopping gracefully/);
+    assert.equal(await lanesOf(owner), 0, 'every lane was relinquished, none waits out its lease');
+  });
+
+  it('npm exec relaybus -- worker: SIGTERM to npm (which exits and orphans the worker) still stops the worker gracefully', { timeout: 60_000 }, async () => {
+    await reset();
+    await publish(40);
+    // A project that depends on this package: node_modules/relaybus and its bin link, as npm install makes them.
+    const project = tempDir('npm-exec');
+    writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module', dependencies: { relaybus: '*' } }));
+    mkdirSync(join(project, 'node_modules/.bin'), { recursive: true });
+    symlinkSync(REPO, join(project, 'node_modules/relaybus'), 'dir');
+    symlinkSync('../relaybus/dist/src/cli/main.js', join(project, 'node_modules/.bin/relaybus'));
+    writeModule(project, 'bus.mjs', CONFIG);
+    assert.ok(existsSync(BIN));
+
+    const npm = spawn('npm', ['exec', '--offline', 'relaybus', '--', 'worker', 'bus.mjs'], {
+      cwd: project, env: { ...process.env, ...env({ HANDLER_DELAY_MS: '100' }) }, stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    npm.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk; });
+    npm.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk; });
+    // The pipes close when their last holder, the worker, exits: long after npm itself.
+    const closed = new Promise<void>((resolve) => npm.on('close', () => resolve()));
+    const npmExited = new Promise<void>((resolve) => npm.on('exit', () => resolve()));
+    const deadline = Date.now() + 30_000;
+    while (!/ as owner \S+/.test(stdout)) {
+      if (Date.now() > deadline || npm.exitCode !== null) throw new Error(`the worker did not start under npm exec:\n${stdout}\n${stderr}`);
+      await sleep(50);
+    }
+    const owner = / as owner (\S+)/.exec(stdout)![1]!;
+    const pid = Number(owner.split(':').at(-2));
+    leftovers.push(pid);
+    assert.notEqual(pid, npm.pid, 'the worker is a grandchild of npm, not npm itself');
+    await waitUntil('the worker holds lanes', async () => (await lanesOf(owner)) > 0);
+
+    const signalledAt = Date.now();
+    npm.kill('SIGTERM');
+    await npmExited;
+    const outcome = await Promise.race([closed.then(() => 'exited' as const), sleep(10_000).then(() => 'running' as const)]);
+    assert.equal(outcome, 'exited', `the orphaned worker stopped within 10 s of npm being signalled\n${stdout}\n${stderr}`);
+    await waitUntil('the worker process is gone', async () => !isRunning(pid), 5_000);
+    assert.ok(Date.now() - signalledAt < 15_000);
+    assert.match(stdout, /the parent process \(pid \d+\) exited .*; stopping gracefully/);
+    assert.match(stdout, /relaybus worker: stopped; \d+ delivered, 0 failed attempts, 0 dead/);
+    assert.equal(await lanesOf(owner), 0, 'every lane was relinquished');
+    const stats = await store.statistics();
+    assert.equal(stats.inFlight, 0, 'nothing was left in flight');
+  });
+});
