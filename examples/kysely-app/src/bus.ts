@@ -1,13 +1,14 @@
 import { createRelayBus, defineEvent, Type } from 'relaybus';
 import { fromKysely } from 'relaybus/kysely';
 import { postgresStore } from 'relaybus/postgres';
-import { db } from './db.js';
+import { db, pool } from './db.js';
 
 export const OrderPlaced = defineEvent('order.placed', Type.Object({ orderId: Type.String(), totalCents: Type.Integer() }));
 
 // bus.start() runs relaybus's own setup: it creates the tables in the "relaybus" schema (idempotent, safe to race).
 export const bus = createRelayBus({
-  store: postgresStore({ driver: fromKysely(db) }),
+  // The pool too: Kysely hides it, and relaybus listens for dropped connections on every client it checks out.
+  store: postgresStore({ driver: fromKysely(db, { pool }) }),
   events: [OrderPlaced],
   dispatcher: { pollIntervalMs: 100 },
 });

@@ -6,9 +6,11 @@ export interface Database {
   receipts: { order_id: string };
 }
 
-export const db = new Kysely<Database>({
-  dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) }),
-});
+export const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+// A pool emits 'error' when the server drops an idle connection: unheard, it ends the process.
+pool.on('error', (error) => console.error('idle Postgres connection lost:', error.message));
+
+export const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
 
 /** The app's own tables (a real app would use its migrations). */
 export async function createAppTables(): Promise<void> {
