@@ -290,6 +290,9 @@ describe('chaos: relaybus workers (built bin) against a Postgres that is termina
     failures.push(...checked.failures);
     const counters = await counterCheck(schema, EVENTS);
     if (counters !== undefined) failures.push(counters);
+    // Every statement that locks several lane rows takes them in lane order: the server never saw a deadlock.
+    const deadlocks = cluster!.logTail(1_000_000).split('\n').filter((line) => line.includes('deadlock detected'));
+    if (deadlocks.length > 0) failures.push(`the server log reports ${deadlocks.length} deadlock(s): ${deadlocks.slice(0, 3).join(' | ')}`);
 
     // Figures.
     const record = checked.analysis.runs.record!;
