@@ -8,8 +8,11 @@
 -- returns: one row: lanes taken, deliveries charged
 -- plan: the parameters are read through a materialized CTE, so no plan depends on their values and the prepared
 --       statement settles on its generic plan (with them inline Postgres re-planned it on every call, ~1 ms each).
+-- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
+--         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 WITH clock AS MATERIALIZED (
-  SELECT coalesce($6::timestamptz, now()) AS now, $1::text AS owner, $2::text[] AS handlers, $3::int AS take,
+  SELECT coalesce($6::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit,
+         $1::text AS owner, $2::text[] AS handlers, $3::int AS take,
          $4::int AS start
 ),
 free AS (

@@ -12,8 +12,10 @@
 --         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes)
 -- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; walk_step orders
 --          the keyed rows of a lane in walk order (the store resumes after the last one)
+-- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
+--         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 WITH RECURSIVE clock AS (
-  SELECT coalesce($5::timestamptz, now()) AS now
+  SELECT coalesce($5::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit
 ),
 held AS (
   -- Locked, so this statement reads the latest in_flight and a concurrent claim of the same owner waits; a

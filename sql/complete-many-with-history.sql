@@ -2,6 +2,8 @@
 -- index: relaybus_deliveries_pkey; relaybus_lanes_pkey; relaybus_events_pkey (event type for the history)
 -- params: $1 delivery ids bigint[], $2 lanes smallint[], $3 epochs bigint[], $4 claims int[], $5 now timestamptz (null = now())
 -- returns: id of every deleted delivery (absent ids = lease lost)
+-- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
+--         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 WITH deleted AS (
   DELETE FROM /*schema*/relaybus_deliveries d
   USING unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::int[]) AS t(id, lane, epoch, claims)
@@ -9,6 +11,7 @@ WITH deleted AS (
     AND EXISTS (
       SELECT 1 FROM /*schema*/relaybus_lanes l
       WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
+    AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
   RETURNING d.*
 )
 INSERT INTO /*schema*/relaybus_completed_deliveries

@@ -3,10 +3,13 @@
 --        a join driven from lanes: that plan scanned whole lanes at a deep backlog)
 -- params: $1 delivery ids bigint[], $2 lanes smallint[], $3 epochs bigint[], $4 claims int[]
 -- returns: id of every deleted delivery (absent ids = lease lost)
+-- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
+--         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 DELETE FROM /*schema*/relaybus_deliveries d
 USING unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::int[]) AS t(id, lane, epoch, claims)
 WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
   AND EXISTS (
     SELECT 1 FROM /*schema*/relaybus_lanes l
     WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
 RETURNING d.id::text AS id
