@@ -63,8 +63,8 @@ describe('asynchronous commit of the dispatcher statements on real Postgres', { 
     assert.equal((await pool.query('SHOW synchronous_commit')).rows[0].synchronous_commit, 'on');
     await store.transaction(async (tx) => {
       await store.publish(tx, [{ type: 't', payload: {}, handlers }]);
-      const setting = await tx.query('SHOW synchronous_commit');
-      assert.equal(setting.rows[0].synchronous_commit, 'on', 'a publish keeps the caller\'s durability');
+      const setting = (await tx.query('SHOW synchronous_commit')).rows as { synchronous_commit: string }[];
+      assert.equal(setting[0]!.synchronous_commit, 'on', 'a publish keeps the caller\'s durability');
     });
   });
 });
