@@ -1,6 +1,6 @@
 -- acquire-lanes: take free or expired lanes that have due work for these handlers; taking over an expired lease
 --                charges one attempt to every delivery its holder still had in flight (dead at max_attempts).
--- index: relaybus_lanes_pkey (FOR UPDATE SKIP LOCKED: two claimers never take the same lane);
+-- index: relaybus_lanes_pkey (one probe per lane tried, FOR UPDATE SKIP LOCKED: two claimers never take the same lane);
 --        relaybus_deliveries_unkeyed_due_idx and relaybus_deliveries_keyed_due_idx (due work?); relaybus_deliveries_pkey
 --        (charging)
 -- params: $1 owner text, $2 handlers text[], $3 lanes to take int, $4 start offset int (spreads claimers),
@@ -16,21 +16,27 @@ WITH clock AS MATERIALIZED (
          $4::int AS start
 ),
 free AS (
-  SELECT l.lane, l.lease_owner, l.in_flight
-  FROM /*schema*/relaybus_lanes l
-  WHERE (l.lease_owner IS NULL OR l.lease_expires_at <= (SELECT now FROM clock))
-    AND l.lease_owner IS DISTINCT FROM (SELECT owner FROM clock)
-    AND (EXISTS (
-      SELECT 1 FROM /*schema*/relaybus_deliveries d
-      WHERE d.lane = l.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
-        AND d.handler = ANY ((SELECT handlers FROM clock)::text[]))
-      OR EXISTS (
-      SELECT 1 FROM /*schema*/relaybus_deliveries d
-      WHERE d.lane = l.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
-        AND d.handler = ANY ((SELECT handlers FROM clock)::text[])))
-  ORDER BY (l.lane + (SELECT start FROM clock)) % 256
+  -- Lanes are tried one at a time from the start offset (a lateral probe per lane, in generate_series order), so the
+  -- search stops once enough lanes are taken instead of judging all 256 before a sort.
+  SELECT f.lane, f.lease_owner, f.in_flight
+  FROM generate_series(0, 255) AS g(i)
+  CROSS JOIN LATERAL (
+    SELECT l.lane, l.lease_owner, l.in_flight
+    FROM /*schema*/relaybus_lanes l
+    WHERE l.lane = (g.i + (SELECT start FROM clock)) % 256
+      AND (l.lease_owner IS NULL OR l.lease_expires_at <= (SELECT now FROM clock))
+      AND l.lease_owner IS DISTINCT FROM (SELECT owner FROM clock)
+      AND (EXISTS (
+        SELECT 1 FROM /*schema*/relaybus_deliveries d
+        WHERE d.lane = l.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
+          AND d.handler = ANY ((SELECT handlers FROM clock)::text[]))
+        OR EXISTS (
+        SELECT 1 FROM /*schema*/relaybus_deliveries d
+        WHERE d.lane = l.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
+          AND d.handler = ANY ((SELECT handlers FROM clock)::text[])))
+    FOR UPDATE OF l SKIP LOCKED
+  ) f
   LIMIT (SELECT take FROM clock)
-  FOR UPDATE OF l SKIP LOCKED
 ),
 charged AS (
   UPDATE /*schema*/relaybus_deliveries d

@@ -59,11 +59,11 @@ walk AS (
     LIMIT 1
   ) st
   CROSS JOIN LATERAL (
-    (SELECT d.id, d.handler, d.key, d.available_at, false AS wrapped FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, false AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (st.handler, st.key)
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
-    (SELECT d.id, d.handler, d.key, d.available_at, true FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, true FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending'
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     LIMIT 1
@@ -74,11 +74,11 @@ walk AS (
          w.found + (n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (w.in_flight))::int
   FROM walk w
   CROSS JOIN LATERAL (
-    (SELECT d.id, d.handler, d.key, d.available_at, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (w.handler, w.key)
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
-    (SELECT d.id, d.handler, d.key, d.available_at, true FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, true FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND NOT w.wrapped
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     LIMIT 1
@@ -87,9 +87,10 @@ walk AS (
     AND NOT (n.wrapped AND (n.handler, n.key) > (w.start_handler, w.start_key))
 ),
 keyed AS (
-  SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-         d.available_at, d.created_at, w.step AS walk_step
-  FROM walk w JOIN /*schema*/relaybus_deliveries d ON d.id = w.id
+  -- The walk carries each head's columns (its index scan read the row anyway): no second lookup.
+  SELECT w.id, w.lane, w.event_id, w.handler, w.key, w.sequence, w.attempts, w.max_attempts, w.claims,
+         w.available_at, w.created_at, w.step AS walk_step
+  FROM walk w
   WHERE w.available_at <= (SELECT now FROM clock) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
 picked AS (
