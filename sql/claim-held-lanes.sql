@@ -1,17 +1,27 @@
--- claim-held-lanes: pick due deliveries from the lanes this owner holds and record them in flight; hand back held
---                   lanes that got nothing and run nothing. Delivery rows are read, never written.
+-- claim-held-lanes: complete the previous batch (when leases are given) and pick due deliveries from the lanes this
+--                   owner holds, recording them in flight; hand back held lanes that got nothing and run nothing. One
+--                   round trip per cycle: the completion rides on the next claim.
+--                   Completion: as complete-many (fenced by lane epoch, in_flight and the delivery's claims counter),
+--                   plus a history row per delivery when $13. A completed keyed delivery was its key's head when
+--                   claimed, and every sequence given later (publish, requeue) is larger while reschedule, bury,
+--                   release and takeover keep theirs; so the smallest pending sequence above it is its key's new head,
+--                   picked directly (no probe) if due.
 --                   Unkeyed rows come oldest first. Keyed rows come from a walk over the lane's keys, one step per
 --                   (handler, key): the key's first pending row is its head, the only one that may run, so blocked
 --                   followers are never read and no backlog shape can hide a due head. The walk starts after the key
 --                   this owner picked last in the lane (a cursor the store keeps) and wraps around, so every key gets
 --                   its turn even when the batch fills before the walk ends.
 -- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_unkeyed_due_idx (unkeyed,
---        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key);
---        relaybus_deliveries_pkey (pruning finished ids from in_flight); relaybus_events_pkey (payload)
+--        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
+--        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight); relaybus_events_pkey
+--        (payload, history)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
---         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes)
+--         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
+--         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
+--         nothing to complete), $13 completion history boolean
 -- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; walk_step orders
---          the keyed rows of a lane in walk order (the store resumes after the last one)
+--          the keyed rows of a lane in walk order (the store resumes after the last one); then one row per completed
+--          delivery with only completed_id set
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 WITH RECURSIVE clock AS (
@@ -24,12 +34,52 @@ held AS (
   ORDER BY l.lane -- one lock order for every statement that locks several lanes: no deadlock
   FOR NO KEY UPDATE
 ),
+completed AS (
+  DELETE FROM /*schema*/relaybus_deliveries d
+  USING unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::int[]) AS t(id, lane, epoch, claims)
+  WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
+    AND EXISTS (
+      SELECT 1 FROM /*schema*/relaybus_lanes l
+      WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
+    AND (SELECT async_commit FROM clock) IS NOT NULL
+  RETURNING d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
+),
+history AS (
+  INSERT INTO /*schema*/relaybus_completed_deliveries
+    (delivery_id, event_id, event_type, handler, lane, key, sequence, attempts, max_attempts, created_at, completed_at)
+  SELECT c.id, c.event_id, e.type, c.handler, c.lane, c.key, c.sequence, c.attempts, c.max_attempts, c.created_at,
+         (SELECT now FROM clock)
+  FROM completed c JOIN /*schema*/relaybus_events e ON e.id = c.event_id
+  WHERE $13::boolean
+),
+finished AS (
+  -- Completed now: still visible to this statement's snapshot, so named explicitly wherever in_flight is judged.
+  SELECT lane, array_agg(id) AS ids FROM completed GROUP BY lane
+),
 seen AS (
   -- The same lane rows as of this statement's snapshot (no lock): a reschedule, bury or release that committed
   -- while this statement waited for the lock took its delivery out of the latest in_flight, but the delivery rows
   -- read below are the snapshot's (still due, old claims). An id either version lists is not picked now.
   SELECT h.lane, h.in_flight || s.in_flight AS in_flight
   FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane
+),
+successors AS (
+  -- The next pending row of each completed keyed delivery's key: its new head (see the header).
+  SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
+         n.available_at, n.created_at, NULL::int AS walk_step
+  FROM completed c
+  JOIN seen s ON s.lane = c.lane
+  CROSS JOIN LATERAL (
+    SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+           d.available_at, d.created_at
+    FROM /*schema*/relaybus_deliveries d
+    WHERE d.lane = c.lane AND d.handler = c.handler AND d.key = c.key AND d.sequence > c.sequence
+      AND d.key IS NOT NULL AND d.status = 'pending'
+    ORDER BY d.handler, d.key, d.sequence
+    LIMIT 1
+  ) n
+  WHERE c.key IS NOT NULL AND n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[])
+    AND n.id <> ALL (s.in_flight)
 ),
 share AS (
   -- Each lane's share of the batch, doubled so lanes with little due work leave room to the others.
@@ -94,7 +144,7 @@ keyed AS (
   WHERE w.available_at <= (SELECT now FROM clock) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
 picked AS (
-  SELECT * FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed) c
+  SELECT * FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM successors) c
   ORDER BY c.available_at, c.id
   LIMIT $3::int
 ),
@@ -105,7 +155,8 @@ recorded AS (
   UPDATE /*schema*/relaybus_lanes l
   SET in_flight = ARRAY(
         SELECT f FROM unnest(l.in_flight) AS f
-        WHERE EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = f)) || g.ids,
+        WHERE f <> ALL (coalesce((SELECT ids FROM finished x WHERE x.lane = l.lane), '{}'))
+          AND EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = f)) || g.ids,
       lease_expires_at = (SELECT now FROM clock) + make_interval(secs => $4::int / 1000.0)
   FROM grouped g
   WHERE l.lane = g.lane AND l.lease_owner = $1
@@ -119,13 +170,18 @@ handed_back AS (
   -- the row version of this statement's snapshot (EvalPlanQual keeps the first join result).
   WHERE l.lane = h.lane AND l.lease_owner = $1
     AND l.lane NOT IN (SELECT lane FROM grouped)
-    AND NOT EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = ANY (h.in_flight))
+    AND NOT EXISTS (
+      SELECT 1 FROM /*schema*/relaybus_deliveries d
+      WHERE d.id = ANY (h.in_flight) AND d.id <> ALL (coalesce((SELECT ids FROM finished x WHERE x.lane = h.lane), '{}')))
   RETURNING l.lane
 )
-SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, e.type AS event_type, p.handler,
-       p.key, p.sequence::text AS sequence, e.payload, e.headers, p.attempts, p.max_attempts, p.available_at,
-       p.created_at, p.walk_step
-FROM picked p
-JOIN recorded r ON r.lane = p.lane
-JOIN /*schema*/relaybus_events e ON e.id = p.event_id
-ORDER BY p.available_at, p.id
+(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, e.type AS event_type, p.handler,
+        p.key, p.sequence::text AS sequence, e.payload, e.headers, p.attempts, p.max_attempts, p.available_at,
+        p.created_at, p.walk_step, NULL::text AS completed_id
+ FROM picked p
+ JOIN recorded r ON r.lane = p.lane
+ JOIN /*schema*/relaybus_events e ON e.id = p.event_id
+ ORDER BY p.available_at, p.id)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, c.id::text
+FROM completed c

@@ -33,11 +33,12 @@ export {
   DEFAULT_LEASE_DURATION_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_POLL_INTERVAL_MS, DEFAULT_SETUP_STORE, DEFAULT_SHUTDOWN_GRACE_MS,
 } from './core/options.js';
 export type { DispatcherOptions, RelayBusOptions } from './core/options.js';
+export type { HandlerRunInfo, Instrumentation } from './core/instrumentation.js';
 
 export { backoffDelayMs, decideRetry } from './core/retry-policy.js';
 export type { BackoffOptions, RetryDecision } from './core/retry-policy.js';
 
-export { consoleLogger, createConsoleLogger, noopLogger } from './core/logger.js';
+export { adaptLogger, consoleLogger, createConsoleLogger, noopLogger } from './core/logger.js';
 export type { LogFields, Logger, LogLevel } from './core/logger.js';
 
 export { systemClock } from './core/clock.js';
@@ -51,7 +52,7 @@ export {
 export type { RelayBusErrorCode, RelayBusErrorOptions } from './core/errors.js';
 
 export type {
-  BuryParams, ClaimedDelivery, ClaimParams, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams, ExtendLeaseResult,
+  BuryParams, ClaimedDelivery, ClaimParams, CompleteAndClaimResult, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams, ExtendLeaseResult,
   HandlerStatistics, ListDeliveriesParams, Page, PublishHandler, PublishParams, PublishResult, PurgeParams, PurgeResult,
   RequeueParams, RescheduleParams, SetupParams, Statistics, Store, StoreCapabilities,
 } from './store/contract.js';

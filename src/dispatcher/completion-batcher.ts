@@ -34,7 +34,16 @@ interface Waiting {
 const DEFAULT_MAX_BATCH_SIZE = 1_000;
 const DEFAULT_RETRY_DELAYS_MS: readonly number[] = [25, 100, 400];
 
-/** Batches completions of one dispatcher into `completeMany` calls. */
+/** Completions handed to the next claim (`store.completeAndClaim`) instead of a `completeMany` of their own. */
+export interface RidingCompletions {
+  readonly leases: readonly DeliveryLease[];
+  /** The claim wrote them: one result per lease, in order. */
+  settle(results: readonly boolean[]): void;
+  /** The claim failed: they go back to the batcher and are written by the next claim or by `completeMany`. */
+  giveBack(): void;
+}
+
+/** Batches completions of one dispatcher into `completeMany` calls, or hands them to the next claim. */
 export class CompletionBatcher {
   readonly #options: CompletionBatcherOptions;
   #waiting: Waiting[] = [];
@@ -57,6 +66,23 @@ export class CompletionBatcher {
       if (this.#waiting.length >= (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) this.#writeNow();
       else if (this.#timer === undefined) this.#timer = setTimeout(() => this.#writeNow(), this.#options.windowMs);
     });
+  }
+
+  /** Take every waiting completion for the next claim to write (none waiting: undefined). */
+  take(): RidingCompletions | undefined {
+    if (this.#waiting.length === 0) return undefined;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const batch = this.#waiting;
+    this.#waiting = [];
+    return {
+      leases: batch.map((item) => item.lease),
+      settle: (results) => batch.forEach((item, index) => item.resolve(results[index] === true)),
+      giveBack: () => {
+        this.#waiting.push(...batch);
+        this.#writeNow();
+      },
+    };
   }
 
   /** Write what is waiting now and wait for every write in progress. */

@@ -229,10 +229,21 @@ export class Dispatcher<TTx> {
       const free = Math.min(options.concurrency - this.#active, 2 * options.concurrency - this.#running.size);
       if (free > 0) {
         const limit = Math.min(options.batchSize, free);
+        const params = { owner: this.owner, handlers: this.#handlerNames, limit, leaseDurationMs: options.leaseDurationMs, now: this.#deps.now() };
+        // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
+        // be claimed at once.
+        const riding = this.#batcher.take();
         let claimed: ClaimedDelivery[];
         try {
-          claimed = await store.claim({ owner: this.owner, handlers: this.#handlerNames, limit, leaseDurationMs: options.leaseDurationMs, now: this.#deps.now() });
+          if (riding === undefined) {
+            claimed = await store.claim(params);
+          } else {
+            const result = await store.completeAndClaim(riding.leases, params);
+            riding.settle(result.completed);
+            claimed = result.claimed;
+          }
         } catch (error) {
+          riding?.giveBack();
           await this.#retryClaimAfter(error);
           continue;
         }

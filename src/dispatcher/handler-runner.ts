@@ -80,7 +80,9 @@ export class RunningDelivery<TTx> {
     this.handler = handler;
     this.lane = lane;
     this.epoch = epoch;
-    this.info = Object.freeze({
+    // Read-only by type; neither frozen nor copied: this object is built for every delivery (a hot path), and
+    // nothing relaybus writes reads it back.
+    this.info = {
       id: claimed.id,
       eventId: claimed.eventId,
       eventType: claimed.eventType,
@@ -89,9 +91,9 @@ export class RunningDelivery<TTx> {
       sequence: claimed.sequence,
       attempt: claimed.attempts + 1,
       maxAttempts: claimed.maxAttempts,
-      headers: Object.freeze({ ...claimed.headers }),
+      headers: claimed.headers,
       createdAt: claimed.createdAt,
-    });
+    };
   }
 
   /** The handler's abort signal; already aborted if the run was. */
@@ -128,7 +130,7 @@ export function reportLeaseLost<TTx>(run: RunningDelivery<TTx>, detectedBy: 'ren
   if (run.leaseLost) return;
   run.leaseLost = true;
   deps.logger.warn('lease lost: the delivery runs again on another worker; this result is dropped', {
-    deliveryId: run.claimed.id, handler: run.claimed.handler, lane: run.lane, detectedBy,
+    deliveryId: run.claimed.id, handler: run.claimed.handler, attempt: run.info.attempt, lane: run.lane, detectedBy,
   });
   run.abort('lease-lost', new DOMException(`relaybus lost the lease of lane ${run.lane}; the delivery will run again elsewhere`, 'AbortError'));
   deps.emitter.emit('lease-lost', { delivery: run.info, detectedBy });
@@ -172,10 +174,34 @@ function untilAborted<TTx, T>(promise: PromiseLike<T>, run: RunningDelivery<TTx>
 }
 
 /** The handler's context; `signal` is read through the run so its controller exists only when a handler asks for it. */
+class RunContext<TTx> implements HandlerContext {
+  readonly delivery: DeliveryInfo;
+  readonly #run: RunningDelivery<TTx>;
+
+  constructor(run: RunningDelivery<TTx>) {
+    this.#run = run;
+    this.delivery = run.info;
+  }
+
+  /** Read through the run: its AbortController is made only when a handler asks for the signal. */
+  get signal(): AbortSignal {
+    return this.#run.signal;
+  }
+}
+
+/** The context of a transactional handler: the same, plus `transaction`. */
+class TransactionalRunContext<TTx> extends RunContext<TTx> {
+  readonly transaction: TTx;
+
+  constructor(run: RunningDelivery<TTx>, transaction: TTx) {
+    super(run);
+    this.transaction = transaction;
+  }
+}
+
+/** The handler's context: one small object per run, its `signal` getter on the prototype. */
 function contextOf<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined): HandlerContext & { transaction?: TTx } {
-  return run.handler.transactional
-    ? Object.freeze({ delivery: run.info, get signal() { return run.signal; }, transaction })
-    : Object.freeze({ delivery: run.info, get signal() { return run.signal; } });
+  return run.handler.transactional ? new TransactionalRunContext(run, transaction as TTx) : new RunContext(run);
 }
 
 /**
@@ -185,12 +211,15 @@ function contextOf<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined)
 function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, deps: RunnerDeps<TTx>): unknown {
   const onLate = (late: string): void => {
     deps.logger.debug('a handler settled after relaybus stopped waiting for it; its result was ignored', {
-      deliveryId: run.claimed.id, handler: run.claimed.handler, abortedBy: run.abortKind, late,
+      deliveryId: run.claimed.id, handler: run.claimed.handler, attempt: run.info.attempt, lane: run.lane, abortedBy: run.abortKind, late,
     });
   };
   let result: unknown;
+  const { instrumentation } = run.handler;
   try {
-    result = run.handler.fn(run.claimed.payload, contextOf(run, transaction));
+    result = instrumentation?.runHandler === undefined
+      ? run.handler.fn(run.claimed.payload, contextOf(run, transaction))
+      : instrumentation.runHandler({ delivery: run.info, lane: run.lane }, () => run.handler.fn(run.claimed.payload, contextOf(run, transaction)));
   } catch (error) {
     if (run.abortKind === undefined) throw error;
     onLate('rejected');
@@ -293,7 +322,7 @@ function settle<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>): void {
 }
 
 function delivered<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, durationMs: number): RunOutcome {
-  deps.logger.debug('delivered', { deliveryId: run.claimed.id, handler: run.claimed.handler, durationMs });
+  deps.logger.debug('delivered', { deliveryId: run.claimed.id, handler: run.claimed.handler, attempt: run.info.attempt, lane: run.lane, durationMs });
   deps.emitter.emit('delivered', { delivery: run.info, durationMs });
   return 'delivered';
 }
@@ -304,7 +333,7 @@ async function writeFailure<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx
     ? ({ action: 'bury' } as const)
     : decideRetry({ attempt: claimed.attempts + 1, maxAttempts: claimed.maxAttempts, backoff: handler.backoff, now: deps.wallNow(), random: deps.random });
   const fields = {
-    deliveryId: claimed.id, handler: claimed.handler, eventType: claimed.eventType, attempt: claimed.attempts + 1,
+    deliveryId: claimed.id, handler: claimed.handler, eventType: claimed.eventType, attempt: claimed.attempts + 1, lane: run.lane,
     maxAttempts: claimed.maxAttempts, error: describeError(error), stack: error instanceof Error ? error.stack : undefined,
   };
   const durationMs = elapsed();
@@ -369,7 +398,7 @@ async function buryInstead<TTx>(
 /** The outcome could not be written: give the delivery back if possible, otherwise its lease expiry will. */
 async function unrecorded<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, write: string, error: unknown): Promise<RunOutcome> {
   const permanent = isPermanent(error);
-  const fields = { deliveryId: run.claimed.id, handler: run.claimed.handler, write, error: describeError(error), retryable: !permanent };
+  const fields = { deliveryId: run.claimed.id, handler: run.claimed.handler, attempt: run.info.attempt, lane: run.lane, write, error: describeError(error), retryable: !permanent };
   // A write that fails for good fails again on every run of the delivery: say so, an operator must act.
   const again = permanent ? ' The error is not retryable: it will fail the same way until the database or the delivery is fixed.' : '';
   try {

@@ -34,7 +34,7 @@ import { EventConflictError, InvalidInputError, InvalidOptionsError, InvalidStat
 import { LANE_COUNT, laneOf } from '../core/lanes.js';
 import { formatLeaseToken } from '../core/lease-token.js';
 import type {
-  BuryParams, ClaimedDelivery, ClaimParams, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
+  BuryParams, ClaimedDelivery, CompleteAndClaimResult, ClaimParams, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
   ExtendLeaseResult, HandlerStatistics, ListDeliveriesParams, Page, PublishParams, PublishResult, PurgeParams,
   PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, StoreCapabilities,
 } from '../store/contract.js';
@@ -354,6 +354,12 @@ class MemoryStore implements Store<MemoryTransaction> {
   }
 
   // ----- claim -------------------------------------------------------------------------------
+
+  async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult> {
+    validateClaim(params);
+    const completed = await this.completeMany(leases, params.now);
+    return { completed, claimed: await this.claim(params) };
+  }
 
   async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {
     this.#assertOpen();

@@ -5,7 +5,7 @@ import {
 import { laneOf, LANE_COUNT } from '../core/lanes.js';
 import { formatLeaseToken } from '../core/lease-token.js';
 import type {
-  BuryParams, ClaimParams, ClaimedDelivery, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
+  BuryParams, ClaimParams, ClaimedDelivery, CompleteAndClaimResult, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
   ExtendLeaseResult, HandlerStatistics, ListDeliveriesParams, Page, PublishParams, PublishResult, PurgeParams,
   PurgeResult, RequeueParams, RescheduleParams, Statistics, Store,
 } from '../store/contract.js';
@@ -110,6 +110,8 @@ interface ClaimRow {
   id: string; lane: number; epoch: string; claims: number; event_id: string; event_type: string; handler: string;
   key: string | null; sequence: string | null; payload: unknown; headers: Record<string, string>;
   attempts: number; max_attempts: number; available_at: Date; created_at: Date; walk_step: number | null;
+  /** Set (alone) on the rows that report a completed delivery. */
+  completed_id: string | null;
 }
 
 interface DeliveryRow {
@@ -230,6 +232,53 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     return parsed.map((lease) => done.delete(lease.deliveryId));
   }
 
+  /**
+   * One claim: complete `leases` and claim from the held lanes in one statement, then, while the batch is not full,
+   * take free lanes a few at a time (4, 8, 16, ...) and claim from them.
+   */
+  async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
+    const { owner, handlers, limit, leaseDurationMs } = params;
+    const now = iso(params.now);
+    const claimHeld = async (want: number, complete: readonly ParsedLease[]) => {
+      const rows = await runOwned<ClaimRow>('claim-held-lanes', [
+        owner, handlers, want, leaseDurationMs, now, ...walks.parameters(owner), ...leaseArrays(complete), history,
+      ]);
+      const claimedRows = rows.filter((row) => row.completed_id === null);
+      walks.advance(owner, claimedRows);
+      return { claimedRows, completedIds: new Set(rows.flatMap((row) => (row.completed_id === null ? [] : [row.completed_id]))) };
+    };
+    const acquire = (take: number) => runOwned<{ lanes: number }>('acquire-lanes', [owner, handlers, take, randomInt(LANE_COUNT), leaseDurationMs, now]);
+    const first = await claimHeld(limit, leases);
+    const claimed = first.claimedRows;
+    // A lease listed twice succeeds once, as it would in two calls.
+    const completed = leases.map((lease) => first.completedIds.delete(lease.deliveryId));
+    const at = (params.now ?? new Date()).getTime();
+    try {
+      if (claimed.length < limit) {
+        // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
+        for (let take = FIRST_LANES_TO_TAKE, round = 0; claimed.length < limit && round < MAX_ACQUIRE_ROUNDS; round += 1) {
+          const [acquired] = await acquire(take);
+          lastAcquireAt.set(owner, at);
+          if (!acquired || toInt(acquired.lanes) === 0) break;
+          const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
+          claimed.push(...more);
+          if (more.length === 0) break;
+          take = Math.min(take * 2, LANE_COUNT);
+        }
+      } else if (at - (lastAcquireAt.get(owner) ?? 0) >= leaseDurationMs) {
+        // Deep backlog: a worker whose own lanes always fill its batch still takes a few lanes once per lease
+        // duration, so the lanes of a crashed worker are taken over (and its work re-run) while everyone is busy.
+        lastAcquireAt.set(owner, at);
+        await acquire(FIRST_LANES_TO_TAKE);
+      }
+    } catch (error) {
+      // What was claimed (and completed) is recorded: hand it over, or it would stay stuck in flight in this owner's
+      // lanes while the owner lives. The failure shows again on the next claim.
+      if (claimed.length === 0 && leases.length === 0) throw error;
+    }
+    return { claimed: claimed.map(toClaimed), completed };
+  }
+
   return {
     kind: 'postgres',
     schema,
@@ -302,40 +351,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
     async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {
       validateClaim(params);
-      const { owner, handlers, limit, leaseDurationMs } = params;
-      const now = iso(params.now);
-      const claimHeld = async (want: number) => {
-        const rows = await runOwned<ClaimRow>('claim-held-lanes', [owner, handlers, want, leaseDurationMs, now, ...walks.parameters(owner)]);
-        walks.advance(owner, rows);
-        return rows;
-      };
-      const acquire = (take: number) => runOwned<{ lanes: number }>('acquire-lanes', [owner, handlers, take, randomInt(LANE_COUNT), leaseDurationMs, now]);
-      const claimed = await claimHeld(limit);
-      const at = (params.now ?? new Date()).getTime();
-      if (claimed.length < limit) {
-        // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
-        try {
-          for (let take = FIRST_LANES_TO_TAKE, round = 0; claimed.length < limit && round < MAX_ACQUIRE_ROUNDS; round += 1) {
-            const [acquired] = await acquire(take);
-            lastAcquireAt.set(owner, at);
-            if (!acquired || toInt(acquired.lanes) === 0) break;
-            const more = await claimHeld(limit - claimed.length);
-            claimed.push(...more);
-            if (more.length === 0) break;
-            take = Math.min(take * 2, LANE_COUNT);
-          }
-        } catch (error) {
-          // What was claimed is recorded in flight in this owner's lanes: hand it over, or it would stay stuck there
-          // while the owner lives. The failure shows again on the next claim.
-          if (claimed.length === 0) throw error;
-        }
-      } else if (at - (lastAcquireAt.get(owner) ?? 0) >= leaseDurationMs) {
-        // Deep backlog: a worker whose own lanes always fill its batch still takes a few lanes once per lease
-        // duration, so the lanes of a crashed worker are taken over (and its work re-run) while everyone is busy.
-        await acquire(FIRST_LANES_TO_TAKE);
-        lastAcquireAt.set(owner, at);
-      }
-      return claimed.map(toClaimed);
+      return (await claimCycle(params, [])).claimed;
+    },
+
+    async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult> {
+      const parsed = parseLeases(leases);
+      validateClaim(params);
+      return claimCycle(params, parsed);
     },
 
     async extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult> {

@@ -224,6 +224,13 @@ export interface SetupParams {
   readonly signal?: AbortSignal;
 }
 
+/** What `completeAndClaim` returns. */
+export interface CompleteAndClaimResult {
+  /** Per lease, in input order: `true` when the delivery was completed, `false` when its lease was lost. */
+  readonly completed: readonly boolean[];
+  readonly claimed: ClaimedDelivery[];
+}
+
 /** The contract every store implements. `TTx` is the caller's transaction type. */
 export interface Store<TTx> {
   readonly kind: 'postgres' | 'mongodb' | 'memory';
@@ -256,6 +263,15 @@ export interface Store<TTx> {
    * over even when every worker is busy. Claims of one owner may run concurrently.
    */
   claim(params: ClaimParams): Promise<ClaimedDelivery[]>;
+
+  /**
+   * `completeMany(leases)`, then `claim(params)`, as one call: a store that can do both in one round trip does (the
+   * dispatcher hands the completions of the last batch to its next claim). A completed keyed delivery's successor
+   * (the next pending delivery of its handler and key) may be claimed in the same call: it is its key's head now.
+   * `completed` is in the order of `leases`, as `completeMany` returns it. Completions that succeed are kept even
+   * when the claim part fails after them; a failure of the completion part rejects the whole call.
+   */
+  completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult>;
 
   /** Renew the lease of lanes the owner holds; reports the ones it lost. */
   extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult>;

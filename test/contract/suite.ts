@@ -18,10 +18,11 @@ import type { CaseGroup, ContractCase } from './cases/kit.js';
 import { orderingCases } from './cases/ordering.cases.js';
 import { publishCases } from './cases/publish.cases.js';
 import { retryCases } from './cases/retry.cases.js';
+import { ridingCases } from './cases/riding.cases.js';
 import { shutdownCases } from './cases/shutdown.cases.js';
 
 export const contractGroups: readonly CaseGroup[] = [
-  publishCases, claimCases, fencingCases, completionCases, retryCases, orderingCases, livenessCases, shutdownCases, adminCases,
+  publishCases, claimCases, fencingCases, completionCases, retryCases, orderingCases, livenessCases, ridingCases, shutdownCases, adminCases,
 ];
 
 /** Why a case cannot run on this target, or undefined when it can. */

@@ -1,0 +1,137 @@
+/**
+ * completeAndClaim: the completions of one batch ride on the next claim. A completed keyed delivery
+ * was its key's head, and every sequence given later is larger, so its key's next pending delivery
+ * is the new head and may be claimed in the same call. These cases pin that invariant where it could
+ * break: a successor not due yet, a requeued delivery, handler subsets, a takeover between the claim
+ * and the completion, and the completion history.
+ */
+import assert from 'node:assert/strict';
+import type { ClaimedDelivery } from '../../../src/store/contract.js';
+import type { Harness } from '../../support/harness.js';
+import {
+  claim, claimExpecting, event, H1, H2, handlers, LEASE_MS, leaseOf, PAST_LEASE_MS, publish, viewOf, type CaseGroup,
+} from './kit.js';
+
+function completeAndClaim<TTx>(harness: Harness<TTx>, owner: string, done: readonly ClaimedDelivery[], names = [H1, H2], limit = 10) {
+  return harness.store.completeAndClaim(done.map(leaseOf), {
+    owner, handlers: names, limit, leaseDurationMs: LEASE_MS, now: harness.clock.now(),
+  });
+}
+
+export const ridingCases: CaseGroup = {
+  area: 'complete and claim',
+  cases: [
+    {
+      name: "completes a batch and claims in one call; a completed head's successor comes in the same call",
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'k-1', key: 'k' }), event({ id: 'k-2', key: 'k' }), event({ id: 'u-1' })]);
+        const first = await claim(harness, 'w1');
+        assert.deepEqual(first.map((c) => c.eventId).sort(), ['k-1', 'u-1']);
+        const result = await completeAndClaim(harness, 'w1', first);
+        assert.deepEqual(result.completed, [true, true]);
+        assert.deepEqual(result.claimed.map((c) => c.eventId), ['k-2']);
+        const next = await completeAndClaim(harness, 'w1', result.claimed);
+        assert.deepEqual(next.completed, [true]);
+        assert.deepEqual(next.claimed, []);
+        assert.equal((await harness.store.statistics(harness.clock.now())).pending, 0);
+      },
+    },
+    {
+      name: 'a stale lease completes nothing and reports false; the rest of the call goes on',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'a' }), event({ id: 'b' })]);
+        const claimed = await claim(harness, 'w1');
+        assert.equal(claimed.length, 2);
+        const stale = { ...claimed[0]!, lease: claimed[0]!.lease.replace(/:(\d+)$/, (_, n: string) => `:${Number(n) + 1}`) };
+        const result = await completeAndClaim(harness, 'w1', [stale, claimed[1]!]);
+        assert.deepEqual(result.completed, [false, true]);
+        assert.equal((await viewOf(harness, claimed[0]!.id)).status, 'processing', 'the stale one is still in flight');
+      },
+    },
+    {
+      name: 'a successor that is not due yet is not claimed until it is',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'k-1', key: 'k' })]);
+        await publish(harness, [event({ id: 'k-2', key: 'k', availableAt: new Date(harness.clock.now().getTime() + 5_000) })]);
+        const [head] = await claimExpecting(harness, 'w1', ['k-1']);
+        const result = await completeAndClaim(harness, 'w1', [head!]);
+        assert.deepEqual(result.completed, [true]);
+        assert.deepEqual(result.claimed, []);
+        harness.clock.advance(5_000);
+        await claimExpecting(harness, 'w1', ['k-2']);
+      },
+    },
+    {
+      name: 'a completed head of one handler does not hand its successor to a claim for other handlers',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'k-1', key: 'k', handlers: handlers(H1, H2) }), event({ id: 'k-2', key: 'k', handlers: handlers(H1, H2) })]);
+        const both = await claim(harness, 'w1');
+        const h1 = both.find((c) => c.handler === H1)!;
+        const result = await completeAndClaim(harness, 'w1', [h1], [H2]);
+        assert.deepEqual(result.completed, [true]);
+        assert.deepEqual(result.claimed, [], 'k-2/h1 is not for an H2-only claim, and k-2/h2 waits for k-1/h2');
+        const later = await completeAndClaim(harness, 'w1', [], [H1]);
+        assert.deepEqual(later.claimed.map((c) => `${c.eventId}/${c.handler}`), ['k-2/h1']);
+      },
+    },
+    {
+      name: 'a requeued delivery waits at the end of its key: the successor of a completed head is the next in order',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'k-1', key: 'k' }), event({ id: 'k-2', key: 'k' }), event({ id: 'k-3', key: 'k' })]);
+        const [first] = await claimExpecting(harness, 'w1', ['k-1']);
+        assert.equal(await harness.store.bury(leaseOf(first!), { error: 'poison', now: harness.clock.now() }), true);
+        const [second] = await claimExpecting(harness, 'w1', ['k-2']);
+        assert.equal(await harness.store.requeue({ deliveryIds: [first!.id], now: harness.clock.now() }), 1);
+        const result = await completeAndClaim(harness, 'w1', [second!]);
+        assert.deepEqual(result.claimed.map((c) => c.eventId), ['k-3']);
+        const last = await completeAndClaim(harness, 'w1', result.claimed);
+        assert.deepEqual(last.claimed.map((c) => c.eventId), ['k-1'], 'the requeued one runs last');
+      },
+    },
+    {
+      name: 'after a takeover between claim and completion, the old holder completes nothing and gets nothing of that key',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'k-1', key: 'k' }), event({ id: 'k-2', key: 'k' })]);
+        const [old] = await claimExpecting(harness, 'w1', ['k-1']);
+        harness.clock.advance(PAST_LEASE_MS);
+        const [taken] = await claimExpecting(harness, 'w2', ['k-1']);
+        const result = await completeAndClaim(harness, 'w1', [old!]);
+        assert.deepEqual(result.completed, [false]);
+        assert.deepEqual(result.claimed, [], 'the lane belongs to w2');
+        assert.equal((await viewOf(harness, taken!.id)).status, 'processing');
+        const byNewHolder = await completeAndClaim(harness, 'w2', [taken!]);
+        assert.deepEqual(byNewHolder.completed, [true]);
+        assert.deepEqual(byNewHolder.claimed.map((c) => c.eventId), ['k-2']);
+      },
+    },
+    {
+      name: 'completions that ride on a claim are kept in the completion history',
+      needs: ['completionHistory'],
+      async run({ target }) {
+        const harness = await target.open({ completionHistory: true });
+        try {
+          await harness.reset();
+          await publish(harness, [event({ id: 'k-1', key: 'k' }), event({ id: 'k-2', key: 'k' })]);
+          const [head] = await claimExpecting(harness, 'w1', ['k-1']);
+          const result = await completeAndClaim(harness, 'w1', [head!]);
+          assert.deepEqual(result.claimed.map((c) => c.eventId), ['k-2']);
+          const completed = await harness.store.listDeliveries({ status: 'completed' });
+          assert.deepEqual(completed.items.map((d) => d.eventId), ['k-1']);
+        } finally {
+          await harness.close();
+        }
+      },
+    },
+    {
+      name: 'completeAndClaim with invalid leases throws RELAYBUS_INVALID_LEASE and changes nothing',
+      async run({ harness }) {
+        await publish(harness, [event({ id: 'a' })]);
+        const [claimed] = await claimExpecting(harness, 'w1', ['a']);
+        await assert.rejects(harness.store.completeAndClaim([{ deliveryId: claimed!.id, lease: 'not-a-lease' }], {
+          owner: 'w1', handlers: [H1], limit: 10, leaseDurationMs: LEASE_MS, now: harness.clock.now(),
+        }), (error: unknown) => (error as { code?: string }).code === 'RELAYBUS_INVALID_LEASE');
+        assert.equal((await viewOf(harness, claimed!.id)).status, 'processing');
+      },
+    },
+  ],
+};
