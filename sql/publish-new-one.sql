@@ -8,7 +8,8 @@
 --        sequence order is commit order)
 -- params: $1 id, $2 type, $3 key (null = unkeyed), $4 payload jsonb, $5 headers jsonb, $6 handlers text[],
 --         $7 max_attempts int[] (per handler), $8 lane smallint, $9 available_at timestamptz (null = now),
---         $10 now timestamptz (null = now()), $11 guard text ('on': look for publish-guard's marker; null = no check)
+--         $10 now timestamptz (null = now()), $11 guard text ('on': look for publish-guard's marker; null = no check),
+--         $12 NOTIFY channel text (null = no NOTIFY)
 -- returns: event_id, handler, refused: every delivery inserted, by handler (no row: not inserted, duplicate); or one
 --          row (null, null, refused) having written nothing: refused 'exists' (the id exists) or 'no-transaction'
 WITH guard AS (
@@ -40,7 +41,12 @@ delivered AS (
   CROSS JOIN unnest($6::text[], $7::int[]) AS h(handler, max_attempts)
   ORDER BY h.handler
   RETURNING event_id, handler
+),
+notified AS (
+  -- Wakes the dispatchers that LISTEN ($12: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
+  -- transaction however many publishes notified (identical notifications are folded).
+  SELECT pg_notify($12::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $12::text IS NOT NULL
 )
-SELECT event_id, handler, NULL::text AS refused FROM delivered
+SELECT event_id, handler, NULL::text AS refused FROM delivered WHERE (SELECT count(*) FROM notified) >= 0
 UNION ALL
 SELECT NULL, NULL, CASE WHEN (SELECT ok FROM guard) THEN 'exists' ELSE 'no-transaction' END FROM fresh WHERE NOT ok

@@ -7,7 +7,7 @@
 --        so sequence order is commit order)
 -- params: $1 events jsonb: [{ ord, id, type, key, payload, headers, handlers text[], max_attempts int[], lane,
 --         available_at }] (as publish), $2 now timestamptz (null = now()),
---         $3 guard text ('on': look for publish-guard's marker; null = no check)
+--         $3 guard text ('on': look for publish-guard's marker; null = no check), $4 NOTIFY channel text (null = no NOTIFY)
 -- returns: event_id, handler, refused of every delivery inserted, in input order and by handler within an event (an
 --          event without rows was not inserted: duplicate); or one row (null, null, refused) having written nothing:
 --          refused 'exists' (an input id exists) or 'no-transaction'
@@ -54,7 +54,12 @@ delivered AS (
   LEFT JOIN bumped b ON b.key = i.key
   ORDER BY i.ord, h.handler
   RETURNING event_id, handler
+),
+notified AS (
+  -- Wakes the dispatchers that LISTEN ($4: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
+  -- transaction however many publishes notified (identical notifications are folded).
+  SELECT pg_notify($4::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $4::text IS NOT NULL
 )
-SELECT event_id, handler, NULL::text AS refused FROM delivered
+SELECT event_id, handler, NULL::text AS refused FROM delivered WHERE (SELECT count(*) FROM notified) >= 0
 UNION ALL
 SELECT NULL, NULL, CASE WHEN (SELECT ok FROM guard) THEN 'exists' ELSE 'no-transaction' END FROM fresh WHERE NOT ok

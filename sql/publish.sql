@@ -5,7 +5,8 @@
 -- index: relaybus_events_pkey (dedup, FOR UPDATE of existing ids); relaybus_key_sequences_pkey (the key row stays
 --        locked until commit, so sequence order is commit order); relaybus_deliveries_event_id_handler_idx
 -- params: $1 events jsonb: [{ ord, id, type, key, payload, headers, handlers text[], max_attempts int[], lane,
---         available_at }], $2 now timestamptz (null = now()), $3 guard text ('on': look for publish-guard's marker; null = no check)
+--         available_at }], $2 now timestamptz (null = now()), $3 guard text ('on': look for publish-guard's marker; null = no check),
+--         $4 NOTIFY channel text (null = no NOTIFY)
 -- returns: one row per input event in input order: ord, id, added (handlers that got a delivery), duplicate,
 --          conflict (what differs from the stored event: 'type', 'key', 'payload'; null when nothing does),
 --          stored_type, stored_key (of a conflicting event), no_transaction (true: refused, nothing written)
@@ -86,8 +87,14 @@ delivered AS (
 ),
 added AS (
   SELECT d.event_id, array_agg(d.handler ORDER BY d.handler) AS handlers FROM delivered d GROUP BY d.event_id
+),
+notified AS (
+  -- Wakes the dispatchers that LISTEN ($4: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
+  -- transaction however many publishes notified (identical notifications are folded).
+  SELECT pg_notify($4::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $4::text IS NOT NULL
 )
 SELECT i.ord, i.id, coalesce(a.handlers, '{}') AS added, i.id NOT IN (SELECT id FROM inserted) AS duplicate,
        nullif(c.differences, '{}') AS conflict, c.stored_type, c.stored_key, NOT (SELECT ok FROM guard) AS no_transaction
 FROM input i LEFT JOIN added a ON a.event_id = i.id LEFT JOIN conflicts c ON c.ord = i.ord
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY i.ord

@@ -151,6 +151,8 @@ export class Dispatcher<TTx> {
   #failingSince = 0;
   #state: DispatcherState = 'idle';
   #loop: Promise<void> = Promise.resolve();
+  /** The unsubscribe of the store's wake-ups, once subscribed. */
+  #wakeups: Promise<(() => Promise<void>) | undefined> = Promise.resolve(undefined);
   #stopping: Promise<void> | undefined;
 
   constructor(config: DispatcherConfig<TTx>) {
@@ -198,7 +200,20 @@ export class Dispatcher<TTx> {
     this.#state = 'running';
     this.#renewer.start();
     this.#config.logger.info('dispatcher started', { owner: this.owner, handlers: this.#handlerNames.length, ...this.#config.options });
+    this.#wakeups = this.#subscribeWakeups();
     this.#loop = this.#claimLoop();
+  }
+
+  /** Claim at once when a publish commits (NOTIFY), instead of at the next poll; polling stays. */
+  async #subscribeWakeups(): Promise<(() => Promise<void>) | undefined> {
+    const { store, logger } = this.#config;
+    if (store.subscribeWakeups === undefined) return undefined;
+    try {
+      return await store.subscribeWakeups(() => this.#wakeup.wake());
+    } catch (error) {
+      logger.warn('listening for new deliveries failed; the dispatcher polls only', { error: describeError(error) });
+      return undefined;
+    }
   }
 
   /**
@@ -381,6 +396,8 @@ export class Dispatcher<TTx> {
     }
     await this.#batcher.flush();
     await this.#renewer.stop();
+    const unsubscribe = await this.#wakeups;
+    await unsubscribe?.().catch((error: unknown) => logger.warn('stopping the wake-up listener failed', { error: describeError(error) }));
     try {
       const lanes = await store.relinquish(this.owner, this.#deps.now());
       logger.info('dispatcher stopped', { owner: this.owner, drained: drained === 'drained', aborted: aborted.length, lanesRelinquished: lanes });

@@ -38,6 +38,13 @@ export interface PostgresStoreOptions<TTx> {
   readonly schema?: string;
   /** Keep an append-only history of completed deliveries (one extra insert per completion; default false). */
   readonly completionHistory?: boolean;
+  /**
+   * Wake idle workers at once (default true): every publishing transaction sends one NOTIFY at commit, and each
+   * dispatcher LISTENs on one connection of its own (where the driver can hold one). Polling stays the correctness
+   * path. Turn it off behind a transaction-mode pooler (PgBouncer: no LISTEN), or when many concurrent single-event
+   * publishers matter more than latency (NOTIFY serialises commits on a global lock).
+   */
+  readonly notify?: boolean;
 }
 
 const UNDEFINED_TABLE = '42P01';
@@ -205,6 +212,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   /** When each owner last tried to take lanes (see claim); one entry per worker of this process. */
   const lastAcquireAt = new Map<string, number>();
   const walks = new KeyWalkCursors();
+  if (options.notify !== undefined && typeof options.notify !== 'boolean') {
+    throw new InvalidOptionsError(`notify must be a boolean, got ${JSON.stringify(options.notify)}.`);
+  }
+  const notify = options.notify ?? true;
+  /** The NOTIFY channel of this schema (an unquoted identifier: schema names are plain, and channels stop at 63 bytes). */
+  const channel = notify ? `relaybus_${schema}`.slice(0, 63) : null;
+  const listens = notify && driver.listen !== undefined;
 
   async function run<Row extends object>(executor: SqlExecutor, name: StatementName, params: readonly unknown[]): Promise<Row[]> {
     try {
@@ -285,9 +299,14 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     capabilities: Object.freeze({
       transactions: true,
       completionHistory: history,
-      wakeups: 'poll',
+      wakeups: listens ? 'listen-notify' : 'poll',
       concurrentConnections: driver.concurrentConnections,
     }),
+
+    async subscribeWakeups(onWake: () => void) {
+      if (!listens || driver.listen === undefined) return async () => {};
+      return driver.listen(channel!, onWake);
+    },
 
     async setup() {
       try {
@@ -315,9 +334,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         ? run<LeanRow>(executor, 'publish-new-one', [
           ids[0], first!.type, first!.key ?? null, payloads[0], JSON.stringify(first!.headers ?? {}),
           first!.handlers.map((h) => h.name), first!.handlers.map((h) => h.maxAttempts), laneOf(first!.key, ids[0]!),
-          iso(first!.availableAt), iso(now), guard,
+          iso(first!.availableAt), iso(now), guard, channel,
         ])
-        : run<LeanRow>(executor, 'publish-new', [publishDocument(events, ids, payloads), iso(now), guard]));
+        : run<LeanRow>(executor, 'publish-new', [publishDocument(events, ids, payloads), iso(now), guard, channel]));
       let rows: LeanRow[];
       if (guard === null) {
         rows = await lean();
@@ -330,7 +349,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       // An id exists, or (no row at all) a concurrent transaction inserted the one new id first and nothing was
       // written: the full statement (inbox dedup, conflict check) runs for the whole batch, in the same transaction.
       if (rows.length === 0 || rows.some((row) => row.refused === 'exists')) {
-        const full = await run<FullRow>(executor, 'publish', [publishDocument(events, ids, payloads), iso(now), guard]);
+        const full = await run<FullRow>(executor, 'publish', [publishDocument(events, ids, payloads), iso(now), guard, channel]);
         if (full.some((row) => row.no_transaction)) throw notInTransaction();
         if (full.some((row) => row.conflict !== null)) throw conflictError(full, events);
         return full.map((row) => ({ eventId: row.id, addedHandlers: row.added, duplicate: row.duplicate }));

@@ -45,6 +45,15 @@ export interface PostgresDriver<TTx> {
    * where the driver cannot reach the pool (Kysely without its `pool` option).
    */
   onConnectionError?(listener: (error: Error) => void): () => void;
+  /**
+   * LISTEN on `channel` on a connection of its own, calling `onNotify` for each notification and after every
+   * (re)connect (a notification sent while nothing listened is lost). Absent where the driver cannot hold such a
+   * connection (Kysely without its pool); the dispatcher then only polls.
+   */
+  listen?(channel: string, onNotify: () => void): Promise<Unlisten>;
   /** Close what the driver opened itself (never a pool the caller passed in). */
   close(): Promise<void>;
 }
+
+/** Stops a listener and gives its connection back. */
+export type Unlisten = () => Promise<void>;

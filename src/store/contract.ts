@@ -273,6 +273,13 @@ export interface Store<TTx> {
    */
   completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult>;
 
+  /**
+   * Call `onWake` whenever new work may be due (a publish committed), and after the store reconnected its listener;
+   * returns the unsubscribe. Stores whose `capabilities.wakeups` is 'poll' resolve a no-op. A wake-up is a hint only:
+   * workers poll anyway, so a lost one costs latency, never a delivery.
+   */
+  subscribeWakeups?(onWake: () => void): Promise<() => Promise<void>>;
+
   /** Renew the lease of lanes the owner holds; reports the ones it lost. */
   extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult>;
 

@@ -19,6 +19,9 @@ import { PgTransaction } from 'drizzle-orm/pg-core';
 import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
 import { guardPgClient, guardPgPool, isPgPool, type ConnectionErrorListener } from './connection-errors.js';
+import { listenOnPgPool } from './pg-listener.js';
+import { listenOnPglite } from './pglite-driver.js';
+import { listenOnPostgresJs } from './postgres-js-driver.js';
 import { inTransaction, runGuarded } from './transaction-guard.js';
 import { placeholderChunks, splitStatements } from './placeholders.js';
 
@@ -122,6 +125,16 @@ function guardNodePg(db: DrizzleDatabaseLike): ((listener: ConnectionErrorListen
   return isPgPool(client) ? guardPgPool(client) : guardPgClient(client);
 }
 
+/** LISTEN through the database's own client: a node-postgres pool, a postgres.js client or a PGlite database. */
+function listenerOf(db: DrizzleDatabaseLike): Pick<PostgresDriver<unknown>, 'listen'> {
+  const client: unknown = (db as { $client?: unknown }).$client;
+  const kinds = kindsOf(db);
+  if (kinds.includes('NodePgDatabase') && isPgPool(client)) return { listen: (channel, onNotify) => listenOnPgPool(client, channel, onNotify) };
+  if (kinds.includes('PostgresJsDatabase')) return { listen: (channel, onNotify) => listenOnPostgresJs(client, channel, onNotify) };
+  if (kinds.includes('PgliteDatabase')) return { listen: (channel, onNotify) => listenOnPglite(client, channel, onNotify) };
+  return {};
+}
+
 function describe(value: unknown): string {
   if (value === null) return 'null';
   if (typeof value !== 'object') return typeof value;
@@ -168,6 +181,7 @@ function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): Po
   const endsEarly = kindsOf(db).includes('PostgresJsDatabase');
   return {
     ...(subscribe ? { onConnectionError: subscribe } : {}),
+    ...listenerOf(db),
     executor: executorOf(db),
     concurrentConnections: options.concurrentConnections ?? !single,
     unwrap(tx: DrizzleTransactionLike): SqlExecutor {

@@ -20,6 +20,7 @@ import { CompiledQuery, type QueryResult } from 'kysely';
 import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
 import { guardPgPool, isPgPool } from './connection-errors.js';
+import { listenOnPgPool } from './pg-listener.js';
 import type { PgPoolLike } from './pg-driver.js';
 import { splitStatements } from './placeholders.js';
 
@@ -140,6 +141,7 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
   const owned = db.withoutPlugins();
   return {
     ...(subscribe ? { onConnectionError: subscribe } : {}),
+    ...(options.pool === undefined ? {} : { listen: (channel: string, onNotify: () => void) => listenOnPgPool(options.pool, channel, onNotify) }),
     executor: executorOf(owned),
     concurrentConnections: options.concurrentConnections ?? true,
     unwrap(tx: KyselyTransactionLike): SqlExecutor {

@@ -1,6 +1,7 @@
 import { InvalidInputError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
 import { guardCheckedOut, guardPgPool } from './connection-errors.js';
+import { listenOnPgPool } from './pg-listener.js';
 import { runGuarded } from './transaction-guard.js';
 
 /**
@@ -123,6 +124,7 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
     onConnectionError(listener: (error: Error) => void): () => void {
       return subscribe?.(listener) ?? (() => {});
     },
+    listen: (channel, onNotify) => listenOnPgPool(pool, channel, onNotify),
     async close(): Promise<void> {
       if (options.ownsPool) await pool.end();
     },

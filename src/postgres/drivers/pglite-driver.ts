@@ -1,5 +1,5 @@
 import { InvalidInputError } from '../../core/errors.js';
-import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+import type { PostgresDriver, SqlExecutor, SqlStatement, Unlisten } from '../sql-client.js';
 import { runGuarded } from './transaction-guard.js';
 
 /**
@@ -60,8 +60,21 @@ export function fromPglite(db: PgliteLike, options: FromPgliteOptions = {}): Pos
       return { ...executorOf(tx), transactionChecked: true };
     },
     transaction: (fn) => db.transaction((tx) => runGuarded(tx, fn)),
+    listen: (channel, onNotify) => listenOnPglite(db, channel, onNotify),
     async close(): Promise<void> {
       if (options.ownsDatabase) await db.close();
     },
   };
+}
+
+/** What relaybus uses of PGlite's `db.listen`. */
+interface PgliteListener {
+  listen(channel: string, callback: (payload: string) => void): Promise<() => Promise<void>>;
+}
+
+/** LISTEN on a PGlite database (one in-process connection: nothing to reconnect). */
+export async function listenOnPglite(db: unknown, channel: string, onNotify: () => void): Promise<Unlisten> {
+  const unsubscribe = await (db as PgliteListener).listen(channel, () => onNotify());
+  onNotify();
+  return () => unsubscribe();
 }

@@ -1,5 +1,5 @@
 import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
-import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+import type { PostgresDriver, SqlExecutor, SqlStatement, Unlisten } from '../sql-client.js';
 import { inTransaction } from './transaction-guard.js';
 import { parseArrayLiteral, toArrayLiteral } from './array-literal.js';
 import { jsonCastParams } from './placeholders.js';
@@ -190,8 +190,23 @@ function postgresJsDriver(sql: PostgresJsSqlLike, options: FromPostgresJsOptions
     transaction<T>(fn: (tx: PostgresJsTransactionLike) => Promise<T>): Promise<T> {
       return inTransaction<PostgresJsTransactionLike, T>((body) => sql.begin(body) as Promise<T>, fn);
     },
+    listen: (channel, onNotify) => listenOnPostgresJs(sql, channel, onNotify),
     async close(): Promise<void> {
       if (options.ownsClient) await sql.end();
     },
   };
+}
+
+/** What relaybus uses of postgres.js's `sql.listen`. */
+interface PostgresJsListener {
+  listen(channel: string, onnotify: (value: string) => void, onlisten?: () => void): PromiseLike<{ unlisten(): Promise<void> }>;
+}
+
+/**
+ * LISTEN through postgres.js's own listening connection: it reconnects by itself and calls `onlisten` after each
+ * (re)connect, where a notification may have been missed.
+ */
+export async function listenOnPostgresJs(sql: unknown, channel: string, onNotify: () => void): Promise<Unlisten> {
+  const { unlisten } = await (sql as PostgresJsListener).listen(channel, () => onNotify(), () => onNotify());
+  return () => unlisten();
 }

@@ -1,0 +1,132 @@
+/**
+ * LISTEN/NOTIFY wake-ups: a publishing transaction NOTIFYs at commit and an idle dispatcher claims at
+ * once instead of at its next poll. The poll interval here is 20 s, so only a wake-up can explain a
+ * delivery within a second. A listener whose connection is terminated reconnects (and looks for
+ * work); `notify: false` turns it all off.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+import postgres from 'postgres';
+import { createRelayBus, defineEvent, Type } from '../../src/index.js';
+import { fromPg, fromPglite, fromPostgresJs, postgresStore, type PostgresDriver } from '../../src/postgres/index.js';
+import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { waitFor } from '../support/wait.js';
+
+const found = await findPostgres();
+const url = 'url' in found ? found.url : '';
+const Ping = defineEvent('wakeups.ping', Type.Object({ n: Type.Integer() }));
+const POLL_MS = 20_000;
+/** Far below the poll interval: only a wake-up delivers this fast. */
+const WAKE_BOUND_MS = 2_000;
+
+interface Target {
+  readonly name: string;
+  readonly server: boolean;
+  open(applicationName: string): Promise<{ driver: PostgresDriver<unknown>; end(): Promise<void> }>;
+}
+
+const TARGETS: readonly Target[] = [
+  {
+    name: 'pg', server: true,
+    async open(applicationName) {
+      const pool = new pg.Pool({ connectionString: url, max: 6, application_name: applicationName });
+      return { driver: fromPg(pool) as unknown as PostgresDriver<unknown>, end: () => pool.end() };
+    },
+  },
+  {
+    name: 'postgres.js', server: true,
+    async open(applicationName) {
+      const sql = postgres(url, { max: 6, onnotice: () => {}, connection: { application_name: applicationName } });
+      return { driver: fromPostgresJs(sql) as unknown as PostgresDriver<unknown>, end: () => sql.end({ timeout: 1 }) };
+    },
+  },
+  {
+    name: 'PGlite', server: false,
+    async open() {
+      const db = new PGlite();
+      return { driver: fromPglite(db) as unknown as PostgresDriver<unknown>, end: () => db.close() };
+    },
+  },
+];
+
+for (const target of TARGETS) {
+  const skip = target.server && 'skip' in found ? found.skip : undefined;
+  describe(`wake-ups over ${target.name}`, { skip }, () => {
+    const schema = uniqueSchemaName(`wakeups_${target.name.replace(/\W/g, '')}`);
+    const applicationName = `relaybus-wakeups-${process.pid}-${target.name.replace(/\W/g, '')}`;
+    let connection: Awaited<ReturnType<Target['open']>>;
+
+    before(async () => {
+      connection = await target.open(applicationName);
+    });
+    after(async () => {
+      await connection.driver.executor.exec(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
+      await connection.end();
+    });
+
+    async function deliveredAfterPublish(bus: ReturnType<typeof createRelayBus>, store: ReturnType<typeof postgresStore>, seen: number[], n: number): Promise<number> {
+      const started = performance.now();
+      await store.transaction((tx) => bus.publish(tx as never, Ping, { n }));
+      await waitFor(() => seen.includes(n), `event ${n} delivered`, POLL_MS / 2);
+      return performance.now() - started;
+    }
+
+    it('an idle dispatcher claims a published event at once, also after its listening connection was terminated', async () => {
+      const store = postgresStore({ driver: connection.driver, schema });
+      assert.equal(store.capabilities.wakeups, 'listen-notify');
+      const bus = createRelayBus({ store, events: [Ping], dispatcher: { pollIntervalMs: POLL_MS } });
+      const seen: number[] = [];
+      bus.on(Ping, 'ping', (payload) => { seen.push(payload.n); });
+      await bus.start();
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 300)); // the first claim found nothing: the dispatcher idles
+        const first = await deliveredAfterPublish(bus, store, seen, 1);
+        assert.ok(first < WAKE_BOUND_MS, `delivered ${first.toFixed(0)} ms after the publish (poll ${POLL_MS} ms)`);
+        if (target.server) {
+          const admin = new pg.Client({ connectionString: url });
+          await admin.connect();
+          try {
+            const killed = await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE application_name = $1 AND query ILIKE 'LISTEN%'`, [applicationName]);
+            assert.ok(killed.rowCount !== null && killed.rowCount >= 1, 'the listening connection was found and terminated');
+          } finally {
+            await admin.end();
+          }
+          await waitFor(async () => {
+            const probe = new pg.Client({ connectionString: url });
+            await probe.connect();
+            try {
+              const { rows } = await probe.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'`, [applicationName]);
+              return rows[0].n >= 1;
+            } finally {
+              await probe.end();
+            }
+          }, 'the listener reconnected', 10_000);
+          const again = await deliveredAfterPublish(bus, store, seen, 2);
+          assert.ok(again < WAKE_BOUND_MS, `after the reconnect: delivered ${again.toFixed(0)} ms after the publish`);
+        }
+      } finally {
+        await bus.stop();
+      }
+    });
+
+    it('notify: false publishes no NOTIFY and the dispatcher only polls', async () => {
+      const store = postgresStore({ driver: connection.driver, schema, notify: false });
+      assert.equal(store.capabilities.wakeups, 'poll');
+      const bus = createRelayBus({ store, events: [Ping], dispatcher: { pollIntervalMs: POLL_MS } });
+      const seen: number[] = [];
+      bus.on(Ping, 'ping', (payload) => { seen.push(payload.n); });
+      await bus.start();
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        await store.transaction((tx) => bus.publish(tx as never, Ping, { n: 3 }));
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        assert.deepEqual(seen, [], 'without wake-ups the event waits for the next poll');
+      } finally {
+        await bus.stop();
+      }
+    });
+  });
+}
