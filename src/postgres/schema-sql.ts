@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { InvalidOptionsError } from '../core/errors.js';
 import { packageFile } from './package-files.js';
-import { quoteIdentifier } from './statements.js';
+import { loadStatements, quoteIdentifier } from './statements.js';
+import { schemaScriptParts } from './upgrade/script.js';
 
 /**
  * The DDL of the relaybus tables, rendered for a schema name: the drizzle-kit migrations generated
@@ -66,7 +67,11 @@ function asScript(statements: readonly string[]): string {
 
 /**
  * The whole relaybus DDL as one script, for teams that apply schema changes with their own tooling
- * (then start the bus with `setupStore: false`). Safe to run on an empty schema.
+ * (then start the bus with `setupStore: false`). It takes any schema setup() accepts to the latest
+ * layout: an empty one, one at an earlier relaybus version (each migration runs unless the schema
+ * records it), or the row-lease layout of relaybus 0.1 (converted in one go: apply the script in
+ * one transaction with the workers stopped). A schema of a newer relaybus makes it fail, changing
+ * nothing.
  *
  * ```ts
  * import { createPostgresSchemaSql } from 'relaybus/postgres';
@@ -76,9 +81,10 @@ function asScript(statements: readonly string[]): string {
 export function createPostgresSchemaSql(options: { schema?: string } = {}): string {
   const schema = options.schema ?? DEFAULT_SCHEMA;
   const migrations = loadMigrations(schema);
-  const records = migrationRecords(schema, migrations);
-  return `-- relaybus schema "${schema}": migrations ${migrations.map((m) => m.name).join(', ')} and the supplement\n`
-    + asScript([...migrations.flatMap((m) => m.statements), ...loadSupplement(schema), ...records]) + '\n';
+  const parts = schemaScriptParts(schema, loadStatements(schema), migrations, loadSupplement(schema));
+  return `-- relaybus schema "${schema}": migrations ${migrations.map((m) => m.name).join(', ')} (each unless recorded), the upgrade `
+    + 'of a relaybus 0.1 layout, and the supplement. Re-runnable; apply it in one transaction (psql -1).\n'
+    + `${parts.join('\n\n')}\n`;
 }
 
 /**

@@ -7,8 +7,11 @@
  *     own migrator, then the supplement) has the same catalog as one built by `setup()`: tables,
  *     columns, types, defaults, identity, constraints, indexes with their predicates and storage
  *     parameters, table storage parameters, and the 256 lane rows.
+ * (c) A drizzle-kit database at each earlier relaybus version, with deliveries pending, is taken to
+ *     the latest by the committed migrations plus the new supplement: the same catalog, nothing
+ *     lost, and setup() finds nothing left to do.
  *
- * (b) needs a database of its own, since the migrations create the schema "relaybus" itself.
+ * (b) and (c) need a database each, since the migrations create the schema "relaybus" itself.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -21,7 +24,10 @@ import { promisify } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
-import { fromPg, loadSupplement, postgresStore } from '../../src/postgres/index.js';
+import { createPostgresSupplementSql, fromPg, loadMigrations, loadSupplement, postgresStore } from '../../src/postgres/index.js';
+import { setupPostgres } from '../../src/postgres/setup.js';
+import { loadStatements } from '../../src/postgres/statements.js';
+import { catalog, drain, seedPending } from '../support/upgrades.js';
 import { findPostgres } from '../support/databases.js';
 
 const run = promisify(execFile);
@@ -93,62 +99,43 @@ describe('drizzle-kit generate on the committed schema', () => {
 
 const found = await findPostgres();
 
-/** The catalog of one schema, with the schema name replaced by S so two schemas compare. */
-async function catalog(client: pg.Pool, schema: string) {
-  const q = async <Row extends object>(text: string): Promise<Row[]> => (await client.query<Row>(text, [schema])).rows;
-  const neutral = (text: string | null) => (text ?? '').replaceAll(`"${schema}".`, 'S.').replaceAll(`${schema}.`, 'S.');
-  const tables = await q<{ table: string; options: string[] | null; persistence: string }>(`
-    SELECT c.relname AS table, c.reloptions AS options, c.relpersistence AS persistence
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY 1`);
-  const columns = await q<{ table: string; column: string; type: string; not_null: boolean; default: string | null; identity: string; generated: string; position: number }>(`
-    SELECT c.relname AS table, a.attname AS column, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null,
-           pg_get_expr(d.adbin, d.adrelid) AS default, a.attidentity AS identity, a.attgenerated AS generated, a.attnum AS position
-    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-    WHERE n.nspname = $1 AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, a.attnum`);
-  const constraints = await q<{ table: string; name: string; type: string; definition: string }>(`
-    SELECT c.relname AS table, k.conname AS name, k.contype AS type, pg_get_constraintdef(k.oid) AS definition
-    FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = $1 ORDER BY 1, 2`);
-  const indexes = await q<{ name: string; definition: string; options: string[] | null }>(`
-    SELECT i.indexname AS name, i.indexdef AS definition, c.reloptions AS options
-    FROM pg_indexes i JOIN pg_namespace n ON n.nspname = i.schemaname JOIN pg_class c ON c.relname = i.indexname AND c.relnamespace = n.oid
-    WHERE i.schemaname = $1 ORDER BY 1`);
-  const sequences = await q<{ name: string; type: string; start: string; increment: string; cycle: boolean }>(`
-    SELECT s.sequencename AS name, s.data_type::text AS type, s.start_value::text AS start, s.increment_by::text AS increment, s.cycle
-    FROM pg_sequences s WHERE s.schemaname = $1 ORDER BY 1`);
-  const lanes = await q<{ count: number; epochs: string; empty: boolean }>(`
-    SELECT count(*)::int AS count, string_agg(DISTINCT epoch::text, ',') AS epochs, bool_and(in_flight = '{}' AND lease_owner IS NULL) AS empty
-    FROM ${`"${schema}"`}.relaybus_lanes WHERE $1::text IS NOT NULL`);
-  return {
-    tables,
-    columns: columns.map((c) => ({ ...c, default: neutral(c.default) })),
-    constraints: constraints.map((c) => ({ ...c, definition: neutral(c.definition) })),
-    indexes: indexes.map((i) => ({ ...i, definition: neutral(i.definition) })),
-    sequences,
-    lanes,
-  };
-}
-
 describe('the drizzle-kit migrations plus the supplement build what setup() builds', { skip: 'skip' in found ? found.skip : undefined }, () => {
   const url = 'url' in found ? found.url : '';
-  const database = `relaybus_drift_${process.pid}_${Date.now()}`;
+  const databases: string[] = [];
   const admin = new pg.Pool({ connectionString: url, max: 1 });
   after(async () => {
-    await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+    for (const database of databases) await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
     await admin.end();
   });
 
-  it('has the same catalog: tables, columns, defaults, constraints, indexes with predicates, storage parameters, lane rows', async () => {
+  /** A new database of its own (the migrations create the schema "relaybus" itself), and a pool on it. */
+  async function freshDatabase(label: string): Promise<pg.Pool> {
+    const database = `relaybus_drift_${label}_${process.pid}_${Date.now()}`;
+    databases.push(database);
     await admin.query(`CREATE DATABASE "${database}"`);
     const target = new URL(url);
     target.pathname = `/${database}`;
-    const pool = new pg.Pool({ connectionString: target.toString(), max: 2 });
+    return new pg.Pool({ connectionString: target.toString(), max: 2 });
+  }
+
+  /** A copy of the committed migrations folder whose journal stops after the first `count` entries (an earlier relaybus). */
+  function folderUpTo(count: number): string {
+    const dir = mkdtempSync(join(tmpdir(), 'relaybus-drift-version-'));
+    cpSync(join(root, 'schema/migrations'), dir, { recursive: true });
+    const journalFile = join(dir, 'meta/_journal.json');
+    const journal = JSON.parse(readFileSync(journalFile, 'utf8')) as { entries: unknown[] };
+    writeFileSync(journalFile, JSON.stringify({ ...journal, entries: journal.entries.slice(0, count) }));
+    return dir;
+  }
+
+  const migrateOptions = { migrationsSchema: 'drizzle_meta', migrationsTable: '__relaybus_migrations' } as const;
+
+  it('has the same catalog: tables, columns, defaults, constraints, indexes with predicates, storage parameters, lane rows', async () => {
+    const pool = await freshDatabase('latest');
     try {
       // As a drizzle-kit user does it: drizzle-orm's migrator over the committed folder, then the supplement (a custom migration).
       const db = drizzle({ client: pool });
-      await migrate(db, { migrationsFolder: join(root, 'schema/migrations'), migrationsSchema: 'drizzle_meta', migrationsTable: '__relaybus_migrations' });
+      await migrate(db, { migrationsFolder: join(root, 'schema/migrations'), ...migrateOptions });
       for (const statement of loadSupplement('relaybus')) await pool.query(statement);
       // As relaybus does it.
       await postgresStore({ driver: fromPg(pool), schema: 'via_setup' }).setup();
@@ -167,4 +154,33 @@ describe('the drizzle-kit migrations plus the supplement build what setup() buil
       await pool.end();
     }
   });
+
+  const versions = loadMigrations('relaybus').map((m) => m.name);
+  for (let count = 1; count < versions.length; count += 1) {
+    it(`the committed migrations take a drizzle-kit database at ${versions[count - 1]}, with deliveries pending, to the latest: nothing lost, the catalog of setup()`, async () => {
+      const pool = await freshDatabase(`v${count}`);
+      const earlier = folderUpTo(count);
+      try {
+        const db = drizzle({ client: pool });
+        // The user's database at that version: its migrations, and the supplement of that version (lane rows, records of its migrations).
+        await migrate(db, { migrationsFolder: earlier, ...migrateOptions });
+        for (const statement of loadSupplement('relaybus')) await pool.query(statement);
+        for (const name of versions.slice(0, count)) await pool.query('INSERT INTO relaybus.relaybus_migrations (name) VALUES ($1)', [name]);
+        const events = await seedPending(pool, 'relaybus', 60);
+        // The upgrade as a drizzle-kit user does it: the committed migrations, then the supplement of the new version.
+        await migrate(db, { migrationsFolder: join(root, 'schema/migrations'), ...migrateOptions });
+        await pool.query(createPostgresSupplementSql({ schema: 'relaybus' }));
+        await postgresStore({ driver: fromPg(pool), schema: 'via_setup' }).setup();
+        assert.deepEqual(await catalog(pool, 'relaybus'), await catalog(pool, 'via_setup'));
+        const applied = await pool.query<{ name: string }>('SELECT name FROM relaybus.relaybus_migrations ORDER BY name');
+        assert.deepEqual(applied.rows.map((r) => r.name), versions);
+        const store = postgresStore({ driver: fromPg(pool), schema: 'relaybus' });
+        assert.deepEqual((await setupPostgres(fromPg(pool), 'relaybus', loadStatements('relaybus'))).applied, [], 'setup() finds nothing left to do');
+        assert.deepEqual(await drain(store, ['h']), events, 'every delivery pending before the upgrade runs after it');
+      } finally {
+        rmSync(earlier, { recursive: true, force: true });
+        await pool.end();
+      }
+    });
+  }
 });

@@ -1,0 +1,21 @@
+-- upgrade-row-lease-plan: what the 0.1 (row-lease) upgrade has to do, read without changing anything: deliveries by
+--                         status, those still to convert (no lane yet, or completed: moved to the completion history),
+--                         events, and the leases 0.1 workers still hold. Works before and after the upgrade added its
+--                         columns (the lane is read through to_jsonb, which has it only once it exists).
+-- index: none: one scan of deliveries and one count of events (an admin path, run once)
+-- params: $1 now timestamptz (null = now())
+-- returns: one row: deliveries, pending, processing, completed, dead, to_convert, events, leased (processing rows
+--          whose lease has not expired), lease_owners text[], leased_until timestamptz
+SELECT count(*)::int AS deliveries,
+       count(*) FILTER (WHERE d.status = 'pending')::int AS pending,
+       count(*) FILTER (WHERE d.status = 'processing')::int AS processing,
+       count(*) FILTER (WHERE d.status = 'completed')::int AS completed,
+       count(*) FILTER (WHERE d.status = 'dead')::int AS dead,
+       count(*) FILTER (WHERE d.status = 'completed' OR to_jsonb(d) ->> 'lane' IS NULL)::int AS to_convert,
+       (SELECT count(*) FROM /*schema*/relaybus_events)::int AS events,
+       count(*) FILTER (WHERE d.status = 'processing' AND d.lease_expires_at > coalesce($1::timestamptz, now()))::int AS leased,
+       coalesce(array_agg(DISTINCT d.lease_owner) FILTER (
+         WHERE d.status = 'processing' AND d.lease_expires_at > coalesce($1::timestamptz, now()) AND d.lease_owner IS NOT NULL
+       ), '{}') AS lease_owners,
+       max(d.lease_expires_at) FILTER (WHERE d.status = 'processing' AND d.lease_expires_at > coalesce($1::timestamptz, now())) AS leased_until
+FROM /*schema*/relaybus_deliveries d
