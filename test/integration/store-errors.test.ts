@@ -124,18 +124,23 @@ describe('store errors on real Postgres', { skip }, () => {
 
   it('the dispatcher buries a delivery whose reschedule the database refuses for good, instead of running it forever', { timeout: 20_000 }, async (t) => {
     const pool = new pg.Pool({ connectionString: url, max: 4 });
-    t.after(() => pool.end());
+    let bus: { stop(options?: { graceMs?: number }): Promise<void> } | undefined;
+    // The bus first: its dispatcher holds a pool connection (LISTEN) until it stops, and pool.end() waits for it.
+    t.after(async () => {
+      await bus?.stop({ graceMs: 0 });
+      await pool.end();
+    });
     const store = await storeOn((schema) => postgresStore({ driver: fromPg(pool), schema }), 'errors_bury');
     // Failure texts that name the handler's error are refused (a stand-in for any data error of that write).
     await admin.query(`ALTER TABLE "${store.schema}".relaybus_deliveries ADD CONSTRAINT refuse_marked CHECK (last_error NOT LIKE '%XYZZY%')`);
     const Order = defineEvent('order', Type.Object({ n: Type.Integer() }));
-    const bus = createRelayBus({ store, events: [Order], backoff: { jitter: 0 }, dispatcher: { pollIntervalMs: 20 } });
-    t.after(() => bus.stop({ graceMs: 0 }));
+    const relay = createRelayBus({ store, events: [Order], backoff: { jitter: 0 }, dispatcher: { pollIntervalMs: 20 } });
+    bus = relay;
     let runs = 0;
-    bus.on(Order, 'poisoned', { maxAttempts: 5 }, () => { runs += 1; throw new Error('XYZZY'); });
-    await store.transaction((tx) => bus.publish(tx, Order, { n: 1 }));
-    const dead = nextEvent(bus.events, 'dead', { timeoutMs: 10_000 });
-    await bus.start();
+    relay.on(Order, 'poisoned', { maxAttempts: 5 }, () => { runs += 1; throw new Error('XYZZY'); });
+    await store.transaction((tx) => relay.publish(tx, Order, { n: 1 }));
+    const dead = nextEvent(relay.events, 'dead', { timeoutMs: 10_000 });
+    await relay.start();
     await dead;
     const [view] = (await store.listDeliveries({ status: 'dead' })).items;
     assert.match(view!.lastError ?? '', /^relaybus could not record this failure with reschedule \(StoreUnavailableError: .*refuse_marked.*the handler's error is in the worker log$/);

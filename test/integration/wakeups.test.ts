@@ -130,3 +130,29 @@ for (const target of TARGETS) {
     });
   });
 }
+
+describe('the pg listener gives its connection back clean', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  it('twelve buses started and stopped one after another on one pool leave no listener behind', async () => {
+    const schema = uniqueSchemaName('wakeups_reuse');
+    const pool = new pg.Pool({ connectionString: url, max: 2 });
+    const warnings: string[] = [];
+    const onWarning = (warning: Error): void => { warnings.push(`${warning.name}: ${warning.message}`); };
+    process.on('warning', onWarning);
+    try {
+      const store = postgresStore({ driver: fromPg(pool), schema });
+      await store.setup();
+      for (let round = 0; round < 12; round += 1) {
+        const bus = createRelayBus({ store, events: [Ping], dispatcher: { pollIntervalMs: POLL_MS } });
+        bus.on(Ping, 'ping', () => {});
+        await bus.start();
+        await bus.stop();
+      }
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(warnings.filter((w) => w.includes('MaxListenersExceeded')), []);
+    } finally {
+      process.off('warning', onWarning);
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    }
+  });
+});

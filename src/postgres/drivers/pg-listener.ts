@@ -19,14 +19,21 @@ interface ListenClient {
   query(text: string): Promise<unknown>;
   on(event: 'notification', listener: (message: { channel: string }) => void): unknown;
   on(event: 'error' | 'end', listener: (error?: Error) => void): unknown;
+  removeListener(event: string, listener: (...args: never[]) => void): unknown;
   release(error?: Error | boolean): void;
+}
+
+/** A connection while it listens, and how to take the listener's handlers off it again. */
+interface Held {
+  readonly client: ListenClient;
+  readonly detach: () => void;
 }
 
 const RECONNECT_MS = [100, 250, 500, 1_000, 2_000, 5_000];
 
 export async function listenOnPgPool(pool: unknown, channel: string, onNotify: () => void): Promise<Unlisten> {
   const source = pool as ListenPool;
-  let client: ListenClient | undefined;
+  let held: Held | undefined;
   let stopped = false;
   let failures = 0;
   let timer: NodeJS.Timeout | undefined;
@@ -42,34 +49,51 @@ export async function listenOnPgPool(pool: unknown, channel: string, onNotify: (
     timer.unref();
   };
 
-  const lost = (held: ListenClient, error?: Error): void => {
-    if (client !== held) return; // reported twice ('error' then 'end'), or an old connection
-    client = undefined;
-    held.release(error ?? true); // destroy it: a listening connection is never reused
+  /** Give a connection back without the listener's handlers: destroyed when it failed, pooled otherwise. */
+  const giveBack = (current: Held, error?: Error | boolean): void => {
+    current.detach();
+    current.client.release(error);
+  };
+
+  const lost = (current: Held, error?: Error): void => {
+    if (held !== current) return; // reported twice ('error' then 'end'), or an old connection
+    held = undefined;
+    giveBack(current, error ?? true); // a connection that failed is never reused
     reconnectLater();
   };
 
   async function connect(): Promise<void> {
     if (stopped) return;
-    let held: ListenClient | undefined;
+    let current: Held | undefined;
     try {
-      held = await source.connect();
-      const current = held;
-      current.on('notification', (message) => {
+      const client = await source.connect();
+      const onNotification = (message: { channel: string }): void => {
         if (message.channel === channel) onNotify();
-      });
-      current.on('error', (error) => lost(current, error));
-      current.on('end', () => lost(current));
-      await current.query(`LISTEN ${quoteIdentifier(channel)}`);
+      };
+      const onError = (error?: Error): void => lost(attached, error);
+      const onEnd = (): void => lost(attached);
+      const attached: Held = {
+        client,
+        detach: () => {
+          client.removeListener('notification', onNotification);
+          client.removeListener('error', onError);
+          client.removeListener('end', onEnd);
+        },
+      };
+      current = attached;
+      client.on('notification', onNotification);
+      client.on('error', onError);
+      client.on('end', onEnd);
+      await client.query(`LISTEN ${quoteIdentifier(channel)}`);
       if (stopped) {
-        current.release(true);
+        giveBack(attached, true);
         return;
       }
-      client = current;
+      held = attached;
       failures = 0;
       onNotify(); // anything published while no connection listened
     } catch (error) {
-      held?.release(error instanceof Error ? error : true);
+      if (current !== undefined) giveBack(current, error instanceof Error ? error : true);
       reconnectLater();
     }
   }
@@ -78,14 +102,14 @@ export async function listenOnPgPool(pool: unknown, channel: string, onNotify: (
   return async () => {
     stopped = true;
     clearTimeout(timer);
-    const held = client;
-    client = undefined;
-    if (held === undefined) return;
+    const current = held;
+    held = undefined;
+    if (current === undefined) return;
     try {
-      await held.query(`UNLISTEN ${quoteIdentifier(channel)}`);
-      held.release();
+      await current.client.query(`UNLISTEN ${quoteIdentifier(channel)}`);
+      giveBack(current);
     } catch (error) {
-      held.release(error instanceof Error ? error : true);
+      giveBack(current, error instanceof Error ? error : true);
     }
   };
 }
