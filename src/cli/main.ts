@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `relaybus` command: `worker` runs the dispatcher of the user's bus; `setup`, `sql`, `stats`,
- * `dead list`, `dead requeue` and `purge` are admin commands over the public API; `demo` shows the
+ * `dead list`, `dead requeue`, `purge` and `dashboard` (the admin page) are admin commands over the public API; `demo` shows the
  * delivery path on an embedded database. Errors print one line, `relaybus: <message>`, on stderr
  * (a stack trace too with `--verbose`) and exit non-zero: 2 for usage errors, 1 otherwise.
  */
@@ -11,6 +11,7 @@ import { RelayBusError } from '../index.js';
 import { packageFile } from '../postgres/package-files.js';
 import { wantsHelp, wrap } from './args.js';
 import { CliFailure, ExitCode, UsageError, writeLine, type CliContext, type Command } from './command.js';
+import { dashboardCommand } from './commands/dashboard.js';
 import { deadListCommand, deadRequeueCommand } from './commands/dead.js';
 import { demoCommand } from './commands/demo.js';
 import { purgeCommand } from './commands/purge.js';
@@ -18,10 +19,12 @@ import { setupCommand } from './commands/setup.js';
 import { sqlCommand } from './commands/sql.js';
 import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
+import { inboxCommand } from './commands/inbox.js';
+import { upgradeCommand } from './commands/upgrade.js';
 
 /** Every command, by the words typed after `relaybus`. */
 export const COMMANDS: readonly Command[] = [
-  workerCommand, demoCommand, setupCommand, sqlCommand, statsCommand, deadListCommand, deadRequeueCommand, purgeCommand,
+  workerCommand, inboxCommand, demoCommand, setupCommand, upgradeCommand, sqlCommand, statsCommand, deadListCommand, deadRequeueCommand, purgeCommand, dashboardCommand,
 ];
 
 /** The package version, from package.json. */
@@ -44,8 +47,8 @@ function topHelp(): string {
     '  -v, --version  Print the version.',
     '  --verbose      Print stack traces on errors.',
     '',
-    'The admin commands (setup, stats, dead, purge) connect to --database-url or',
-    'DATABASE_URL and work on --schema (default relaybus).',
+    'The admin commands (setup, upgrade, stats, dead, purge, dashboard) connect to',
+    '--database-url or DATABASE_URL and work on --schema (default relaybus).',
     'Durations are written 500ms, 30s, 15m, 12h, 7d (or plain milliseconds).',
     '',
     'Exit codes:',

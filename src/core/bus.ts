@@ -6,7 +6,7 @@ import {
 } from './errors.js';
 import { isEventDefinition, type EventDefinition, type EventPayload } from './events.js';
 import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from './handlers.js';
-import { describeError, type Logger } from './logger.js';
+import { adaptLogger, describeError, type Logger } from './logger.js';
 import {
   assertLogger, resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type DispatcherOptions, type RelayBusOptions,
   type ResolvedDispatcherOptions, type ResolvedRelayBusOptions,
@@ -211,6 +211,7 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
       eventType: definition.type,
       ...resolved,
       fn: fn as ResolvedHandler<TTx>['fn'],
+      ...(this.#options.instrumentation?.runHandler !== undefined ? { instrumentation: this.#options.instrumentation } : {}),
     });
     this.#handlers.set(name, handler);
     const forType = this.#handlersByType.get(definition.type) ?? [];
@@ -220,7 +221,7 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
 
   async publish<E extends TEvent>(tx: TTx, event: E, payload: EventPayload<E>, options?: PublishOptions): Promise<PublishResult> {
     const params = this.#toPublishParams(event, payload, options, 'bus.publish');
-    const [result] = await this.#options.store.publish(tx, [params], this.#options.clock?.now());
+    const [result] = await this.#write(tx, [params]);
     if (result === undefined) throw new InvalidStateError('The store returned no publish result; it does not follow the Store contract.');
     return result;
   }
@@ -233,7 +234,14 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
       return this.#toPublishParams(event, payload, options, `bus.publishMany: items[${index}]`);
     });
     if (params.length === 0) return [];
-    return this.#options.store.publish(tx, params, this.#options.clock?.now());
+    return this.#write(tx, params);
+  }
+
+  /** The store's publish, through the instrumentation's `publish` hook when there is one. */
+  #write(tx: TTx, params: readonly PublishParams[]): Promise<PublishResult[]> {
+    const { store, clock, instrumentation } = this.#options;
+    if (instrumentation?.publish === undefined) return store.publish(tx, params, clock?.now());
+    return instrumentation.publish(params, (events) => store.publish(tx, events, clock?.now()));
   }
 
   start(options?: StartOptions): Promise<void> {
@@ -276,7 +284,7 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     }
     const base = Object.fromEntries(Object.entries(this.#options.dispatcher).filter(([, value]) => value !== undefined)) as DispatcherOptions;
     const dispatcher = options.dispatcher === undefined ? this.#options.dispatcher : resolveDispatcherOptions({ ...base, ...options.dispatcher });
-    return { handlers, dispatcher, logger: options.logger ?? this.#options.logger };
+    return { handlers, dispatcher, logger: options.logger === undefined ? this.#options.logger : adaptLogger(options.logger) };
   }
 
   async #start(run: RunSettings<TTx>): Promise<void> {

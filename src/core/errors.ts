@@ -12,7 +12,11 @@ export type RelayBusErrorCode =
   | 'RELAYBUS_STORE_UNAVAILABLE'
   | 'RELAYBUS_SCHEMA_MISMATCH'
   | 'RELAYBUS_INVALID_STATE'
-  | 'RELAYBUS_CONFLICT';
+  | 'RELAYBUS_CONFLICT'
+  | 'RELAYBUS_BROKER_UNAVAILABLE'
+  | 'RELAYBUS_BROKER_NOT_FOUND'
+  | 'RELAYBUS_MESSAGE_TOO_LARGE'
+  | 'RELAYBUS_BROKER_REJECTED';
 
 /** Options every relaybus error takes: the underlying error, and whether the same call may succeed later. */
 export interface RelayBusErrorOptions {

@@ -1,3 +1,4 @@
+import type { Instrumentation } from './instrumentation.js';
 import type { BackoffOptions } from './retry-policy.js';
 
 /**
@@ -64,6 +65,8 @@ export interface ResolvedHandler<TTx> {
   readonly backoff: BackoffOptions;
   readonly timeoutMs: number;
   readonly fn: (payload: unknown, context: HandlerContext & { readonly transaction?: TTx }) => unknown;
+  /** The bus's `instrumentation` when it wraps handler calls (`runHandler`); absent otherwise. */
+  readonly instrumentation?: Instrumentation;
 }
 
 /** A delivery's handler finished and its completion was committed. */

@@ -8,8 +8,8 @@
 export type LogFields = Readonly<Record<string, unknown>>;
 
 /**
- * What relaybus needs of a logger. Adapt pino with
- * `{ debug: (m, f) => pino.debug(f, m), info: ..., warn: ..., error: ... }`.
+ * What relaybus needs of a logger: `(message, fields)` methods. A pino or bunyan logger, whose
+ * methods take `(fields, message)`, is accepted as is and adapted (see `adaptLogger`).
  */
 export interface Logger {
   debug(message: string, fields?: LogFields): void;
@@ -46,6 +46,48 @@ export function createConsoleLogger(options: { readonly level?: LogLevel } = {})
           if (fields === undefined || Object.keys(fields).length === 0) console[level](line);
           else console[level](line, fields);
         };
+  return Object.freeze({ debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') });
+}
+
+/**
+ * True for a logger whose methods take the fields first and the message second, `(fields, message)`:
+ * pino (recognised by its `levels.values` map) and bunyan (`addStream` and `fields`). Such a logger
+ * type-checks as a `Logger` but would drop every field, so `adaptLogger` turns the arguments round.
+ */
+export function isObjectFirstLogger(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  const logger = value as { child?: unknown; levels?: { values?: unknown }; addStream?: unknown; fields?: unknown };
+  if (typeof logger.child !== 'function') return false;
+  const pino = typeof logger.levels === 'object' && logger.levels !== null && typeof logger.levels.values === 'object';
+  const bunyan = typeof logger.addStream === 'function' && typeof logger.fields === 'object';
+  return pino || bunyan;
+}
+
+/** Field values as a structured logger serialises them well: errors as `Name: message` (their stack under `stack` stays). */
+function structured(fields: LogFields): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(fields)) {
+    if (value !== undefined) out[key] = value instanceof Error ? describeError(value) : value;
+  }
+  return out;
+}
+
+/**
+ * `logger` as relaybus calls it: a pino or bunyan logger (see `isObjectFirstLogger`) is wrapped so that
+ * each line is `logger.level(fields, message)` and keeps its structured fields; any other logger is
+ * returned as it is. `createRelayBus({ logger })` and `bus.start({ logger })` apply it.
+ *
+ * ```ts
+ * import pino from 'pino';
+ * const bus = createRelayBus({ store, events, logger: pino() }); // adapted: fields stay fields
+ * ```
+ */
+export function adaptLogger(logger: Logger): Logger {
+  if (!isObjectFirstLogger(logger)) return logger;
+  const target = logger as unknown as Record<LogLevel, (fields: object, message?: string) => void>;
+  const write = (level: LogLevel) => (message: string, fields?: LogFields): void => {
+    target[level](fields === undefined ? {} : structured(fields), message);
+  };
   return Object.freeze({ debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') });
 }
 

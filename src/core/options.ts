@@ -5,7 +5,8 @@ import type { Clock } from './clock.js';
 import { InvalidOptionsError } from './errors.js';
 import { isEventDefinition, type EventDefinition } from './events.js';
 import type { HandlerOptions } from './handlers.js';
-import { noopLogger, type Logger } from './logger.js';
+import type { Instrumentation } from './instrumentation.js';
+import { adaptLogger, noopLogger, type Logger } from './logger.js';
 import type { BackoffOptions } from './retry-policy.js';
 
 /**
@@ -96,6 +97,8 @@ export interface RelayBusOptions<TTx, TEvents extends readonly EventDefinition[]
   readonly handlerTimeoutMs?: number;
   /** Worker loop settings. */
   readonly dispatcher?: DispatcherOptions;
+  /** Tracing hooks around publish and each handler call, e.g. `openTelemetry()` of `relaybus/opentelemetry`. Default: none. */
+  readonly instrumentation?: Instrumentation;
 }
 
 /** `RelayBusOptions` validated, with every default applied (frozen). */
@@ -110,6 +113,7 @@ export interface ResolvedRelayBusOptions<TTx> {
   readonly backoff: BackoffOptions;
   readonly handlerTimeoutMs: number;
   readonly dispatcher: ResolvedDispatcherOptions;
+  readonly instrumentation: Instrumentation | undefined;
 }
 
 /** Handler options with the bus defaults applied. */
@@ -156,6 +160,7 @@ const BusSchema = Type.Object(
     backoff: Type.Optional(BackoffSchema),
     handlerTimeoutMs: integer(1, MAX_TIMER_MS),
     dispatcher: Type.Optional(DispatcherSchema),
+    instrumentation: Type.Optional(Type.Unknown()),
   },
   { additionalProperties: false },
 );
@@ -290,17 +295,26 @@ export function resolveRelayBusOptions<TTx>(input: RelayBusOptions<TTx>): Resolv
   assertSchema(BusSchema, input, 'relaybus options', '');
   if (input.logger !== undefined) assertLogger(input.logger);
   if (input.clock !== undefined) assertMethods(input.clock, ['now'], 'clock', '{ now: () => new Date() }');
+  if (input.instrumentation !== undefined) assertInstrumentation(input.instrumentation);
   return Object.freeze({
     store: input.store,
     events,
     setupStore: input.setupStore ?? DEFAULT_SETUP_STORE,
-    logger: input.logger ?? noopLogger,
+    logger: input.logger === undefined ? noopLogger : adaptLogger(input.logger),
     clock: input.clock,
     maxAttempts: input.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
     backoff: resolveBackoff(input.backoff, DEFAULT_BACKOFF, 'relaybus options: backoff'),
     handlerTimeoutMs: input.handlerTimeoutMs ?? DEFAULT_HANDLER_TIMEOUT_MS,
     dispatcher: resolveDispatcherOptions(input.dispatcher),
+    instrumentation: input.instrumentation,
   });
+}
+
+/** `instrumentation` is an object whose `publish` and `runHandler`, where present, are functions. */
+function assertInstrumentation(value: unknown): void {
+  const hooks = value as Record<string, unknown>;
+  const ok = typeof value === 'object' && value !== null && ['publish', 'runHandler'].every((name) => hooks[name] === undefined || typeof hooks[name] === 'function');
+  if (!ok) throw new InvalidOptionsError('instrumentation must be an object with optional methods publish and runHandler, e.g. openTelemetry() from relaybus/opentelemetry.');
 }
 
 /** Validate the options of one `bus.on(...)` and fill them from the bus defaults. */

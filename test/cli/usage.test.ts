@@ -11,7 +11,7 @@ import { BIN, IMPORTS, lines, REPO, runCli, startCli, tempDir, useBuiltCli, writ
 
 useBuiltCli();
 
-const COMMANDS = ['worker', 'demo', 'setup', 'sql', 'stats', 'dead list', 'dead requeue', 'purge'];
+const COMMANDS = ['worker', 'inbox', 'demo', 'setup', 'upgrade', 'sql', 'stats', 'dead list', 'dead requeue', 'purge', 'dashboard'];
 
 /** Assert `result` failed with `code` and exactly one stderr line matching `pattern`, nothing on stdout. */
 function assertOneLineError(result: { code: number | null; stdout: string; stderr: string }, code: number, pattern: RegExp): void {
@@ -80,7 +80,7 @@ describe('relaybus: usage errors are one line and exit non-zero (built bin)', ()
   });
 
   it('an unknown command', { timeout: 30_000 }, async () => {
-    assertOneLineError(await runCli(['wrok']), 2, /^relaybus: unknown command "wrok"; commands: worker, demo, setup, sql, stats, dead, purge/);
+    assertOneLineError(await runCli(['wrok']), 2, /^relaybus: unknown command "wrok"; commands: worker, inbox, demo, setup, upgrade, sql, stats, dead, purge, dashboard/);
   });
 
   it('a missing config module: none in the working directory, or a path that does not exist', { timeout: 30_000 }, async () => {

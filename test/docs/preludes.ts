@@ -11,6 +11,12 @@ export const PRELUDES: Readonly<Record<string, string>> = {
     "const OrderPlaced = defineEvent_('order.placed', Type_.Object({ orderId: Type_.String(), customerId: Type_.String() }));",
   ].join('\n'),
 
+  /** A Postgres store over a `pg` pool. */
+  store: [
+    "import type { Store as Store_ } from 'relaybus';",
+    "declare const store: Store_<import('pg').PoolClient>;",
+  ].join('\n'),
+
   /** A Kysely database over `pool` with an `orders` table, and an order to save. */
   kysely: [
     "declare const pool: import('pg').Pool;",

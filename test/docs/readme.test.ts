@@ -79,6 +79,8 @@ describe('README.md ts blocks typecheck against the sources', () => {
     const paths = {
       relaybus: ['src/index.ts'], 'relaybus/postgres': ['src/postgres/index.ts'], 'relaybus/schema': ['schema/index.ts'],
       'relaybus/kysely': ['src/postgres/drivers/kysely-driver.ts'], 'relaybus/drizzle': ['src/postgres/drivers/drizzle-driver.ts'],
+      'relaybus/opentelemetry': ['src/telemetry/opentelemetry.ts'],
+      'relaybus/amqp': ['src/amqp/index.ts'], 'relaybus/nats': ['src/nats/index.ts'],
     };
     writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({
       extends: join(up, 'tsconfig.json'),

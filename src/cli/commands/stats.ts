@@ -1,11 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { HandlerStatistics, Statistics } from '../../index.js';
-import { DATABASE_FLAGS, durationFlag, HELP_FLAG, JSON_FLAG, optionalValue, parseFlags, renderHelp, VERBOSE_FLAG, type FlagSpecs } from '../args.js';
+import { DATABASE_FLAGS, durationFlag, HELP_FLAG, JSON_FLAG, optionalValue, parseFlags, renderHelp, VERBOSE_FLAG, wrap, type FlagSpecs } from '../args.js';
 import { withAdminStore } from '../admin-store.js';
 import { ExitCode, writeLine, type Command, type OutputStream } from '../command.js';
 import { formatDuration, parseDuration } from '../duration.js';
 import { onShutdownSignals } from '../signals.js';
-import { renderTable, type Column } from '../table.js';
+import { renderTable, truncate, type Column } from '../table.js';
 
 /**
  * `relaybus stats`: per-handler counts from `store.statistics()` as an aligned table or JSON;
@@ -18,7 +18,7 @@ export const DEFAULT_WATCH_MS = 2_000;
 const FLAGS = {
   ...DATABASE_FLAGS,
   ...JSON_FLAG,
-  watch: { type: 'string', value: 'interval', description: `Refresh every interval until Ctrl-C (the value is optional: --watch alone refreshes every ${DEFAULT_WATCH_MS / 1000}s; --watch 500ms). With --json: one JSON line per refresh.` },
+  watch: { type: 'string', value: 'interval', description: `Refresh every interval until Ctrl-C (the value is optional: --watch alone refreshes every ${DEFAULT_WATCH_MS / 1000}s; --watch 500ms), within 100 columns, with a warning when deliveries are due and no lane is leased (no worker is claiming). With --json: one JSON line per refresh, with "warning" then.` },
   ...VERBOSE_FLAG,
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
@@ -26,7 +26,7 @@ const FLAGS = {
 type Row = { readonly handler: string } & HandlerStatistics;
 
 const COLUMNS: readonly Column<Row>[] = [
-  { header: 'handler', value: (row) => row.handler },
+  { header: 'handler', value: (row) => row.handler, shrink: true },
   { header: 'pending', align: 'right', value: (row) => String(row.pending) },
   { header: 'due', align: 'right', value: (row) => String(row.due) },
   { header: 'scheduled', align: 'right', value: (row) => String(row.scheduled) },
@@ -35,14 +35,27 @@ const COLUMNS: readonly Column<Row>[] = [
   { header: 'oldest due', align: 'right', value: (row) => (row.oldestDueAgeMs === null ? '-' : formatDuration(row.oldestDueAgeMs)) },
 ];
 
-/** The statistics as table lines: one row per handler, then a total row when there are several. */
-export function statisticsTable(stats: Statistics): string[] {
+/** Width `--watch` keeps every line within. */
+export const WATCH_WIDTH = 100;
+
+/**
+ * The warning `--watch` shows when deliveries are due and no lane is leased: no worker is claiming
+ * (none runs, or every one is stuck, e.g. on an unreachable database). Undefined otherwise.
+ */
+export function noWorkerWarning(stats: Statistics): string | undefined {
+  if (stats.due === 0 || stats.lanesLeased > 0) return undefined;
+  const age = stats.oldestDueAgeMs === null ? '' : `, the oldest for ${formatDuration(stats.oldestDueAgeMs)}`;
+  return `WARNING: ${stats.due} ${stats.due === 1 ? 'delivery is' : 'deliveries are'} due${age}, and no lane is leased: no worker is claiming. Start one (relaybus worker), or check the workers' logs: they may all be stuck.`;
+}
+
+/** The statistics as table lines: one row per handler, then a total row when there are several; the handler column is cut to fit `maxWidth`. */
+export function statisticsTable(stats: Statistics, maxWidth?: number): string[] {
   const rows: Row[] = Object.entries(stats.handlers)
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([handler, counts]) => ({ handler, ...counts }));
   if (rows.length === 0) return ['no deliveries: nothing pending, in flight or dead'];
   if (rows.length > 1) rows.push({ handler: 'total', ...stats });
-  return renderTable(COLUMNS, rows);
+  return renderTable(COLUMNS, rows, maxWidth);
 }
 
 /** Statistics as JSON-ready data (plain numbers, no Dates). */
@@ -95,11 +108,23 @@ export const statsCommand: Command = {
         const at = new Date();
         const stats = await store.statistics();
         if (values.json) {
-          writeLine(context.stdout, JSON.stringify(statisticsJson(stats, schema, at), null, watchMs === undefined ? 2 : undefined));
+          const warning = watchMs === undefined ? undefined : noWorkerWarning(stats);
+          const json = { ...statisticsJson(stats, schema, at), ...(warning === undefined ? {} : { warning }) };
+          writeLine(context.stdout, JSON.stringify(json, null, watchMs === undefined ? 2 : undefined));
           return;
         }
-        const every = watchMs === undefined ? '' : `  (every ${formatDuration(watchMs)}; Ctrl-C stops)`;
-        show([`relaybus stats  schema "${schema}" on ${target}  ${at.toISOString()}  lanes leased: ${stats.lanesLeased}${every}`, '', ...statisticsTable(stats)]);
+        if (watchMs === undefined) {
+          show([`relaybus stats  schema "${schema}" on ${target}  ${at.toISOString()}  lanes leased: ${stats.lanesLeased}`, '', ...statisticsTable(stats)]);
+          return;
+        }
+        const warning = noWorkerWarning(stats);
+        show([
+          truncate(`relaybus stats  schema "${schema}" on ${target}  lanes leased: ${stats.lanesLeased}`, WATCH_WIDTH),
+          `${at.toISOString()}  every ${formatDuration(watchMs)}; Ctrl-C stops`,
+          '',
+          ...(warning === undefined ? [] : [...wrap(warning, WATCH_WIDTH), '']),
+          ...statisticsTable(stats, WATCH_WIDTH).map((line) => truncate(line, WATCH_WIDTH)),
+        ]);
       };
       if (watchMs === undefined) {
         await render();

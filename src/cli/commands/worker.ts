@@ -2,6 +2,8 @@ import { basename } from 'node:path';
 import {
   DEFAULT_POLL_INTERVAL_MS, RelayBusError, UnknownHandlerError, type DeadEvent, type FailedEvent, type Logger,
 } from '../../index.js';
+import type { DeliveryInfo } from '../../core/handlers.js';
+import { laneOf } from '../../core/lanes.js';
 import { describeError } from '../../core/logger.js';
 import { choiceFlag, durationFlag, HELP_FLAG, integerFlag, listFlag, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
 import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
@@ -10,6 +12,7 @@ import { checkDatabaseUrl, DATABASE_URL, describeDatabaseUrl } from '../database
 import { waitUntilDrained } from '../drain-watch.js';
 import { createCliLogger, LOG_FORMATS, LOG_LEVELS } from '../log.js';
 import { watchParent } from '../parent-watch.js';
+import { serveWorkerMetrics, type WorkerMetrics } from '../metrics-server.js';
 import { startWithRetry } from '../start-retry.js';
 import { oneLine } from '../table.js';
 import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../signals.js';
@@ -57,6 +60,9 @@ const FLAGS = {
   'log-level': { type: 'string', value: 'level', description: 'Least severe log line printed: debug, info, warn or error. Default: info.' },
   'log-format': { type: 'string', value: 'format', description: 'pretty (a readable line each) or json (one object per line: time, level, msg and fields). Default: pretty.' },
   verbose: { type: 'boolean', description: 'Log a line per delivered event (at info), and print stack traces on errors.' },
+  'metrics-port': { type: 'string', value: 'port', description: 'Serve /metrics (Prometheus), /healthz and /readyz on this port (0: any free port, logged). Default: off.' },
+  'metrics-host': { type: 'string', value: 'host', description: 'Address the metrics server binds. Default: 127.0.0.1 (this machine only); 0.0.0.0 for a container.' },
+  'metrics-interval': { type: 'string', value: 'time', description: 'How often the backlog metrics are sampled from the statistics, e.g. 5s. Default: 5s.' },
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
 
@@ -113,6 +119,7 @@ const HELP = renderHelp({
         'relaybus worker dist/bus.js --concurrency 50',
         'relaybus worker --handlers send-receipt,update-ledger --once',
         'relaybus worker --log-format json --log-level warn',
+        'relaybus worker --metrics-port 9464 --metrics-host 0.0.0.0   # Prometheus, probes',
       ],
     },
   ],
@@ -147,24 +154,29 @@ function checkOverrides(bus: WorkerBus, options: WorkerStartOptions, flags: read
 }
 
 /** A line per failed attempt (warn) and per dead letter (error), per delivery at debug (info with --verbose); a count of every outcome. */
-function reportOutcomes(bus: WorkerBus, log: Logger, verbose: boolean): { readonly counts: { delivered: number; failed: number; dead: number }; dispose(): void } {
+function reportOutcomes(bus: WorkerBus, log: Logger, verbose: boolean, structured: boolean): { readonly counts: { delivered: number; failed: number; dead: number }; dispose(): void } {
   const counts = { delivered: 0, failed: 0, dead: 0 };
   const describe = (error: unknown) => oneLine(describeError(error));
+  // Structured too with --log-format json (the pretty line says it all already): delivery, handler, attempt, lane, error.
+  const fieldsOf = (delivery: DeliveryInfo, error?: unknown) => (!structured ? undefined : {
+    deliveryId: delivery.id, handler: delivery.handler, attempt: delivery.attempt, lane: laneOf(delivery.key, delivery.eventId), eventId: delivery.eventId,
+    ...(error === undefined ? {} : { error: describe(error) }),
+  });
   const offs = [
     bus.events.on('delivered', ({ delivery }) => {
       counts.delivered += 1;
-      (verbose ? log.info : log.debug)(`${delivery.handler} delivered ${delivery.eventType} ${delivery.eventId} (delivery ${delivery.id})`);
+      (verbose ? log.info : log.debug)(`${delivery.handler} delivered ${delivery.eventType} ${delivery.eventId} (delivery ${delivery.id})`, fieldsOf(delivery));
     }),
     bus.events.on('failed', ({ delivery, error, retryAt }: FailedEvent) => {
       counts.failed += 1;
-      log.warn(`${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`);
+      log.warn(`${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`, fieldsOf(delivery, error));
     }),
     bus.events.on('dead', ({ delivery, error }: DeadEvent) => {
       counts.dead += 1;
-      log.error(`${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`);
+      log.error(`${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`, fieldsOf(delivery, error));
     }),
     bus.events.on('lease-lost', ({ delivery }) => {
-      log.warn(`lost the lane lease of delivery ${delivery.id}; it runs again on another worker`);
+      log.warn(`lost the lane lease of delivery ${delivery.id}; it runs again on another worker`, fieldsOf(delivery));
     }),
   ];
   return { counts, dispose: () => offs.forEach((off) => off()) };
@@ -212,14 +224,22 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
     prefix: 'relaybus worker',
   });
   const { options, flags } = overridesOf(values);
+  const metricsPort = integerFlag('metrics-port', values['metrics-port'], 0, 65_535);
+  const metricsIntervalMs = durationFlag('metrics-interval', values['metrics-interval'], 100, DAY_MS) ?? 5_000;
+  if (metricsPort === undefined && (values['metrics-host'] !== undefined || values['metrics-interval'] !== undefined)) {
+    throw new UsageError('--metrics-host and --metrics-interval go with --metrics-port <port>');
+  }
   const configPath = resolveConfigPath(positionals[0], context.cwd);
   checkDatabaseUrl(context.env); // before the config module is imported: it may connect at once
   const configName = basename(configPath);
   const bus = await loadBus(configPath);
   checkOverrides(bus, options, flags, configName);
   const handlers = options.handlers ?? (acceptsStartOptions(bus) ? bus.handlers : undefined);
-  const outcomes = reportOutcomes(bus, log, values.verbose === true);
+  const outcomes = reportOutcomes(bus, log, values.verbose === true, values['log-format'] === 'json');
   const stopReportingConnections = reportConnectionErrors(bus, log);
+  const metrics: WorkerMetrics | undefined = metricsPort === undefined ? undefined
+    : serveWorkerMetrics(bus, { port: metricsPort, host: values['metrics-host'] ?? '127.0.0.1', statisticsIntervalMs: metricsIntervalMs, logger: log });
+  await metrics?.started;
   const running = handlers ? `${handlers.length} handler${handlers.length === 1 ? '' : 's'} (${handlers.join(', ')})` : 'the bus';
   log.info(`starting ${running} from ${configName}: ${describeStore(bus, context.env)}`);
 
@@ -307,6 +327,7 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
     stopWatchingParent();
     stopReportingConnections();
     outcomes.dispose();
+    await metrics?.close();
     await closeWithin(bus, CLOSE_DEADLINE_MS);
   }
 }

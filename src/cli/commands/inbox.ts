@@ -1,0 +1,242 @@
+import { basename } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { isRetryableError, RelayBusError, type Logger } from '../../index.js';
+import { describeError } from '../../core/logger.js';
+import { RetryBackoff } from '../../dispatcher/wakeup.js';
+import type { Inbox } from '../../broker/inbox-types.js';
+import { choiceFlag, durationFlag, HELP_FLAG, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
+import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
+import { DEFAULT_CONFIG_NAMES, loadBus, resolveConfigPath, type WorkerBus } from '../config-loader.js';
+import { checkDatabaseUrl } from '../database-url.js';
+import { createCliLogger, LOG_FORMATS, LOG_LEVELS } from '../log.js';
+import { watchParent } from '../parent-watch.js';
+import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../signals.js';
+import { oneLine } from '../table.js';
+
+/**
+ * `relaybus inbox [config]`: run the inbox side of the config module (its `inbox` export: one inbox
+ * made by `amqpInbox`/`natsInbox`, or a list) until SIGINT/SIGTERM. Same conventions as `worker`:
+ * the first signal stops gracefully (held messages finish within the grace period, the rest go back
+ * to the broker), a second forces it (exit 130/143); a broker or database that is down at start is
+ * retried with a capped backoff, and only an error a retry cannot fix (a bad login, a queue or
+ * consumer that does not exist) exits 1. Handlers of the events run in `relaybus worker`.
+ */
+
+/** After a second signal the inbox exits within this long. */
+const FORCE_DEADLINE_MS = 3_000;
+const CLOSE_DEADLINE_MS = 2_000;
+const DAY_MS = 86_400_000;
+
+const FLAGS = {
+  grace: { type: 'string', value: 'time', description: 'How long held messages may take to finish on stop, e.g. 10s. Default: each inbox\'s shutdownGraceMs (10s).' },
+  'log-level': { type: 'string', value: 'level', description: 'Least severe log line printed: debug, info, warn or error. Default: info.' },
+  'log-format': { type: 'string', value: 'format', description: 'pretty (a readable line each) or json (one object per line). Default: pretty.' },
+  verbose: { type: 'boolean', description: 'Log a line per committed batch (at info), and print stack traces on errors.' },
+  ...HELP_FLAG,
+} as const satisfies FlagSpecs;
+
+const HELP = renderHelp({
+  usage: ['relaybus inbox [config] [options]'],
+  description: `Run the inbox side of your config module: consume the broker (RabbitMQ queue, NATS JetStream durable consumer) and turn each message into an event of your bus, in one database transaction per batch, acknowledged after the commit (a redelivery is deduplicated by the message id). [config] is the module relaybus worker loads (default: the first of ${DEFAULT_CONFIG_NAMES.join(', ')}); besides its default export (the bus), it exports \`inbox\`: an inbox made by amqpInbox (relaybus/amqp) or natsInbox (relaybus/nats), or a list of them. The handlers of those events run in relaybus worker.`,
+  flags: FLAGS,
+  sections: [
+    {
+      title: 'Stopping',
+      lines: [
+        'SIGINT (Ctrl-C) or SIGTERM stops gracefully: no new messages, held ones finish within the',
+        'grace period, the rest go back to the broker unacknowledged (redelivered later).',
+        `A second signal forces the stop; the inbox exits within ${FORCE_DEADLINE_MS / 1000}s (the broker redelivers what it held).`,
+      ],
+    },
+    {
+      title: 'Outages',
+      lines: [
+        'A broker or database that cannot be reached at start is retried after 250ms, doubling up to',
+        '30s, with a log line per attempt. Once running, a lost broker connection is reconnected and a',
+        'failing database is retried in place; nothing is acknowledged before its commit.',
+        'Poison messages (no id, a payload that breaks its schema, an id taken by another event) go',
+        'to the dead-letter route with their reason and are logged at error.',
+      ],
+    },
+    {
+      title: 'Exit codes',
+      lines: [
+        '0    stopped gracefully (after a signal or its parent exiting)',
+        '1    runtime failure: the config module threw, a queue/stream/consumer does not exist, a login',
+        '     was refused',
+        '2    usage error: unknown flag, bad value, config module not found, without a bus or an inbox',
+        '130  forced by a second SIGINT',
+        '143  forced by a second SIGTERM',
+      ],
+    },
+    {
+      title: 'Examples',
+      lines: [
+        'relaybus inbox                          # ./relaybus.config.{ts,js,mjs}, its `inbox` export',
+        'relaybus inbox dist/bus.js --grace 30s',
+        'relaybus inbox --log-format json',
+      ],
+    },
+  ],
+});
+
+function isInbox(value: unknown): value is Inbox {
+  if (typeof value !== 'object' || value === null) return false;
+  const candidate = value as Record<string, unknown>;
+  return typeof candidate.start === 'function' && typeof candidate.stop === 'function' && typeof candidate.name === 'string'
+    && typeof candidate.events === 'object' && candidate.events !== null;
+}
+
+/** The `inbox` export of the (already loaded) config module: one inbox or a list. */
+async function loadInboxes(path: string): Promise<Inbox[]> {
+  const module = (await import(pathToFileURL(path).href)) as { inbox?: unknown; default?: { inbox?: unknown } };
+  const exported = module.inbox ?? module.default?.inbox;
+  const list = Array.isArray(exported) ? (exported as unknown[]) : exported === undefined ? [] : [exported];
+  if (list.length === 0) {
+    throw new UsageError(`${basename(path)} exports no inbox; add export const inbox = amqpInbox({ bus, url, queue, events }) (relaybus/amqp) or natsInbox(...) (relaybus/nats)`);
+  }
+  const bad = list.findIndex((item) => !isInbox(item));
+  if (bad >= 0) throw new UsageError(`${basename(path)}: inbox${list.length > 1 ? `[${bad}]` : ''} is not an inbox made by amqpInbox or natsInbox`);
+  return list as Inbox[];
+}
+
+/** Start `inbox`, retrying what a retry can fix (broker or database down) until `signal` aborts. */
+async function startWithBackoff(inbox: Inbox, log: Logger, signal: AbortSignal): Promise<'started' | 'stopped'> {
+  const backoff = new RetryBackoff();
+  for (;;) {
+    if (signal.aborted) return 'stopped';
+    try {
+      await inbox.start();
+      if (backoff.failures > 0) log.info(`${inbox.name} started after ${backoff.failures} failed attempt${backoff.failures === 1 ? '' : 's'}`);
+      return 'started';
+    } catch (error) {
+      if (signal.aborted) return 'stopped';
+      if (!isRetryableError(error)) throw error;
+      const delayMs = backoff.failed();
+      log.warn(`${inbox.name} could not start; starting again after a backoff`, { attempt: backoff.failures, retryInMs: delayMs, error: oneLine(describeError(error)) });
+      try {
+        await sleep(delayMs, undefined, { signal });
+      } catch {
+        return 'stopped';
+      }
+    }
+  }
+}
+
+/** Log lines for what the inboxes do; counts for the last line. */
+function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
+  const counts = { committed: 0, duplicates: 0, dead: 0 };
+  const offs = inboxes.flatMap((inbox) => [
+    inbox.events.on('committed', ({ messages }) => {
+      counts.committed += messages.length;
+      const duplicates = messages.filter((m) => m.duplicate).length;
+      counts.duplicates += duplicates;
+      (verbose ? log.info : log.debug)(`${inbox.name}: committed ${messages.length} event${messages.length === 1 ? '' : 's'}${duplicates > 0 ? ` (${duplicates} duplicate)` : ''}`);
+    }),
+    inbox.events.on('dead-lettered', ({ message, reason, detail }) => {
+      counts.dead += 1;
+      log.error(`${inbox.name}: dead-lettered message ${message.id ?? '(no id)'} from ${message.source}: ${reason}: ${oneLine(detail)}`);
+    }),
+    inbox.events.on('retrying', ({ error, delayMs, attempt, messages }) => {
+      log.warn(`${inbox.name}: the database failed a batch of ${messages}; retrying it in place (unacknowledged)`, { attempt, retryInMs: delayMs, error: oneLine(describeError(error)) });
+    }),
+    inbox.events.on('held-back', ({ outstanding, ackWaitMs }) => {
+      log.info(`${inbox.name}: ${outstanding} messages delivered before are unacknowledged; newer ones wait for their redelivery (ack wait ${ackWaitMs} ms), then all go in stream order`);
+    }),
+    inbox.events.on('disconnected', ({ error, retryInMs }) => log.warn(`${inbox.name}: lost the broker connection; reconnecting`, { retryInMs, error: oneLine(describeError(error)) })),
+    inbox.events.on('connected', ({ reconnect }) => {
+      if (reconnect) log.info(`${inbox.name}: reconnected`);
+    }),
+  ]);
+  return { counts, dispose: () => offs.forEach((off) => off()) };
+}
+
+async function runInbox(args: readonly string[], context: CliContext): Promise<number> {
+  const parentAtStart = process.ppid;
+  const { values, positionals } = parseFlags('inbox', args, FLAGS, { maxPositionals: 1 });
+  const log = createCliLogger({
+    level: choiceFlag('log-level', values['log-level'], LOG_LEVELS) ?? 'info',
+    format: choiceFlag('log-format', values['log-format'], LOG_FORMATS) ?? 'pretty',
+    stdout: context.stdout,
+    stderr: context.stderr,
+    prefix: 'relaybus inbox',
+  });
+  const graceMs = durationFlag('grace', values.grace, 0, DAY_MS);
+  const configPath = resolveConfigPath(positionals[0], context.cwd);
+  checkDatabaseUrl(context.env);
+  const configName = basename(configPath);
+  const bus: WorkerBus = await loadBus(configPath);
+  const inboxes = await loadInboxes(configPath);
+  const outcomes = report(inboxes, log, values.verbose === true);
+  log.info(`starting ${inboxes.map((inbox) => inbox.name).join(', ')} from ${configName}`);
+
+  let settle!: (code: number) => void;
+  let fail!: (error: unknown) => void;
+  const finished = new Promise<number>((resolve, reject) => {
+    settle = resolve;
+    fail = reject;
+  });
+  const stopAsked = new AbortController();
+  let stopping: Promise<unknown> | undefined;
+  let forcedBy: ShutdownSignal | undefined;
+  const stopAll = (grace: number | undefined) => Promise.all(inboxes.map((inbox) => inbox.stop(grace === undefined ? {} : { graceMs: grace })));
+  const stopGracefully = (why: string): void => {
+    if (stopping !== undefined) return;
+    stopAsked.abort();
+    log.info(`${why}; stopping gracefully (a second SIGINT/SIGTERM forces the stop)`);
+    stopping = stopAll(graceMs);
+    stopping.then(() => settle(forcedBy === undefined ? ExitCode.ok : SHUTDOWN_SIGNALS[forcedBy]), fail);
+  };
+  const disposeSignals = onShutdownSignals({
+    graceful: (signal) => stopGracefully(`${signal} received`),
+    force: (signal) => {
+      forcedBy = signal;
+      log.warn(`${signal} received again; forcing the stop (held messages go back to the broker)`);
+      stopAll(0).catch(() => {});
+      setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS).unref();
+    },
+  });
+  const stopWatchingParent = watchParent((was, now) => {
+    stopGracefully(`the parent process (pid ${was}) exited and left the inbox to pid ${now}`);
+  }, { initial: parentAtStart });
+
+  try {
+    for (const inbox of inboxes) {
+      try {
+        if ((await startWithBackoff(inbox, log, stopAsked.signal)) === 'stopped') break;
+      } catch (error) {
+        if (stopping !== undefined) break;
+        throw new CliFailure(`${inbox.name} could not start: ${oneLine(error instanceof Error ? error.message : String(error))}`, { cause: error });
+      }
+    }
+    if (stopping === undefined) log.info(`running ${inboxes.length} inbox${inboxes.length === 1 ? '' : 'es'} from ${configName}`);
+    const code = await finished;
+    const { committed, duplicates, dead } = outcomes.counts;
+    log.info(`stopped; ${committed} committed (${duplicates} duplicate${duplicates === 1 ? '' : 's'}), ${dead} dead-lettered`);
+    return code;
+  } finally {
+    disposeSignals();
+    stopWatchingParent();
+    outcomes.dispose();
+    if (stopping === undefined) await stopAll(0).catch(() => {});
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([bus.store.close().catch(() => {}), new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_DEADLINE_MS)))]);
+    clearTimeout(timer);
+  }
+}
+
+/** `relaybus inbox`. */
+export const inboxCommand: Command = {
+  name: 'inbox',
+  summary: 'Run the broker inboxes your config module exports (amqpInbox, natsInbox).',
+  help: HELP,
+  async run(args, context) {
+    try {
+      return await runInbox(args, context);
+    } catch (error) {
+      if (error instanceof RelayBusError || error instanceof UsageError || error instanceof CliFailure) throw error;
+      throw new CliFailure(`the inbox failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    }
+  },
+};

@@ -1,0 +1,362 @@
+/**
+ * The dashboard's page, styles and script, as strings served by `server.ts` (no build step). The
+ * HTML holds no data but the schema, the target and the CSRF token, escaped; the script fetches the
+ * JSON API and writes every value with `textContent` or `setAttribute`, never as HTML, so an event
+ * id, a key, a handler name or an error text holding `<script>` is shown as text. The Content
+ * Security Policy (`security.ts`) forbids inline scripts besides.
+ */
+
+/** `text` safe inside HTML text and double-quoted attributes. */
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
+}
+
+function layout(title: string, body: string, head = ''): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${escapeHtml(title)}</title>
+<link rel="stylesheet" href="/app.css">
+${head}
+</head>
+<body>
+${body}
+</body>
+</html>
+`;
+}
+
+/** The login form of a token-protected dashboard. */
+export function loginPage(problem?: string): string {
+  return layout('relaybus dashboard: log in', `<main class="login">
+<h1>relaybus</h1>
+<form method="post" action="/login">
+<label for="token">Dashboard token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required>
+<button type="submit">Log in</button>
+${problem === undefined ? '' : `<p class="error" role="alert">${escapeHtml(problem)}</p>`}
+</form>
+</main>`);
+}
+
+/** The dashboard itself; the script fills it in. */
+export function mainPage(options: { readonly csrf: string; readonly schema: string; readonly target: string; readonly loggedIn: boolean }): string {
+  const head = `<meta name="relaybus-csrf" content="${escapeHtml(options.csrf)}">\n<script src="/app.js" defer></script>`;
+  return layout(`relaybus: ${options.schema}`, `<header>
+<h1>relaybus</h1>
+<p class="where">schema <b>${escapeHtml(options.schema)}</b> on ${escapeHtml(options.target)}</p>
+<p id="updated" class="muted">loading…</p>
+${options.loggedIn ? '<form method="post" action="/logout"><button type="submit" class="quiet">Log out</button></form>' : ''}
+</header>
+<p id="status" class="error" role="alert" hidden></p>
+<main>
+<section>
+<h2>Handlers <span id="lanes-leased" class="muted"></span></h2>
+<table id="handlers">
+<thead><tr><th>handler</th><th class="num">pending</th><th class="num">due</th><th class="num">scheduled</th><th class="num">in flight</th><th class="num">dead</th><th class="num">completed</th><th class="num">oldest due</th></tr></thead>
+<tbody></tbody>
+</table>
+<h3>Backlog over time <span class="muted">(pending + in flight, per handler)</span></h3>
+<svg id="chart" viewBox="0 0 760 220" role="img" aria-label="backlog over time"></svg>
+<div id="legend"></div>
+</section>
+<section>
+<h2>Dead letters <span id="dead-count" class="muted"></span></h2>
+<p id="requeue-result" class="muted" role="status"></p>
+<table id="dead">
+<thead><tr><th>delivery</th><th>handler</th><th>event</th><th>key</th><th class="num">attempts</th><th>died</th><th>last error</th><th></th></tr></thead>
+<tbody></tbody>
+</table>
+</section>
+<section>
+<h2>Lanes with work in flight</h2>
+<p class="muted">From the deliveries in flight. Lease owners and lease ages are not in the store API yet.</p>
+<table id="lanes">
+<thead><tr><th class="num">lane</th><th class="num">in flight</th><th>handlers</th><th>oldest event</th></tr></thead>
+<tbody></tbody>
+</table>
+</section>
+<section>
+<h2>Find an event</h2>
+<form id="search"><label for="event-id">Event id</label> <input id="event-id" name="id" required maxlength="200"> <button type="submit">Search</button></form>
+<p id="event-note" class="muted"></p>
+<table id="event" hidden>
+<thead><tr><th>delivery</th><th>handler</th><th>status</th><th class="num">attempts</th><th class="num">lane</th><th>key</th><th>available / completed</th><th>last error</th></tr></thead>
+<tbody></tbody>
+</table>
+</section>
+</main>`, head);
+}
+
+export const APP_CSS = `
+:root { color-scheme: light; --fg: #1d2433; --muted: #667085; --line: #e4e7ec; --accent: #2f6fde; --bad: #b42318; --bg: #f8f9fb; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); background: var(--bg); }
+header { display: flex; align-items: baseline; gap: 1.2rem; padding: 0.8rem 1.5rem; background: #fff; border-bottom: 1px solid var(--line); }
+header h1 { margin: 0; font-size: 1.25rem; }
+header form { margin-left: auto; }
+main { padding: 0 1.5rem 2rem; max-width: 1200px; }
+section { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 0.6rem 1rem 1rem; margin-top: 1rem; }
+h2 { font-size: 1.05rem; margin: 0.4rem 0 0.6rem; }
+h3 { font-size: 0.95rem; margin: 1rem 0 0.3rem; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: 0.3rem 0.5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { font-weight: 600; color: var(--muted); font-size: 0.8rem; text-transform: uppercase; letter-spacing: 0.03em; }
+.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.text { max-width: 28rem; overflow-wrap: anywhere; white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 0.8rem; }
+tr.total td { font-weight: 600; }
+.muted { color: var(--muted); font-weight: normal; }
+.error { color: var(--bad); }
+button { font: inherit; padding: 0.2rem 0.7rem; border: 1px solid var(--accent); background: var(--accent); color: #fff; border-radius: 5px; cursor: pointer; }
+button.quiet { background: #fff; color: var(--accent); }
+input { font: inherit; padding: 0.2rem 0.4rem; border: 1px solid var(--line); border-radius: 5px; min-width: 22rem; }
+svg#chart { width: 100%; max-width: 760px; height: auto; background: #fcfcfd; border: 1px solid var(--line); border-radius: 6px; }
+svg#chart text { font-size: 11px; fill: var(--muted); }
+#legend { display: flex; flex-wrap: wrap; gap: 0.4rem 1rem; margin-top: 0.4rem; font-size: 0.85rem; }
+#legend span::before { content: ""; display: inline-block; width: 0.8rem; height: 0.25rem; margin-right: 0.3rem; vertical-align: middle; background: currentColor; }
+.login { max-width: 24rem; margin: 5rem auto; background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 1.5rem; }
+.login form { display: grid; gap: 0.6rem; }
+.login input { min-width: 0; }
+`;
+
+/* The script avoids template literals: it lives in one. */
+export const APP_JS = String.raw`'use strict';
+(function () {
+  var csrf = document.querySelector('meta[name="relaybus-csrf"]').getAttribute('content');
+  var COLORS = ['#2f6fde', '#d92d20', '#039855', '#dc6803', '#7a5af8', '#0e9384', '#c11574', '#475467'];
+  var SVG = 'http://www.w3.org/2000/svg';
+
+  function el(tag, text, className) {
+    var node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+  function cell(row, text, className, field) {
+    var td = el('td', text, className);
+    if (field) td.setAttribute('data-field', field);
+    row.appendChild(td);
+    return td;
+  }
+  function duration(ms) {
+    if (ms === null || ms === undefined) return '-';
+    if (ms < 1000) return Math.round(ms) + 'ms';
+    var s = ms / 1000;
+    if (s < 60) return (s < 10 ? s.toFixed(1) : Math.round(s)) + 's';
+    if (s < 3600) return Math.floor(s / 60) + 'm' + (Math.round(s % 60) ? ' ' + Math.round(s % 60) + 's' : '');
+    if (s < 86400) return Math.floor(s / 3600) + 'h' + (Math.floor((s % 3600) / 60) ? ' ' + Math.floor((s % 3600) / 60) + 'm' : '');
+    return Math.floor(s / 86400) + 'd' + (Math.floor((s % 86400) / 3600) ? ' ' + Math.floor((s % 86400) / 3600) + 'h' : '');
+  }
+  function ago(iso) {
+    return duration(Date.now() - Date.parse(iso)) + ' ago';
+  }
+  function status(message) {
+    var node = document.getElementById('status');
+    node.textContent = message || '';
+    node.hidden = !message;
+  }
+  function api(path, options) {
+    var init = options || {};
+    init.credentials = 'same-origin';
+    init.headers = Object.assign({ accept: 'application/json' }, init.headers || {});
+    return fetch(path, init).then(function (response) {
+      return response.json().then(function (body) {
+        if (!response.ok) throw new Error(body && body.error ? body.error : 'HTTP ' + response.status);
+        return body;
+      });
+    });
+  }
+  function clear(tbody) {
+    while (tbody.firstChild) tbody.removeChild(tbody.firstChild);
+  }
+
+  function renderHandlers(stats) {
+    var tbody = document.querySelector('#handlers tbody');
+    clear(tbody);
+    var names = Object.keys(stats.handlers).sort();
+    var rows = names.map(function (name) { return { name: name, counts: stats.handlers[name], total: false }; });
+    if (rows.length > 1) rows.push({ name: 'total', counts: stats, total: true });
+    rows.forEach(function (item) {
+      var row = el('tr', null, item.total ? 'total' : '');
+      if (!item.total) row.setAttribute('data-handler', item.name);
+      else row.setAttribute('data-total', 'true');
+      cell(row, item.name, 'text');
+      ['pending', 'due', 'scheduled', 'inFlight', 'dead', 'completed'].forEach(function (field) {
+        cell(row, item.counts[field], 'num', field);
+      });
+      cell(row, duration(item.counts.oldestDueAgeMs), 'num', 'oldestDue');
+      tbody.appendChild(row);
+    });
+    if (rows.length === 0) {
+      var empty = el('tr');
+      var td = cell(empty, 'no deliveries: nothing pending, in flight or dead', 'muted');
+      td.colSpan = 8;
+      tbody.appendChild(empty);
+    }
+    document.getElementById('lanes-leased').textContent = 'lanes leased: ' + stats.lanesLeased;
+  }
+
+  function svg(tag, attributes, text) {
+    var node = document.createElementNS(SVG, tag);
+    Object.keys(attributes).forEach(function (name) { node.setAttribute(name, String(attributes[name])); });
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+  function renderChart(history) {
+    var chart = document.getElementById('chart');
+    var legend = document.getElementById('legend');
+    while (chart.firstChild) chart.removeChild(chart.firstChild);
+    clear(legend);
+    var left = 48, top = 10, width = 700, height = 180;
+    var handlers = {};
+    history.forEach(function (sample) { Object.keys(sample.backlog).forEach(function (name) { handlers[name] = true; }); });
+    var names = Object.keys(handlers).sort();
+    var max = 1;
+    history.forEach(function (sample) { names.forEach(function (name) { max = Math.max(max, sample.backlog[name] || 0); }); });
+    var t0 = history.length ? Date.parse(history[0].at) : 0;
+    var t1 = history.length ? Date.parse(history[history.length - 1].at) : 1;
+    var span = Math.max(1, t1 - t0);
+    chart.appendChild(svg('line', { x1: left, y1: top + height, x2: left + width, y2: top + height, stroke: '#d0d5dd' }));
+    chart.appendChild(svg('line', { x1: left, y1: top, x2: left, y2: top + height, stroke: '#d0d5dd' }));
+    chart.appendChild(svg('text', { x: left - 6, y: top + 10, 'text-anchor': 'end' }, String(max)));
+    chart.appendChild(svg('text', { x: left - 6, y: top + height, 'text-anchor': 'end' }, '0'));
+    if (history.length) {
+      chart.appendChild(svg('text', { x: left, y: top + height + 18 }, ago(history[0].at)));
+      chart.appendChild(svg('text', { x: left + width, y: top + height + 18, 'text-anchor': 'end' }, 'now'));
+    }
+    names.forEach(function (name, index) {
+      var color = COLORS[index % COLORS.length];
+      var points = history.map(function (sample) {
+        var x = left + ((Date.parse(sample.at) - t0) / span) * width;
+        var y = top + height - ((sample.backlog[name] || 0) / max) * height;
+        return x.toFixed(1) + ',' + y.toFixed(1);
+      });
+      if (points.length === 1) points.push((left + width) + ',' + points[0].split(',')[1]);
+      var line = svg('polyline', { points: points.join(' '), fill: 'none', stroke: color, 'stroke-width': 2 });
+      line.appendChild(svg('title', {}, name));
+      chart.appendChild(line);
+      var key = el('span', name);
+      key.style.color = color;
+      legend.appendChild(key);
+    });
+  }
+
+  function renderLanes(lanes, truncated) {
+    var tbody = document.querySelector('#lanes tbody');
+    clear(tbody);
+    lanes.forEach(function (lane) {
+      var row = el('tr');
+      row.setAttribute('data-lane', lane.lane);
+      cell(row, lane.lane, 'num');
+      cell(row, lane.inFlight, 'num', 'inFlight');
+      cell(row, lane.handlers.join(', '), 'text');
+      cell(row, ago(lane.oldestCreatedAt));
+      tbody.appendChild(row);
+    });
+    if (lanes.length === 0) {
+      var empty = el('tr');
+      cell(empty, 'nothing in flight', 'muted').colSpan = 4;
+      tbody.appendChild(empty);
+    }
+    if (truncated) {
+      var more = el('tr');
+      cell(more, 'more lanes are busy than this page lists', 'muted').colSpan = 4;
+      tbody.appendChild(more);
+    }
+  }
+
+  function requeue(body) {
+    return api('/api/requeue', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-relaybus-csrf': csrf },
+      body: JSON.stringify(body),
+    }).then(function (result) {
+      document.getElementById('requeue-result').textContent = 'requeued ' + result.requeued + (result.requeued === 1 ? ' delivery' : ' deliveries');
+      return refresh();
+    }, function (error) { status('requeue failed: ' + error.message); });
+  }
+
+  function renderDead(page, total) {
+    var tbody = document.querySelector('#dead tbody');
+    clear(tbody);
+    document.getElementById('dead-count').textContent = '(' + total + ')';
+    page.items.forEach(function (item) {
+      var row = el('tr');
+      row.setAttribute('data-delivery', item.id);
+      cell(row, item.id, 'text');
+      cell(row, item.handler, 'text');
+      cell(row, item.eventType + ' ' + item.eventId, 'text');
+      cell(row, item.key === null ? '-' : item.key, 'text');
+      cell(row, item.attempts + '/' + item.maxAttempts, 'num');
+      cell(row, ago(item.updatedAt));
+      cell(row, item.lastError === null ? '' : item.lastError, 'text', 'lastError');
+      var action = el('td');
+      var button = el('button', 'Requeue', 'quiet');
+      button.type = 'button';
+      button.setAttribute('data-requeue', item.id);
+      button.addEventListener('click', function () { button.disabled = true; requeue({ deliveryIds: [item.id] }); });
+      action.appendChild(button);
+      row.appendChild(action);
+      tbody.appendChild(row);
+    });
+    if (page.items.length === 0) {
+      var empty = el('tr');
+      cell(empty, 'no dead letters', 'muted').colSpan = 8;
+      tbody.appendChild(empty);
+    }
+  }
+
+  function search(id) {
+    var note = document.getElementById('event-note');
+    var table = document.getElementById('event');
+    var tbody = table.querySelector('tbody');
+    return api('/api/event?id=' + encodeURIComponent(id)).then(function (result) {
+      clear(tbody);
+      table.hidden = result.items.length === 0;
+      var completed = result.items.some(function (item) { return item.status === 'completed'; });
+      note.textContent = result.items.length === 0
+        ? 'no delivery of event ' + result.eventId + ' (completed deliveries are listed only where a completion history is kept)'
+        : result.items.length + (result.items.length === 1 ? ' delivery' : ' deliveries') + ' of event ' + result.eventId
+          + (completed ? ' (completed ones from the completion history)' : '');
+      result.items.forEach(function (item) {
+        var row = el('tr');
+        row.setAttribute('data-delivery', item.id);
+        cell(row, item.id, 'text');
+        cell(row, item.handler, 'text');
+        cell(row, item.status, '', 'status');
+        cell(row, item.attempts + '/' + item.maxAttempts, 'num');
+        cell(row, item.lane, 'num');
+        cell(row, item.key === null ? '-' : item.key, 'text');
+        cell(row, item.availableAt);
+        cell(row, item.lastError === null ? '' : item.lastError, 'text', 'lastError');
+        tbody.appendChild(row);
+      });
+    }, function (error) { status('search failed: ' + error.message); });
+  }
+
+  var refreshing = null;
+  function refresh() {
+    if (refreshing) return refreshing;
+    refreshing = Promise.all([api('/api/overview'), api('/api/dead')]).then(function (results) {
+      var overview = results[0];
+      renderHandlers(overview.stats);
+      renderChart(overview.history);
+      renderLanes(overview.lanes, overview.truncated);
+      renderDead(results[1], overview.stats.dead);
+      document.getElementById('updated').textContent = 'updated ' + new Date(overview.stats.at).toLocaleTimeString();
+      document.body.setAttribute('data-loaded', overview.stats.at);
+      status('');
+    }, function (error) { status(error.message); }).then(function () { refreshing = null; });
+    return refreshing;
+  }
+
+  document.getElementById('search').addEventListener('submit', function (event) {
+    event.preventDefault();
+    search(document.getElementById('event-id').value.trim());
+  });
+  refresh();
+  setInterval(refresh, 2000);
+})();
+`;

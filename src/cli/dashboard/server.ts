@@ -1,0 +1,255 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { InvalidInputError, RelayBusError } from '../../core/errors.js';
+import { describeError } from '../../core/logger.js';
+import type { DeliveryView, Statistics, Store } from '../../store/contract.js';
+import { statisticsJson } from '../commands/stats.js';
+import { APP_CSS, APP_JS, loginPage, mainPage } from './page.js';
+import { Gate, securityHeaders, type Access } from './security.js';
+
+/**
+ * The admin page's HTTP server (node:http, no framework, no build step): a static page and script,
+ * and a small JSON API over the store API only (`statistics`, `listDeliveries`, `requeue`).
+ *
+ *   GET  /                 the page (or the login form when a token is required)
+ *   GET  /app.js, /app.css its script and styles
+ *   GET  /api/overview     statistics (the shape of `relaybus stats --json`), the backlog history, the lanes with work in flight
+ *   GET  /api/dead         dead letters with their last error (?handler=, ?cursor=)
+ *   GET  /api/event?id=    an event's deliveries, and its completion history when the store keeps one
+ *   POST /api/requeue      { deliveryIds } or { handler }: dead deliveries back to pending
+ *   POST /login, /logout   the session of a token-protected dashboard
+ *
+ * See `security.ts` for the rules. Everything the API returns is data the page writes as text.
+ */
+
+/** Backlog samples kept for the chart (at the default 2 s: 24 minutes). */
+export const HISTORY_LENGTH = 720;
+const MAX_BODY_BYTES = 64 * 1024;
+const DEAD_PAGE = 50;
+const LANE_SCAN_PAGES = 5;
+
+export interface DashboardOptions {
+  readonly store: Store<unknown>;
+  readonly schema: string;
+  /** Where the store points, for the header (`host:port/db`). */
+  readonly target: string;
+  readonly host: string;
+  readonly port: number;
+  readonly token: string | undefined;
+  readonly loopback: boolean;
+  /** How often the backlog is sampled for the chart. */
+  readonly sampleIntervalMs: number;
+}
+
+export interface Dashboard {
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+interface Sample {
+  readonly at: string;
+  readonly backlog: Readonly<Record<string, number>>;
+}
+
+class HttpError extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+  }
+}
+
+function sendJson(response: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  response.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  response.end(text);
+}
+
+function sendText(response: ServerResponse, status: number, type: string, text: string, headers: Record<string, string> = {}): void {
+  response.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(text), ...headers });
+  response.end(text);
+}
+
+async function readBody(request: IncomingMessage): Promise<string> {
+  let size = 0;
+  const chunks: Buffer[] = [];
+  for await (const chunk of request as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new HttpError(413, `the body exceeds ${MAX_BODY_BYTES} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function deliveryJson(view: DeliveryView): Record<string, unknown> {
+  return { ...view, availableAt: view.availableAt.toISOString(), createdAt: view.createdAt.toISOString(), updatedAt: view.updatedAt.toISOString() };
+}
+
+/** The requeue selector of a POST body: `{ deliveryIds: string[] }` or `{ handler: string }`. */
+function requeueParams(body: unknown): { deliveryIds: string[] } | { handler: string } {
+  if (typeof body === 'object' && body !== null && !Array.isArray(body)) {
+    const { deliveryIds, handler } = body as { deliveryIds?: unknown; handler?: unknown };
+    const keys = Object.keys(body);
+    if (keys.length === 1 && Array.isArray(deliveryIds) && deliveryIds.length > 0 && deliveryIds.length <= 1_000
+      && deliveryIds.every((id) => typeof id === 'string' && id.length > 0 && id.length <= 200)) {
+      return { deliveryIds: deliveryIds as string[] };
+    }
+    if (keys.length === 1 && typeof handler === 'string' && handler.length > 0 && handler.length <= 200) return { handler };
+  }
+  throw new HttpError(400, 'the body must be {"deliveryIds": ["<id>", ...]} (1 to 1000 ids) or {"handler": "<name>"}');
+}
+
+/** Start the dashboard server; rejects with the listen error (EADDRINUSE, ...). */
+export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
+  const { store } = options;
+  const gate = new Gate({ token: options.token, loopback: options.loopback });
+  const history: Sample[] = [];
+  let lastError: string | undefined;
+
+  const record = (stats: Statistics, at: Date): void => {
+    const last = history.at(-1);
+    if (last !== undefined && at.getTime() - Date.parse(last.at) < 500) return; // several pages polling at once
+    const backlog: Record<string, number> = {};
+    for (const [handler, counts] of Object.entries(stats.handlers)) backlog[handler] = counts.pending + counts.inFlight;
+    history.push({ at: at.toISOString(), backlog });
+    if (history.length > HISTORY_LENGTH) history.splice(0, history.length - HISTORY_LENGTH);
+  };
+  const sample = async (): Promise<void> => {
+    try {
+      const at = new Date();
+      record(await store.statistics(), at);
+      lastError = undefined;
+    } catch (error) {
+      lastError = describeError(error);
+    }
+  };
+  await sample();
+  const sampler = setInterval(() => void sample(), options.sampleIntervalMs);
+  sampler.unref();
+
+  /** Lanes with work in flight, from the deliveries the store lists as processing. */
+  async function lanes(): Promise<{ lanes: unknown[]; truncated: boolean }> {
+    const byLane = new Map<number, { inFlight: number; handlers: Set<string>; oldestCreatedAt: Date }>();
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const page = await store.listDeliveries({ status: 'processing', limit: 1_000, ...(cursor === null ? {} : { cursor }) });
+      for (const item of page.items) {
+        const lane = byLane.get(item.lane) ?? { inFlight: 0, handlers: new Set<string>(), oldestCreatedAt: item.createdAt };
+        lane.inFlight += 1;
+        lane.handlers.add(item.handler);
+        if (item.createdAt < lane.oldestCreatedAt) lane.oldestCreatedAt = item.createdAt;
+        byLane.set(item.lane, lane);
+      }
+      cursor = page.nextCursor;
+      pages += 1;
+    } while (cursor !== null && pages < LANE_SCAN_PAGES);
+    const list = [...byLane].sort(([a], [b]) => a - b).map(([lane, info]) => ({
+      lane, inFlight: info.inFlight, handlers: [...info.handlers].sort(), oldestCreatedAt: info.oldestCreatedAt.toISOString(),
+    }));
+    return { lanes: list, truncated: cursor !== null };
+  }
+
+  async function api(path: string, query: URLSearchParams, request: IncomingMessage, access: Access, response: ServerResponse): Promise<void> {
+    if (request.method === 'POST') {
+      if (path !== '/api/requeue') throw new HttpError(404, `no route POST ${path}`);
+      const refused = gate.refusePost(request, access);
+      if (refused !== undefined) throw new HttpError(refused.status, refused.reason);
+      let body: unknown;
+      try {
+        body = JSON.parse(await readBody(request));
+      } catch (error) {
+        if (error instanceof HttpError) throw error;
+        throw new HttpError(400, 'the body is not JSON');
+      }
+      const requeued = await store.requeue(requeueParams(body));
+      void sample();
+      sendJson(response, 200, { requeued });
+      return;
+    }
+    if (request.method !== 'GET') throw new HttpError(405, 'GET or POST only');
+    if (path === '/api/overview') {
+      const at = new Date();
+      const stats = await store.statistics();
+      record(stats, at);
+      const lanesView = await lanes();
+      sendJson(response, 200, {
+        schema: options.schema, target: options.target, completionHistory: store.capabilities.completionHistory,
+        stats: statisticsJson(stats, options.schema, at), history, ...lanesView,
+      });
+    } else if (path === '/api/dead') {
+      const handler = query.get('handler') ?? undefined;
+      const cursor = query.get('cursor') ?? undefined;
+      const page = await store.listDeliveries({ status: 'dead', limit: DEAD_PAGE, ...(handler ? { handler } : {}), ...(cursor ? { cursor } : {}) });
+      sendJson(response, 200, { items: page.items.map(deliveryJson), nextCursor: page.nextCursor });
+    } else if (path === '/api/event') {
+      const eventId = query.get('id') ?? '';
+      if (eventId === '' || eventId.length > 200) throw new HttpError(400, 'give an event id: /api/event?id=<event id>');
+      const page = await store.listDeliveries({ eventId, limit: 1_000 });
+      sendJson(response, 200, { eventId, completionHistory: store.capabilities.completionHistory, items: page.items.map(deliveryJson) });
+    } else {
+      throw new HttpError(404, `no route GET ${path}`);
+    }
+  }
+
+  async function handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    securityHeaders(response);
+    if (!gate.hostAllowed(request)) throw new HttpError(421, 'this dashboard answers to localhost, 127.0.0.1 and [::1] only');
+    const url = new URL(request.url ?? '/', 'http://dashboard.invalid');
+    const path = url.pathname;
+    if (path === '/app.js') return sendText(response, 200, 'text/javascript; charset=utf-8', APP_JS);
+    if (path === '/app.css') return sendText(response, 200, 'text/css; charset=utf-8', APP_CSS);
+    if (path === '/favicon.ico') return sendText(response, 204, 'text/plain', '');
+    if (path === '/login' && request.method === 'POST') {
+      const origin = request.headers.origin;
+      if (origin !== undefined && origin !== `http://${request.headers.host ?? ''}`) throw new HttpError(403, `cross-origin login from ${origin} refused`);
+      const token = new URLSearchParams(await readBody(request)).get('token') ?? '';
+      const cookie = gate.login(token);
+      if (cookie === undefined) return sendText(response, 401, 'text/html; charset=utf-8', loginPage('That token is not the dashboard\'s token.'));
+      return sendText(response, 303, 'text/plain; charset=utf-8', 'logged in\n', { location: '/', 'set-cookie': cookie });
+    }
+    if (path === '/logout' && request.method === 'POST') {
+      return sendText(response, 303, 'text/plain; charset=utf-8', 'logged out\n', { location: '/', 'set-cookie': gate.logout(request) });
+    }
+    const access = gate.access(request);
+    if (path.startsWith('/api/')) {
+      if (access.kind === 'anonymous' && request.method !== 'POST') throw new HttpError(401, 'a token is required: log in, or send Authorization: Bearer <token>');
+      return api(path, url.searchParams, request, access, response);
+    }
+    if (path !== '/' || request.method !== 'GET') throw new HttpError(404, 'not found');
+    if (access.kind === 'anonymous') return sendText(response, 200, 'text/html; charset=utf-8', loginPage());
+    const csrf = access.kind === 'bearer' ? '' : access.csrf;
+    return sendText(response, 200, 'text/html; charset=utf-8', mainPage({ csrf, schema: options.schema, target: options.target, loggedIn: access.kind === 'session' }));
+  }
+
+  const server: Server = createServer((request, response) => {
+    handle(request, response).catch((error: unknown) => {
+      if (response.headersSent) {
+        response.destroy();
+        return;
+      }
+      if (error instanceof HttpError) return sendJson(response, error.status, { error: error.message });
+      if (error instanceof InvalidInputError) return sendJson(response, 400, { error: error.message });
+      const status = error instanceof RelayBusError && error.retryable ? 503 : 500;
+      sendJson(response, status, { error: `the store failed: ${describeError(error)}`, ...(lastError ? { lastSampleError: lastError } : {}) });
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  }).catch((error: unknown) => {
+    clearInterval(sampler);
+    throw error;
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return {
+    url: `http://${host}:${address.port}`,
+    async close() {
+      clearInterval(sampler);
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

@@ -1,0 +1,115 @@
+import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
+import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
+import { InvalidOptionsError } from '../core/errors.js';
+import { noopLogger, type Logger } from '../core/logger.js';
+import { BrokerRejectedError, MessageTooLargeError } from '../broker/errors.js';
+import { HEADERS, type OutboundMessage } from '../broker/message.js';
+import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
+import { checkServers, connectNats, describeServers, jetStreamError } from './connection.js';
+
+/**
+ * The JetStream side of the relay: `js.publish` with `Nats-Msg-Id` = event id, so that a re-send
+ * within the stream's duplicate window is dropped by the server (the PubAck says `duplicate`), and
+ * `send` resolves on the PubAck. The connection opens on the first send and reconnects by itself.
+ */
+
+/** Where a relayed message goes: a subject a stream captures. */
+export interface NatsRoute {
+  readonly subject: RouteValue;
+}
+
+export interface NatsTargetOptions {
+  /** `nats://host:4222`, or a list. */
+  readonly servers: string | readonly string[];
+  /** How long a publish waits for its PubAck. Default 10 s. */
+  readonly timeoutMs?: number;
+  readonly connectTimeoutMs?: number;
+  /** The connection's name on the server. Default `relaybus relay`. */
+  readonly connectionName?: string;
+  readonly logger?: Logger;
+}
+
+/** The NATS header names of the relay (JetStream's own `Nats-Msg-Id` carries the id). */
+export const NATS_HEADERS = Object.freeze({ msgId: 'Nats-Msg-Id' });
+
+class NatsTarget implements RelayTarget<NatsRoute> {
+  readonly name: string;
+  readonly #options: NatsTargetOptions;
+  readonly #servers: string[];
+  #link: Promise<{ nc: NatsConnection; js: JetStreamClient }> | undefined;
+
+  constructor(options: NatsTargetOptions, servers: string[]) {
+    this.#options = options;
+    this.#servers = servers;
+    this.name = describeServers(servers);
+    void (options.logger ?? noopLogger);
+  }
+
+  async send(message: OutboundMessage, route: NatsRoute, signal: AbortSignal): Promise<void> {
+    signal.throwIfAborted();
+    const { nc, js } = await this.#connect();
+    const subject = routeValue(route.subject, message);
+    const h = natsHeaders();
+    for (const [name, value] of Object.entries(message.headers)) h.set(name, value);
+    h.set(HEADERS.type, message.type);
+    h.set(HEADERS.createdAt, message.createdAt.toISOString());
+    if (message.key !== null) h.set(HEADERS.key, message.key);
+    const limit = nc.info?.max_payload;
+    if (limit !== undefined && message.body.length > limit) {
+      throw new MessageTooLargeError(`event ${message.id} (${message.type}) is ${message.body.length} bytes, more than the ${limit} bytes NATS at ${this.name} accepts (max_payload); it was not sent`, message.body.length, limit);
+    }
+    let ack;
+    try {
+      ack = await js.publish(subject, message.body, { msgID: message.id, headers: h, timeout: this.#options.timeoutMs ?? 10_000 });
+    } catch (error) {
+      const typed = jetStreamError(error, `publish of event ${message.id} to "${subject}" on NATS at ${this.name}`);
+      if (typed instanceof MessageTooLargeError) throw new MessageTooLargeError(typed.message, message.body.length, limit ?? 0);
+      throw typed;
+    }
+    if (typeof ack?.seq !== 'number') throw new BrokerRejectedError(`NATS at ${this.name} returned no PubAck for event ${message.id}`, { retryable: true });
+  }
+
+  async close(): Promise<void> {
+    const pending = this.#link;
+    this.#link = undefined;
+    if (pending === undefined) return;
+    try {
+      await (await pending).nc.close();
+    } catch {
+      // never connected
+    }
+  }
+
+  #connect(): Promise<{ nc: NatsConnection; js: JetStreamClient }> {
+    if (this.#link !== undefined) return this.#link;
+    const opening = connectNats(this.#servers, this.#options.connectionName ?? 'relaybus relay', this.#options.connectTimeoutMs ?? 5_000).then((nc) => {
+      void nc.closed().then(() => {
+        if (this.#link === opening) this.#link = undefined;
+      });
+      return { nc, js: jetstream(nc) };
+    });
+    this.#link = opening;
+    opening.catch(() => {
+      if (this.#link === opening) this.#link = undefined;
+    });
+    return opening;
+  }
+}
+
+/**
+ * A NATS JetStream target for `relayTo`.
+ *
+ * ```ts
+ * const nats = natsTarget({ servers: 'nats://localhost:4222' });
+ * bus.on(OrderPlaced, 'relay-to-nats', relayTo(nats, { subject: (m) => `orders.${m.type}` }));
+ * ```
+ */
+export function natsTarget(options: NatsTargetOptions): RelayTarget<NatsRoute> {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('natsTarget: options are required: { servers }.');
+  const servers = checkServers(options.servers, 'natsTarget');
+  for (const name of ['timeoutMs', 'connectTimeoutMs'] as const) {
+    const value = options[name];
+    if (value !== undefined && (!Number.isInteger(value) || value < 1)) throw new InvalidOptionsError(`natsTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`);
+  }
+  return new NatsTarget(options, servers);
+}

@@ -1,0 +1,278 @@
+/**
+ * `relaybus dashboard` (built bin, real Postgres):
+ * - in headless Chromium (Debian's `chromium`, driven by playwright-core; skipped, saying why, when
+ *   there is no browser): the page loads and shows the numbers of `relaybus stats --json` for the
+ *   same database; an error text, a key and an event id holding `<script>` and an `<img onerror>`
+ *   are shown as text and run nothing; the event search shows an event's deliveries with the
+ *   completion history; requeue through the page works and the delivery then runs; a token-protected
+ *   dashboard asks for the token and works after logging in.
+ * - over plain HTTP: a non-local bind without a token and a short token are refused (exit 2); POSTs
+ *   without the token, without the CSRF token, or from another origin are refused and change
+ *   nothing; a foreign Host header on a loopback bind is refused; a port in use is one clear error.
+ *
+ * RELAYBUS_SCREENSHOTS=1 writes docs/dashboard.png and docs/dashboard-login.png.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { createRelayBus, defineEvent, Type } from '../../src/index.js';
+import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { waitFor } from '../support/wait.js';
+import { REPO, runCli, startCli, useBuiltCli, type RunningCli } from './support.js';
+
+const found = await findPostgres();
+useBuiltCli();
+
+const CHROMIUM = process.env.RELAYBUS_CHROMIUM ?? '/usr/bin/chromium';
+const browserSkip = existsSync(CHROMIUM)
+  ? undefined
+  : `no browser at ${CHROMIUM}: install Debian's chromium package (apt-get install chromium; .ci/run does) or set RELAYBUS_CHROMIUM`;
+const CHROMIUM_FLAGS = [
+  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync',
+];
+const TOKEN = 'test-token-0123456789abcdef';
+const XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">';
+const Order = defineEvent('order.placed', Type.Object({ note: Type.String() }));
+
+async function startDashboard(args: readonly string[], env: Record<string, string | undefined> = {}): Promise<{ cli: RunningCli; url: string }> {
+  const cli = startCli(['dashboard', '--port', '0', ...args], { env });
+  await cli.waitFor(/relaybus dashboard on http:\/\/\S+/);
+  const url = /relaybus dashboard on (http:\/\/\S+) /.exec(cli.output().stdout)![1]!.replace('0.0.0.0', '127.0.0.1');
+  return { cli, url };
+}
+
+async function stop(cli: RunningCli): Promise<void> {
+  cli.child.kill('SIGINT');
+  const result = await cli.exited;
+  assert.equal(result.code, 0, result.stderr);
+}
+
+describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  const url = 'url' in found ? found.url : '';
+  const schema = uniqueSchemaName('cli_dashboard');
+  const dbFlags = ['--database-url', url, '--schema', schema];
+  let pool: pg.Pool;
+  let store: PostgresStore<PgClientLike>;
+  let riskyWorks = false;
+  const ran: string[] = [];
+  let eventId = '';
+
+  function makeBus() {
+    const bus = createRelayBus({ store, events: [Order], dispatcher: { pollIntervalMs: 20 } });
+    bus.on(Order, 'email', () => {});
+    bus.on(Order, 'risky', { maxAttempts: 1 }, (order, ctx) => {
+      if (!riskyWorks) throw new Error(`cannot charge ${JSON.stringify(order)}`);
+      ran.push(ctx.delivery.id);
+    });
+    return bus;
+  }
+
+  async function deadIds(): Promise<string[]> {
+    const page = await store.listDeliveries({ status: 'dead' });
+    return page.items.map((item) => item.id);
+  }
+
+  before(async () => {
+    pool = new pg.Pool({ connectionString: url, max: 4 });
+    store = postgresStore({ driver: fromPg(pool), schema, completionHistory: true });
+    await store.setup();
+    const bus = makeBus();
+    eventId = `<b>evt</b>-${XSS}`.slice(0, 200);
+    await store.transaction((tx) => bus.publish(tx, Order, { note: XSS }, { id: eventId, key: `<i>key</i>${XSS}`.slice(0, 200) }));
+    await store.transaction((tx) => bus.publish(tx, Order, { note: 'second' }));
+    await bus.start();
+    await waitFor(async () => (await store.statistics()).pending === 0 && (await store.statistics()).inFlight === 0, 'the first run is over', 10_000);
+    await bus.stop();
+    // A backlog for the table and the chart: published, not run.
+    await store.transaction((tx) => bus.publishMany(tx, Array.from({ length: 5 }, (_, n) => ({ event: Order, payload: { note: `later ${n}` } }))));
+    assert.equal((await deadIds()).length, 2, 'two dead letters of risky');
+  });
+  after(async () => {
+    await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool?.end();
+  });
+
+  describe('in headless Chromium', { skip: browserSkip }, () => {
+    let context: BrowserContext;
+    let profile: string;
+
+    before(async () => {
+      profile = mkdtempSync(join(tmpdir(), 'relaybus-chromium-'));
+      context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1280, height: 1400 } });
+    });
+    after(async () => {
+      await context?.close();
+      if (profile) rmSync(profile, { recursive: true, force: true });
+    });
+
+    async function load(page: Page, address: string): Promise<void> {
+      await page.goto(address);
+      await page.waitForSelector('body[data-loaded]');
+    }
+
+    it('shows the numbers of relaybus stats --json, shows <script> as text, finds an event, and requeues a dead letter that then runs', { timeout: 60_000 }, async () => {
+      const { cli, url: address } = await startDashboard([...dbFlags, '--sample-interval', '200ms']);
+      const page = await context.newPage();
+      const problems: string[] = [];
+      page.on('pageerror', (error) => problems.push(error.message));
+      page.on('console', (message) => { if (message.type() === 'error') problems.push(message.text()); });
+      try {
+        await load(page, address);
+        const stats = await runCli(['stats', '--json', ...dbFlags]);
+        assert.equal(stats.code, 0, stats.stderr);
+        const expected = JSON.parse(stats.stdout) as { handlers: Record<string, Record<string, number>>; dead: number };
+        const shown = await page.$$eval('#handlers tbody tr[data-handler]', (rows) => rows.map((row) => ({
+          handler: row.getAttribute('data-handler'),
+          cells: Object.fromEntries([...row.querySelectorAll('td[data-field]')].map((td) => [td.getAttribute('data-field'), td.textContent])),
+        })));
+        assert.deepEqual(shown.map((row) => row.handler).sort(), Object.keys(expected.handlers).sort());
+        for (const row of shown) {
+          for (const field of ['pending', 'due', 'scheduled', 'inFlight', 'dead', 'completed']) {
+            assert.equal(row.cells[field], String(expected.handlers[row.handler!]![field]), `${row.handler} ${field}`);
+          }
+        }
+        assert.equal(await page.textContent('#dead-count'), `(${expected.dead})`);
+        assert.equal(await page.$$eval('#chart polyline', (lines) => lines.length), 2, 'a backlog line per handler');
+
+        const errorText = await page.$eval(`#dead tbody tr td[data-field="lastError"]`, (td) => td.textContent);
+        assert.ok(errorText?.includes(XSS.replaceAll('"', '\\"')), `the error is shown as text: ${errorText}`);
+        assert.equal(await page.evaluate(() => (globalThis as { __pwned?: unknown }).__pwned), undefined, 'no injected script ran');
+        assert.equal(await page.$$eval('main img', (images) => images.length), 0, 'no injected element exists');
+
+        await page.fill('#event-id', eventId);
+        await page.click('#search button');
+        await page.waitForSelector('#event tbody tr');
+        const rows = await page.$$eval('#event tbody tr', (trs) => trs.map((tr) => ({
+          status: tr.querySelector('[data-field="status"]')?.textContent, text: tr.textContent,
+        })));
+        assert.deepEqual(rows.map((row) => row.status).sort(), ['completed', 'dead'], 'the event\'s deliveries, the completed one from the history');
+        assert.ok(rows.every((row) => row.text?.includes('<i>key</i>')), 'the key is shown as text');
+        assert.equal(await page.$$eval('main i, main b', (nodes) => nodes.filter((node) => node.closest('#event')).length), 0);
+
+        const [target] = await deadIds();
+        await page.click(`button[data-requeue="${target}"]`);
+        await page.locator('#requeue-result', { hasText: 'requeued 1 delivery' }).waitFor();
+        assert.deepEqual((await deadIds()).includes(target!), false, 'requeued in the database');
+        riskyWorks = true;
+        const bus = makeBus();
+        await bus.start();
+        try {
+          await waitFor(() => ran.includes(target!), 'the requeued delivery runs', 10_000);
+          await waitFor(async () => (await store.statistics()).pending === 0, 'the backlog drained', 10_000);
+        } finally {
+          await bus.stop();
+        }
+        await page.locator('#handlers tr[data-total] td[data-field="pending"]', { hasText: /^0$/ }).waitFor();
+        if (process.env.RELAYBUS_SCREENSHOTS) await page.screenshot({ path: join(REPO, 'docs/dashboard.png'), fullPage: true });
+        assert.deepEqual(problems, [], 'no script error on the page');
+      } finally {
+        await page.close();
+        await stop(cli);
+      }
+    });
+
+    it('with a token: the page asks for it, and works once logged in', { timeout: 30_000 }, async () => {
+      const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0'], { RELAYBUS_DASHBOARD_TOKEN: TOKEN });
+      const page = await context.newPage();
+      try {
+        await page.goto(address);
+        assert.equal(await page.$$eval('form[action="/login"] input[name="token"]', (inputs) => inputs.length), 1, 'the login form');
+        if (process.env.RELAYBUS_SCREENSHOTS) await page.screenshot({ path: join(REPO, 'docs/dashboard-login.png') });
+        await page.fill('#token', 'not-the-token-at-all');
+        await page.click('button[type="submit"]');
+        await page.waitForSelector('.error');
+        await page.fill('#token', TOKEN);
+        await page.click('button[type="submit"]');
+        await page.waitForSelector('body[data-loaded]', { timeout: 5_000 }).catch(async (error: unknown) => {
+          throw new Error(`${String(error)}\n${page.url()}\n${await page.content()}`);
+        });
+        assert.ok(await page.$('#handlers tbody tr[data-handler="email"]'));
+      } finally {
+        await page.close();
+        await stop(cli);
+      }
+    });
+  });
+
+  describe('over HTTP', () => {
+    it('refuses a non-local bind without a token, and a short token (exit 2)', { timeout: 30_000 }, async () => {
+      const open = await runCli(['dashboard', '--host', '0.0.0.0', ...dbFlags], { env: { RELAYBUS_DASHBOARD_TOKEN: undefined } });
+      assert.equal(open.code, 2);
+      assert.match(open.stderr, /--host 0\.0\.0\.0 lets other machines reach the dashboard, so it needs a token/);
+      const short = await runCli(['dashboard', '--token', 'abc', ...dbFlags]);
+      assert.equal(short.code, 2);
+      assert.match(short.stderr, /--token is not a usable token: it has 3 characters; use at least 16/);
+    });
+
+    it('with a token, POSTs without it, without the CSRF token or from another origin are refused and change nothing', { timeout: 30_000 }, async () => {
+      const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0', '--token', TOKEN]);
+      try {
+        const before = await deadIds();
+        assert.ok(before.length > 0);
+        const post = (headers: Record<string, string>) => fetch(`${address}/api/requeue`, {
+          method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ deliveryIds: before }), redirect: 'manual',
+        });
+        assert.equal((await post({})).status, 401, 'no token');
+        assert.equal((await post({ authorization: 'Bearer wrong-token-wrong-token' })).status, 401, 'a wrong token');
+        assert.equal((await fetch(`${address}/api/overview`)).status, 401, 'reads need the token too');
+
+        const login = await fetch(`${address}/login`, { method: 'POST', body: new URLSearchParams({ token: TOKEN }), redirect: 'manual' });
+        assert.equal(login.status, 303);
+        const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
+        assert.match(login.headers.get('set-cookie')!, /HttpOnly; SameSite=Strict/);
+        const html = await (await fetch(address, { headers: { cookie } })).text();
+        const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
+        assert.equal((await post({ cookie })).status, 403, 'a session without the CSRF token');
+        assert.equal((await post({ cookie, 'x-relaybus-csrf': 'forged' })).status, 403, 'a wrong CSRF token');
+        assert.equal((await post({ cookie, 'x-relaybus-csrf': csrf, origin: 'http://evil.example' })).status, 403, 'another origin');
+        const form = await fetch(`${address}/api/requeue`, { method: 'POST', headers: { cookie, 'x-relaybus-csrf': csrf, 'content-type': 'application/x-www-form-urlencoded' }, body: 'deliveryIds=1' });
+        assert.equal(form.status, 415, 'a form post');
+        assert.deepEqual(await deadIds(), before, 'nothing was requeued');
+
+        const response = await fetch(`${address}/api/requeue`, {
+          method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` }, body: JSON.stringify({ deliveryIds: [before[0]] }),
+        });
+        assert.deepEqual(await response.json(), { requeued: 1 }, 'the right token works (scripts)');
+        const headers = (await fetch(address, { headers: { cookie } })).headers;
+        assert.match(headers.get('content-security-policy')!, /script-src 'self'/);
+        assert.equal(headers.get('x-frame-options'), 'DENY');
+      } finally {
+        await stop(cli);
+      }
+    });
+
+    it('on a loopback bind: no CSRF token or a foreign Host is refused; a port in use is one clear error', { timeout: 30_000 }, async () => {
+      const { cli, url: address } = await startDashboard(dbFlags);
+      try {
+        const before = await deadIds();
+        const noCsrf = await fetch(`${address}/api/requeue`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ handler: 'risky' }) });
+        assert.equal(noCsrf.status, 403);
+        const { request } = await import('node:http');
+        const status = await new Promise<number>((resolve, reject) => {
+          request(`${address}/`, { headers: { host: 'rebound.evil.example' } }, (response) => { response.resume(); resolve(response.statusCode!); }).on('error', reject).end();
+        });
+        assert.equal(status, 421, 'a DNS-rebinding Host is refused');
+        assert.deepEqual(await deadIds(), before);
+      } finally {
+        await stop(cli);
+      }
+      const busy = createServer();
+      await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+      try {
+        const { port } = busy.address() as AddressInfo;
+        const result = await runCli(['dashboard', '--port', String(port), ...dbFlags]);
+        assert.equal(result.code, 1);
+        assert.match(result.stderr, new RegExp(`^relaybus: port ${port} on 127\\.0\\.0\\.1 is in use \\(a worker's --metrics-port, another dashboard\\?\\); pick another --port\\n$`));
+      } finally {
+        busy.close();
+      }
+    });
+  });
+});
