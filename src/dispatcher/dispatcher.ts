@@ -151,6 +151,8 @@ export class Dispatcher<TTx> {
   #failingSince = 0;
   #state: DispatcherState = 'idle';
   #loop: Promise<void> = Promise.resolve();
+  /** Runs (by `#running` key) that the claim being launched has just completed; see the claim loop. */
+  #justCompleted: Set<string> | undefined;
   /** The unsubscribe of the store's wake-ups, once subscribed. */
   #wakeups: Promise<(() => Promise<void>) | undefined> = Promise.resolve(undefined);
   #stopping: Promise<void> | undefined;
@@ -256,6 +258,9 @@ export class Dispatcher<TTx> {
             const result = await store.completeAndClaim(riding.leases, params);
             riding.settle(result.completed);
             claimed = result.claimed;
+            // Those runs learn of their completion a few microtasks later; until then a lane the same statement
+            // handed back and took again at a newer epoch must not report them lost (they are done).
+            this.#justCompleted = new Set(riding.leases.filter((_, index) => result.completed[index] === true).map((lease) => lease.lease + '/' + lease.deliveryId));
           }
         } catch (error) {
           riding?.giveBack();
@@ -269,6 +274,7 @@ export class Dispatcher<TTx> {
           break;
         }
         for (const delivery of claimed) this.#launch(delivery);
+        this.#justCompleted = undefined;
         if (claimed.length >= limit) continue;
       }
       await this.#wakeup.wait(options.pollIntervalMs);
@@ -362,8 +368,8 @@ export class Dispatcher<TTx> {
   }
 
   #onLaneLost(lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
-    for (const run of this.#running.values()) {
-      if (run.lane === lane && run.epoch === epoch) reportLeaseLost(run, detectedBy, this.#deps);
+    for (const [key, run] of this.#running) {
+      if (run.lane === lane && run.epoch === epoch && this.#justCompleted?.has(key) !== true) reportLeaseLost(run, detectedBy, this.#deps);
     }
   }
 

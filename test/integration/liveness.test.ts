@@ -74,6 +74,7 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     for (let i = 0; others.length < 500; i += 1) if (laneOf(`other-${i}`, 'unused') === lane) others.push(`other-${i}`);
     const { bus, runs } = busWith(3, (key, n) => key === deep && n === 0);
     const failed = collect(bus.events, 'failed');
+    const lost = collect(bus.events, 'lease-lost');
     await publish(bus, Array.from({ length: 10_000 }, (_, n) => ({ key: deep, n })));
     await publish(bus, others.flatMap((key) => [{ key, n: 0 }, { key, n: 1 }]));
     await bus.start();
@@ -94,6 +95,7 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
       assert.deepEqual(runs.filter((r) => r.key === key).map((r) => r.n), [0, 1], `${key} ran once each, in order`);
     }
     assertRetriedWhenDue(failed, runs);
+    assert.equal(lost.length, 0, 'one dispatcher never loses a lane to itself (a lane handed back and taken again)');
   });
 
   /** Every failure was retried, starting within a poll interval (plus scheduling slack) of being due. */
