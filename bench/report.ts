@@ -15,6 +15,7 @@ export interface BenchResults {
   readonly startedAt: string;
   readonly durationSeconds: number;
   readonly machine: Readonly<Record<string, unknown>>;
+  readonly build?: unknown;
   readonly plan: unknown;
   readonly contenders: unknown;
   readonly runs: readonly RunRecord[];
@@ -25,17 +26,22 @@ interface Row {
   readonly scenario: string;
   readonly contender: string;
   readonly variant: string;
+  readonly keyed: boolean;
+  readonly tag: string | undefined;
   readonly runs: readonly RunRecord[];
   readonly valid: readonly RunRecord[];
 }
 
-const label = (row: { contender: string; variant: string }) => (row.variant === 'default' ? row.contender : `${row.contender} ${row.variant}`);
+const ordering = (row: { keyed: boolean }) => (row.keyed ? 'keyed' : 'unkeyed');
+const label = (row: { contender: string; variant: string; keyed: boolean }) =>
+  `${row.variant === 'default' ? row.contender : `${row.contender} ${row.variant}`}, ${ordering(row)}`;
 
 function rowsOf(runs: readonly RunRecord[]): Row[] {
   const map = new Map<string, Row>();
   for (const run of runs) {
-    const key = `${run.cell}|${run.contender}|${run.variant}`;
-    const row = map.get(key) ?? { cell: run.cell, scenario: run.scenario, contender: run.contender, variant: run.variant, runs: [], valid: [] };
+    const keyed = run.keyed ?? true;
+    const key = `${run.cell}|${run.contender}|${run.variant}|${keyed}|${run.tag ?? ''}`;
+    const row = map.get(key) ?? { cell: run.cell, scenario: run.scenario, contender: run.contender, variant: run.variant, keyed, tag: run.tag, runs: [], valid: [] };
     (row.runs as RunRecord[]).push(run);
     if (run.valid) (row.valid as RunRecord[]).push(run);
     map.set(key, row);
@@ -54,8 +60,8 @@ function spread(values: readonly number[], digits = 0): string {
   return `**${fmt(median(values), digits)}** (${fmt(min(values), digits)}-${fmt(max(values), digits)})`;
 }
 
-const med = (row: Row, pick: (run: RunRecord) => number | null | undefined): number =>
-  median(row.valid.map(pick).filter((v): v is number => typeof v === 'number'));
+const med = (row: Row | undefined, pick: (run: RunRecord) => number | null | undefined): number =>
+  row ? median(row.valid.map(pick).filter((v): v is number => typeof v === 'number')) : NaN;
 
 /** Median over repetitions of a / b, pairing runs of the same repetition (both valid); falls back to ratio of medians. */
 export function pairedRatio(a: Row | undefined, b: Row | undefined): number {
@@ -81,38 +87,130 @@ function exactnessLine(runs: readonly RunRecord[]): string {
   const checked = runs.filter((r) => r.scenario !== 'publish');
   const dup = checked.reduce((s, r) => s + r.exactness.duplicates, 0);
   const order = checked.reduce((s, r) => s + (r.exactness.orderViolations ?? 0), 0);
+  const overlaps = checked.reduce((s, r) => s + (r.exactness.overlaps ?? 0), 0);
   const lost = checked.reduce((s, r) => s + r.exactness.lost, 0);
-  let line = `**Exactness: ${valid} of ${runs.length} runs VALID** (dispatch and mixed: lost ${lost}, duplicates ${dup}, per-key order violations ${order} in total; every run also checked nothing pending and no dead letters).`;
+  const published = runs.filter((r) => r.scenario === 'publish');
+  const pubBad = published.reduce((s, r) => s + r.exactness.lost + r.exactness.unexpected + r.exactness.duplicates, 0);
+  let line = `**Exactness: ${valid} of ${runs.length} runs VALID** (dispatch, mixed and liveness: lost ${lost}, duplicates ${dup}, per-key order violations ${order}, overlapping deliveries of one key ${overlaps} in total; publish: stored (event, handler) pairs equal the published ones, ${pubBad} off; every run also checked nothing pending and no dead letters).`;
   if (invalid.length) {
-    line += ' INVALID (left out of every table): ' + invalid.map((r) => `${r.cell} ${label(r)} rep ${r.rep}: ${r.exactness.reasons.join(', ') || 'failed'}`).join('; ') + '.';
+    line += ' INVALID (left out of every table): ' + invalid.map((r) => `${r.cell}${r.tag ? ` [${r.tag}]` : ''} ${label({ ...r, keyed: r.keyed ?? true })} rep ${r.rep}: ${r.exactness.reasons.join(', ') || 'failed'}`).join('; ') + '.';
   }
   return line;
 }
 
-function findRow(rows: readonly Row[], cell: string, contender: string, variant: string): Row | undefined {
-  return rows.find((r) => r.cell === cell && r.contender === contender && r.variant === variant);
+function findRow(rows: readonly Row[], cell: string, contender: string, variant: string, keyed?: boolean, tag?: string): Row | undefined {
+  return rows.find((r) => r.cell === cell && r.contender === contender && r.variant === variant && (keyed === undefined || r.keyed === keyed) && r.tag === tag);
+}
+
+/** A contender at its best in a cell: the row with the highest median rate (any variant but its defaults; `keyed` narrows). */
+function bestRow(rows: readonly Row[], cell: string, contender: string, keyed?: boolean): Row | undefined {
+  let best: Row | undefined;
+  for (const row of rows) {
+    if (row.cell !== cell || row.contender !== contender || row.variant === 'defaults' || row.tag !== undefined) continue;
+    if (keyed !== undefined && row.keyed !== keyed) continue;
+    if (!best || (med(row, (r) => r.rate) || 0) > (med(best, (r) => r.rate) || 0)) best = row;
+  }
+  return best;
+}
+
+/** Whether the row's deliveries were ordered per (handler, key). */
+function orderedText(row: Row, contenders: Record<string, { ordersKeys?: boolean; ordered?: boolean }>): string {
+  if (!row.keyed) return 'unkeyed';
+  const c = contenders[row.contender];
+  return (c?.ordersKeys ?? c?.ordered) ? 'keyed, ordered' : 'keyed, not ordered';
 }
 
 function publishTable(rows: readonly Row[]): string[] {
   const out = ['| cell | contender | events/s median (min-max) | vs raw-sql | call p50 / p99 ms | WAL B/event (own) | stmts/event | valid |', '| --- | --- | --- | --- | --- | --- | --- | --- |'];
   for (const row of rows.filter((r) => r.scenario === 'publish')) {
-    const raw = findRow(rows, row.cell, 'raw-sql', 'default');
+    const raw = rows.find((r) => r.cell === row.cell && r.contender === 'raw-sql');
     out.push(`| ${row.cell} | ${label(row)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(row, raw))} | ${fmt(med(row, (r) => r.figures.callP50Ms), 2)} / ${fmt(med(row, (r) => r.figures.callP99Ms), 2)} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(med(row, (r) => r.db?.statementsPerUnit), 2)} | ${validity(row)} |`);
   }
   return out;
 }
 
-function dispatchTable(rows: readonly Row[]): string[] {
+/** relaybus's reference row for a ratio: same variant family and the same keyed-ness when it ran so, else keyed. */
+function relaybusRef(rows: readonly Row[], row: Row): Row | undefined {
+  const variant = row.variant === 'defaults' ? 'defaults' : 'tuned';
+  return findRow(rows, row.cell, 'relaybus', variant, row.keyed) ?? findRow(rows, row.cell, 'relaybus', variant, true);
+}
+
+function dispatchTable(rows: readonly Row[], contenders: Record<string, { ordersKeys?: boolean }>, sweep: ReadonlySet<string>): string[] {
   const out = [
-    '| cell | contender | deliveries/s median (min-max) | relaybus (same settings) / this | WAL B/delivery (own) | delivery updates/delivery | lane HOT % | dead tuples after | stmts/delivery | dispatcher CPU µs/delivery | valid |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| cell | contender | ordering | deliveries/s median (min-max) | relaybus / this | WAL B/delivery (own) | delivery updates/delivery | lane HOT % | dead tuples after | stmts/delivery | dispatcher CPU µs/delivery | first handler ms | valid |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
-  for (const row of rows.filter((r) => r.scenario === 'dispatch')) {
-    const ref = findRow(rows, row.cell, 'relaybus', row.variant) ?? findRow(rows, row.cell, 'relaybus', 'tuned');
+  for (const row of rows.filter((r) => r.scenario === 'dispatch' && !sweep.has(`${r.contender}|${r.variant}`))) {
     const hot = med(row, (r) => r.db?.laneHotShare);
-    out.push(`| ${row.cell} | ${label(row)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(ref, row))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(med(row, (r) => r.db?.updatesPerUnit), 2)} | ${Number.isFinite(hot) ? fmt(hot * 100, 1) : 'n/a'} | ${fmt(med(row, (r) => r.db?.deadTuplesAfter))} | ${fmt(med(row, (r) => r.db?.statementsPerUnit), 3)} | ${fmt(med(row, (r) => r.figures.dispatcherCpuUsPerDelivery), 1)} | ${validity(row)} |`);
+    out.push(`| ${row.cell} | ${label(row)} | ${orderedText(row, contenders)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(relaybusRef(rows, row), row))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(med(row, (r) => r.db?.updatesPerUnit), 2)} | ${Number.isFinite(hot) ? fmt(hot * 100, 1) : 'n/a'} | ${fmt(med(row, (r) => r.db?.deadTuplesAfter))} | ${fmt(med(row, (r) => r.db?.statementsPerUnit), 3)} | ${fmt(med(row, (r) => r.figures.dispatcherCpuUsPerDelivery), 1)} | ${fmt(med(row, (r) => r.figures.firstHandlerMs), 0)} | ${validity(row)} |`);
   }
   return out;
+}
+
+/** What ordering costs each contender that ran both ways in one cell: keyed / unkeyed at their best. */
+function orderingTable(rows: readonly Row[], contenders: Record<string, { ordersKeys?: boolean }>): string[] {
+  const out = ['| cell | contender | keyed (ordered) deliveries/s | unkeyed deliveries/s | keyed / unkeyed |', '| --- | --- | --- | --- | --- |'];
+  const cells = [...new Set(rows.filter((r) => r.scenario === 'dispatch').map((r) => r.cell))];
+  for (const cell of cells) {
+    for (const name of Object.keys(contenders)) {
+      if (!contenders[name]?.ordersKeys) continue;
+      const keyed = bestRow(rows, cell, name, true);
+      const unkeyed = bestRow(rows, cell, name, false);
+      if (!keyed || !unkeyed) continue;
+      out.push(`| ${cell} | ${name} (${keyed.variant} / ${unkeyed.variant}) | ${spread(keyed.valid.map((r) => r.rate))} | ${spread(unkeyed.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(keyed, unkeyed))} |`);
+    }
+  }
+  return out.length > 2 ? out : [];
+}
+
+/** The peers' sweep: every point, best first, with its settings. */
+function sweepTable(rows: readonly Row[], results: BenchResults): string[] {
+  const contenders = results.contenders as Record<string, { sweep?: Record<string, DispatcherSettingsLike>; variants?: Record<string, DispatcherSettingsLike> }>;
+  const out = ['| cell | contender | variant | settings | deliveries/s median (min-max) | / best of the contender | valid |', '| --- | --- | --- | --- | --- | --- | --- |'];
+  for (const cell of [...new Set(rows.filter((r) => r.scenario === 'dispatch').map((r) => r.cell))]) {
+    for (const name of Object.keys(contenders)) {
+      const sweep = contenders[name]?.sweep ?? {};
+      const points = rows.filter((r) => r.cell === cell && r.contender === name && !r.keyed && (r.variant in sweep || r.variant === 'best'));
+      if (points.length < 2) continue;
+      points.sort((a, b) => (med(b, (r) => r.rate) || 0) - (med(a, (r) => r.rate) || 0));
+      const top = points[0]!;
+      for (const row of points) {
+        const s = sweep[row.variant] ?? contenders[name]?.variants?.[row.variant];
+        out.push(`| ${cell} | ${name} | ${row.variant} | ${s ? settingsText(s) : ''} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(med(row, (r) => r.rate) / med(top, (r) => r.rate))} | ${validity(row)} |`);
+      }
+    }
+  }
+  return out.length > 2 ? out : [];
+}
+
+interface DispatcherSettingsLike { concurrency: number; batchSize: number; pollIntervalMs: number; poolSize: number; extra?: Record<string, number> }
+const settingsText = (s: DispatcherSettingsLike) =>
+  `concurrency ${s.concurrency}, batch ${s.batchSize}, poll ${s.pollIntervalMs} ms, pool ${s.poolSize}${s.extra ? ', ' + Object.entries(s.extra).map(([k, v]) => `${k} ${v}`).join(', ') : ''}`;
+
+/** Dispatch cells of one N with 1, 2, 4 processes: relaybus tuned keyed. */
+function processCells(rows: readonly Row[]): { n: string; byD: Map<number, Row> }[] {
+  const groups = new Map<string, Map<number, Row>>();
+  for (const row of rows.filter((r) => r.scenario === 'dispatch' && r.contender === 'relaybus' && r.variant === 'tuned' && r.keyed)) {
+    const m = /^dispatch N=(\d+) D=(\d+)$/.exec(row.cell);
+    if (!m) continue;
+    const byD = groups.get(m[1]!) ?? new Map<number, Row>();
+    byD.set(Number(m[2]), row);
+    groups.set(m[1]!, byD);
+  }
+  return [...groups.entries()].filter(([, byD]) => byD.size > 1).map(([n, byD]) => ({ n, byD }));
+}
+
+function processTable(rows: readonly Row[]): string[] {
+  const out = ['| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | valid |', '| --- | --- | --- | --- | --- | --- |'];
+  for (const { n, byD } of processCells(rows)) {
+    const ds = [...byD.keys()].sort((a, b) => a - b);
+    ds.forEach((d, k) => {
+      const row = byD.get(d)!;
+      const prev = k > 0 ? byD.get(ds[k - 1]!) : undefined;
+      out.push(`| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(med(row, (r) => r.figures.dispatcherCpuUsPerDelivery), 1)} | ${validity(row)} |`);
+    });
+  }
+  return out.length > 2 ? out : [];
 }
 
 function mixedTable(rows: readonly Row[]): string[] {
@@ -126,44 +224,110 @@ function mixedTable(rows: readonly Row[]): string[] {
   return out;
 }
 
-interface Target { readonly what: string; readonly measured: string; readonly pass: boolean | null }
+/** The liveness arm every other arm is compared with (scenarios/liveness.ts LIVENESS_REFERENCE). */
+const LIVENESS_REFERENCE = 'healthy keys only';
+
+function livenessTable(rows: readonly Row[]): string[] {
+  const out = [
+    `| cell | contender | arm | healthy keys: deliveries/s median (min-max) | / ${LIVENESS_REFERENCE} | failed head due -> retry start p50 / max ms | poll interval ms | all deliveries/s | valid |`,
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+  ];
+  for (const row of rows.filter((r) => r.scenario === 'liveness')) {
+    const base = findRow(rows, row.cell, row.contender, row.variant, row.keyed, LIVENESS_REFERENCE);
+    const lagMax = max(row.valid.map((r) => r.figures.retryLagMaxMs).filter((v): v is number => typeof v === 'number'));
+    const failing = row.tag === 'failing heads';
+    out.push(`| ${row.cell} | ${label(row)} | ${row.tag} | ${spread(row.valid.map((r) => r.rate))} | ${row.tag === LIVENESS_REFERENCE ? '-' : ratioText(pairedRatio(row, base))} | ${failing ? `${fmt(med(row, (r) => r.figures.retryLagP50Ms), 1)} / ${fmt(lagMax, 1)}` : '-'} | ${fmt(med(row, (r) => r.figures.pollIntervalMs))} | ${fmt(med(row, (r) => r.figures.allDeliveriesPerSec))} | ${validity(row)} |`);
+  }
+  return out;
+}
+
+interface Target { readonly issue: string; readonly what: string; readonly measured: string; readonly pass: boolean | null }
+
+const verdict = (value: number, ok: (v: number) => boolean): boolean | null => (Number.isFinite(value) ? ok(value) : null);
 
 function targets(rows: readonly Row[]): Target[] {
   const out: Target[] = [];
-  const cells = [...new Set(rows.filter((r) => r.scenario === 'dispatch' && r.cell.endsWith('D=1') && r.contender === 'raw-sql').map((r) => r.cell))];
-  for (const cell of cells) {
-    const rb = findRow(rows, cell, 'relaybus', 'tuned');
-    if (!rb) continue;
-    const check = (what: string, other: Row | undefined, need: number) => {
-      const ratio = pairedRatio(rb, other);
-      out.push({ what: `${cell}: relaybus tuned >= ${need}x ${other ? label(other) : what}`, measured: ratioText(ratio), pass: Number.isFinite(ratio) ? ratio >= need : null });
-    };
-    check('graphile-worker tuned', findRow(rows, cell, 'graphile-worker', 'tuned'), 2);
-    check('pg-boss tuned', findRow(rows, cell, 'pg-boss', 'tuned'), 3);
-    check('raw-sql floor', findRow(rows, cell, 'raw-sql', 'floor'), 0.6);
-    const own = med(rb, (r) => r.db?.ownWalPerUnit);
-    const wal = Number.isFinite(own) ? own : med(rb, (r) => r.db?.walPerUnit);
-    out.push({ what: `${cell}: relaybus WAL <= 120 B/delivery`, measured: `${fmt(wal)} B${Number.isFinite(own) ? ' (own)' : ''}`, pass: Number.isFinite(wal) ? wal <= 120 : null });
-    const upd = med(rb, (r) => r.db?.updatesPerUnit);
-    out.push({ what: `${cell}: relaybus delivery updates = 0`, measured: fmt(upd, 3), pass: Number.isFinite(upd) ? upd === 0 : null });
-    const hot = med(rb, (r) => r.db?.laneHotShare);
-    out.push({ what: `${cell}: relaybus lane updates >= 95% HOT`, measured: `${fmt(hot * 100, 1)}%`, pass: Number.isFinite(hot) ? hot >= 0.95 : null });
+  // The throughput cells: one process, relaybus tuned and the raw floor side by side (not the small ordering cell).
+  const d1 = [...new Set(rows.filter((r) => r.scenario === 'dispatch' && r.cell.endsWith(' D=1') && r.contender === 'raw-sql').map((r) => r.cell))]
+    .filter((cell) => rows.some((r) => r.cell === cell && r.contender === 'relaybus' && r.variant === 'tuned'));
+  for (const cell of d1) {
+    const keyed = findRow(rows, cell, 'relaybus', 'tuned', true);
+    const unkeyed = findRow(rows, cell, 'relaybus', 'tuned', false);
+    const gw = bestRow(rows, cell, 'graphile-worker');
+    const boss = bestRow(rows, cell, 'pg-boss');
+    if (keyed && gw) {
+      const r = pairedRatio(keyed, gw);
+      out.push({ issue: '10', what: `${cell}: relaybus tuned keyed >= 2x graphile-worker at its best (${label(gw)})`, measured: ratioText(r), pass: verdict(r, (v) => v >= 2) });
+    }
+    if (keyed && boss) {
+      const r = pairedRatio(keyed, boss);
+      out.push({ issue: '10', what: `${cell}: relaybus tuned keyed ahead of pg-boss at its best (${label(boss)})`, measured: ratioText(r), pass: verdict(r, (v) => v > 1) });
+    }
+    if (unkeyed) {
+      for (const peer of ['pg-boss', 'graphile-worker']) {
+        const other = bestRow(rows, cell, peer, false);
+        if (!other) continue;
+        const r = pairedRatio(unkeyed, other);
+        out.push({ issue: '10', what: `${cell}: relaybus tuned unkeyed ahead of ${label(other)}`, measured: ratioText(r), pass: verdict(r, (v) => v > 1) });
+      }
+    }
+    if (keyed) {
+      const raw = findRow(rows, cell, 'raw-sql', 'floor');
+      if (raw) {
+        const r = pairedRatio(keyed, raw);
+        out.push({ issue: '6', what: `${cell}: relaybus tuned keyed >= 0.6x raw-sql floor`, measured: ratioText(r), pass: verdict(r, (v) => v >= 0.6) });
+      }
+      if (boss) {
+        const r = pairedRatio(keyed, boss);
+        out.push({ issue: '6', what: `${cell}: relaybus tuned keyed >= 3x pg-boss at its best`, measured: ratioText(r), pass: verdict(r, (v) => v >= 3) });
+      }
+      const own = med(keyed, (r) => r.db?.ownWalPerUnit);
+      const wal = Number.isFinite(own) ? own : med(keyed, (r) => r.db?.walPerUnit);
+      out.push({ issue: '6', what: `${cell}: relaybus WAL <= 120 B/delivery`, measured: `${fmt(wal)} B${Number.isFinite(own) ? ' (own)' : ''}`, pass: verdict(wal, (v) => v <= 120) });
+      const upd = med(keyed, (r) => r.db?.updatesPerUnit);
+      out.push({ issue: '6', what: `${cell}: relaybus delivery updates = 0`, measured: fmt(upd, 3), pass: verdict(upd, (v) => v === 0) });
+      const hot = med(keyed, (r) => r.db?.laneHotShare);
+      out.push({ issue: '6', what: `${cell}: relaybus lane updates >= 95% HOT`, measured: `${fmt(hot * 100, 1)}%`, pass: verdict(hot, (v) => v >= 0.95) });
+    }
   }
-  const small = cells.find((c) => c.includes('N=50000 '));
-  const large = cells.find((c) => c.includes('N=200000 '));
+  for (const { n, byD } of processCells(rows)) {
+    const ds = [...byD.keys()].sort((a, b) => a - b);
+    for (let k = 1; k < ds.length; k += 1) {
+      const r = pairedRatio(byD.get(ds[k]!), byD.get(ds[k - 1]!));
+      out.push({ issue: '10', what: `dispatch N=${n}: relaybus tuned keyed, ${ds[k]} processes >= ${ds[k - 1]} processes (throughput does not fall)`, measured: ratioText(r), pass: verdict(r, (v) => v >= 1) });
+    }
+  }
+  const small = d1.find((c) => c.includes('N=50000 '));
+  const large = d1.find((c) => c.includes('N=200000 '));
   if (small && large) {
-    const a = med(findRow(rows, small, 'relaybus', 'tuned')!, (r) => r.rate);
-    const b = med(findRow(rows, large, 'relaybus', 'tuned')!, (r) => r.rate);
-    out.push({ what: 'relaybus tuned: no slowdown from 50k to 200k', measured: `200k / 50k = ${ratioText(b / a)}`, pass: Number.isFinite(a / b) ? b / a >= 0.9 : null });
+    const a = med(findRow(rows, small, 'relaybus', 'tuned', true), (r) => r.rate);
+    const b = med(findRow(rows, large, 'relaybus', 'tuned', true), (r) => r.rate);
+    out.push({ issue: '6', what: 'relaybus tuned keyed: no slowdown from 50k to 200k (>= 0.9x)', measured: `200k / 50k = ${ratioText(b / a)}`, pass: verdict(b / a, (v) => v >= 0.9) });
   }
-  const p1 = rows.find((r) => r.scenario === 'publish' && r.cell === 'publish P=1 batch=1' && r.contender === 'relaybus');
+  for (const row of rows.filter((r) => r.scenario === 'mixed' && r.contender === 'relaybus' && r.variant === 'tuned' && r.keyed)) {
+    if (med(row, (r) => r.figures.offeredDeliveriesPerSec) !== 1_000) continue;
+    const p50 = med(row, (r) => r.figures.latencyP50Ms);
+    const p99 = med(row, (r) => r.figures.latencyP99Ms);
+    out.push({ issue: '10', what: `${row.cell} (1,000 deliveries/s): relaybus tuned keyed p50 <= 2 ms and p99 <= 10 ms`, measured: `p50 ${fmt(p50, 1)} ms, p99 ${fmt(p99, 1)} ms`, pass: Number.isFinite(p50) && Number.isFinite(p99) ? p50 <= 2 && p99 <= 10 : null });
+  }
+  for (const row of rows.filter((r) => r.scenario === 'liveness' && r.tag === 'failing heads')) {
+    const base = findRow(rows, row.cell, row.contender, row.variant, row.keyed, LIVENESS_REFERENCE);
+    // A stalled lane shows as runs that never drain (INVALID): that is the failure measured, so "not met".
+    const stalled = row.valid.length === 0 ? `no valid run (${row.runs.flatMap((r) => r.exactness.reasons).filter((v, k, a) => a.indexOf(v) === k).slice(0, 3).join('; ')})` : '';
+    const r = pairedRatio(row, base);
+    out.push({ issue: '10', what: `${row.cell}, ${label(row)}: healthy keys >= 0.8x their throughput with the ${LIVENESS_REFERENCE}`, measured: stalled || ratioText(r), pass: stalled ? false : verdict(r, (v) => v >= 0.8) });
+    const lagMax = max(row.valid.map((x) => x.figures.retryLagMaxMs).filter((v): v is number => typeof v === 'number'));
+    const poll = med(row, (x) => x.figures.pollIntervalMs);
+    out.push({ issue: '10', what: `${row.cell}, ${label(row)}: failed head retried within one poll interval of being due (max over runs)`, measured: stalled || `max ${fmt(lagMax, 1)} ms (p50 ${fmt(med(row, (x) => x.figures.retryLagP50Ms), 1)} ms), poll ${fmt(poll)} ms`, pass: stalled ? false : Number.isFinite(lagMax) && Number.isFinite(poll) ? lagMax <= poll : null });
+  }
+  const p1 = rows.find((r) => r.scenario === 'publish' && r.cell === 'publish P=1 batch=1' && r.contender === 'relaybus' && r.keyed);
   if (p1) {
-    const ratio = pairedRatio(p1, findRow(rows, p1.cell, 'raw-sql', 'default'));
-    out.push({ what: 'publish P=1 batch=1: relaybus >= 0.9x raw BEGIN/INSERT/COMMIT', measured: ratioText(ratio), pass: Number.isFinite(ratio) ? ratio >= 0.9 : null });
+    const r = pairedRatio(p1, rows.find((x) => x.cell === p1.cell && x.contender === 'raw-sql'));
+    out.push({ issue: '6', what: 'publish P=1 batch=1: relaybus keyed >= 0.9x raw BEGIN/INSERT/COMMIT', measured: ratioText(r), pass: verdict(r, (v) => v >= 0.9) });
   }
   for (const row of rows.filter((r) => r.scenario === 'publish' && r.contender === 'relaybus' && r.cell.endsWith('batch=100'))) {
-    const ratio = pairedRatio(row, findRow(rows, row.cell, 'pg-boss', 'default'));
-    out.push({ what: `${row.cell}: relaybus >= 1.5x pg-boss`, measured: ratioText(ratio), pass: Number.isFinite(ratio) ? ratio >= 1.5 : null });
+    const r = pairedRatio(row, rows.find((x) => x.cell === row.cell && x.contender === 'pg-boss'));
+    out.push({ issue: '6', what: `${row.cell}: relaybus ${ordering(row)} >= 1.5x pg-boss`, measured: ratioText(r), pass: verdict(r, (v) => v >= 1.5) });
   }
   return out;
 }
@@ -182,30 +346,67 @@ function profileSection(rows: readonly Row[]): string[] {
   return out;
 }
 
+function warningsSection(rows: readonly Row[]): string[] {
+  const out: string[] = [];
+  for (const row of rows) {
+    const count = row.runs.reduce((sum, r) => sum + (r.warnings?.count ?? 0), 0);
+    if (!count) continue;
+    const first = row.runs.flatMap((r) => r.warnings?.first ?? [])[0] ?? '';
+    out.push(`- ${row.cell}${row.tag ? ` [${row.tag}]` : ''} ${label(row)}: ${count} in ${row.runs.length} runs; first: \`${first.slice(0, 200).replace(/`/g, "'")}\``);
+  }
+  return out;
+}
+
+/** Section titles, shared with bench/readme.ts. */
+export const SECTIONS = {
+  dispatch: 'Dispatch (preloaded deliveries, two handlers per event, no-op handler)',
+  ordering: 'What ordering costs (same cell, keyed and ordered against unkeyed)',
+  processes: 'Dispatcher processes (relaybus tuned, keyed)',
+  sweep: 'Peers at their best (settings sweep)',
+  publish: 'Publish (one caller transaction per call)',
+  mixed: 'Mixed (fixed offered rate, commit-to-handler-start latency)',
+  liveness: 'Liveness (failing heads with a backlog, healthy keys in the same lanes)',
+  targets: 'Targets',
+} as const;
+
 function markdown(results: BenchResults): string {
   const rows = rowsOf(results.runs);
   const m = results.machine as Record<string, unknown>;
+  const contenders = results.contenders as Record<string, { ordersKeys?: boolean; sweep?: Record<string, unknown> }>;
+  const sweepNames = new Set(Object.entries(contenders).flatMap(([name, c]) => Object.keys(c.sweep ?? {}).map((v) => `${name}|${v}`)));
+  const build = results.build as { commit?: string; uncommitted?: readonly string[]; built?: boolean } | undefined;
   const lines = [
     `# relaybus benchmark: ${results.name}`,
     '',
-    `Generated by \`bench/run.ts --mode ${results.mode}\` on ${results.startedAt.slice(0, 10)} in ${fmt(results.durationSeconds)} s. Machine: ${m.cpus} x ${m.cpuModel}, ${m.memoryGiB} GiB, Node ${m.node}, ${String(m.postgres).split(' on ')[0]} on the same cores (autovacuum ${m.autovacuum}, synchronous_commit ${m.synchronousCommit}, shared_buffers ${m.sharedBuffers}); load average at the end ${(m.loadAverageAtEnd as number[]).join(' ')}. The machine is shared: read the ratios (paired per repetition, contenders interleaved), not the absolute rates.`,
+    `Generated by \`bench/run.ts --mode ${results.mode}\` on ${results.startedAt.slice(0, 10)} in ${fmt(results.durationSeconds)} s. Machine: ${m.cpus} x ${m.cpuModel}, ${m.memoryGiB} GiB, Node ${m.node}, ${String(m.postgres).split(' on ')[0]} on the same cores (autovacuum ${m.autovacuum}, synchronous_commit ${m.synchronousCommit}, shared_buffers ${m.sharedBuffers}); load average at the end ${(m.loadAverageAtEnd as number[]).join(' ')}. relaybus ran from dist/${build?.commit ? ` built from ${build.commit}${build.uncommitted?.length ? ` plus ${build.uncommitted.length} uncommitted file(s)` : ''}` : ''}. The machine is shared: read the ratios (paired per repetition, contenders interleaved), not the absolute rates.`,
     '',
     exactnessLine(results.runs),
     '',
-    'WAL: "B/..." is the server-wide LSN delta over the run; "(own)" counts only the WAL records of the benchmark database and the commits of their transactions (pg_walinspect), which excludes other sessions of the shared server. Statements are counted client-side (pg_stat_statements is not in shared_preload_libraries here), BEGIN and COMMIT included.',
+    'Timing: every process loads its code, opens its pool\'s connections and runs its library\'s own start-up (migration or version checks) before "go"; the clock starts at "go" (bench/README.md, "When the clock starts"). "first handler ms" is go to the first handler start. WAL: "B/..." is the server-wide LSN delta over the run; "(own)" counts only the WAL records of the benchmark database and the commits of their transactions (pg_walinspect), which excludes other sessions of the shared server. Statements are counted client-side (pg_stat_statements is not in shared_preload_libraries here), BEGIN and COMMIT included.',
     '',
   ];
-  if (rows.some((r) => r.scenario === 'dispatch')) lines.push('## Dispatch (preloaded deliveries, two handlers per event, keyed, no-op handler)', '', ...dispatchTable(rows), '');
-  if (rows.some((r) => r.scenario === 'publish')) lines.push('## Publish (keyed events, one caller transaction per call)', '', ...publishTable(rows), '');
-  if (rows.some((r) => r.scenario === 'mixed')) lines.push('## Mixed (fixed offered rate, commit-to-handler-start latency)', '', ...mixedTable(rows), '');
+  if (rows.some((r) => r.scenario === 'dispatch')) {
+    lines.push(`## ${SECTIONS.dispatch}`, '', ...dispatchTable(rows, contenders, sweepNames), '');
+    const ord = orderingTable(rows, contenders);
+    if (ord.length) lines.push(`## ${SECTIONS.ordering}`, '', ...ord, '');
+    const proc = processTable(rows);
+    if (proc.length) lines.push(`## ${SECTIONS.processes}`, '', ...proc, '');
+    const sw = sweepTable(rows, results);
+    if (sw.length) lines.push(`## ${SECTIONS.sweep}`, '', ...sw, '');
+  }
+  if (rows.some((r) => r.scenario === 'publish')) lines.push(`## ${SECTIONS.publish}`, '', ...publishTable(rows), '');
+  if (rows.some((r) => r.scenario === 'mixed')) lines.push(`## ${SECTIONS.mixed}`, '', ...mixedTable(rows), '');
+  if (rows.some((r) => r.scenario === 'liveness')) lines.push(`## ${SECTIONS.liveness}`, '', ...livenessTable(rows), '');
   const t = targets(rows);
   if (t.length) {
-    lines.push('## Issue 6 targets', '', '| target | measured | |', '| --- | --- | --- |');
-    for (const target of t) lines.push(`| ${target.what} | ${target.measured} | ${target.pass === null ? 'n/a' : target.pass ? 'met' : '**not met**'} |`);
+    lines.push(`## ${SECTIONS.targets}`, '', '| issue | target | measured | |', '| --- | --- | --- | --- |');
+    for (const target of t) lines.push(`| ${target.issue} | ${target.what} | ${target.measured} | ${target.pass === null ? 'n/a' : target.pass ? 'met' : '**not met**'} |`);
     lines.push('');
   }
   const prof = profileSection(rows);
   if (prof.length) lines.push('## Where relaybus spends its time (dispatch)', '', ...prof);
+  const warned = warningsSection(rows);
+  if (warned.length) lines.push('## Library warnings and errors logged during runs', '', ...warned, '');
   lines.push('Contender settings: see `contenders` in the JSON and bench/README.md.', '');
   return lines.join('\n');
 }
@@ -214,7 +415,8 @@ const escapeXml = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&
 
 /** Horizontal bars: dispatch deliveries/s (median, min-max whisker) and WAL bytes per delivery, first dispatch cell. */
 function svg(results: BenchResults): string {
-  const rows = rowsOf(results.runs).filter((r) => r.scenario === 'dispatch');
+  const contenders = results.contenders as Record<string, { sweep?: Record<string, unknown> }>;
+  const rows = rowsOf(results.runs).filter((r) => r.scenario === 'dispatch' && !(r.variant in (contenders[r.contender]?.sweep ?? {})));
   const cell = rows[0]?.cell ?? 'dispatch';
   const bars = rows.filter((r) => r.cell === cell).map((r) => ({
     name: label(r), rate: med(r, (x) => x.rate), lo: min(r.valid.map((x) => x.rate)), hi: max(r.valid.map((x) => x.rate)),

@@ -1,43 +1,71 @@
 /**
  * The interleaved benchmark orchestrator.
  *
- *   npm run bench:quick                      # ~8 minutes on 2 cores: every scenario, 3 repetitions
- *   npm run bench:full                       # 50k and 200k dispatch, more publishers, 5 repetitions
- *   node --import tsx bench/run.ts --scenarios dispatch --contenders relaybus,raw-sql --deliveries 2000 --reps 1
+ *   npm run bench:quick                      # under 10 minutes on 2 cores: every scenario, 3 repetitions
+ *   npm run bench:full                       # 50k and 200k dispatch, the peers' settings sweep, 5 repetitions
+ *   node --import tsx bench/run.ts --scenarios dispatch --contenders relaybus,graphile-worker --deliveries 6000 --reps 1
  *
- * For each repetition, for each scenario cell, every contender variant runs once, in a fixed order
- * (A B C A B C ...), so slow drifts of a shared machine hit every contender alike. Each run gets a
- * fresh schema in a database of the harness's own (dropped at the end), its own publisher and
- * dispatcher processes, and an exactness check; INVALID runs are kept in the JSON but never enter
- * the medians. Results: bench/results/<name>.json, .md and .svg (see report.ts).
+ * For each repetition, for each scenario cell, every entry (contender variant, keyed or not) runs
+ * once, in a fixed order (A B C A B C ...), so slow drifts of a shared machine hit every contender
+ * alike. Each run gets a fresh schema in a database of the harness's own (dropped at the end), its
+ * own publisher and dispatcher processes, and an exactness check; INVALID runs are kept in the JSON
+ * but never enter the medians. relaybus runs from dist/, built first when src/ is newer
+ * (lib/build.ts). Results: bench/results/<name>.json, .md and .svg (see report.ts).
  */
 import { mkdirSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
+import { ensureBuild } from './lib/build.js';
 import { CONTENDER_NAMES, loadContender } from './contenders/index.js';
-import type { Contender } from './lib/types.js';
+import { settingsOf, type Contender } from './lib/types.js';
 import { connect, createBenchDatabase, dropBenchDatabase, tryExtension } from './lib/db.js';
 import { writeReport, type BenchResults } from './report.js';
-import type { RunContext, RunRecord } from './scenarios/common.js';
-import { runDispatch, type DispatchCell } from './scenarios/dispatch.js';
-import { runMixed, type MixedCell } from './scenarios/mixed.js';
-import { runPublish, type PublishCell } from './scenarios/publish.js';
-
-type Variant = readonly [contender: string, variant: string];
+import type { Entry, RunContext, RunRecord } from './scenarios/common.js';
+import { dispatchCellName, runDispatch, type DispatchCell } from './scenarios/dispatch.js';
+import { LIVENESS_ARMS, livenessCellName, runLiveness, type LivenessArm, type LivenessCell } from './scenarios/liveness.js';
+import { mixedCellName, runMixed, type MixedCell } from './scenarios/mixed.js';
+import { publishCellName, runPublish, type PublishCell } from './scenarios/publish.js';
 
 interface Plan {
   readonly reps: number;
   readonly publish: readonly PublishCell[];
-  /** Each dispatch cell with the contender variants it runs (slow defaults run on smaller cells). */
-  readonly dispatch: readonly (DispatchCell & { readonly variants: readonly Variant[] })[];
+  readonly publishEntries: readonly Entry[];
+  /** Each dispatch cell with its entries; `sweepEntries` run only in the first `sweepReps` repetitions. */
+  readonly dispatch: readonly (DispatchCell & { readonly entries: readonly Entry[]; readonly sweepEntries?: readonly Entry[] })[];
+  readonly sweepReps: number;
   readonly mixed: readonly MixedCell[];
-  readonly mixedVariants: readonly Variant[];
-  readonly publishContenders: readonly string[];
+  readonly mixedEntries: readonly Entry[];
+  readonly liveness: readonly LivenessCell[];
+  readonly livenessEntries: readonly Entry[];
+  readonly livenessArms: readonly LivenessArm[];
   readonly timeoutMs: number;
+  /** A liveness run that has not drained by then is INVALID (a stalled lane would otherwise hold the run for timeoutMs). */
+  readonly livenessTimeoutMs: number;
 }
 
-const TUNED: Variant[] = [['relaybus', 'tuned'], ['row-lease', 'tuned'], ['pg-boss', 'tuned'], ['graphile-worker', 'tuned'], ['raw-sql', 'floor']];
-const DEFAULTS: Variant[] = [['relaybus', 'defaults'], ['row-lease', 'defaults'], ['graphile-worker', 'defaults']];
+const e = (contender: string, variant: string, keyed: boolean): Entry => ({ contender, variant, keyed });
+
+/** The 1-process dispatch cell: relaybus keyed and unkeyed, the peers at their best (graphile-worker also ordered), the floor. */
+const TUNED: Entry[] = [
+  e('relaybus', 'tuned', true), e('relaybus', 'tuned', false), e('row-lease', 'tuned', true),
+  e('pg-boss', 'best', false), e('graphile-worker', 'best', false), e('raw-sql', 'floor', false),
+];
+const DEFAULTS: Entry[] = [e('relaybus', 'defaults', true), e('row-lease', 'defaults', true), e('graphile-worker', 'defaults', false)];
+/**
+ * What ordering costs, side by side in one cell: relaybus keyed and unkeyed, graphile-worker with a
+ * named queue per (key, handler) and at its best unkeyed. graphile-worker's named queues run a few
+ * hundred jobs/s here, so quick runs them on a small cell.
+ */
+const ORDERING: Entry[] = [e('relaybus', 'tuned', true), e('relaybus', 'tuned', false), e('graphile-worker', 'queues', true), e('graphile-worker', 'best', false)];
+const MIXED: Entry[] = [
+  e('relaybus', 'defaults', true), e('relaybus', 'tuned', true), e('relaybus', 'tuned', false), e('row-lease', 'tuned', true),
+  e('pg-boss', 'best', false), e('graphile-worker', 'best', false), e('raw-sql', 'floor', false),
+];
+const PUBLISH: Entry[] = [
+  e('relaybus', 'default', true), e('relaybus', 'default', false), e('row-lease', 'default', true),
+  e('pg-boss', 'default', false), e('graphile-worker', 'default', false), e('raw-sql', 'default', false),
+];
+const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
 
 const PLANS: Record<'quick' | 'full', Plan> = {
   quick: {
@@ -46,14 +74,22 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       { publishers: 1, batch: 1, windowMs: 1_500 },
       { publishers: 4, batch: 100, windowMs: 1_500 },
     ],
+    publishEntries: PUBLISH,
     dispatch: [
-      { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, variants: TUNED },
-      { deliveries: 6_000, dispatchers: 1, eventsPerKey: 10, variants: DEFAULTS },
+      { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED },
+      { deliveries: 50_000, dispatchers: 2, eventsPerKey: 10, entries: RELAYBUS_TUNED },
+      { deliveries: 50_000, dispatchers: 4, eventsPerKey: 10, entries: RELAYBUS_TUNED },
+      { deliveries: 4_000, dispatchers: 1, eventsPerKey: 10, entries: DEFAULTS },
+      { deliveries: 2_000, dispatchers: 1, eventsPerKey: 10, entries: ORDERING },
     ],
+    sweepReps: 0,
     mixed: [{ ratePerSec: 500, windowMs: 3_000, publishers: 2, dispatchers: 1 }],
-    mixedVariants: [['relaybus', 'defaults'], ...TUNED],
-    publishContenders: ['relaybus', 'row-lease', 'pg-boss', 'graphile-worker', 'raw-sql'],
+    mixedEntries: MIXED.filter((entry) => entry.contender !== 'relaybus' || entry.keyed),
+    liveness: [{ failingKeys: 5, eventsPerFailingKey: 300, healthyKeys: 1_000, eventsPerHealthyKey: 10, backoffMs: 500 }],
+    livenessEntries: RELAYBUS_TUNED,
+    livenessArms: ['failing heads', 'healthy keys only'],
     timeoutMs: 120_000,
+    livenessTimeoutMs: 15_000,
   },
   full: {
     reps: 5,
@@ -63,20 +99,28 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       { publishers: 8, batch: 1, windowMs: 5_000 },
       { publishers: 8, batch: 100, windowMs: 5_000 },
     ],
+    publishEntries: [...PUBLISH, e('graphile-worker', 'default', true)],
     dispatch: [
-      { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, variants: TUNED },
-      { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, variants: TUNED },
-      { deliveries: 200_000, dispatchers: 4, eventsPerKey: 10, variants: TUNED },
-      { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, variants: DEFAULTS },
-      { deliveries: 50_000, dispatchers: 4, eventsPerKey: 10, variants: DEFAULTS },
+      { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED, sweepEntries: [] },
+      { deliveries: 6_000, dispatchers: 1, eventsPerKey: 10, entries: ORDERING },
+      { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED },
+      { deliveries: 200_000, dispatchers: 2, eventsPerKey: 10, entries: RELAYBUS_TUNED },
+      { deliveries: 200_000, dispatchers: 4, eventsPerKey: 10, entries: TUNED },
+      { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: DEFAULTS },
+      { deliveries: 50_000, dispatchers: 4, eventsPerKey: 10, entries: DEFAULTS },
     ],
+    sweepReps: 3,
     mixed: [
+      { ratePerSec: 500, windowMs: 20_000, publishers: 2, dispatchers: 1 },
       { ratePerSec: 1_000, windowMs: 20_000, publishers: 2, dispatchers: 1 },
       { ratePerSec: 5_000, windowMs: 20_000, publishers: 4, dispatchers: 2 },
     ],
-    mixedVariants: [['relaybus', 'defaults'], ...TUNED],
-    publishContenders: ['relaybus', 'row-lease', 'pg-boss', 'graphile-worker', 'raw-sql'],
+    mixedEntries: MIXED,
+    liveness: [{ failingKeys: 5, eventsPerFailingKey: 2_000, healthyKeys: 1_000, eventsPerHealthyKey: 10, backoffMs: 500 }],
+    livenessEntries: RELAYBUS_TUNED,
+    livenessArms: LIVENESS_ARMS,
     timeoutMs: 600_000,
+    livenessTimeoutMs: 180_000,
   },
 };
 
@@ -84,11 +128,18 @@ const { values: args } = parseArgs({
   options: {
     mode: { type: 'string', default: 'quick' },
     reps: { type: 'string' },
-    scenarios: { type: 'string', default: 'publish,dispatch,mixed' },
+    scenarios: { type: 'string', default: 'publish,dispatch,mixed,liveness' },
     contenders: { type: 'string' },
     deliveries: { type: 'string' },
+    dispatchers: { type: 'string', default: '1' },
     variants: { type: 'string' },
+    keyed: { type: 'string', default: 'natural' },
+    sweep: { type: 'boolean', default: false },
+    handler: { type: 'string' }, // ad hoc: dispatch noop (default) | yield; liveness yield (default) | noop
+    arms: { type: 'string' }, // liveness arms, comma-separated (ad hoc)
     out: { type: 'string' },
+    'no-build': { type: 'boolean', default: false },
+    plan: { type: 'boolean', default: false }, // print the plan's cells and entries, run nothing
   },
 });
 
@@ -96,34 +147,73 @@ const mode = args.mode === 'full' ? 'full' : 'quick';
 const base = PLANS[mode];
 const only = args.contenders ? new Set(args.contenders.split(',')) : undefined;
 const loaded = new Map<string, Contender>();
-for (const name of CONTENDER_NAMES) loaded.set(name, await loadContender(name));
+const started = Date.now();
+const log = (line: string) => console.log(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(4)}s] ${line}`);
+// Build before loading the relaybus contender (it imports dist/); only the chosen contenders are loaded.
+const build = (!only || only.has('relaybus')) && !args.plan ? ensureBuild(log, { skip: args['no-build'] }) : { built: false, commit: 'n/a (relaybus not run)', uncommitted: [] };
+for (const name of CONTENDER_NAMES) if (!only || only.has(name)) loaded.set(name, await loadContender(name));
 const contender = (name: string): Contender => {
   const found = loaded.get(name);
   if (!found) throw new Error(`unknown contender ${name}; known: ${CONTENDER_NAMES.join(', ')}`);
   return found;
 };
-for (const name of only ?? []) contender(name);
+for (const name of only ?? []) if (!CONTENDER_NAMES.includes(name)) throw new Error(`unknown contender ${name}; known: ${CONTENDER_NAMES.join(', ')}`);
 const onlyVariants = args.variants ? new Set(args.variants.split(',')) : undefined;
-const keep = ([name, variant]: Variant) => (!only || only.has(name)) && (!onlyVariants || onlyVariants.has(variant));
+const keep = (entry: Entry) => (!only || only.has(entry.contender)) && (!onlyVariants || onlyVariants.has(entry.variant));
+
+/** Ad hoc entries: every variant (and, with --sweep or by name, sweep point) of the chosen contenders, keyed per --keyed. */
+function adhocEntries(): Entry[] {
+  const out: Entry[] = [];
+  for (const c of loaded.values()) {
+    const names = [...Object.keys(c.variants), ...(args.sweep || onlyVariants ? Object.keys(c.sweep ?? {}) : [])]
+      // pg-boss's defaults handle 0.5 jobs/s per queue (bench/README.md): never in a drain.
+      .filter((v) => c.name !== 'pg-boss' || v !== 'defaults')
+      .filter((v) => !c.namedOnly?.includes(v) || onlyVariants?.has(v));
+    for (const variant of names) {
+      const natural = c.keyedVariants.includes(variant);
+      const modes = args.keyed === 'both' ? [true, false] : args.keyed === 'yes' ? [true] : args.keyed === 'no' ? [false] : [natural];
+      for (const keyed of modes) if (!keyed || c.keyed) out.push(e(c.name, variant, keyed));
+    }
+  }
+  return out;
+}
+
 const dispatchCells = args.deliveries
-  ? args.deliveries.split(',').map((n) => ({
-      ...base.dispatch[0]!, deliveries: Number(n),
-      // ad hoc: every variant of every contender (narrowed by --contenders and --variants)
-      variants: [...loaded.values()].flatMap((c) => Object.keys(c.variants).filter((v) => c.name !== 'pg-boss' || v !== 'defaults').map((v) => [c.name, v] as const)),
-    }))
+  ? args.deliveries.split(',').flatMap((n) => args.dispatchers!.split(',').map((d) => ({
+      deliveries: Number(n), dispatchers: Number(d), eventsPerKey: 10, entries: adhocEntries(), ...(args.handler === 'yield' ? { handler: 'yield' as const } : {}),
+    })))
   : base.dispatch;
 const plan: Plan = {
   ...base,
   reps: args.reps ? Number(args.reps) : base.reps,
-  dispatch: dispatchCells.map((cell) => ({ ...cell, variants: cell.variants.filter(keep) })),
-  mixedVariants: base.mixedVariants.filter(keep),
-  publishContenders: base.publishContenders.filter((name) => !only || only.has(name)),
+  dispatch: dispatchCells.map((cell) => ({
+    ...cell,
+    entries: cell.entries.filter(keep),
+    // The sweep: every sweep point of every contender that has one, unkeyed (the peers' best is unordered).
+    ...('sweepEntries' in cell && cell.sweepEntries
+      ? { sweepEntries: [...loaded.values()].flatMap((c) => Object.keys(c.sweep ?? {}).map((v) => e(c.name, v, false))).filter(keep) }
+      : {}),
+  })),
+  publishEntries: base.publishEntries.filter((entry) => !only || only.has(entry.contender)),
+  mixedEntries: base.mixedEntries.filter(keep),
+  livenessEntries: base.livenessEntries.filter(keep),
+  liveness: base.liveness.map((cell) => (args.handler === 'noop' ? { ...cell, handler: 'noop' as const } : cell)),
 };
 const scenarios = new Set(args.scenarios!.split(','));
-const outName = args.out ?? (mode === 'quick' && !args.deliveries && !args.contenders && !args.reps && !args.variants ? 'quick' : mode === 'full' ? 'full' : 'adhoc');
+const outName = args.out ?? (mode === 'quick' && !args.deliveries && !args.contenders && !args.reps && !args.variants && scenarios.size === 4 ? 'quick' : mode === 'full' && !args.deliveries ? 'full' : 'adhoc');
 
-const started = Date.now();
-const log = (line: string) => console.log(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(4)}s] ${line}`);
+const entryLabel = (entry: { contender: string; variant: string; keyed?: boolean }) =>
+  `${entry.contender}/${entry.variant}${entry.keyed === undefined ? '' : entry.keyed ? ' keyed' : ' unkeyed'}`;
+
+if (args.plan) {
+  const list = (entries: readonly Entry[]) => entries.map(entryLabel).join(', ');
+  console.log(`mode ${mode}, ${plan.reps} repetitions (sweep entries in the first ${plan.sweepReps}), scenarios ${[...scenarios].join(', ')}, out ${outName}`);
+  for (const cell of scenarios.has('publish') ? plan.publish : []) console.log(`${publishCellName(cell)}: ${list(plan.publishEntries)}`);
+  for (const cell of scenarios.has('dispatch') ? plan.dispatch : []) console.log(`${dispatchCellName(cell)}: ${list(cell.entries)}${cell.sweepEntries?.length ? `; sweep: ${list(cell.sweepEntries)}` : ''}`);
+  for (const cell of scenarios.has('mixed') ? plan.mixed : []) console.log(`${mixedCellName(cell)}: ${list(plan.mixedEntries)}`);
+  for (const cell of scenarios.has('liveness') ? plan.liveness : []) console.log(`${livenessCellName(cell)} [${plan.livenessArms.join(' | ')}]: ${list(plan.livenessEntries)}`);
+  process.exit(0);
+}
 
 const { url, created } = await createBenchDatabase();
 const admin = await connect(url);
@@ -137,10 +227,15 @@ const context: RunContext = { url, admin, walinspect, timeoutMs: plan.timeoutMs,
 const mixedContext = (cell: MixedCell): RunContext => ({ ...context, timeoutMs: Math.min(plan.timeoutMs, cell.windowMs + 15_000) });
 const runs: RunRecord[] = [];
 
+
 function describe(record: RunRecord): string {
   const status = record.valid ? 'VALID' : `INVALID (${record.exactness.reasons.join(', ') || record.error})`;
   const wal = record.db ? ` wal/unit ${record.db.walPerUnit.toFixed(0)}${record.db.ownWalPerUnit !== null ? ` (own ${record.db.ownWalPerUnit.toFixed(0)})` : ''} upd/unit ${record.db.updatesPerUnit.toFixed(2)} stmts/unit ${record.db.statementsPerUnit.toFixed(3)}` : '';
-  return `${record.cell} ${record.contender}/${record.variant} rep ${record.rep}: ${record.rate.toFixed(0)}/s ${status}${wal}`;
+  const warned = record.warnings?.count ? ` warnings ${record.warnings.count}` : '';
+  const extra = record.scenario === 'liveness' && record.tag === 'failing heads'
+    ? ` retry lag p50 ${Number(record.figures.retryLagP50Ms).toFixed(0)} max ${Number(record.figures.retryLagMaxMs).toFixed(0)} ms, all ${Number(record.figures.allDeliveriesPerSec).toFixed(0)}/s`
+    : '';
+  return `${record.cell}${record.tag ? ` [${record.tag}]` : ''} ${entryLabel(record)} rep ${record.rep}: ${record.rate.toFixed(0)}/s${extra} ${status}${wal}${warned}`;
 }
 
 async function attempt(label: string, body: () => Promise<RunRecord>, fallback: Omit<RunRecord, 'valid' | 'exactness' | 'rate' | 'figures' | 'db'>): Promise<void> {
@@ -158,32 +253,47 @@ async function attempt(label: string, body: () => Promise<RunRecord>, fallback: 
   }
 }
 
+const settings = (entry: Entry) => {
+  const found = settingsOf(contender(entry.contender), entry.variant);
+  if (!found) throw new Error(`${entry.contender} has no variant ${entry.variant}`);
+  return found;
+};
+
 try {
-  log(`mode ${mode}, ${plan.reps} repetitions, database ${new URL(url).pathname.slice(1)}${created ? ' (created)' : ''}, pg_walinspect ${walinspect ? 'on' : 'off'}`);
+  log(`mode ${mode}, ${plan.reps} repetitions, database ${new URL(url).pathname.slice(1)}${created ? ' (created)' : ''}, pg_walinspect ${walinspect ? 'on' : 'off'}, relaybus from dist/ (commit ${build.commit}${build.uncommitted.length ? `, ${build.uncommitted.length} uncommitted file(s) in src/schema/sql` : ''}${build.built ? ', rebuilt' : ''})`);
   for (let rep = 1; rep <= plan.reps; rep += 1) {
     if (scenarios.has('publish')) {
       for (const cell of plan.publish) {
-        for (const name of plan.publishContenders) {
-          await attempt(`publish ${name}`, () => runPublish(context, contender(name), cell, rep),
-            { scenario: 'publish', cell: `publish P=${cell.publishers} batch=${cell.batch}`, contender: name, variant: 'default', rep });
+        for (const entry of plan.publishEntries) {
+          await attempt(`publish ${entryLabel(entry)}`, () => runPublish(context, contender(entry.contender), entry, cell, rep),
+            { scenario: 'publish', cell: publishCellName(cell), contender: entry.contender, variant: 'default', keyed: entry.keyed, rep });
         }
       }
     }
     if (scenarios.has('dispatch')) {
       for (const cell of plan.dispatch) {
-        for (const [name, variant] of cell.variants) {
-          const impl = contender(name);
-          await attempt(`dispatch ${name}/${variant}`, () => runDispatch(context, impl, variant, impl.variants[variant]!, cell, rep),
-            { scenario: 'dispatch', cell: `dispatch N=${cell.deliveries} D=${cell.dispatchers}`, contender: name, variant, rep });
+        const entries = [...cell.entries, ...(rep <= plan.sweepReps ? cell.sweepEntries ?? [] : [])];
+        for (const entry of entries) {
+          await attempt(`dispatch ${entryLabel(entry)}`, () => runDispatch(context, contender(entry.contender), entry, settings(entry), cell, rep),
+            { scenario: 'dispatch', cell: dispatchCellName(cell), contender: entry.contender, variant: entry.variant, keyed: entry.keyed, rep });
         }
       }
     }
     if (scenarios.has('mixed')) {
       for (const cell of plan.mixed) {
-        for (const [name, variant] of plan.mixedVariants) {
-          const impl = contender(name);
-          await attempt(`mixed ${name}/${variant}`, () => runMixed(mixedContext(cell), impl, variant, impl.variants[variant]!, cell, rep),
-            { scenario: 'mixed', cell: `mixed ${cell.ratePerSec} ev/s ${cell.windowMs / 1000}s P=${cell.publishers} D=${cell.dispatchers}`, contender: name, variant, rep });
+        for (const entry of plan.mixedEntries) {
+          await attempt(`mixed ${entryLabel(entry)}`, () => runMixed(mixedContext(cell), contender(entry.contender), entry, settings(entry), cell, rep),
+            { scenario: 'mixed', cell: mixedCellName(cell), contender: entry.contender, variant: entry.variant, keyed: entry.keyed, rep });
+        }
+      }
+    }
+    if (scenarios.has('liveness')) {
+      for (const cell of plan.liveness) {
+        for (const entry of plan.livenessEntries) {
+          for (const arm of args.arms ? LIVENESS_ARMS.filter((a) => args.arms!.split(',').includes(a)) : plan.livenessArms) {
+            await attempt(`liveness ${entryLabel(entry)} ${arm}`, () => runLiveness({ ...context, timeoutMs: plan.livenessTimeoutMs }, contender(entry.contender), entry, settings(entry), cell, arm, rep),
+              { scenario: 'liveness', cell: livenessCellName(cell), contender: entry.contender, variant: entry.variant, keyed: true, tag: arm, rep });
+          }
         }
       }
     }
@@ -204,8 +314,9 @@ const results: BenchResults = {
     postgres: server!.version, autovacuum: server!.autovacuum, synchronousCommit: server!.sync, sharedBuffers: server!.sb,
     walinspect, pgStatStatements: pss!.preloaded ? 'preloaded' : 'not in shared_preload_libraries: statements counted client-side',
   },
+  build,
   plan: { ...plan, scenarios: [...scenarios] },
-  contenders: Object.fromEntries([...loaded.values()].map((c) => [c.name, { ordered: c.ordered, variants: c.variants }])),
+  contenders: Object.fromEntries([...loaded.values()].map((c) => [c.name, { ordersKeys: c.ordersKeys, variants: c.variants, sweep: c.sweep ?? {} }])),
   runs,
 };
 mkdirSync(new URL('./results/', import.meta.url), { recursive: true });

@@ -1,21 +1,26 @@
 /**
- * pg-boss 10.x from the npm registry (10.4.2; 11+ needs Node 22). One queue per handler; publishing
- * inserts one job per handler with `boss.insert(jobs, { db })` inside the caller's transaction.
- * Maintenance and scheduling are off (`supervise: false`, `schedule: false`) so no archive or purge
- * runs inside a measured window; completed jobs stay in the job table (pg-boss's design: it updates
- * them to `completed` and archives later). No per-key ordering: the order check does not apply.
+ * pg-boss 10.x from the npm registry (10.4.2; 11+ needs Node 22). One queue per handler;
+ * publishing inserts one job per handler with `boss.insert(jobs, { db })` inside the caller's
+ * transaction. Maintenance and scheduling are off (`supervise: false`, `schedule: false`) so no
+ * archive or purge runs inside a measured window; completed jobs stay in the job table (pg-boss's
+ * design: it updates them to `completed` and archives later).
  *
- * defaults: one `work()` per queue with pg-boss's defaults (batchSize 1, polling every 2 s), pool 10.
- *   pg-boss 10's worker waits out the polling interval after every fetch (src/worker.js), so this
- *   handles batchSize / interval = 0.5 jobs/s per queue: no drain of thousands of deliveries ends
- *   in a benchmark's time, so the plans do not run it (bench/README.md gives the measurement).
- * tuned: `workers` `work()` loops per queue, batchSize and polling as given, larger pool: at most
- *   workers x batchSize / interval jobs/s per queue.
+ * No per-key ordering: pg-boss 10 has none. Its `singleton` queue policy allows one active job
+ * per singleton key, enforced by a unique index, which a batch fetch running into a key that is
+ * already active fails on: it serialises, it does not order, so keyed runs are not offered.
+ *
+ * The worker loop (src/worker.js): fetch up to `batchSize` jobs, run the handler on the batch,
+ * complete them, then sleep `pollingIntervalSeconds` minus the time spent, when more than 100 ms
+ * is left; 0.5 s is pg-boss's minimum. So one `work()` handles at most batchSize / max(interval,
+ * fetch + handle + complete) jobs/s, and `workers` loops per queue multiply it.
+ *
+ * Start-up: `boss.start()` (pool, version check) in `prepare`, with the pool opened to its size;
+ * the `work()` calls in `start`.
  */
 import pg from 'pg';
 import PgBoss from 'pg-boss';
-import { HANDLERS, type Contender } from '../lib/types.js';
-import { inTransaction } from '../lib/db.js';
+import { HANDLERS, pairsOf, type Contender, type DispatcherSettings } from '../lib/types.js';
+import { inTransaction, warmSize } from '../lib/db.js';
 
 interface Executor { executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }> }
 
@@ -23,13 +28,33 @@ function boss(url: string, schema: string, max: number): PgBoss {
   return new PgBoss({ connectionString: url, schema, max, supervise: false, schedule: false, migrate: false });
 }
 
+/** One sweep point: `workers` work() loops per queue, batchSize b, polling interval s seconds; pool 2 x workers x queues + 2. */
+export function pgBossSettings(workers: number, b: number, s: number, priority = true): DispatcherSettings {
+  return {
+    concurrency: 1, batchSize: b, pollIntervalMs: s * 1000, poolSize: Math.max(10, workers * HANDLERS.length * 2 + 2),
+    extra: { workers, ...(priority ? {} : { priority: 0 }) },
+  };
+}
+
+/** The sweep of bench:full (bench/README.md). */
+export const PG_BOSS_SWEEP: Readonly<Record<string, DispatcherSettings>> = {
+  ...Object.fromEntries([2, 4, 8].flatMap((w) => [1000, 2000, 5000].map((b) => [`w${w} b${b} s0.5`, pgBossSettings(w, b, 0.5)]))),
+  'w4 b5000 s1': pgBossSettings(4, 5000, 1),
+  'w4 b5000 s0.5 noprio': pgBossSettings(4, 5000, 0.5, false),
+};
+
 export const pgBoss: Contender = {
   name: 'pg-boss',
-  ordered: false,
+  ordersKeys: false,
+  keyed: false,
+  retryBackoff: false,
+  keyedVariants: [],
   variants: {
     defaults: { concurrency: 1, batchSize: 1, pollIntervalMs: 2000, poolSize: 10, extra: { workers: 1 } },
-    tuned: { concurrency: 1, batchSize: 1000, pollIntervalMs: 500, poolSize: 20, extra: { workers: 4 } },
+    // The best point of the sweep on this machine (bench/README.md gives the figures).
+    best: pgBossSettings(4, 5000, 0.5),
   },
+  sweep: PG_BOSS_SWEEP,
   tables: { deliveries: /^j[0-9a-f]{56}$/ },
 
   async setup(url, schema) {
@@ -53,6 +78,12 @@ export const pgBoss: Contender = {
     return { pending: Number(row!.pending), dead: Number(row!.dead), completedRows: Number(row!.done) };
   },
 
+  async stored(admin, schema) {
+    const { rows } = await admin.query<{ i: string; handler: string }>(
+      `SELECT data->>'i' AS i, name AS handler FROM "${schema}".job WHERE state IN ('created', 'retry')`);
+    return pairsOf(rows);
+  },
+
   async publisher({ url, schema, poolSize }) {
     const pool = new pg.Pool({ connectionString: url, max: poolSize });
     const b = boss(url, schema, 1);
@@ -72,16 +103,26 @@ export const pgBoss: Contender = {
     };
   },
 
-  async dispatcher({ url, schema }, settings, onHandle) {
+  async dispatcher({ url, schema }, settings, hooks) {
     const b = boss(url, schema, settings.poolSize);
-    b.on('error', (error: unknown) => console.error('[pg-boss]', error));
+    b.on('error', (error: unknown) => hooks.warn(`error: ${String((error as Error)?.stack ?? error)}`));
+    const workers = settings.extra?.workers ?? 1;
+    const priority = settings.extra?.priority !== 0;
     return {
-      async start() {
+      async prepare() {
         await b.start();
+        // Open the pool (lib/db.ts warmSize): as many statements at once as connections wanted.
+        const db = b.getDb();
+        await Promise.all(Array.from({ length: warmSize(settings.poolSize) }, () => db.executeSql('SELECT pg_sleep(0.01)', [])));
+      },
+      async start() {
         for (const [index, name] of HANDLERS.entries()) {
-          for (let w = 0; w < (settings.extra?.workers ?? 1); w += 1) {
-            await b.work<{ i: number }>(name, { batchSize: settings.batchSize, pollingIntervalSeconds: settings.pollIntervalMs / 1000 }, async (jobs) => {
-              for (const job of jobs) onHandle(job.data.i, index);
+          for (let w = 0; w < workers; w += 1) {
+            await b.work<{ i: number }>(name, { batchSize: settings.batchSize, pollingIntervalSeconds: settings.pollIntervalMs / 1000, priority }, async (jobs) => {
+              for (const job of jobs) {
+                const running = hooks.onHandle(job.data.i, index);
+                if (running) await running; // only the liveness cell's yielding handler returns a promise
+              }
             });
           }
         }

@@ -10,11 +10,14 @@
 import pg from 'pg';
 import { laneOf } from '../../src/core/lanes.js';
 import { HANDLERS, type Contender, type DispatcherHandle } from '../lib/types.js';
-import { inTransaction } from '../lib/db.js';
+import { inTransaction, warmPool } from '../lib/db.js';
 
 export const rawSql: Contender = {
   name: 'raw-sql',
-  ordered: false,
+  ordersKeys: false,
+  keyed: false,
+  retryBackoff: false,
+  keyedVariants: [],
   variants: {
     // loops: concurrent claim/delete loops per dispatcher process, each on its own slice of lanes.
     floor: { concurrency: 1000, batchSize: 1000, pollIntervalMs: 50, poolSize: 4, extra: { loops: 2 } },
@@ -45,6 +48,11 @@ export const rawSql: Contender = {
     return { pending: Number(row!.n), dead: 0, completedRows: 0 };
   },
 
+  async stored(admin, schema) {
+    const { rows } = await admin.query<{ i: number; h: number }>(`SELECT i, handler AS h FROM "${schema}".raw_deliveries`);
+    return { i: Int32Array.from(rows, (row) => row.i), h: Uint8Array.from(rows, (row) => row.h) };
+  },
+
   async publisher({ url, schema, poolSize }) {
     const pool = new pg.Pool({ connectionString: url, max: poolSize });
     const insert = {
@@ -67,7 +75,7 @@ export const rawSql: Contender = {
     };
   },
 
-  async dispatcher({ url, schema }, settings, onHandle): Promise<DispatcherHandle> {
+  async dispatcher({ url, schema }, settings, { onHandle }): Promise<DispatcherHandle> {
     const loops = settings.extra?.loops ?? 1;
     const pool = new pg.Pool({ connectionString: url, max: Math.max(settings.poolSize, loops) });
     const claim = {
@@ -96,6 +104,7 @@ export const rawSql: Contender = {
     }
 
     return {
+      prepare: () => warmPool(pool, Math.max(settings.poolSize, loops)),
       async start() {
         for (let index = 0; index < loops; index += 1) running.push(loop(index));
       },

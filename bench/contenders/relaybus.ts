@@ -1,24 +1,38 @@
 /**
  * relaybus itself: the real bus and dispatcher (createRelayBus + postgresStore over `pg`), the
- * same code a user runs with `npx relaybus worker`. Publishing goes through `bus.publishMany` in
- * the caller's transaction (a pg client after BEGIN).
+ * same code a user runs with `npx relaybus worker`, loaded from the compiled `dist/` (as the peers
+ * run compiled JavaScript from node_modules; the orchestrator builds it first when src/ is newer,
+ * see bench/lib/build.ts). Types come from src/. Publishing goes through `bus.publishMany` in the
+ * caller's transaction (a pg client after BEGIN).
  */
 import pg from 'pg';
-import { createConsoleLogger, createRelayBus, defineEvent, Type, type RelayBus } from '../../src/index.js';
-import { fromPg, postgresStore, type PgClientLike } from '../../src/postgres/index.js';
-import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.js';
-import { inTransaction } from '../lib/db.js';
+import type * as Api from '../../src/index.js';
+import type * as PgApi from '../../src/postgres/index.js';
+import { HANDLERS, handlerIndex, pairsOf, type Contender, type DispatcherHooks, type DispatcherSettings } from '../lib/types.js';
+import { inTransaction, warmPool } from '../lib/db.js';
+
+const dist = (path: string) => new URL(`../../dist/src/${path}`, import.meta.url).href;
+const api = (await import(dist('index.js'))) as typeof Api;
+const pgApi = (await import(dist('postgres/index.js'))) as typeof PgApi;
+const { createRelayBus, defineEvent, Type } = api;
+const { fromPg, postgresStore } = pgApi;
 
 const BenchEvent = defineEvent('bench.event', Type.Object({ i: Type.Integer() }));
 
-function makeBus(pool: pg.Pool, schema: string, settings?: DispatcherSettings): RelayBus<PgClientLike, typeof BenchEvent> {
+/** relaybus's warnings and errors go to the run's warning log (printed, kept in the record). */
+function loggerOf(hooks: DispatcherHooks | undefined): Api.Logger {
+  const noop = () => {};
+  const report = (level: string) => (message: string, fields?: Api.LogFields) => hooks?.warn(`${level}: ${message}${fields ? ' ' + JSON.stringify(fields) : ''}`);
+  return { debug: noop, info: noop, warn: report('warn'), error: report('error') };
+}
+
+function makeBus(pool: pg.Pool, schema: string, settings?: DispatcherSettings, hooks?: DispatcherHooks): Api.RelayBus<PgApi.PgClientLike, typeof BenchEvent> {
   const store = postgresStore({ driver: fromPg(pool), schema });
   return createRelayBus({
     store,
     events: [BenchEvent],
     setupStore: false,
-    // BENCH_DEBUG=1 shows the dispatcher's own log (warnings and errors) on stderr.
-    ...(process.env.BENCH_DEBUG ? { logger: createConsoleLogger({ level: 'warn' }) } : {}),
+    logger: loggerOf(hooks),
     ...(settings
       ? {
           dispatcher: {
@@ -34,7 +48,10 @@ function makeBus(pool: pg.Pool, schema: string, settings?: DispatcherSettings): 
 
 export const relaybus: Contender = {
   name: 'relaybus',
-  ordered: true,
+  ordersKeys: true,
+  keyed: true,
+  retryBackoff: true,
+  keyedVariants: ['defaults', 'tuned', 'pipelined'],
   variants: {
     // The library's DEFAULT_* (concurrency 10, batch 10, poll 1 s) on a default-sized pg pool.
     defaults: { concurrency: 10, batchSize: 10, pollIntervalMs: 1000, poolSize: 10 },
@@ -64,6 +81,13 @@ export const relaybus: Contender = {
     return { pending: Number(row!.pending), dead: Number(row!.dead), completedRows: 0 };
   },
 
+  async stored(admin, schema) {
+    // Event ids are `e<i>` (see publisher below).
+    const { rows } = await admin.query<{ i: string; handler: string }>(
+      `SELECT substr(event_id, 2) AS i, handler FROM "${schema}".relaybus_deliveries WHERE status = 'pending'`);
+    return pairsOf(rows);
+  },
+
   async publisher({ url, schema, poolSize }) {
     const pool = new pg.Pool({ connectionString: url, max: poolSize });
     const bus = makeBus(pool, schema);
@@ -82,11 +106,19 @@ export const relaybus: Contender = {
     };
   },
 
-  async dispatcher({ url, schema }, settings, onHandle) {
+  async dispatcher({ url, schema }, settings, hooks) {
     const pool = new pg.Pool({ connectionString: url, max: settings.poolSize });
-    const bus = makeBus(pool, schema, settings);
-    HANDLERS.forEach((handler, index) => bus.on(BenchEvent, handler, (payload) => { onHandle(payload.i, index); }));
+    const bus = makeBus(pool, schema, settings, hooks);
+    const options = hooks.retryBackoffMs !== undefined
+      ? { backoff: { initialDelayMs: hooks.retryBackoffMs, maxDelayMs: hooks.retryBackoffMs, multiplier: 1, jitter: 0 } }
+      : {};
+    for (const handler of HANDLERS) {
+      const index = handlerIndex(handler);
+      bus.on(BenchEvent, handler, options, (payload) => hooks.onHandle(payload.i, index));
+    }
     return {
+      // relaybus's start() runs no statement with setupStore: false; its start-up is the pool.
+      prepare: () => warmPool(pool, settings.poolSize),
       start: () => bus.start(),
       async stop() {
         await bus.stop({ graceMs: 5_000 });

@@ -15,8 +15,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { HANDLERS, type Contender, type DispatcherHandle } from '../lib/types.js';
-import { inTransaction } from '../lib/db.js';
+import { HANDLERS, pairsOf, type Contender, type DispatcherHandle } from '../lib/types.js';
+import { inTransaction, warmPool } from '../lib/db.js';
 
 const LEASE_MS = 30_000;
 
@@ -103,7 +103,10 @@ export const rowLeaseSql = { ddl, publish: publishSql, claim: claimSql, complete
 
 export const rowLease: Contender = {
   name: 'row-lease',
-  ordered: true,
+  ordersKeys: true,
+  keyed: true,
+  retryBackoff: false,
+  keyedVariants: ['defaults', 'tuned'],
   variants: {
     defaults: { concurrency: 10, batchSize: 10, pollIntervalMs: 1000, poolSize: 10 },
     tuned: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, poolSize: 20 },
@@ -132,6 +135,12 @@ export const rowLease: Contender = {
     return { pending: Number(row!.pending), dead: Number(row!.dead), completedRows: Number(row!.done) };
   },
 
+  async stored(admin, schema) {
+    const { rows } = await admin.query<{ i: string; handler: string }>(
+      `SELECT substr(event_id, 2) AS i, handler FROM "${schema}".rl_deliveries WHERE status = 'pending'`);
+    return pairsOf(rows);
+  },
+
   async publisher({ url, schema, poolSize }) {
     const pool = new pg.Pool({ connectionString: url, max: poolSize });
     const text = publishSql(schema);
@@ -147,7 +156,7 @@ export const rowLease: Contender = {
     };
   },
 
-  async dispatcher({ url, schema }, settings, onHandle): Promise<DispatcherHandle> {
+  async dispatcher({ url, schema }, settings, { onHandle }): Promise<DispatcherHandle> {
     const pool = new pg.Pool({ connectionString: url, max: settings.poolSize });
     const owner = `rl:${process.pid}:${randomBytes(4).toString('hex')}`;
     const claim = { name: 'rl_claim_' + schema, text: claimSql(schema) };
@@ -163,7 +172,8 @@ export const rowLease: Contender = {
     let renewTimer: NodeJS.Timeout | undefined;
 
     async function runOne(row: { id: string; handler: string; lease_token: string; payload: { i: number } }): Promise<void> {
-      onHandle(row.payload.i, handlers.indexOf(row.handler as (typeof HANDLERS)[number]));
+      const running = onHandle(row.payload.i, handlers.indexOf(row.handler as (typeof HANDLERS)[number]));
+      if (running) await running;
       await pool.query({ ...complete, values: [row.id, row.lease_token] });
     }
 
@@ -194,6 +204,7 @@ export const rowLease: Contender = {
     }
 
     return {
+      prepare: () => warmPool(pool, settings.poolSize),
       async start() {
         renewTimer = setInterval(() => {
           if (inFlight.size > 0) void pool.query({ ...renew, values: [[...inFlight], owner, LEASE_MS] }).catch(() => {});

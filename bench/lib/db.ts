@@ -134,6 +134,16 @@ export async function walBytes(client: pg.Client, from: string, to: string): Pro
  */
 export async function ownWalBytes(client: pg.Client, from: string, to: string): Promise<number | undefined> {
   try {
+    // pg_walinspect reads only flushed WAL; asynchronous commits (synchronous_commit = off) may still
+    // sit in WAL buffers: wait for the WAL writer (wal_writer_delay, 200 ms by default), bounded.
+    // Other sessions' open transactions may keep WAL unflushed longer: then stop at the flushed end.
+    for (let waited = 0; ; waited += 50) {
+      const { rows: [f] } = await client.query<{ flushed: boolean; end: string }>(
+        'SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn AS flushed, pg_current_wal_flush_lsn()::text AS end', [to]);
+      if (f!.flushed) break;
+      if (waited >= 3_000) { to = f!.end; break; }
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
     const { rows: [row] } = await client.query<{ bytes: string | null }>(
       `WITH recs AS (
          SELECT xid, record_length, block_ref FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
@@ -165,4 +175,22 @@ export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient
   } finally {
     client.release();
   }
+}
+
+/**
+ * Connections a dispatcher process opens before "go": its pool size, but at most 40 over all the
+ * dispatcher processes of a run (at least 4 each). The server is shared (max_connections 100 here)
+ * and the libraries use far fewer connections than their pool size at once (a claim loop and a few
+ * completion writes; pg-boss one per work() loop): warming every pool in full with 4 processes would
+ * take 80 connections from the tests running beside the benchmark.
+ */
+export function warmSize(poolSize: number): number {
+  const processes = Math.max(1, Number(process.env.BENCH_DISPATCHER_SLOTS ?? 1));
+  return Math.min(poolSize, Math.max(4, Math.floor(40 / processes)));
+}
+
+/** Open warmSize(size) connections of `pool` at once (then release them): the pool's start-up, outside the timed window. */
+export async function warmPool(pool: pg.Pool, size: number): Promise<void> {
+  const clients = await Promise.all(Array.from({ length: warmSize(size) }, () => pool.connect()));
+  for (const client of clients) client.release();
 }

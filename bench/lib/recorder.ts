@@ -1,25 +1,31 @@
-/** Growable typed-array log of handled deliveries: event index, handler index, start time (ms, epoch-based). */
+/**
+ * Growable typed-array log of handled deliveries: event index, handler index, handler start and
+ * end time (ms, epoch-based; end = start for a synchronous no-op handler).
+ */
 export class Recorder {
   i = new Int32Array(1 << 16);
   h = new Uint8Array(1 << 16);
   t = new Float64Array(1 << 16);
+  e = new Float64Array(1 << 16);
   length = 0;
 
-  add(i: number, handler: number, time: number): void {
+  add(i: number, handler: number, start: number, end: number): void {
     if (this.length === this.i.length) {
       const size = this.i.length * 2;
       const i = new Int32Array(size); i.set(this.i); this.i = i;
       const h = new Uint8Array(size); h.set(this.h); this.h = h;
       const t = new Float64Array(size); t.set(this.t); this.t = t;
+      const e = new Float64Array(size); e.set(this.e); this.e = e;
     }
     this.i[this.length] = i;
     this.h[this.length] = handler;
-    this.t[this.length] = time;
+    this.t[this.length] = start;
+    this.e[this.length] = end;
     this.length += 1;
   }
 
-  take(): { i: Int32Array; h: Uint8Array; t: Float64Array } {
-    return { i: this.i.slice(0, this.length), h: this.h.slice(0, this.length), t: this.t.slice(0, this.length) };
+  take(): { i: Int32Array; h: Uint8Array; t: Float64Array; e: Float64Array } {
+    return { i: this.i.slice(0, this.length), h: this.h.slice(0, this.length), t: this.t.slice(0, this.length), e: this.e.slice(0, this.length) };
   }
 }
 

@@ -16,12 +16,24 @@ export interface RunContext {
   readonly log: (line: string) => void;
 }
 
+/** One contender variant in a cell, with or without ordering keys. */
+export interface Entry {
+  readonly contender: string;
+  readonly variant: string;
+  /** Events carry ordering keys (ordered where the contender orders keys). */
+  readonly keyed: boolean;
+}
+
 export interface RunRecord {
-  readonly scenario: 'publish' | 'dispatch' | 'mixed';
+  readonly scenario: 'publish' | 'dispatch' | 'mixed' | 'liveness';
   /** The cell: scenario parameters that identify comparable runs (contender excluded). */
   readonly cell: string;
   readonly contender: string;
   readonly variant: string;
+  /** Whether the events carried ordering keys (absent in results written before it existed: keyed). */
+  readonly keyed?: boolean;
+  /** A sub-case of a cell (liveness: its arm, "failing heads", "healthy keys only", ...). */
+  readonly tag?: string;
   readonly rep: number;
   readonly valid: boolean;
   readonly exactness: Exactness;
@@ -30,7 +42,14 @@ export interface RunRecord {
   readonly figures: Readonly<Record<string, number | null>>;
   readonly db: DbFigures | null;
   readonly profile?: readonly { name: string; count: number; ms: number; msPerCall: number; share: number }[];
+  /** Warnings and errors the contender's library logged in its dispatcher processes (count, first few). */
+  readonly warnings?: { readonly count: number; readonly first: readonly string[] };
   readonly error?: string;
+}
+
+/** Merge the warnings of several dispatcher processes. */
+export function mergeWarnings(parts: readonly { warnings: readonly string[]; warningCount: number }[]): { count: number; first: string[] } {
+  return { count: parts.reduce((sum, p) => sum + p.warningCount, 0), first: parts.flatMap((p) => p.warnings).slice(0, 10) };
 }
 
 export function schemaName(contender: Contender): string {

@@ -7,13 +7,14 @@
  * no polling load on the database).
  */
 import { snapshot } from '../lib/db.js';
+import type { KeyMap } from '../lib/keys.js';
 import { startDispatcher, startPublisher } from '../lib/procs.js';
 import { percentile, sleep } from '../lib/stats.js';
 import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.js';
 import { dbFigures, mergeStatements, profile } from '../metrics.js';
-import { mergeRecords, validate, type Records } from '../validate.js';
-import type { PublisherResult } from '../child.js';
-import { withSchema, type RunContext, type RunRecord } from './common.js';
+import { mergeRecords, validate } from '../validate.js';
+import type { DispatcherResult, PublisherResult } from '../child.js';
+import { mergeWarnings, withSchema, type Entry, type RunContext, type RunRecord } from './common.js';
 
 export interface MixedCell {
   readonly ratePerSec: number;
@@ -29,11 +30,14 @@ export function mixedCellName(cell: MixedCell): string {
 const KEYS_PER_PUBLISHER = 200;
 
 export async function runMixed(
-  context: RunContext, contender: Contender, variant: string, settings: DispatcherSettings, cell: MixedCell, rep: number,
+  context: RunContext, contender: Contender, entry: Entry, settings: DispatcherSettings, cell: MixedCell, rep: number,
 ): Promise<RunRecord> {
+  // key of event i = n * P + p: (n % K) * P + p
+  const keyMap: KeyMap = entry.keyed ? { kind: 'modulo', publishers: cell.publishers, keysPerPublisher: KEYS_PER_PUBLISHER } : { kind: 'none' };
   return withSchema(context, contender, async (schema) => {
+    const handler = { mode: 'noop' as const, keys: keyMap };
     const dispatchers = Array.from({ length: cell.dispatchers }, (_, slot) =>
-      startDispatcher({ contender: contender.name, url: context.url, schema, poolSize: settings.poolSize, settings }, slot, cell.dispatchers));
+      startDispatcher({ contender: contender.name, url: context.url, schema, poolSize: settings.poolSize, settings, handler }, slot, cell.dispatchers));
     const publishers = Array.from({ length: cell.publishers }, () => startPublisher({ contender: contender.name, url: context.url, schema, poolSize: 1 }));
     try {
       const t0 = Date.now();
@@ -44,7 +48,7 @@ export async function runMixed(
       const pubResults = Promise.all(publishers.map((p) => p.next<PublisherResult>('result')));
       publishers.forEach((p, publisher) => p.send({
         type: 'go',
-        plan: { kind: 'rate', ratePerSec: cell.ratePerSec / cell.publishers, durationMs: cell.windowMs, batch: 1, publisher, publishers: cell.publishers, keysPerPublisher: KEYS_PER_PUBLISHER },
+        plan: { kind: 'rate', ratePerSec: cell.ratePerSec / cell.publishers, durationMs: cell.windowMs, batch: 1, publisher, publishers: cell.publishers, keysPerPublisher: KEYS_PER_PUBLISHER, keyed: entry.keyed },
       }));
       const pubs = await pubResults;
       const published = pubs.reduce((sum, p) => sum + p.published, 0);
@@ -59,7 +63,7 @@ export async function runMixed(
       const drainDeadline = Date.now() + 10_000;
       while (!timedOut && (await contender.remaining(context.admin, schema)).pending > 0 && Date.now() < drainDeadline) await sleep(50);
       const tDrained = Date.now();
-      const results = Promise.all(dispatchers.map((c) => c.next<{ records: Records; statements: Record<string, { count: number; ms: number }>; error?: string }>('result')));
+      const results = Promise.all(dispatchers.map((c) => c.next<DispatcherResult>('result')));
       for (const c of dispatchers) c.send({ type: 'stop' });
       const out = await results;
       await Promise.all([...dispatchers, ...publishers].map((c) => c.exited()));
@@ -72,11 +76,8 @@ export async function runMixed(
       const commitT = new Float64Array(commitI.length);
       let offset = 0;
       for (const p of pubs) { commitI.set(p.commitI, offset); commitT.set(p.commitT, offset); offset += p.commitI.length; }
-      // key of event i = n * P + p: (n % K) * P + p
-      const P = cell.publishers;
-      const keyOfEvent = (i: number) => (Math.floor(i / P) % KEYS_PER_PUBLISHER) * P + (i % P);
       const errors = [...out.map((o) => o.error), ...pubs.map((p) => p.error)].filter(Boolean).join('\n');
-      const checked = validate(commitI, records, keyOfEvent, contender.ordered, remaining);
+      const checked = validate(commitI, records, keyMap, contender.ordersKeys, remaining, out.reduce((sum, o) => sum + o.overlaps, 0));
       const extra = [...(timedOut ? [`timeout after ${context.timeoutMs} ms`] : []), ...(errors ? ['a process failed'] : [])];
       const exactness = extra.length ? { ...checked, valid: false, reasons: [...checked.reasons, ...extra] } : checked;
 
@@ -99,7 +100,7 @@ export async function runMixed(
       const statements = mergeStatements(out.map((o) => o.statements));
       const db = await dbFigures(context.admin, contender, before, after, records.i.length, statements, context.walinspect);
       return {
-        scenario: 'mixed', cell: mixedCellName(cell), contender: contender.name, variant, rep, valid: exactness.valid, exactness,
+        scenario: 'mixed', cell: mixedCellName(cell), contender: contender.name, variant: entry.variant, keyed: entry.keyed, rep, valid: exactness.valid, exactness,
         rate: inWindow / ((windowEnd - windowStart) / 1000),
         figures: {
           offeredDeliveriesPerSec: cell.ratePerSec * HANDLERS.length,
@@ -107,7 +108,7 @@ export async function runMixed(
           latencyP50Ms: percentile(latencies, 50), latencyP95Ms: percentile(latencies, 95), latencyP99Ms: percentile(latencies, 99),
           backlogMax,
         },
-        db, profile: profile(statements), ...(errors ? { error: errors } : {}),
+        db, profile: profile(statements), warnings: mergeWarnings(out), ...(errors ? { error: errors } : {}),
       };
     } finally {
       [...dispatchers, ...publishers].forEach((c) => c.kill());
