@@ -134,7 +134,7 @@ RETURNING d.id::text AS id`;
     const client = await pool.connect();
     try {
       await client.query('BEGIN');
-      const { rows } = await client.query<{ id: string }>(text, [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false]);
+      const { rows } = await client.query<{ id: string }>(text, [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false, [], [], []]);
       const { rows: [bad] } = await client.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM ${q}relaybus_deliveries d WHERE d.id = ANY ($1::bigint[]) AND d.key IS NOT NULL
            AND EXISTS (SELECT 1 FROM ${q}relaybus_deliveries p WHERE p.lane = d.lane AND p.handler = d.handler AND p.key = d.key
@@ -170,7 +170,7 @@ RETURNING d.id::text AS id`;
     const completeParams = [leases.map((l) => l.id), leases.map((l) => l.lane), leases.map((l) => l.epoch), leases.map((l) => l.claims)];
     const label = stale ? 'stale' : 'fresh';
     const results: [string, number][] = [];
-    const claimParams = [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false];
+    const claimParams = [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false, [], [], []];
     results.push(['claim-held-lanes (sql/claim-held-lanes.sql)', await explain(`${label}: claim-held-lanes, limit ${batch}`, shipped, claimParams)]);
     results.push(['claim-held-lanes, generic plan', await explain(`${label}: claim-held-lanes, limit ${batch}, generic plan (named prepared statement)`, shipped, claimParams, true)]);
     say('');

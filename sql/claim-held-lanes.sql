@@ -18,7 +18,8 @@
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
 --         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
---         nothing to complete), $13 completion history boolean
+--         nothing to complete), $13 completion history boolean, $14 probe lanes smallint[], $15 probe handlers text[],
+--         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly)
 -- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; walk_step orders
 --          the keyed rows of a lane in walk order (the store resumes after the last one); then one row per completed
 --          delivery with only completed_id set
@@ -63,10 +64,27 @@ seen AS (
   SELECT h.lane, h.in_flight || s.in_flight AS in_flight
   FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane
 ),
+probed AS (
+  -- The head of each key whose retried head is due again (the store remembers its own reschedules): found at once
+  -- instead of when the walk comes round to the key.
+  SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
+         n.available_at, n.created_at, NULL::int AS walk_step, 0 AS rank
+  FROM unnest($14::smallint[], $15::text[], $16::text[]) AS q(lane, handler, key)
+  JOIN seen s ON s.lane = q.lane
+  CROSS JOIN LATERAL (
+    SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+           d.available_at, d.created_at
+    FROM /*schema*/relaybus_deliveries d
+    WHERE d.lane = q.lane AND d.handler = q.handler AND d.key = q.key AND d.key IS NOT NULL AND d.status = 'pending'
+    ORDER BY d.handler, d.key, d.sequence
+    LIMIT 1
+  ) n
+  WHERE n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight)
+),
 successors AS (
   -- The next pending row of each completed keyed delivery's key: its new head (see the header).
   SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
-         n.available_at, n.created_at, NULL::int AS walk_step
+         n.available_at, n.created_at, NULL::int AS walk_step, 1 AS rank
   FROM completed c
   JOIN seen s ON s.lane = c.lane
   CROSS JOIN LATERAL (
@@ -88,7 +106,7 @@ share AS (
 unkeyed AS (
   SELECT c.* FROM seen s CROSS JOIN LATERAL (
     SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-           d.available_at, d.created_at, NULL::int AS walk_step
+           d.available_at, d.created_at, NULL::int AS walk_step, 1 AS rank
     FROM /*schema*/relaybus_deliveries d
     WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
       AND d.handler = ANY ($2::text[]) AND d.id <> ALL (s.in_flight)
@@ -139,13 +157,20 @@ walk AS (
 keyed AS (
   -- The walk carries each head's columns (its index scan read the row anyway): no second lookup.
   SELECT w.id, w.lane, w.event_id, w.handler, w.key, w.sequence, w.attempts, w.max_attempts, w.claims,
-         w.available_at, w.created_at, w.step AS walk_step
+         w.available_at, w.created_at, w.step AS walk_step, 1 AS rank
   FROM walk w
   WHERE w.available_at <= (SELECT now FROM clock) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
 picked AS (
-  SELECT * FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM successors) c
-  ORDER BY c.available_at, c.id
+  -- A head can come by two ways (the walk and a probe): once.
+  SELECT * FROM (
+    SELECT DISTINCT ON (c.id) * FROM (
+      SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM successors UNION ALL SELECT * FROM probed
+    ) c
+    ORDER BY c.id, c.walk_step
+  ) c
+  -- Probed heads first: they waited out a backoff and would sort last by due time in a full batch.
+  ORDER BY c.rank, c.available_at, c.id
   LIMIT $3::int
 ),
 grouped AS (

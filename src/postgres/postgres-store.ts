@@ -16,6 +16,7 @@ import {
 import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
 import { KeyWalkCursors } from './key-walk-cursors.js';
+import { RetryProbes } from './retry-probes.js';
 import { setupPostgres } from './setup.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import { loadStatements, type StatementName } from './statements.js';
@@ -212,6 +213,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   /** When each owner last tried to take lanes (see claim); one entry per worker of this process. */
   const lastAcquireAt = new Map<string, number>();
   const walks = new KeyWalkCursors();
+  const probes = new RetryProbes();
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
     throw new InvalidOptionsError(`notify must be a boolean, got ${JSON.stringify(options.notify)}.`);
   }
@@ -256,6 +258,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     const claimHeld = async (want: number, complete: readonly ParsedLease[]) => {
       const rows = await runOwned<ClaimRow>('claim-held-lanes', [
         owner, handlers, want, leaseDurationMs, now, ...walks.parameters(owner), ...leaseArrays(complete), history,
+        ...probes.takeDue((params.now ?? new Date()).getTime()),
       ]);
       const claimedRows = rows.filter((row) => row.completed_id === null);
       walks.advance(owner, claimedRows);
@@ -408,7 +411,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       assertDate(params?.availableAt, 'availableAt');
       const error = validateError(params.error);
       if (params.now !== undefined) assertDate(params.now, 'now');
-      return fenced('reschedule', parsed, [iso(params.availableAt), error, iso(params.now)]);
+      const [row] = await runOwned<{ id: string; lane: number; handler: string; key: string | null }>('reschedule', [
+        parsed.deliveryId, parsed.lane, parsed.epoch, parsed.claims, iso(params.availableAt), error, iso(params.now),
+      ]);
+      if (row?.key != null) probes.add(toInt(row.lane), row.handler, row.key, params.availableAt);
+      return row !== undefined;
     },
 
     async bury(lease: DeliveryLease, params: BuryParams): Promise<boolean> {

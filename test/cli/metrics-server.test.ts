@@ -13,7 +13,7 @@ import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { parseSamples, valueOf } from '../telemetry/prom-text.js';
-import { TcpProxy } from '../telemetry/tcp-proxy.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import { IMPORTS, runCli, startCli, tempDir, useBuiltCli, writeModule } from './support.js';
 
 const found = await findPostgres();

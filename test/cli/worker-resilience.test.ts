@@ -9,13 +9,13 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
-import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import { BIN, IMPORTS, lines, REPO, runCli, startCli, tempDir, useBuiltCli, writeModule, type RunningCli } from './support.js';
 
 const found = await findPostgres();
@@ -46,43 +46,6 @@ bus.on(OrderPlaced, 'record', async (payload, ctx) => {
 });
 export default bus;
 `;
-
-/** A TCP proxy to Postgres on a fixed port: refuses connections until `open()`, and `cut()` drops every connection. */
-class Proxy {
-  #server: Server | undefined;
-  readonly #sockets = new Set<Socket>();
-  constructor(readonly port: number, readonly target: { host: string; port: number }) {}
-
-  /** A port nothing listens on (until `open()`). */
-  static async freePort(): Promise<number> {
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const { port } = probe.address() as AddressInfo;
-    await new Promise((resolve) => probe.close(resolve));
-    return port;
-  }
-
-  async open(): Promise<void> {
-    const server = createServer((client) => {
-      const upstream = connect(this.target.port, this.target.host);
-      for (const socket of [client, upstream]) {
-        this.#sockets.add(socket);
-        socket.on('close', () => this.#sockets.delete(socket));
-        socket.on('error', () => { client.destroy(); upstream.destroy(); });
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((resolve) => server.listen(this.port, '127.0.0.1', resolve));
-    this.#server = server;
-  }
-
-  async cut(): Promise<void> {
-    const server = this.#server;
-    this.#server = undefined;
-    for (const socket of this.#sockets) socket.destroy();
-    if (server) await new Promise((resolve) => server.close(resolve));
-  }
-}
 
 /** True while `pid` runs (a zombie waiting for its new parent to reap it has finished). */
 function isRunning(pid: number): boolean {
@@ -176,7 +139,7 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
   it('keeps running while the database is unreachable, logging each retry (JSON), drains once it answers, and rides out an outage', { timeout: 90_000 }, async () => {
     await reset();
     await publish(20);
-    const proxy = new Proxy(await Proxy.freePort(), { host: target.hostname, port: Number(target.port || 5432) });
+    const proxy = await TcpProxy.create({ host: target.hostname, port: Number(target.port || 5432) });
     const worker = startCli(['worker', config, '--log-format', 'json'], { env: env({ DATABASE_URL: urlWith({ port: proxy.port }) }) });
     try {
       await worker.waitFor(/"attempt":2/, 10_000); // two failed starts: 250 ms, then 500 ms of backoff

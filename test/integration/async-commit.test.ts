@@ -5,28 +5,19 @@
  * leak into the session (the pool is often the application's) nor into a caller's transaction.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import pg from 'pg';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements, type StatementName } from '../../src/postgres/statements.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
 
 const found = await findPostgres();
 
 describe('asynchronous commit of the dispatcher statements on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
-  const schema = uniqueSchemaName('async_commit');
-
-  before(async () => {
-    pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 1 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-  });
-  after(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
-  });
+  const schema = usePgStore('async_commit', 1, (opened) => ({ pool, store } = opened));
 
   it('each hot statement turns synchronous_commit off inside its own transaction, and only there', async () => {
     const handlers = [{ name: 'h', maxAttempts: 3 }];
@@ -38,7 +29,7 @@ describe('asynchronous commit of the dispatcher statements on real Postgres', { 
     const leases = claimed.map((d) => d.lease.split(':'));
     const statements = loadStatements(schema);
     const cases: [StatementName, unknown[]][] = [
-      ['claim-held-lanes', ['w', ['h'], 5, 30_000, null, [], [], [], [], [], [], [], false]],
+      ['claim-held-lanes', ['w', ['h'], 5, 30_000, null, [], [], [], [], [], [], [], false, [], [], []]],
       ['acquire-lanes', ['w2', ['h'], 4, 0, 30_000, null]],
       ['extend-lease', ['w', leases.map((l) => Number(l[0])), leases.map((l) => l[1]), 30_000, null]],
       ['complete-many', [claimed.map((d) => d.id), leases.map((l) => Number(l[0])), leases.map((l) => l[1]), leases.map((l) => Number(l[2]))]],

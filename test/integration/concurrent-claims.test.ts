@@ -4,30 +4,20 @@
  * deliveries of one (handler, key) must come in sequence order, one at a time.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { laneOf } from '../../src/core/lanes.js';
 import { parseLeaseToken } from '../../src/core/lease-token.js';
 import { loadStatements } from '../../src/postgres/statements.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
 
 const found = await findPostgres();
 
 describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
-  let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
-  const schema = uniqueSchemaName('concurrent_claims');
-
-  before(async () => {
-    pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 10 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-  });
-  after(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
-  });
+  usePgStore('concurrent_claims', 10, (opened) => ({ store } = opened));
 
   it('four owners and a doubled claim loop drain 1,200 deliveries exactly once, in per-key order', async () => {
     const handlers = [{ name: 'a', maxAttempts: 3 }, { name: 'b', maxAttempts: 3 }];

@@ -5,12 +5,12 @@
  * backlog of one key starved every other key of its lane.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import pg from 'pg';
+import { describe, it } from 'node:test';
 import { laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type, type FailedEvent } from '../../src/index.js';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
 import { collect, waitFor } from '../support/wait.js';
 
 const found = await findPostgres();
@@ -19,19 +19,8 @@ const POLL_MS = 50;
 const BACKOFF_MS = 1_500;
 
 describe('liveness of the delivery path on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
-  let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
-  const schema = uniqueSchemaName('liveness');
-
-  before(async () => {
-    pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 8 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-  });
-  after(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
-  });
+  usePgStore('liveness', 8, (opened) => ({ store } = opened));
 
   /** A bus whose handler fails the first `failures` attempts of the deliveries `fails` picks. */
   function busWith(failures: number, fails: (key: string | null, n: number) => boolean) {
@@ -96,6 +85,28 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     }
     assertRetriedWhenDue(failed, runs);
     assert.equal(lost.length, 0, 'one dispatcher never loses a lane to itself (a lane handed back and taken again)');
+  });
+
+  it('a retried head is among the first claimed once due, even in a lane full of other due keys', async () => {
+    const retried = 'a-retried-key'; // first in the walk's key order: the walk reaches it only after wrapping round
+    const lane = laneOf(retried, 'unused');
+    const others: string[] = [];
+    for (let i = 0; others.length < 60; i += 1) if (laneOf(`other-${i}`, 'unused') === lane) others.push(`other-${i}`);
+    const handlers = [{ name: 'probe', maxAttempts: 5 }];
+    const t0 = new Date('2030-01-01T00:00:00Z');
+    await store.transaction((tx) => store.publish(tx, [retried, ...others].flatMap((key) => [0, 1].map((n) => ({
+      type: 'liveness.step', key, payload: { n }, handlers, id: `${key}-${n}`,
+    }))), t0));
+    const claim = (now: Date) => store.claim({ owner: 'probe-owner', handlers: ['probe'], limit: 5, leaseDurationMs: 60_000, now });
+    const first = await claim(t0);
+    const head = first.find((d) => d.key === retried);
+    assert.ok(head, 'the first claim starts the walk at the first key');
+    assert.equal(await store.reschedule({ deliveryId: head.id, lease: head.lease }, { availableAt: new Date(t0.getTime() + 10_000), error: 'once', now: t0 }), true);
+    await store.completeMany(first.filter((d) => d !== head).map((d) => ({ deliveryId: d.id, lease: d.lease })), t0);
+    const due = new Date(t0.getTime() + 10_000);
+    const next = await claim(due);
+    assert.ok(next.some((d) => d.id === head.id), `the retried head is claimed in the first claim after it is due (got ${next.map((d) => d.eventId).join(', ')})`);
+    assert.equal(next.length, 5);
   });
 
   /** Every failure was retried, starting within a poll interval (plus scheduling slack) of being due. */

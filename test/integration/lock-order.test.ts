@@ -6,30 +6,19 @@
  * renews them concurrently, renewals listing the lanes in reverse and shuffled order.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import pg from 'pg';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { describe, it } from 'node:test';
+import { type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { parseLeaseToken } from '../../src/core/lease-token.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
 
 const found = await findPostgres();
 /** How long claims and renewals race; a deadlock showed within a second or two before the fix. */
 const RACE_MS = 6_000;
 
 describe('lane lock order on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
-  let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
-  const schema = uniqueSchemaName('lock_order');
-
-  before(async () => {
-    pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 8 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-  });
-  after(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
-  });
+  usePgStore('lock_order', 8, (opened) => ({ store } = opened));
 
   it('claims and lease renewals of one owner over many lanes never deadlock', async () => {
     const handlers = [{ name: 'h', maxAttempts: 3 }];

@@ -4,11 +4,12 @@
  * first), each hot statement of a real delivery cycle must run on its generic plan.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import pg from 'pg';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements, type StatementName } from '../../src/postgres/statements.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
 
 const found = await findPostgres();
 /** The statements every delivery cycle runs. */
@@ -17,18 +18,8 @@ const HOT: readonly StatementName[] = ['claim-held-lanes', 'acquire-lanes', 'com
 describe('plan cache of the hot statements on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
-  const schema = uniqueSchemaName('plan_cache');
-
-  before(async () => {
-    // One connection: prepared statements and their plan counters live per connection.
-    pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 1 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-  });
-  after(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
-  });
+  // One connection: prepared statements and their plan counters live per connection.
+  const schema = usePgStore('plan_cache', 1, (opened) => ({ pool, store } = opened));
 
   it('after warm-up every hot statement runs on its generic plan', async () => {
     const handlers = [{ name: 'a', maxAttempts: 3 }, { name: 'b', maxAttempts: 3 }];

@@ -4,10 +4,11 @@
  * pg_stat_user_tables after forcing this backend's statistics out.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import pg from 'pg';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
 
 const found = await findPostgres();
 
@@ -16,18 +17,8 @@ interface TableCounters { n_tup_ins: number; n_tup_upd: number; n_tup_hot_upd: n
 describe('write amplification of the delivery path (real Postgres)', { skip: 'skip' in found ? found.skip : undefined }, () => {
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
-  const schema = uniqueSchemaName('write_amp');
-
   // One connection: every statement runs on the backend whose statistics we flush and read.
-  before(async () => {
-    pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 1 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-  });
-  after(async () => {
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
-  });
+  const schema = usePgStore('write_amp', 1, (opened) => ({ pool, store } = opened));
 
   async function counters(): Promise<Record<string, TableCounters>> {
     await pool.query('SELECT pg_stat_force_next_flush()');
