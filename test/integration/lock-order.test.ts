@@ -37,8 +37,8 @@ describe('lane lock order on real Postgres', { skip: 'skip' in found ? found.ski
         epochs.set(lane, epoch);
       }
     };
-    record((await store.claim({ owner, handlers: ['h'], limit: 1_000, leaseDurationMs })).map((d) => d.lease));
-    assert.ok(epochs.size > 100, `the owner holds many lanes (held ${epochs.size})`);
+    record((await store.claim({ owner, handlers: ['h'], limit: 2_000, leaseDurationMs })).map((d) => d.lease));
+    assert.ok(epochs.size >= 64, `the owner holds many lanes (held ${epochs.size})`);
 
     const deadline = Date.now() + RACE_MS;
     const failures: string[] = [];
