@@ -58,11 +58,13 @@ describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.s
           }
         }
         await new Promise((resolve) => setTimeout(resolve, 1));
-        const results = await store.completeMany(batch.map((d) => ({ deliveryId: d.id, lease: d.lease })));
+        // The handlers are done: from here on only the completion write is in flight. The key's next delivery
+        // may be claimed as soon as that write commits, which can be before this loop hears back from it.
         for (const d of batch) {
           running.delete(d.id);
           runningSlots.delete(d.id);
         }
+        const results = await store.completeMany(batch.map((d) => ({ deliveryId: d.id, lease: d.lease })));
         completed += results.filter(Boolean).length;
       }
     }
