@@ -1,15 +1,15 @@
 import { basename } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isRetryableError, RelayBusError, type Logger } from '../../index.js';
+import { isRetryableError, type Logger } from '../../index.js';
 import { describeError } from '../../core/logger.js';
 import { RetryBackoff } from '../../dispatcher/wakeup.js';
 import type { Inbox } from '../../broker/inbox-types.js';
-import { choiceFlag, durationFlag, HELP_FLAG, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
+import { durationFlag, HELP_FLAG, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
 import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
 import { DEFAULT_CONFIG_NAMES, loadBus, resolveConfigPath, type WorkerBus } from '../config-loader.js';
 import { checkDatabaseUrl } from '../database-url.js';
-import { createCliLogger, LOG_FORMATS, LOG_LEVELS } from '../log.js';
+import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
 import { watchParent } from '../parent-watch.js';
 import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../signals.js';
 import { oneLine } from '../table.js';
@@ -23,15 +23,11 @@ import { oneLine } from '../table.js';
  * consumer that does not exist) exits 1. Handlers of the events run in `relaybus worker`.
  */
 
-/** After a second signal the inbox exits within this long. */
-const FORCE_DEADLINE_MS = 3_000;
-const CLOSE_DEADLINE_MS = 2_000;
 const DAY_MS = 86_400_000;
 
 const FLAGS = {
   grace: { type: 'string', value: 'time', description: 'How long held messages may take to finish on stop, e.g. 10s. Default: each inbox\'s shutdownGraceMs (10s).' },
-  'log-level': { type: 'string', value: 'level', description: 'Least severe log line printed: debug, info, warn or error. Default: info.' },
-  'log-format': { type: 'string', value: 'format', description: 'pretty (a readable line each) or json (one object per line). Default: pretty.' },
+  ...LOG_FLAGS,
   verbose: { type: 'boolean', description: 'Log a line per committed batch (at info), and print stack traces on errors.' },
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
@@ -155,13 +151,7 @@ function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
 async function runInbox(args: readonly string[], context: CliContext): Promise<number> {
   const parentAtStart = process.ppid;
   const { values, positionals } = parseFlags('inbox', args, FLAGS, { maxPositionals: 1 });
-  const log = createCliLogger({
-    level: choiceFlag('log-level', values['log-level'], LOG_LEVELS) ?? 'info',
-    format: choiceFlag('log-format', values['log-format'], LOG_FORMATS) ?? 'pretty',
-    stdout: context.stdout,
-    stderr: context.stderr,
-    prefix: 'relaybus inbox',
-  });
+  const log = loggerFromFlags(values, context, 'relaybus inbox');
   const graceMs = durationFlag('grace', values.grace, 0, DAY_MS);
   const configPath = resolveConfigPath(positionals[0], context.cwd);
   checkDatabaseUrl(context.env);
@@ -220,9 +210,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
     stopWatchingParent();
     outcomes.dispose();
     if (stopping === undefined) await stopAll(0).catch(() => {});
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([bus.store.close().catch(() => {}), new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_DEADLINE_MS)))]);
-    clearTimeout(timer);
+    await closeStoreInTime(bus.store);
   }
 }
 
@@ -231,12 +219,5 @@ export const inboxCommand: Command = {
   name: 'inbox',
   summary: 'Run the broker inboxes your config module exports (amqpInbox, natsInbox).',
   help: HELP,
-  async run(args, context) {
-    try {
-      return await runInbox(args, context);
-    } catch (error) {
-      if (error instanceof RelayBusError || error instanceof UsageError || error instanceof CliFailure) throw error;
-      throw new CliFailure(`the inbox failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
-    }
-  },
+  run: (args, context) => failingAs('inbox', () => runInbox(args, context)),
 };

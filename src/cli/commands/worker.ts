@@ -5,12 +5,12 @@ import {
 import type { DeliveryInfo } from '../../core/handlers.js';
 import { laneOf } from '../../core/lanes.js';
 import { describeError } from '../../core/logger.js';
-import { choiceFlag, durationFlag, HELP_FLAG, integerFlag, listFlag, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
+import { durationFlag, HELP_FLAG, integerFlag, listFlag, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
 import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
 import { acceptsStartOptions, DEFAULT_CONFIG_NAMES, loadBus, resolveConfigPath, type WorkerBus, type WorkerStartOptions } from '../config-loader.js';
 import { checkDatabaseUrl, DATABASE_URL, describeDatabaseUrl } from '../database-url.js';
 import { waitUntilDrained } from '../drain-watch.js';
-import { createCliLogger, LOG_FORMATS, LOG_LEVELS } from '../log.js';
+import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
 import { watchParent } from '../parent-watch.js';
 import { serveWorkerMetrics, type WorkerMetrics } from '../metrics-server.js';
 import { startWithRetry } from '../start-retry.js';
@@ -30,26 +30,11 @@ import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../sig
  * fix (`isRetryableError` false: bad credentials, a missing database, a newer schema) exit 1.
  */
 
-/** After a second signal the worker exits within this long, whether or not the forced stop finished. */
-export const FORCE_DEADLINE_MS = 3_000;
 /** How often `--once` looks at the statistics. */
 const DRAIN_CHECK_MS = 200;
 /** `--once` ends when due deliveries stayed unclaimable (keys behind a backing-off head) this long. */
 const DRAIN_STALL_MIN_MS = 5_000;
 const DAY_MS = 86_400_000;
-/** How long the worker waits for `store.close()` before exiting anyway. */
-const CLOSE_DEADLINE_MS = 2_000;
-
-/** Close the bus's store, giving up after `ms` (the process exits right after). */
-async function closeWithin(bus: WorkerBus, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([
-    bus.store.close().catch(() => {}),
-    new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
-  ]);
-  clearTimeout(timer);
-}
-
 const FLAGS = {
   concurrency: { type: 'string', value: 'n', description: 'Handlers running at once, 1..1000. Default: the config\'s dispatcher.concurrency (10).' },
   'batch-size': { type: 'string', value: 'n', description: 'Most deliveries per claim, 1..1000. Default: the config\'s (10).' },
@@ -57,8 +42,7 @@ const FLAGS = {
   'lease-duration': { type: 'string', value: 'time', description: 'Lane lease, at least 100ms, e.g. 30s. Default: the config\'s (30s).' },
   handlers: { type: 'string', value: 'names', description: 'Run only these handlers (comma separated names given to bus.on). Default: all.' },
   once: { type: 'boolean', description: 'Drain what is due now, then stop and exit 0 (cron jobs, CI, backfills).' },
-  'log-level': { type: 'string', value: 'level', description: 'Least severe log line printed: debug, info, warn or error. Default: info.' },
-  'log-format': { type: 'string', value: 'format', description: 'pretty (a readable line each) or json (one object per line: time, level, msg and fields). Default: pretty.' },
+  ...LOG_FLAGS,
   verbose: { type: 'boolean', description: 'Log a line per delivered event (at info), and print stack traces on errors.' },
   'metrics-port': { type: 'string', value: 'port', description: 'Serve /metrics (Prometheus), /healthz and /readyz on this port (0: any free port, logged). Default: off.' },
   'metrics-host': { type: 'string', value: 'host', description: 'Address the metrics server binds. Default: 127.0.0.1 (this machine only); 0.0.0.0 for a container.' },
@@ -216,13 +200,7 @@ function startFailure(error: unknown, bus: WorkerBus, env: CliContext['env']): C
 async function runWorker(args: readonly string[], context: CliContext): Promise<number> {
   const parentAtStart = process.ppid;
   const { values, positionals } = parseFlags('worker', args, FLAGS, { maxPositionals: 1 });
-  const log = createCliLogger({
-    level: choiceFlag('log-level', values['log-level'], LOG_LEVELS) ?? 'info',
-    format: choiceFlag('log-format', values['log-format'], LOG_FORMATS) ?? 'pretty',
-    stdout: context.stdout,
-    stderr: context.stderr,
-    prefix: 'relaybus worker',
-  });
+  const log = loggerFromFlags(values, context, 'relaybus worker');
   const { options, flags } = overridesOf(values);
   const metricsPort = integerFlag('metrics-port', values['metrics-port'], 0, 65_535);
   const metricsIntervalMs = durationFlag('metrics-interval', values['metrics-interval'], 100, DAY_MS) ?? 5_000;
@@ -328,7 +306,7 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
     stopReportingConnections();
     outcomes.dispose();
     await metrics?.close();
-    await closeWithin(bus, CLOSE_DEADLINE_MS);
+    await closeStoreInTime(bus.store);
   }
 }
 
@@ -337,12 +315,5 @@ export const workerCommand: Command = {
   name: 'worker',
   summary: 'Run the dispatcher of the bus your config module exports.',
   help: HELP,
-  async run(args, context) {
-    try {
-      return await runWorker(args, context);
-    } catch (error) {
-      if (error instanceof RelayBusError || error instanceof UsageError || error instanceof CliFailure) throw error;
-      throw new CliFailure(`the worker failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
-    }
-  },
+  run: (args, context) => failingAs('worker', () => runWorker(args, context)),
 };
