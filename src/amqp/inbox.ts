@@ -11,6 +11,7 @@ import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-typ
 import { applicationHeaders, defaultMapper, HEADERS, type InboundMessage, type InboxMapper } from '../broker/message.js';
 import { checkInboxNumbers, INBOX_DEFAULTS, RECONNECT_BACKOFF } from '../broker/options.js';
 import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './connection.js';
+import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
 
 /**
  * The RabbitMQ inbox: consumes one queue and turns each message into an event of the bus, in one
@@ -82,7 +83,7 @@ interface Session {
   closed: boolean;
 }
 
-class AmqpInbox<TTx> implements Inbox {
+class AmqpInbox<TTx> extends InboxLifecycle {
   readonly name: string;
   readonly #options: AmqpInboxOptions<TTx>;
   readonly #emitter: TypedEmitter<InboxEventMap>;
@@ -90,13 +91,10 @@ class AmqpInbox<TTx> implements Inbox {
   readonly #engine: InboxEngine<TTx>;
   readonly #broker: string;
   #session: Session | undefined;
-  #state: 'idle' | 'starting' | 'running' | 'stopping' | 'stopped' = 'idle';
-  #lastError: string | undefined;
   #reconnecting: Promise<void> | undefined;
-  #stopped = new AbortController();
-  #stopping: Promise<void> | undefined;
 
   constructor(options: AmqpInboxOptions<TTx>) {
+    super();
     this.#options = options;
     this.name = `amqp queue ${options.queue}`;
     this.#broker = redactUrl(options.url);
@@ -114,53 +112,33 @@ class AmqpInbox<TTx> implements Inbox {
     return this.#emitter;
   }
 
-  health(): { ready: boolean; lastError?: string } {
-    const ready = this.#state === 'running' && this.#session !== undefined && !this.#session.closed;
-    return ready || this.#lastError === undefined ? { ready } : { ready, lastError: this.#lastError };
+  protected isConnected(): boolean {
+    return this.#session !== undefined && !this.#session.closed;
   }
 
-  async start(): Promise<void> {
-    if (this.#state !== 'idle') throw new InvalidOptionsError(`${this.name}: start() was called on a ${this.#state} inbox; an inbox starts once.`);
-    this.#state = 'starting';
-    try {
-      if (this.#options.setupStore !== false) await this.#options.bus.store.setup();
-      await this.#connect(false);
-      this.#state = 'running';
-    } catch (error) {
-      this.#state = 'idle';
-      this.#lastError = describeError(error);
-      throw error;
-    }
+  protected async open(): Promise<void> {
+    if (this.#options.setupStore !== false) await this.#options.bus.store.setup();
+    await this.#connect(false);
+    this.state = 'running';
   }
 
-  stop(options: InboxStopOptions = {}): Promise<void> {
-    if (this.#stopping !== undefined) return this.#stopping;
-    if (this.#state === 'idle' || this.#state === 'stopped') {
-      this.#state = 'stopped';
-      return Promise.resolve();
-    }
-    this.#state = 'stopping';
-    this.#stopped.abort();
-    this.#stopping = (async () => {
-      const session = this.#session;
-      if (session !== undefined && !session.closed) {
-        try {
-          await session.channel.cancel(session.consumerTag); // no new deliveries; held ones finish below
-        } catch {
-          // the channel is gone: RabbitMQ requeued what it held
-        }
+  protected async close(options: InboxStopOptions): Promise<void> {
+    const session = this.#session;
+    if (session !== undefined && !session.closed) {
+      try {
+        await session.channel.cancel(session.consumerTag); // no new deliveries; held ones finish below
+      } catch {
+        // the channel is gone: RabbitMQ requeued what it held
       }
-      await this.#engine.drain(options.graceMs ?? this.#options.shutdownGraceMs ?? INBOX_DEFAULTS.shutdownGraceMs);
-      await this.#reconnecting?.catch(() => {});
-      const last = this.#session;
-      if (last !== undefined) {
-        last.closed = true;
-        await closeQuietly(last.channel);
-        await closeQuietly(last.model);
-      }
-      this.#state = 'stopped';
-    })();
-    return this.#stopping;
+  }
+  await this.#engine.drain(options.graceMs ?? this.#options.shutdownGraceMs ?? INBOX_DEFAULTS.shutdownGraceMs);
+  await this.#reconnecting?.catch(() => {});
+  const last = this.#session;
+  if (last !== undefined) {
+    last.closed = true;
+    await closeQuietly(last.channel);
+    await closeQuietly(last.model);
+  }
   }
 
   /** Connect, declare or check the queue, consume. Typed errors; nothing left open on failure. */
@@ -189,7 +167,7 @@ class AmqpInbox<TTx> implements Inbox {
       throw error;
     }
     this.#session = session;
-    this.#lastError = undefined;
+    this.lastError = undefined;
     this.#emitter.emit('connected', { broker: this.#broker, reconnect });
     this.#logger.info(`${reconnect ? 'reconnected to' : 'consuming'} ${this.name} on ${this.#broker}`);
   }
@@ -311,8 +289,8 @@ class AmqpInbox<TTx> implements Inbox {
     if (session.closed) return;
     session.closed = true;
     void closeQuietly(session.model);
-    if (this.#state !== 'running') return; // stopping: nothing to reconnect
-    this.#lastError = describeError(error ?? 'connection closed');
+    if (this.state !== 'running') return; // stopping: nothing to reconnect
+    this.lastError = describeError(error ?? 'connection closed');
     this.#engine.orphanAll();
     this.#reconnecting ??= this.#reconnect(error).finally(() => {
       this.#reconnecting = undefined;
@@ -325,12 +303,12 @@ class AmqpInbox<TTx> implements Inbox {
     await this.#engine.waitIdle();
     const backoff = new RetryBackoff(RECONNECT_BACKOFF);
     let error: unknown = cause;
-    while (this.#state === 'running') {
+    while (this.state === 'running') {
       const delayMs = backoff.failed();
       this.#emitter.emit('disconnected', { broker: this.#broker, error, retryInMs: delayMs });
       this.#logger.warn(`lost ${this.name} on ${this.#broker}; reconnecting after a backoff`, { attempt: backoff.failures, retryInMs: delayMs, error: describeError(error ?? 'connection closed') });
       try {
-        await sleep(delayMs, undefined, { signal: this.#stopped.signal });
+        await sleep(delayMs, undefined, { signal: this.stopped.signal });
       } catch {
         return;
       }
@@ -339,7 +317,7 @@ class AmqpInbox<TTx> implements Inbox {
         return;
       } catch (failure) {
         error = failure;
-        this.#lastError = describeError(failure);
+        this.lastError = describeError(failure);
       }
     }
   }

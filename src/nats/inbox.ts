@@ -12,6 +12,7 @@ import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-typ
 import { defaultMapper, HEADERS, type InboundMessage, type InboxMapper } from '../broker/message.js';
 import { checkInboxNumbers, INBOX_DEFAULTS, RECONNECT_BACKOFF } from '../broker/options.js';
 import { checkServers, connectNats, describeServers, jetStreamError, termTakesReason } from './connection.js';
+import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
 
 /**
  * The NATS JetStream inbox: a durable pull consumer turned into events of the bus, one store
@@ -74,7 +75,7 @@ interface Gate {
   timer: NodeJS.Timeout | undefined;
 }
 
-class NatsInbox<TTx> implements Inbox {
+class NatsInbox<TTx> extends InboxLifecycle {
   readonly name: string;
   readonly #options: NatsInboxOptions<TTx>;
   readonly #servers: string[];
@@ -87,18 +88,15 @@ class NatsInbox<TTx> implements Inbox {
   #jsm: JetStreamManager | undefined;
   #messages: ConsumerMessages | undefined;
   #consuming: Promise<void> | undefined;
-  #state: 'idle' | 'starting' | 'running' | 'stopping' | 'stopped' = 'idle';
   #connected = false;
-  #lastError: string | undefined;
   #ackWaitMs = 30_000;
   #gate: Gate | undefined;
   /** Stream sequences of the messages the inbox holds unsettled. */
   readonly #held = new Set<number>();
   #gateHeartbeat: NodeJS.Timeout | undefined;
-  readonly #stopped = new AbortController();
-  #stopping: Promise<void> | undefined;
 
   constructor(options: NatsInboxOptions<TTx>, servers: string[]) {
+    super();
     this.#options = options;
     this.#servers = servers;
     this.name = `nats ${options.stream}/${options.consumer}`;
@@ -111,75 +109,55 @@ class NatsInbox<TTx> implements Inbox {
     return this.#emitter;
   }
 
-  health(): { ready: boolean; lastError?: string } {
-    const ready = this.#state === 'running' && this.#connected;
-    return ready || this.#lastError === undefined ? { ready } : { ready, lastError: this.#lastError };
+  protected isConnected(): boolean {
+    return this.#connected;
   }
 
-  async start(): Promise<void> {
-    if (this.#state !== 'idle') throw new InvalidOptionsError(`${this.name}: start() was called on a ${this.#state} inbox; an inbox starts once.`);
-    this.#state = 'starting';
+  protected async open(): Promise<void> {
+    if (this.#options.setupStore !== false) await this.#options.bus.store.setup();
+    const nc = await connectNats(this.#servers, this.#options.connectionName ?? `relaybus inbox ${this.#options.consumer}`, this.#options.connectTimeoutMs ?? INBOX_DEFAULTS.connectTimeoutMs);
+    this.#nc = nc;
     try {
-      if (this.#options.setupStore !== false) await this.#options.bus.store.setup();
-      const nc = await connectNats(this.#servers, this.#options.connectionName ?? `relaybus inbox ${this.#options.consumer}`, this.#options.connectTimeoutMs ?? INBOX_DEFAULTS.connectTimeoutMs);
-      this.#nc = nc;
-      try {
-        this.#jsm = await jetstreamManager(nc);
-        this.#js = jetstream(nc);
-        await this.#declareOrCheck();
-      } catch (error) {
-        await nc.close().catch(() => {});
-        throw error;
-      }
-      this.#engine = new InboxEngine<TTx>({
-        bus: this.#options.bus,
-        map: this.#options.map ?? defaultMapper(this.#options.events ?? []),
-        logger: this.#logger,
-        emitter: this.#emitter,
-        batchSize: this.#options.batchSize ?? INBOX_DEFAULTS.batchSize,
-        concurrency: this.#options.concurrency ?? INBOX_DEFAULTS.concurrency,
-        workingIntervalMs: Math.max(250, Math.floor(this.#ackWaitMs / 3)),
-      });
-      this.#connected = true;
-      await this.#armGate();
-      this.#state = 'running';
-      void this.#watchStatus(nc);
-      this.#consuming = this.#consume();
-      this.#emitter.emit('connected', { broker: this.#broker, reconnect: false });
-      this.#logger.info(`consuming ${this.name} on ${this.#broker}`);
+      this.#jsm = await jetstreamManager(nc);
+      this.#js = jetstream(nc);
+      await this.#declareOrCheck();
     } catch (error) {
-      this.#state = 'idle';
-      this.#lastError = describeError(error);
+      await nc.close().catch(() => {});
       throw error;
     }
+    this.#engine = new InboxEngine<TTx>({
+      bus: this.#options.bus,
+      map: this.#options.map ?? defaultMapper(this.#options.events ?? []),
+      logger: this.#logger,
+      emitter: this.#emitter,
+      batchSize: this.#options.batchSize ?? INBOX_DEFAULTS.batchSize,
+      concurrency: this.#options.concurrency ?? INBOX_DEFAULTS.concurrency,
+      workingIntervalMs: Math.max(250, Math.floor(this.#ackWaitMs / 3)),
+    });
+    this.#connected = true;
+    await this.#armGate();
+    this.state = 'running';
+    void this.#watchStatus(nc);
+    this.#consuming = this.#consume();
+    this.#emitter.emit('connected', { broker: this.#broker, reconnect: false });
+    this.#logger.info(`consuming ${this.name} on ${this.#broker}`);
   }
 
-  stop(options: InboxStopOptions = {}): Promise<void> {
-    if (this.#stopping !== undefined) return this.#stopping;
-    if (this.#state === 'idle' || this.#state === 'stopped') {
-      this.#state = 'stopped';
-      return Promise.resolve();
-    }
-    this.#state = 'stopping';
-    this.#stopped.abort();
-    this.#stopping = (async () => {
-      await this.#messages?.close().catch(() => {});
-      await this.#consuming?.catch(() => {});
-      // Held-back messages wait for older ones that did not come back: give them back rather than overtake.
-      const gate = this.#gate;
-      this.#gate = undefined;
-      clearTimeout(gate?.timer);
-      for (const message of gate?.buffer ?? []) if (!this.#held.has(message.seq)) message.nak();
-      await this.#engine?.drain(options.graceMs ?? this.#options.shutdownGraceMs ?? INBOX_DEFAULTS.shutdownGraceMs);
-      clearInterval(this.#gateHeartbeat);
-      try {
-        await this.#nc?.drain();
-      } catch {
-        await this.#nc?.close().catch(() => {});
-      }
-      this.#state = 'stopped';
-    })();
-    return this.#stopping;
+  protected async close(options: InboxStopOptions): Promise<void> {
+    await this.#messages?.close().catch(() => {});
+    await this.#consuming?.catch(() => {});
+    // Held-back messages wait for older ones that did not come back: give them back rather than overtake.
+    const gate = this.#gate;
+    this.#gate = undefined;
+    clearTimeout(gate?.timer);
+    for (const message of gate?.buffer ?? []) if (!this.#held.has(message.seq)) message.nak();
+    await this.#engine?.drain(options.graceMs ?? this.#options.shutdownGraceMs ?? INBOX_DEFAULTS.shutdownGraceMs);
+    clearInterval(this.#gateHeartbeat);
+    try {
+      await this.#nc?.drain();
+    } catch {
+      await this.#nc?.close().catch(() => {});
+  }
   }
 
   async #declareOrCheck(): Promise<void> {
@@ -220,7 +198,7 @@ class NatsInbox<TTx> implements Inbox {
   /** Consume until stopped; a consume that ends (consumer reset, server gone for long) starts again after a backoff. */
   async #consume(): Promise<void> {
     const backoff = new RetryBackoff(RECONNECT_BACKOFF);
-    while (this.#state === 'running') {
+    while (this.state === 'running') {
       try {
         const consumer = await this.#js!.consumers.get(this.#options.stream, this.#options.consumer);
         const messages = await consumer.consume({ max_messages: Math.min(this.#options.maxAckPending ?? INBOX_DEFAULTS.prefetch, 256), idle_heartbeat: 5_000, expires: 30_000 });
@@ -228,12 +206,12 @@ class NatsInbox<TTx> implements Inbox {
         backoff.succeeded();
         for await (const message of messages) this.#onMessage(message);
       } catch (error) {
-        this.#lastError = describeError(error);
+        this.lastError = describeError(error);
         this.#logger.warn(`consuming ${this.name} failed; consuming again after a backoff`, { error: describeError(error) });
       }
-      if (this.#state !== 'running') return;
+      if (this.state !== 'running') return;
       try {
-        await sleep(backoff.failed(), undefined, { signal: this.#stopped.signal });
+        await sleep(backoff.failed(), undefined, { signal: this.stopped.signal });
       } catch {
         return;
       }
@@ -250,7 +228,7 @@ class NatsInbox<TTx> implements Inbox {
         this.#logger.warn(`lost the connection of ${this.name} to ${this.#broker}; the client reconnects`);
       } else if (status.type === 'reconnect') {
         this.#connected = true;
-        this.#lastError = undefined;
+        this.lastError = undefined;
         this.#emitter.emit('connected', { broker: this.#broker, reconnect: true });
         this.#logger.info(`reconnected ${this.name} to ${this.#broker}`);
         void this.#armGate().catch((error: unknown) => this.#openGate(`the consumer could not be read (${describeError(error)})`, true));
@@ -308,7 +286,7 @@ class NatsInbox<TTx> implements Inbox {
       if (gate.seen >= gate.needed) this.#openGate('every outstanding message came back', false);
       return;
     }
-    if (this.#state !== 'running' && this.#state !== 'stopping') {
+    if (this.state !== 'running' && this.state !== 'stopping') {
       raw.nak();
       return;
     }
