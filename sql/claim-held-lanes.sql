@@ -64,40 +64,29 @@ seen AS (
   SELECT h.lane, h.in_flight || s.in_flight AS in_flight
   FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane
 ),
-probed AS (
-  -- The head of each key whose retried head is due again (the store remembers its own reschedules): found at once
-  -- instead of when the walk comes round to the key.
+direct AS (
+  -- Heads looked up at once instead of when the walk comes round to their key: the next pending row of each
+  -- completed keyed delivery's key (its new head, see the header), and the head of each key whose retried head is
+  -- due again (the store remembers its own reschedules). Probed heads go first in a full batch: they waited out a
+  -- backoff and would sort last by due time.
   SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
-         n.available_at, n.created_at, NULL::int AS walk_step, 0 AS rank
-  FROM unnest($14::smallint[], $15::text[], $16::text[]) AS q(lane, handler, key)
+         n.available_at, n.created_at, NULL::int AS walk_step, q.rank
+  FROM (
+    SELECT c.lane, c.handler, c.key, c.sequence AS after, 1 AS rank FROM completed c WHERE c.key IS NOT NULL
+    UNION ALL
+    SELECT p.lane, p.handler, p.key, -1, 0 FROM unnest($14::smallint[], $15::text[], $16::text[]) AS p(lane, handler, key)
+  ) q
   JOIN seen s ON s.lane = q.lane
   CROSS JOIN LATERAL (
     SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
            d.available_at, d.created_at
     FROM /*schema*/relaybus_deliveries d
-    WHERE d.lane = q.lane AND d.handler = q.handler AND d.key = q.key AND d.key IS NOT NULL AND d.status = 'pending'
-    ORDER BY d.handler, d.key, d.sequence
-    LIMIT 1
-  ) n
-  WHERE n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight)
-),
-successors AS (
-  -- The next pending row of each completed keyed delivery's key: its new head (see the header).
-  SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
-         n.available_at, n.created_at, NULL::int AS walk_step, 1 AS rank
-  FROM completed c
-  JOIN seen s ON s.lane = c.lane
-  CROSS JOIN LATERAL (
-    SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-           d.available_at, d.created_at
-    FROM /*schema*/relaybus_deliveries d
-    WHERE d.lane = c.lane AND d.handler = c.handler AND d.key = c.key AND d.sequence > c.sequence
+    WHERE d.lane = q.lane AND d.handler = q.handler AND d.key = q.key AND d.sequence > q.after
       AND d.key IS NOT NULL AND d.status = 'pending'
     ORDER BY d.handler, d.key, d.sequence
     LIMIT 1
   ) n
-  WHERE c.key IS NOT NULL AND n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[])
-    AND n.id <> ALL (s.in_flight)
+  WHERE n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight)
 ),
 share AS (
   -- Each lane's share of the batch, doubled so lanes with little due work leave room to the others.
@@ -165,11 +154,10 @@ picked AS (
   -- A head can come by two ways (the walk and a probe): once.
   SELECT * FROM (
     SELECT DISTINCT ON (c.id) * FROM (
-      SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM successors UNION ALL SELECT * FROM probed
+      SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM direct
     ) c
     ORDER BY c.id, c.walk_step
   ) c
-  -- Probed heads first: they waited out a backoff and would sort last by due time in a full batch.
   ORDER BY c.rank, c.available_at, c.id
   LIMIT $3::int
 ),
