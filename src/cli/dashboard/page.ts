@@ -161,7 +161,11 @@ export const APP_JS = String.raw`'use strict';
     var init = options || {};
     init.credentials = 'same-origin';
     init.headers = Object.assign({ accept: 'application/json' }, init.headers || {});
-    return fetch(path, init).then(function (response) {
+    // A request that never answers must not stop the page refreshing for good: give up after 10 s.
+    var controller = new AbortController();
+    var timer = setTimeout(function () { controller.abort(); }, 10000);
+    init.signal = controller.signal;
+    return fetch(path, init).finally(function () { clearTimeout(timer); }).then(function (response) {
       return response.json().then(function (body) {
         if (!response.ok) throw new Error(body && body.error ? body.error : 'HTTP ' + response.status);
         return body;
