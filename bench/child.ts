@@ -37,6 +37,8 @@ export interface InitMessage {
   readonly url: string;
   readonly schema: string;
   readonly poolSize: number;
+  /** Publishers: the publish path to measure (ChildContext.variant); absent: the contender's ordinary one. */
+  readonly variant?: string;
   readonly settings?: DispatcherSettings;
   readonly handler?: HandlerPlan;
 }
@@ -98,7 +100,7 @@ const send = (message: unknown): Promise<void> => new Promise((resolve) => proce
 
 async function runPublisher(init: InitMessage): Promise<void> {
   const impl = await loadContender(init.contender);
-  const handle = await impl.publisher({ url: init.url, schema: init.schema, poolSize: init.poolSize });
+  const handle = await impl.publisher({ url: init.url, schema: init.schema, poolSize: init.poolSize, ...(init.variant !== undefined ? { variant: init.variant } : {}) });
   await send({ type: 'ready' });
   const plan = await nextMessage<{ type: 'go'; plan: PublishPlan }>('go').then((m) => m.plan);
   resetStatementStats();

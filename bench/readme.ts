@@ -34,7 +34,7 @@ const parts: [heading: string, title: string, note: string][] = [
   ['What ordering costs', SECTIONS.ordering, 'Each contender that orders keys, keyed against unkeyed in the same cell (graphile-worker orders through a named queue per key and handler).'],
   ['Dispatcher processes', SECTIONS.processes, 'The same backlog drained by 1, 2 and 4 relaybus processes.'],
   ['Peers at their best', SECTIONS.sweep, 'The settings sweep of the peers (bench:full); bench:quick runs the best point ("best").'],
-  ['Publish', SECTIONS.publish, ''],
+  ['Publish', SECTIONS.publish, 'P publisher processes, each a loop of caller transactions (BEGIN, `batch` events, COMMIT) for a fixed window. relaybus runs each of its publish paths (named under the table) next to its default one; "vs relaybus default" is the paired ratio to the default path with the same keyed-ness.'],
   ['Mixed load', SECTIONS.mixed, ''],
   ['Liveness', SECTIONS.liveness, 'A few keys whose heads fail once and back off, with a deep backlog, in the same lanes as many healthy keys; "healthy keys only" is the healthy part of the workload alone, run in the same repetition.'],
   ['Against the targets', SECTIONS.targets, 'Verdicts computed from the results above by bench/report.ts.'],

@@ -61,9 +61,15 @@ const MIXED: Entry[] = [
   e('relaybus', 'defaults', true), e('relaybus', 'tuned', true), e('relaybus', 'tuned', false), e('row-lease', 'tuned', true),
   e('pg-boss', 'best', false), e('graphile-worker', 'best', false), e('raw-sql', 'floor', false),
 ];
+/**
+ * Publish: every contender's ordinary path, and relaybus's other publish paths keyed next to its
+ * default (contenders/relaybus.ts PUBLISH_VARIANTS): without NOTIFY, fanned out from the stored
+ * subscriptions (no handler in the publishing process), and the SQL function relaybus_publish.
+ */
 const PUBLISH: Entry[] = [
-  e('relaybus', 'default', true), e('relaybus', 'default', false), e('row-lease', 'default', true),
-  e('pg-boss', 'default', false), e('graphile-worker', 'default', false), e('raw-sql', 'default', false),
+  e('relaybus', 'default', true), e('relaybus', 'default', false), e('relaybus', 'no-notify', true), e('relaybus', 'subscriptions', true),
+  e('relaybus', 'sql', true), e('row-lease', 'default', true), e('pg-boss', 'default', false), e('graphile-worker', 'default', false),
+  e('raw-sql', 'default', false),
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
 
@@ -194,7 +200,9 @@ const plan: Plan = {
       ? { sweepEntries: [...loaded.values()].flatMap((c) => Object.keys(c.sweep ?? {}).map((v) => e(c.name, v, false))).filter(keep) }
       : {}),
   })),
-  publishEntries: base.publishEntries.filter((entry) => !only || only.has(entry.contender)),
+  // --variants narrows the publish entries too when it names a publish variant (default, no-notify, subscriptions, sql).
+  publishEntries: base.publishEntries.filter((entry) => (!only || only.has(entry.contender))
+    && (!onlyVariants || !base.publishEntries.some((p) => onlyVariants.has(p.variant)) || onlyVariants.has(entry.variant))),
   mixedEntries: base.mixedEntries.filter(keep),
   livenessEntries: base.livenessEntries.filter(keep),
   liveness: base.liveness.map((cell) => (args.handler === 'noop' ? { ...cell, handler: 'noop' as const } : cell)),
@@ -266,7 +274,7 @@ try {
       for (const cell of plan.publish) {
         for (const entry of plan.publishEntries) {
           await attempt(`publish ${entryLabel(entry)}`, () => runPublish(context, contender(entry.contender), entry, cell, rep),
-            { scenario: 'publish', cell: publishCellName(cell), contender: entry.contender, variant: 'default', keyed: entry.keyed, rep });
+            { scenario: 'publish', cell: publishCellName(cell), contender: entry.contender, variant: entry.variant, keyed: entry.keyed, rep });
         }
       }
     }

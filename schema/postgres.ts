@@ -9,7 +9,7 @@
  */
 import { sql } from 'drizzle-orm';
 import {
-  bigint, check, foreignKey, index, integer, jsonb, pgSchema, primaryKey, smallint, text, timestamp, uniqueIndex,
+  bigint, boolean, check, index, integer, jsonb, pgSchema, primaryKey, smallint, text, timestamp,
 } from 'drizzle-orm/pg-core';
 
 /** The Postgres schema the tables live in; `setup({ schema })` renders them into another name. */
@@ -45,9 +45,9 @@ export const relaybusDeliveries = relaybusSchema.table('relaybus_deliveries', {
   createdAt: instant('created_at').notNull(),
   updatedAt: instant('updated_at').notNull(),
 }, (t) => [
-  // No cascade: an event is deleted only when it has no delivery left; a delivery added meanwhile makes the purge fail, not vanish.
-  foreignKey({ name: 'relaybus_deliveries_event_id_fkey', columns: [t.eventId], foreignColumns: [relaybusEvents.id] }),
-  uniqueIndex('relaybus_deliveries_event_id_handler_idx').on(t.eventId, t.handler),
+  // No foreign key to events and no unique (event_id, handler) index (migration 0002): each cost a probe or an index
+  // insert per delivery at publish. One delivery per (event, handler) is kept by `events.handlers`, read and extended
+  // under the event row's lock; the purge locks an event before it re-checks that no delivery is left.
   // Unkeyed pending rows in due order: the claim takes them oldest first, capped per lane.
   index('relaybus_deliveries_unkeyed_due_idx').on(t.lane, t.availableAt, t.id).where(sql`key IS NULL AND status = 'pending'`),
   // Keyed pending rows by key and sequence: the claim walks it key by key (each key's first row is its head), so
@@ -75,11 +75,31 @@ export const relaybusLanes = relaybusSchema.table('relaybus_lanes', {
   check('relaybus_lanes_lane_check', sql`lane >= 0 AND lane < 256`),
 ]);
 
-/** The last sequence number of each ordering key; the row stays locked until the publishing transaction commits. */
-export const relaybusKeySequences = relaybusSchema.table('relaybus_key_sequences', {
-  key: text('key').primaryKey(),
-  lastSequence: bigint('last_sequence', { mode: 'bigint' }).notNull(),
-});
+/**
+ * The order of keyed deliveries: a publish (or requeue) takes a transaction-scoped advisory lock per key, then a
+ * value of this sequence for each of its keyed events. The lock is held until commit, so a later transaction of the
+ * same key takes a larger value only after this one committed: per key, sequence order is commit order.
+ */
+export const relaybusKeyOrder = relaybusSchema.sequence('relaybus_key_order');
+
+/**
+ * Which handlers an event type fans out to, kept by the workers that run them (`bus.start()`, `relaybus setup
+ * --subscriptions`): a publish reads them in its own statement, so a publisher needs the event definitions only.
+ * `seen_at` is refreshed by the workers that run the handler; an old one means no live worker runs it.
+ */
+export const relaybusSubscriptions = relaybusSchema.table('relaybus_subscriptions', {
+  eventType: text('event_type').notNull(),
+  handler: text('handler').notNull(),
+  maxAttempts: integer('max_attempts').notNull(),
+  retry: jsonb('retry'),
+  active: boolean('active').notNull().default(true),
+  createdAt: instant('created_at').notNull().default(sql`now()`),
+  updatedAt: instant('updated_at').notNull().default(sql`now()`),
+  seenAt: instant('seen_at'),
+}, (t) => [
+  primaryKey({ name: 'relaybus_subscriptions_pkey', columns: [t.eventType, t.handler] }),
+  check('relaybus_subscriptions_max_attempts_check', sql`max_attempts >= 1`),
+]);
 
 /** Optional append-only history of completed deliveries (`completionHistory: true`). */
 export const relaybusCompletedDeliveries = relaybusSchema.table('relaybus_completed_deliveries', {

@@ -1,65 +1,88 @@
 -- publish-new: publish's common case in one pass: when no input id exists yet, insert the events and one pending
---              delivery per handler; when one does, change nothing and return the marker row (the store then runs
---              publish for the whole batch, in the same transaction). Writes nothing either when $3 is set and the
---              transaction has no matching publish-guard marker (not in a transaction block).
+--              delivery per handler (the publishing process's handlers, then the active subscriptions of the type it
+--              does not register itself); when one does, change nothing and return the marker row (the store then
+--              runs publish for the whole batch, in the same transaction). Writes nothing either when an event has
+--              no handler at all, or when $11 is set and the transaction has no matching publish-guard marker (not in
+--              a transaction block). Keyed events take an advisory lock per key (in hash order: two batches never
+--              wait on each other in a circle), held until commit, then key-order values in input order: per key,
+--              sequence order is commit order.
 -- index: relaybus_events_pkey (one existence probe per id; ON CONFLICT for an id a concurrent transaction inserted
---        first: it gets nothing, as in publish); relaybus_key_sequences_pkey (the key row stays locked until commit,
---        so sequence order is commit order)
--- params: $1 events jsonb: [{ ord, id, type, key, payload, headers, handlers text[], max_attempts int[], lane,
---         available_at }] (as publish), $2 now timestamptz (null = now()),
---         $3 guard text ('on': look for publish-guard's marker; null = no check), $4 NOTIFY channel text (null = no NOTIFY)
--- returns: event_id, handler, refused of every delivery inserted, in input order and by handler within an event (an
---          event without rows was not inserted: duplicate); or one row (null, null, refused) having written nothing:
---          refused 'exists' (an input id exists) or 'no-transaction'
+--        first: it gets nothing, as in publish); relaybus_subscriptions_pkey (the fan-out, by event type)
+-- params: $1 ids text[], $2 types text[], $3 keys text[] (null = unkeyed), $4 payloads text[] (JSON), $5 headers text[] (JSON),
+--         $6 lanes smallint[], $7 available_at timestamptz[] (null = now), $8 handler event ordinals int[] (1-based),
+--         $9 handler names text[], $10 handler max_attempts int[] (the publishing process's handlers, one element per
+--         (event, handler)), $11 guard text ('on': look for publish-guard's marker; null = no check),
+--         $12 now timestamptz (null = now()), $13 NOTIFY channel text (null = no NOTIFY)
+-- returns: ord, handlers of every event inserted, in input order (an event without a row was not inserted: a
+--          concurrent transaction inserted its id first); or one row (ord, null, refused) having written nothing:
+--          refused 'exists' (an input id exists), 'no-handlers' (event ord has no handler) or 'no-transaction'
 WITH input AS (
-  SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
-    ord int, id text, type text, key text, payload jsonb, headers jsonb,
-    handlers text[], max_attempts int[], lane smallint, available_at timestamptz)
+  -- Payloads and headers come as JSON text (every driver passes a text[] alike), parsed here once.
+  SELECT u.id, u.type, u.key, u.payload::jsonb AS payload, u.headers::jsonb AS headers, u.lane, u.available_at, u.ord
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::smallint[], $7::timestamptz[])
+    WITH ORDINALITY AS u(id, type, key, payload, headers, lane, available_at, ord)
 ),
-guard AS (
-  SELECT $3::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $3::text AS ok
+local AS (
+  SELECT * FROM unnest($8::int[], $9::text[], $10::int[]) AS l(ord, handler, max_attempts)
+),
+fanout AS (
+  -- The process's own registration wins for the handlers it runs; the subscriptions add the ones it does not.
+  SELECT l.ord, l.handler, l.max_attempts FROM local l
+  UNION ALL
+  SELECT i.ord, s.handler, s.max_attempts
+  FROM input i JOIN /*schema*/relaybus_subscriptions s ON s.event_type = i.type AND s.active
+  WHERE NOT EXISTS (SELECT 1 FROM local l WHERE l.ord = i.ord AND l.handler = s.handler)
+),
+refusal AS (
+  SELECT CASE
+    WHEN NOT ($11::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $11::text) THEN 'no-transaction'
+    WHEN EXISTS (SELECT 1 FROM input i WHERE (SELECT true FROM /*schema*/relaybus_events e WHERE e.id = i.id)) THEN 'exists'
+  END AS refused,
+  (SELECT min(i.ord) FROM input i WHERE NOT EXISTS (SELECT 1 FROM fanout f WHERE f.ord = i.ord)) AS unserved
 ),
 fresh AS (
-  -- A scalar probe per id (never pulled up into a join), so it stays an index probe whatever the statistics say.
-  SELECT (SELECT ok FROM guard) AND count(*) = 0 AS ok FROM input i
-  WHERE (SELECT true FROM /*schema*/relaybus_events e WHERE e.id = i.id)
+  SELECT refused IS NULL AND unserved IS NULL AS ok FROM refusal
+),
+locked AS (
+  SELECT count(pg_advisory_xact_lock('/*schema*/relaybus_events'::regclass::oid::int, k.hash)) AS n
+  FROM (SELECT DISTINCT hashtext(key) AS hash FROM input WHERE key IS NOT NULL ORDER BY 1) k
+  WHERE (SELECT ok FROM fresh)
+),
+numbered AS (
+  -- nextval above a sorted subquery: values follow input order. After the locks (the initplan runs first).
+  SELECT k.ord, nextval('/*schema*/relaybus_key_order') AS sequence
+  FROM (SELECT ord FROM input WHERE key IS NOT NULL AND (SELECT n FROM locked) >= 0 AND (SELECT ok FROM fresh) ORDER BY ord) k
 ),
 inserted AS (
   INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
-  SELECT i.id, i.type, i.key, i.payload, i.headers, i.handlers, coalesce($2::timestamptz, now())
+  SELECT i.id, i.type, i.key, i.payload, i.headers,
+         ARRAY(SELECT f.handler FROM fanout f WHERE f.ord = i.ord ORDER BY f.handler), coalesce($12::timestamptz, now())
   FROM input i
   WHERE (SELECT ok FROM fresh)
   ORDER BY i.ord
   ON CONFLICT (id) DO NOTHING
-  RETURNING id
-),
-bumped AS (
-  INSERT INTO /*schema*/relaybus_key_sequences AS s (key, last_sequence)
-  SELECT i.key, count(*) FROM input i JOIN inserted x ON x.id = i.id
-  WHERE i.key IS NOT NULL GROUP BY i.key ORDER BY i.key
-  ON CONFLICT (key) DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence
-  RETURNING key, last_sequence
+  RETURNING id, handlers
 ),
 delivered AS (
-  -- A new event id has no deliveries (the foreign key), so a plain insert. The last event of a key (input order)
-  -- takes the key's new last_sequence, the one before it that minus one, ...
   INSERT INTO /*schema*/relaybus_deliveries
     (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at)
-  SELECT i.id, h.handler, i.lane, i.key, b.last_sequence + 1 - dense_rank() OVER (PARTITION BY i.key ORDER BY i.ord DESC),
-         'pending', 0, h.max_attempts, 0,
-         coalesce(i.available_at, $2::timestamptz, now()), coalesce($2::timestamptz, now()), coalesce($2::timestamptz, now())
+  SELECT i.id, f.handler, i.lane, i.key, n.sequence, 'pending', 0, f.max_attempts, 0,
+         coalesce(i.available_at, $12::timestamptz, now()), coalesce($12::timestamptz, now()), coalesce($12::timestamptz, now())
   FROM input i
   JOIN inserted x ON x.id = i.id
-  CROSS JOIN LATERAL unnest(i.handlers, i.max_attempts) AS h(handler, max_attempts)
-  LEFT JOIN bumped b ON b.key = i.key
-  ORDER BY i.ord, h.handler
-  RETURNING event_id, handler
+  JOIN fanout f ON f.ord = i.ord
+  LEFT JOIN numbered n ON n.ord = i.ord
+  ORDER BY i.ord, f.handler
+  RETURNING 1
 ),
 notified AS (
-  -- Wakes the dispatchers that LISTEN ($4: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
+  -- Wakes the dispatchers that LISTEN ($13: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
   -- transaction however many publishes notified (identical notifications are folded).
-  SELECT pg_notify($4::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $4::text IS NOT NULL
+  SELECT pg_notify($13::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $13::text IS NOT NULL
 )
-SELECT event_id, handler, NULL::text AS refused FROM delivered WHERE (SELECT count(*) FROM notified) >= 0
+SELECT i.ord::int AS ord, x.handlers, NULL::text AS refused
+FROM input i JOIN inserted x ON x.id = i.id
+WHERE (SELECT count(*) FROM notified) >= 0
 UNION ALL
-SELECT NULL, NULL, CASE WHEN (SELECT ok FROM guard) THEN 'exists' ELSE 'no-transaction' END FROM fresh WHERE NOT ok
+SELECT r.unserved::int, NULL, coalesce(r.refused, 'no-handlers') FROM refusal r WHERE r.refused IS NOT NULL OR r.unserved IS NOT NULL
+ORDER BY 1

@@ -1,26 +1,43 @@
 -- publish: insert events and one pending delivery per handler they never had, in the caller's transaction (inbox
---          dedup). An input id that exists with a different type, key or payload (jsonb equality) is a conflict: then
---          nothing at all is written and the conflicting rows say what differs. Writes nothing either when $3 is set
---          and the transaction has no matching publish-guard marker (not in a transaction block).
--- index: relaybus_events_pkey (dedup, FOR UPDATE of existing ids); relaybus_key_sequences_pkey (the key row stays
---        locked until commit, so sequence order is commit order); relaybus_deliveries_event_id_handler_idx
--- params: $1 events jsonb: [{ ord, id, type, key, payload, headers, handlers text[], max_attempts int[], lane,
---         available_at }], $2 now timestamptz (null = now()), $3 guard text ('on': look for publish-guard's marker; null = no check),
---         $4 NOTIFY channel text (null = no NOTIFY)
+--          dedup): the handlers are the publishing process's, then the active subscriptions of the type it does not
+--          register itself. An input id that exists with a different type, key or payload (jsonb equality) is a
+--          conflict: then nothing at all is written and the conflicting rows say what differs. Writes nothing either
+--          when an event has no handler, or when $11 is set and the transaction has no matching publish-guard marker.
+--          Existing events are locked (FOR UPDATE) before their handlers are read, so two publishes of one id never
+--          both add a handler, and the purge (which locks before it deletes) never removes an event gaining one.
+-- index: relaybus_events_pkey (dedup, FOR UPDATE of existing ids); relaybus_subscriptions_pkey (the fan-out)
+-- params: as publish-new: $1 ids, $2 types, $3 keys, $4 payloads text[] (JSON), $5 headers text[] (JSON), $6 lanes smallint[],
+--         $7 available_at timestamptz[], $8 handler event ordinals int[], $9 handler names text[], $10 handler
+--         max_attempts int[], $11 guard text, $12 now timestamptz, $13 NOTIFY channel text
 -- returns: one row per input event in input order: ord, id, added (handlers that got a delivery), duplicate,
 --          conflict (what differs from the stored event: 'type', 'key', 'payload'; null when nothing does),
---          stored_type, stored_key (of a conflicting event), no_transaction (true: refused, nothing written)
+--          stored_type, stored_key (of a conflicting event), no_transaction (true: refused, nothing written),
+--          no_handlers (true: this event has no handler; nothing written)
 WITH input AS (
-  SELECT * FROM jsonb_to_recordset($1::jsonb) AS i(
-    ord int, id text, type text, key text, payload jsonb, headers jsonb,
-    handlers text[], max_attempts int[], lane smallint, available_at timestamptz)
+  -- Payloads and headers come as JSON text (every driver passes a text[] alike), parsed here once.
+  SELECT u.id, u.type, u.key, u.payload::jsonb AS payload, u.headers::jsonb AS headers, u.lane, u.available_at, u.ord
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::smallint[], $7::timestamptz[])
+    WITH ORDINALITY AS u(id, type, key, payload, headers, lane, available_at, ord)
+),
+local AS (
+  SELECT * FROM unnest($8::int[], $9::text[], $10::int[]) AS l(ord, handler, max_attempts)
+),
+fanout AS (
+  SELECT l.ord, l.handler, l.max_attempts FROM local l
+  UNION ALL
+  SELECT i.ord, s.handler, s.max_attempts
+  FROM input i JOIN /*schema*/relaybus_subscriptions s ON s.event_type = i.type AND s.active
+  WHERE NOT EXISTS (SELECT 1 FROM local l WHERE l.ord = i.ord AND l.handler = s.handler)
 ),
 guard AS (
-  SELECT $3::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $3::text AS ok
+  SELECT $11::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $11::text AS ok
+),
+unserved AS (
+  SELECT i.ord FROM input i WHERE NOT EXISTS (SELECT 1 FROM fanout f WHERE f.ord = i.ord)
 ),
 existing AS (
   SELECT e.id, e.handlers, e.type, e.key, e.payload FROM /*schema*/relaybus_events e
-  WHERE e.id IN (SELECT id FROM input) AND (SELECT ok FROM guard)
+  WHERE e.id IN (SELECT id FROM input) AND (SELECT ok FROM guard) AND NOT EXISTS (SELECT 1 FROM unserved)
   ORDER BY e.id
   FOR UPDATE
 ),
@@ -32,69 +49,63 @@ conflicts AS (
   FROM existing x JOIN input i ON i.id = x.id
 ),
 allowed AS (
-  SELECT (SELECT ok FROM guard) AND NOT EXISTS (SELECT 1 FROM conflicts WHERE cardinality(differences) > 0) AS ok
+  SELECT (SELECT ok FROM guard) AND NOT EXISTS (SELECT 1 FROM unserved)
+     AND NOT EXISTS (SELECT 1 FROM conflicts WHERE cardinality(differences) > 0) AS ok
+),
+pairs AS (
+  -- Every (event, handler) to deliver: all handlers of a new id, the missing ones of an existing id.
+  SELECT i.ord, i.id, i.key, i.lane, i.available_at, f.handler, f.max_attempts
+  FROM input i JOIN fanout f ON f.ord = i.ord
+  LEFT JOIN existing x ON x.id = i.id
+  WHERE (SELECT ok FROM allowed) AND (x.id IS NULL OR f.handler <> ALL (x.handlers))
 ),
 inserted AS (
   INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
-  SELECT i.id, i.type, i.key, i.payload, i.headers, i.handlers, coalesce($2::timestamptz, now())
+  SELECT i.id, i.type, i.key, i.payload, i.headers,
+         ARRAY(SELECT p.handler FROM pairs p WHERE p.ord = i.ord ORDER BY p.handler), coalesce($12::timestamptz, now())
   FROM input i
   WHERE i.id NOT IN (SELECT id FROM existing) AND (SELECT ok FROM allowed)
   ORDER BY i.ord
   ON CONFLICT (id) DO NOTHING
   RETURNING id
 ),
-missing AS (
-  SELECT x.id, ARRAY(SELECT h FROM unnest(i.handlers) AS h WHERE h <> ALL (x.handlers)) AS added
-  FROM existing x JOIN input i ON i.id = x.id
-),
 extended AS (
   UPDATE /*schema*/relaybus_events e
-  SET handlers = e.handlers || m.added
-  FROM missing m
-  WHERE e.id = m.id AND cardinality(m.added) > 0 AND (SELECT ok FROM allowed)
-  RETURNING e.id, m.added
+  SET handlers = e.handlers || ARRAY(SELECT p.handler FROM pairs p WHERE p.id = e.id ORDER BY p.handler)
+  WHERE e.id IN (SELECT p.id FROM pairs p JOIN existing x ON x.id = p.id)
+  RETURNING e.id
 ),
-pairs AS (
-  SELECT i.ord, i.id, i.key, i.lane, i.available_at, h.handler, h.max_attempts
-  FROM input i
-  CROSS JOIN LATERAL unnest(i.handlers, i.max_attempts) AS h(handler, max_attempts)
-  WHERE i.id IN (SELECT id FROM inserted)
-     OR EXISTS (SELECT 1 FROM extended x WHERE x.id = i.id AND h.handler = ANY (x.added))
+written AS (
+  SELECT p.* FROM pairs p WHERE p.id IN (SELECT id FROM inserted) OR p.id IN (SELECT id FROM extended)
 ),
-keyed AS (
-  SELECT key, count(DISTINCT id) AS n FROM pairs WHERE key IS NOT NULL GROUP BY key
-),
-bumped AS (
-  INSERT INTO /*schema*/relaybus_key_sequences AS s (key, last_sequence)
-  SELECT key, n FROM keyed ORDER BY key
-  ON CONFLICT (key) DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence
-  RETURNING key, last_sequence
+locked AS (
+  SELECT count(pg_advisory_xact_lock('/*schema*/relaybus_events'::regclass::oid::int, k.hash)) AS n
+  FROM (SELECT DISTINCT hashtext(key) AS hash FROM written WHERE key IS NOT NULL ORDER BY 1) k
 ),
 numbered AS (
-  SELECT q.id, b.last_sequence - count(*) OVER (PARTITION BY q.key) + row_number() OVER (PARTITION BY q.key ORDER BY q.ord) AS sequence
-  FROM (SELECT DISTINCT ord, id, key FROM pairs WHERE key IS NOT NULL) q
-  JOIN bumped b ON b.key = q.key
+  SELECT k.ord, nextval('/*schema*/relaybus_key_order') AS sequence
+  FROM (SELECT DISTINCT ord FROM written WHERE key IS NOT NULL AND (SELECT n FROM locked) >= 0 ORDER BY ord) k
 ),
 delivered AS (
   INSERT INTO /*schema*/relaybus_deliveries
     (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at)
-  SELECT p.id, p.handler, p.lane, p.key, n.sequence, 'pending', 0, p.max_attempts, 0,
-         coalesce(p.available_at, $2::timestamptz, now()), coalesce($2::timestamptz, now()), coalesce($2::timestamptz, now())
-  FROM pairs p LEFT JOIN numbered n ON n.id = p.id
-  ORDER BY p.ord, p.handler
-  ON CONFLICT (event_id, handler) DO NOTHING
+  SELECT w.id, w.handler, w.lane, w.key, n.sequence, 'pending', 0, w.max_attempts, 0,
+         coalesce(w.available_at, $12::timestamptz, now()), coalesce($12::timestamptz, now()), coalesce($12::timestamptz, now())
+  FROM written w LEFT JOIN numbered n ON n.ord = w.ord
+  ORDER BY w.ord, w.handler
   RETURNING event_id, handler
 ),
 added AS (
   SELECT d.event_id, array_agg(d.handler ORDER BY d.handler) AS handlers FROM delivered d GROUP BY d.event_id
 ),
 notified AS (
-  -- Wakes the dispatchers that LISTEN ($4: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
+  -- Wakes the dispatchers that LISTEN ($13: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
   -- transaction however many publishes notified (identical notifications are folded).
-  SELECT pg_notify($4::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $4::text IS NOT NULL
+  SELECT pg_notify($13::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $13::text IS NOT NULL
 )
-SELECT i.ord, i.id, coalesce(a.handlers, '{}') AS added, i.id NOT IN (SELECT id FROM inserted) AS duplicate,
-       nullif(c.differences, '{}') AS conflict, c.stored_type, c.stored_key, NOT (SELECT ok FROM guard) AS no_transaction
+SELECT i.ord::int AS ord, i.id, coalesce(a.handlers, '{}') AS added, i.id NOT IN (SELECT id FROM inserted) AS duplicate,
+       nullif(c.differences, '{}') AS conflict, c.stored_type, c.stored_key, NOT (SELECT ok FROM guard) AS no_transaction,
+       i.ord IN (SELECT ord FROM unserved) AS no_handlers
 FROM input i LEFT JOIN added a ON a.event_id = i.id LEFT JOIN conflicts c ON c.ord = i.ord
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY i.ord

@@ -1,6 +1,7 @@
--- requeue: move dead deliveries back to pending with a fresh attempt budget; a keyed one takes the next sequence of
---          its key (it goes to the end of the key's order, so it never overtakes or overlaps a later delivery).
--- index: relaybus_deliveries_pkey (by ids) or a scan of dead rows; relaybus_key_sequences_pkey
+-- requeue: move dead deliveries back to pending with a fresh attempt budget; a keyed one takes a new key-order value
+--          under its key's lock, as publish does (it goes to the end of the key's order, so it never overtakes or
+--          overlaps a later delivery).
+-- index: relaybus_deliveries_pkey (by ids) or a scan of dead rows
 -- params: $1 delivery ids bigint[] (null = any), $2 handler text (null = any), $3 event id text (null = any),
 --         $4 now timestamptz (null = now())
 -- returns: id of every requeued delivery
@@ -13,18 +14,14 @@ WITH targets AS (
   ORDER BY d.id
   FOR UPDATE
 ),
-keyed AS (
-  SELECT key, count(*) AS n FROM targets WHERE key IS NOT NULL GROUP BY key
-),
-bumped AS (
-  INSERT INTO /*schema*/relaybus_key_sequences AS s (key, last_sequence)
-  SELECT key, n FROM keyed ORDER BY key
-  ON CONFLICT (key) DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence
-  RETURNING key, last_sequence
+locked AS (
+  -- The key's advisory lock (as publish takes it), held until commit, before its key-order value.
+  SELECT count(pg_advisory_xact_lock('/*schema*/relaybus_events'::regclass::oid::int, k.hash)) AS n
+  FROM (SELECT DISTINCT hashtext(key) AS hash FROM targets WHERE key IS NOT NULL ORDER BY 1) k
 ),
 numbered AS (
-  SELECT t.id, b.last_sequence - count(*) OVER (PARTITION BY t.key) + row_number() OVER (PARTITION BY t.key ORDER BY t.id) AS sequence
-  FROM targets t JOIN bumped b ON b.key = t.key
+  SELECT k.id, nextval('/*schema*/relaybus_key_order') AS sequence
+  FROM (SELECT id FROM targets WHERE key IS NOT NULL AND (SELECT n FROM locked) >= 0 ORDER BY id) k
 )
 UPDATE /*schema*/relaybus_deliveries d
 SET status = 'pending', attempts = 0, claims = d.claims + 1,

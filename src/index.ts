@@ -54,7 +54,8 @@ export type { RelayBusErrorCode, RelayBusErrorOptions } from './core/errors.js';
 export type {
   BuryParams, ClaimedDelivery, ClaimParams, CompleteAndClaimResult, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams, ExtendLeaseResult,
   HandlerStatistics, ListDeliveriesParams, Page, PublishHandler, PublishParams, PublishResult, PurgeParams, PurgeResult,
-  RequeueParams, RescheduleParams, SetupParams, Statistics, Store, StoreCapabilities,
+  RequeueParams, RescheduleParams, SetupParams, Statistics, Store, StoreCapabilities, SubscribeOptions, Subscription, SubscriptionView,
+  UnsubscribeParams, UnsubscribeResult,
 } from './store/contract.js';
 
 export { memoryStore } from './memory/memory-store.js';

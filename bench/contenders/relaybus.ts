@@ -3,21 +3,45 @@
  * same code a user runs with `npx relaybus worker`, loaded from the compiled `dist/` (as the peers
  * run compiled JavaScript from node_modules; the orchestrator builds it first when src/ is newer,
  * see bench/lib/build.ts). Types come from src/. Publishing goes through `bus.publishMany` in the
- * caller's transaction (a pg client after BEGIN).
+ * caller's transaction (a pg client after BEGIN), or, per publish variant (PUBLISH_VARIANTS), through
+ * the other paths a user has: without NOTIFY, fanned out from the stored subscriptions, or from SQL.
  */
 import pg from 'pg';
 import type * as Api from '../../src/index.js';
 import type * as PgApi from '../../src/postgres/index.js';
-import { HANDLERS, handlerIndex, pairsOf, type Contender, type DispatcherHooks, type DispatcherSettings } from '../lib/types.js';
+import { HANDLERS, handlerIndex, pairsOf, type Contender, type DispatcherHooks, type DispatcherSettings, type PublisherHandle } from '../lib/types.js';
 import { inTransaction, warmPool } from '../lib/db.js';
 
 const dist = (path: string) => new URL(`../../dist/src/${path}`, import.meta.url).href;
 const api = (await import(dist('index.js'))) as typeof Api;
 const pgApi = (await import(dist('postgres/index.js'))) as typeof PgApi;
-const { createRelayBus, defineEvent, Type } = api;
+const { createRelayBus, defineEvent, Type, DEFAULT_MAX_ATTEMPTS } = api;
 const { fromPg, postgresStore } = pgApi;
 
 const BenchEvent = defineEvent('bench.event', Type.Object({ i: Type.Integer() }));
+
+/**
+ * The publish paths the publish scenario measures (an entry's variant):
+ * - default: bus.publish / publishMany, the publisher registers the handlers, NOTIFY on (the store's default);
+ * - no-notify: the same with postgresStore({ notify: false }): what the NOTIFY at commit costs;
+ * - subscriptions: the publisher registers no handler; the fan-out comes from the subscriptions
+ *   recorded in the database (setup records them, as a started worker would);
+ * - sql: `relaybus_publish(type, payload, key, id)` from SQL, one statement per transaction (a batch
+ *   over unnest of arrays), fanned out from the same recorded subscriptions.
+ */
+export const PUBLISH_VARIANTS = ['default', 'no-notify', 'subscriptions', 'sql'] as const;
+export type PublishVariant = (typeof PUBLISH_VARIANTS)[number];
+
+function publishVariantOf(variant: string | undefined): PublishVariant {
+  if (variant === undefined) return 'default';
+  if (!(PUBLISH_VARIANTS as readonly string[]).includes(variant)) {
+    throw new Error(`relaybus has no publish variant "${variant}"; known: ${PUBLISH_VARIANTS.join(', ')}`);
+  }
+  return variant as PublishVariant;
+}
+
+/** The publish variants whose fan-out comes from subscriptions recorded in the database. */
+const fromSubscriptions = (variant: PublishVariant) => variant === 'subscriptions' || variant === 'sql';
 
 /** relaybus's warnings and errors go to the run's warning log (printed, kept in the record). */
 function loggerOf(hooks: DispatcherHooks | undefined): Api.Logger {
@@ -26,8 +50,8 @@ function loggerOf(hooks: DispatcherHooks | undefined): Api.Logger {
   return { debug: noop, info: noop, warn: report('warn'), error: report('error') };
 }
 
-function makeBus(pool: pg.Pool, schema: string, settings?: DispatcherSettings, hooks?: DispatcherHooks): Api.RelayBus<PgApi.PgClientLike, typeof BenchEvent> {
-  const store = postgresStore({ driver: fromPg(pool), schema });
+function makeBus(pool: pg.Pool, schema: string, settings?: DispatcherSettings, hooks?: DispatcherHooks, notify = true): Api.RelayBus<PgApi.PgClientLike, typeof BenchEvent> {
+  const store = postgresStore({ driver: fromPg(pool), schema, notify });
   return createRelayBus({
     store,
     events: [BenchEvent],
@@ -61,10 +85,17 @@ export const relaybus: Contender = {
   },
   tables: { deliveries: 'relaybus_deliveries', lanes: 'relaybus_lanes' },
 
-  async setup(url, schema) {
+  async setup(url, schema, variant) {
+    // Other scenarios pass their dispatcher variants (tuned, ...): only a publish variant that needs subscriptions matters here.
+    const recordSubscriptions = (PUBLISH_VARIANTS as readonly string[]).includes(variant ?? '') && fromSubscriptions(variant as PublishVariant);
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     try {
-      await postgresStore({ driver: fromPg(pool), schema }).setup();
+      const store = postgresStore({ driver: fromPg(pool), schema });
+      await store.setup();
+      // What a started worker records (bus.start(): its handlers with the bus's default attempt budget), before the clock.
+      if (recordSubscriptions) {
+        await store.subscribe(HANDLERS.map((handler) => ({ eventType: BenchEvent.type, handler, maxAttempts: DEFAULT_MAX_ATTEMPTS })));
+      }
     } finally {
       await pool.end();
     }
@@ -88,10 +119,13 @@ export const relaybus: Contender = {
     return pairsOf(rows);
   },
 
-  async publisher({ url, schema, poolSize }) {
+  async publisher({ url, schema, poolSize, variant }) {
+    const path = publishVariantOf(variant);
     const pool = new pg.Pool({ connectionString: url, max: poolSize });
-    const bus = makeBus(pool, schema);
-    for (const handler of HANDLERS) bus.on(BenchEvent, handler, () => {});
+    if (path === 'sql') return sqlPublisher(pool, schema);
+    const bus = makeBus(pool, schema, undefined, undefined, path !== 'no-notify');
+    // 'subscriptions': no handler here, so the publish statement's fan-out is the subscriptions join.
+    if (path !== 'subscriptions') for (const handler of HANDLERS) bus.on(BenchEvent, handler, () => {});
     return {
       async publish(events) {
         await inTransaction(pool, async (client) => {
@@ -127,3 +161,33 @@ export const relaybus: Contender = {
     };
   },
 };
+
+/**
+ * The 'sql' publish variant: `"<schema>".relaybus_publish(type, payload, key, id)` (created by the
+ * store's setup) in the caller's transaction, as a trigger or another language's client would call
+ * it: one SELECT per event, a batch as one SELECT over unnest of arrays (a function scan yields the
+ * arrays in order, so a key's events take their sequence values in publish order). Named prepared
+ * statements, as the raw-sql floor's INSERT. Ids are `e<i>`, as the bus publisher's (stored() reads them).
+ */
+function sqlPublisher(pool: pg.Pool, schema: string): PublisherHandle {
+  const fn = `"${schema}".relaybus_publish`;
+  const one = { name: `relaybus_sql_one_${schema}`, text: `SELECT ${fn}($1, $2::jsonb, $3, $4)` };
+  const many = { name: `relaybus_sql_many_${schema}`, text: `SELECT ${fn}($1, u.p, u.k, u.i) FROM unnest($2::jsonb[], $3::text[], $4::text[]) AS u(p, k, i)` };
+  const type = BenchEvent.type;
+  return {
+    async publish(events) {
+      await inTransaction(pool, async (client) => {
+        if (events.length === 1) {
+          const event = events[0]!;
+          await client.query({ ...one, values: [type, JSON.stringify({ i: event.i }), event.key, `e${event.i}`] });
+        } else {
+          await client.query({
+            ...many,
+            values: [type, events.map((e) => JSON.stringify({ i: e.i })), events.map((e) => e.key), events.map((e) => `e${e.i}`)],
+          });
+        }
+      });
+    },
+    close: () => pool.end(),
+  };
+}

@@ -74,6 +74,11 @@ export interface ChildContext {
   readonly schema: string;
   /** Connections of the publisher pool. */
   readonly poolSize: number;
+  /**
+   * Publishers: the entry's variant, which publish path to measure (undefined: the contender's
+   * ordinary one, as the preloads of the other scenarios use). Contenders with one path ignore it.
+   */
+  readonly variant?: string;
 }
 
 /** What the orchestrator asks about the state of a contender's tables after a run. */
@@ -112,8 +117,12 @@ export interface Contender {
   readonly namedOnly?: readonly string[];
   /** Variants whose natural workload is keyed (ad hoc runs; plans name keyed or not per entry). */
   readonly keyedVariants: readonly string[];
-  /** Create the contender's objects in `schema` (the orchestrator, before a run). */
-  setup(url: string, schema: string): Promise<void>;
+  /**
+   * Create the contender's objects in `schema` (the orchestrator, before a run, untimed). `variant`:
+   * the entry's variant, for a publish path that needs objects of its own (relaybus records its
+   * subscriptions for the 'subscriptions' and 'sql' publish variants); ignored by the others.
+   */
+  setup(url: string, schema: string, variant?: string): Promise<void>;
   /** Drop everything it created (the orchestrator, after a run). */
   teardown(admin: pg.Client, schema: string): Promise<void>;
   /**

@@ -56,10 +56,10 @@ export function schemaName(contender: Contender): string {
   return `bench_${contender.name.replace(/-/g, '_')}_${randomBytes(3).toString('hex')}`;
 }
 
-/** Set up a schema for `contender`, run `body`, always drop the schema. */
-export async function withSchema<T>(context: RunContext, contender: Contender, body: (schema: string) => Promise<T>): Promise<T> {
+/** Set up a schema for `contender` (and the entry's `variant`, where its setup depends on it), run `body`, always drop the schema. */
+export async function withSchema<T>(context: RunContext, contender: Contender, body: (schema: string) => Promise<T>, variant?: string): Promise<T> {
   const schema = schemaName(contender);
-  await contender.setup(context.url, schema);
+  await contender.setup(context.url, schema, variant);
   try {
     return await body(schema);
   } finally {

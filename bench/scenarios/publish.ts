@@ -3,7 +3,9 @@
  * transactions of `batch` events (BEGIN, publish, COMMIT) for a fixed window. Figures: events/s,
  * publish-call p50/p99 (ms, the whole BEGIN..COMMIT), WAL bytes per event. Exactness: the stored
  * pending deliveries (jobs, rows), as (event, handler) pairs, are exactly the published events
- * times the handlers: none lost, none unexpected, none twice.
+ * times the handlers: none lost, none unexpected, none twice. The entry's variant picks the
+ * contender's publish path (relaybus: contenders/relaybus.ts PUBLISH_VARIANTS; the others have one,
+ * 'default'): it reaches the setup (objects a path needs, before the clock) and every publisher process.
  */
 import { snapshot } from '../lib/db.js';
 import { publishWith } from '../lib/procs.js';
@@ -29,7 +31,7 @@ export async function runPublish(context: RunContext, contender: Contender, entr
     const plans = Array.from({ length: cell.publishers }, (_, publisher) => ({
       kind: 'window' as const, durationMs: cell.windowMs, batch: cell.batch, publisher, publishers: cell.publishers, keysPerPublisher: 1000, keyed: entry.keyed,
     }));
-    const results = await publishWith({ contender: contender.name, url: context.url, schema, poolSize: 2 }, plans);
+    const results = await publishWith({ contender: contender.name, url: context.url, schema, poolSize: 2, variant: entry.variant }, plans);
     await sleep(300);
     const after = await snapshot(context.admin, schema);
     const published = results.reduce((sum, r) => sum + r.published, 0);
@@ -60,10 +62,10 @@ export async function runPublish(context: RunContext, contender: Contender, entr
     const statements = mergeStatements(results.map((r) => r.statements));
     const db = await dbFigures(context.admin, contender, before, after, published, statements, context.walinspect);
     return {
-      scenario: 'publish', cell: publishCellName(cell), contender: contender.name, variant: 'default', keyed: entry.keyed, rep, valid: exactness.valid, exactness,
+      scenario: 'publish', cell: publishCellName(cell), contender: contender.name, variant: entry.variant, keyed: entry.keyed, rep, valid: exactness.valid, exactness,
       rate: published / ((ended - started) / 1000),
       figures: { events: published, callP50Ms: percentile(calls, 50), callP99Ms: percentile(calls, 99) },
       db, ...(errors ? { error: errors } : {}),
     };
-  });
+  }, entry.variant);
 }

@@ -21,10 +21,11 @@ import { statsCommand } from './commands/stats.js';
 import { workerCommand } from './commands/worker.js';
 import { inboxCommand } from './commands/inbox.js';
 import { upgradeCommand } from './commands/upgrade.js';
+import { subscriptionsCommand } from './commands/subscriptions.js';
 
 /** Every command, by the words typed after `relaybus`. */
 export const COMMANDS: readonly Command[] = [
-  workerCommand, inboxCommand, demoCommand, setupCommand, upgradeCommand, sqlCommand, statsCommand, deadListCommand, deadRequeueCommand, purgeCommand, dashboardCommand,
+  workerCommand, inboxCommand, demoCommand, setupCommand, upgradeCommand, sqlCommand, statsCommand, deadListCommand, deadRequeueCommand, purgeCommand, dashboardCommand, subscriptionsCommand,
 ];
 
 /** The package version, from package.json. */
@@ -47,7 +48,7 @@ function topHelp(): string {
     '  -v, --version  Print the version.',
     '  --verbose      Print stack traces on errors.',
     '',
-    'The admin commands (setup, upgrade, stats, dead, purge, dashboard) connect to',
+    'The admin commands (setup, upgrade, stats, dead, purge, dashboard, subscriptions) connect to',
     '--database-url or DATABASE_URL and work on --schema (default relaybus).',
     'Durations are written 500ms, 30s, 15m, 12h, 7d (or plain milliseconds).',
     '',

@@ -7,6 +7,7 @@ import {
 import { isEventDefinition, type EventDefinition, type EventPayload } from './events.js';
 import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from './handlers.js';
 import { adaptLogger, describeError, type Logger } from './logger.js';
+import { RESOLVED_HANDLERS, SubscriptionKeeper } from './subscription-keeper.js';
 import {
   assertLogger, resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type DispatcherOptions, type RelayBusOptions,
   type ResolvedDispatcherOptions, type ResolvedRelayBusOptions,
@@ -17,12 +18,12 @@ import {
  * transaction (`publish`, `publishMany`) and runs the dispatcher (`start`, `stop`). It knows the
  * database only through the `Store` contract.
  *
- * Fan-out happens at publish: an event gets one delivery per handler registered for its type at
- * that moment, each with that handler's `maxAttempts`. So every process that publishes must
- * register the same handlers as the workers (define the bus in one module that both import), and
- * publishing an event type with no handler registered is an error rather than a silent no-op: an
- * outbox that drops events because a module was not imported is the bug this library exists to
- * prevent.
+ * Fan-out happens at publish: an event gets one delivery per handler this process registered for its
+ * type, plus one per subscription in the store that it does not register itself (every started bus
+ * records its handlers as subscriptions). So a process that only publishes needs the event
+ * definitions, not the handlers; where both name a handler, this process's registration (its
+ * `maxAttempts`) wins. Publishing a type that has neither is an error rather than a silent no-op:
+ * an outbox that drops events because no worker ever ran is the bug this library exists to prevent.
  */
 
 /** A handler of event `E`. */
@@ -153,6 +154,7 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
   /** The logger of the current run (`start({ logger })`), else the bus's. */
   #logger: Logger;
   #dispatcher: Dispatcher<TTx> | undefined;
+  #subscriptions: SubscriptionKeeper<TTx> | undefined;
   #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
 
@@ -160,6 +162,11 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     this.#options = options;
     this.#logger = options.logger;
     this.#emitter = new TypedEmitter<RelayBusEventMap>(() => this.#logger);
+  }
+
+  /** Every registered handler with its resolved options (see RESOLVED_HANDLERS). */
+  get [RESOLVED_HANDLERS](): readonly ResolvedHandler<TTx>[] {
+    return [...this.#handlers.values()];
   }
 
   get events(): TypedEvents<RelayBusEventMap> {
@@ -211,6 +218,7 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
       eventType: definition.type,
       ...resolved,
       fn: fn as ResolvedHandler<TTx>['fn'],
+      payloadIssues: definition.checkSchema,
       ...(this.#options.instrumentation?.runHandler !== undefined ? { instrumentation: this.#options.instrumentation } : {}),
     });
     this.#handlers.set(name, handler);
@@ -302,6 +310,17 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
         throw error;
       }
     }
+    // Publishers in any process fan out to these handlers from now on (the subscriptions in the store).
+    const subscriptions = new SubscriptionKeeper(store, run.handlers.values(), this.#options.clock, logger);
+    try {
+      await subscriptions.start();
+    } catch (error) {
+      if (this.#state === 'starting') this.#state = 'idle';
+      this.#health.markUnready(describeError(error));
+      logger.debug('recording the subscriptions failed; the bus did not start', { error: describeError(error) });
+      throw error;
+    }
+    this.#subscriptions = subscriptions;
     const dispatcher = new Dispatcher<TTx>({
       store,
       handlers: run.handlers,
@@ -329,6 +348,7 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
       } catch {
         // start failed: nothing runs
       }
+      this.#subscriptions?.stop();
       await this.#dispatcher?.stop(options);
       this.#state = 'stopped';
     })();
@@ -352,10 +372,8 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
 
   #toPublishParams(event: unknown, payload: unknown, options: PublishOptions | undefined, where: string): PublishParams {
     const definition = this.#registered(event, where);
+    // The handlers this process registers (possibly none): the store adds the subscriptions of the type.
     const handlers = this.#handlersByType.get(definition.type) ?? [];
-    if (handlers.length === 0) {
-      throw new InvalidInputError(`${where}: event "${definition.type}" has no handler registered, so publishing it would deliver to nobody. Register its handlers with bus.on(${definition.type}, ...) in every process that publishes (define the bus in one shared module). Nothing was written.`);
-    }
     definition.validate(payload);
     if (options !== undefined) {
       if (typeof options !== 'object' || options === null) throw new InvalidInputError(`${where}: options must be { key?, id?, availableAt?, headers? }.`);

@@ -31,6 +31,8 @@ export interface EventDefinition<TType extends string = string, TPayload extends
   readonly schema: TPayload;
   /** Every rule `payload` breaks (schema and JSON round trip); empty when it is valid. */
   check(payload: unknown): readonly PayloadIssue[];
+  /** The schema rules `payload` breaks (no JSON round-trip check: for payloads read back from the store). */
+  checkSchema(payload: unknown): readonly PayloadIssue[];
   /** Return `payload` typed, or throw `InvalidPayloadError` naming each broken rule. */
   validate(payload: unknown): Static<TPayload>;
 }
@@ -72,16 +74,18 @@ export function defineEvent<const TType extends string, TPayload extends TSchema
     throw new InvalidOptionsError(`defineEvent("${type}"): the schema could not be compiled (${(error as Error).message}). Build it with TypeBox's Type.* functions.`, { cause: error });
   }
 
-  const check = (payload: unknown): readonly PayloadIssue[] => {
+  const checkSchema = (payload: unknown): PayloadIssue[] => {
     const issues: PayloadIssue[] = [];
-    if (!compiled.Check(payload)) {
-      for (const error of compiled.Errors(payload)) {
-        issues.push({ path: error.path === '' ? '/' : error.path, message: error.message });
-        if (issues.length >= MAX_ISSUES) break;
-      }
-      return issues;
+    if (compiled.Check(payload)) return issues;
+    for (const error of compiled.Errors(payload)) {
+      issues.push({ path: error.path === '' ? '/' : error.path, message: error.message });
+      if (issues.length >= MAX_ISSUES) break;
     }
-    collectJsonIssues(payload, '', issues, new Set());
+    return issues;
+  };
+  const check = (payload: unknown): readonly PayloadIssue[] => {
+    const issues = checkSchema(payload);
+    if (issues.length === 0) collectJsonIssues(payload, '', issues, new Set());
     return issues;
   };
 
@@ -89,6 +93,7 @@ export function defineEvent<const TType extends string, TPayload extends TSchema
     type,
     schema,
     check,
+    checkSchema,
     validate(payload: unknown): Static<TPayload> {
       const issues = check(payload);
       if (issues.length > 0) throw payloadError(type, issues);

@@ -1,3 +1,4 @@
+import type { PayloadIssue } from './events.js';
 import type { Instrumentation } from './instrumentation.js';
 import type { BackoffOptions } from './retry-policy.js';
 
@@ -65,6 +66,8 @@ export interface ResolvedHandler<TTx> {
   readonly backoff: BackoffOptions;
   readonly timeoutMs: number;
   readonly fn: (payload: unknown, context: HandlerContext & { readonly transaction?: TTx }) => unknown;
+  /** The event's schema rules a claimed payload breaks (a payload published from SQL was never checked). */
+  readonly payloadIssues: (payload: unknown) => readonly PayloadIssue[];
   /** The bus's `instrumentation` when it wraps handler calls (`runHandler`); absent otherwise. */
   readonly instrumentation?: Instrumentation;
 }

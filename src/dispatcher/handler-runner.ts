@@ -260,6 +260,15 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
     settle(run, deps);
     return writeFailure(run, deps, error, elapsed, true);
   }
+  // A payload published through SQL (relaybus_publish, a trigger) was never checked against the event's schema: one
+  // that breaks it is dead at once, with the rules it breaks (a retry would break them again).
+  const issues = handler.payloadIssues(claimed.payload);
+  if (issues.length > 0) {
+    const shown = issues.map((issue) => `${issue.path}: ${issue.message}`).join('; ');
+    const error = new Error(`the payload of event "${claimed.eventId}" does not match the schema of "${claimed.eventType}" (${shown}); it was published without that check (from SQL?). Fix the publisher, then requeue the delivery`);
+    settle(run, deps);
+    return writeFailure(run, deps, error, elapsed, true);
+  }
 
   const timer = setTimeout(() => {
     run.abort('timeout', new DOMException(`handler "${handler.name}" did not finish within ${handler.timeoutMs} ms (timeoutMs)`, 'TimeoutError'));

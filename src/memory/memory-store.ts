@@ -36,11 +36,13 @@ import { formatLeaseToken } from '../core/lease-token.js';
 import type {
   BuryParams, ClaimedDelivery, CompleteAndClaimResult, ClaimParams, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
   ExtendLeaseResult, HandlerStatistics, ListDeliveriesParams, Page, PublishParams, PublishResult, PurgeParams,
-  PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, StoreCapabilities,
+  PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, StoreCapabilities, SubscribeOptions, Subscription, SubscriptionView,
+  UnsubscribeParams, UnsubscribeResult,
 } from '../store/contract.js';
 import {
-  assertDate, assertName, echo as echoValue, parseLease, parseLeases, validateClaim, validateError, validateExtendLease,
-  validateList, validatePublish, validatePurge, validateRequeue, type ParsedLease,
+  assertDate, assertName, echo as echoValue, noHandlersError, parseLease, parseLeases, unsubscribeRefusal, validateClaim,
+  validateError, validateExtendLease, validateList, validatePublish, validatePurge, validateRequeue, validateSubscriptions,
+  validateUnsubscribe, type ParsedLease,
 } from '../store/validate.js';
 
 export interface MemoryStoreOptions {
@@ -101,6 +103,14 @@ interface HistoryRecord {
   readonly completedAt: number;
 }
 
+interface SubscriptionRecord {
+  maxAttempts: number;
+  retry: Readonly<Record<string, unknown>> | null;
+  readonly createdAt: number;
+  updatedAt: number;
+  seenAt: number | null;
+}
+
 /** A publish staged by an open transaction; applied at commit. */
 interface StagedPublish {
   readonly id: string;
@@ -153,6 +163,10 @@ function jsonEqual(a: unknown, b: unknown): boolean {
   return aKeys.every((key) => Object.hasOwn(b, key) && jsonEqual((a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key]));
 }
 
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
 function compareIds(a: string, b: string): number {
   const x = BigInt(a);
   const y = BigInt(b);
@@ -198,6 +212,8 @@ class MemoryStore implements Store<MemoryTransaction> {
   readonly #deliveries = new Map<string, DeliveryRecord>();
   readonly #lanes = newLanes();
   readonly #keySequences = new Map<string, bigint>();
+  /** Subscriptions by event type, then handler. */
+  readonly #subscriptions = new Map<string, Map<string, SubscriptionRecord>>();
   readonly #history: HistoryRecord[] = [];
   readonly #transactions = new WeakMap<MemoryTransaction, TransactionState>();
   /** Deliveries completed by an open transaction: delivery id -> lane. */
@@ -268,9 +284,84 @@ class MemoryStore implements Store<MemoryTransaction> {
     const state = this.#openTransaction(tx);
     const at = timeOf(now);
     const ids = events.map((event) => event.id ?? randomUUID());
-    // Every event is checked before any is staged: a conflict stages nothing.
-    events.forEach((event, i) => this.#assertNoConflict(state, ids[i]!, event, payloads[i]!));
-    return events.map((event, i) => this.#stagePublish(state, ids[i]!, event, payloads[i]!, at));
+    // The process's handlers, then the subscriptions of the type it does not name (its own registration wins).
+    const fanned = events.map((event) => ({ ...event, handlers: this.#fanout(event) }));
+    // Every event is checked before any is staged: a conflict (or an event with no handler) stages nothing.
+    fanned.forEach((event, i) => {
+      if (event.handlers.length === 0) throw noHandlersError(event, i);
+    });
+    fanned.forEach((event, i) => this.#assertNoConflict(state, ids[i]!, event, payloads[i]!));
+    return fanned.map((event, i) => this.#stagePublish(state, ids[i]!, event, payloads[i]!, at));
+  }
+
+  #fanout(event: PublishParams): PublishParams['handlers'] {
+    const subscribed = this.#subscriptions.get(event.type);
+    if (subscribed === undefined) return event.handlers;
+    const named = new Set(event.handlers.map((h) => h.name));
+    const added = [...subscribed].filter(([handler]) => !named.has(handler)).map(([name, s]) => ({ name, maxAttempts: s.maxAttempts }));
+    return [...event.handlers, ...added];
+  }
+
+  // ----- subscriptions -----------------------------------------------------------------------
+
+  async subscribe(subscriptions: readonly Subscription[], now?: Date, options?: SubscribeOptions): Promise<void> {
+    this.#assertOpen();
+    validateSubscriptions(subscriptions, now, options);
+    const at = timeOf(now);
+    const seen = options?.seen ?? true;
+    for (const { eventType, handler, maxAttempts, retry } of subscriptions) {
+      const byHandler = this.#subscriptions.get(eventType) ?? new Map<string, SubscriptionRecord>();
+      this.#subscriptions.set(eventType, byHandler);
+      const stored = byHandler.get(handler);
+      const description = retry ?? null;
+      if (stored === undefined) {
+        byHandler.set(handler, { maxAttempts, retry: description, createdAt: at, updatedAt: at, seenAt: seen ? at : null });
+        continue;
+      }
+      if (stored.maxAttempts !== maxAttempts || !jsonEqual(stored.retry, description)) stored.updatedAt = at;
+      stored.maxAttempts = maxAttempts;
+      stored.retry = description;
+      if (seen) stored.seenAt = at;
+    }
+  }
+
+  async listSubscriptions(): Promise<SubscriptionView[]> {
+    this.#assertOpen();
+    const pending = new Map<string, number>();
+    for (const d of this.#deliveries.values()) {
+      if (d.status !== 'pending') continue;
+      const k = JSON.stringify([d.eventType, d.handler]);
+      pending.set(k, (pending.get(k) ?? 0) + 1);
+    }
+    return [...this.#subscriptions].sort(([a], [b]) => compareText(a, b)).flatMap(([eventType, byHandler]) =>
+      [...byHandler].sort(([a], [b]) => compareText(a, b)).map(([handler, s]) => ({
+        eventType, handler, maxAttempts: s.maxAttempts, retry: s.retry, createdAt: new Date(s.createdAt),
+        updatedAt: new Date(s.updatedAt), seenAt: s.seenAt === null ? null : new Date(s.seenAt), pending: pending.get(JSON.stringify([eventType, handler])) ?? 0,
+      })));
+  }
+
+  async unsubscribe(params: UnsubscribeParams): Promise<UnsubscribeResult> {
+    this.#assertOpen();
+    validateUnsubscribe(params);
+    const at = timeOf(params.now);
+    const pending = [...this.#deliveries.values()].filter((d) => d.status === 'pending' && d.handler === params.handler
+      && (params.eventType === undefined || d.eventType === params.eventType));
+    const inFlight = pending.filter((d) => this.#lanes[d.lane]!.inFlight.has(d.id)).length;
+    const refused = unsubscribeRefusal(params, pending.length, inFlight);
+    if (refused !== undefined) throw refused;
+    for (const d of pending) {
+      d.status = 'dead';
+      d.lastError = params.buryPending!;
+      d.claims += 1;
+      d.updatedAt = at;
+    }
+    let removed = 0;
+    for (const [eventType, byHandler] of this.#subscriptions) {
+      if (params.eventType !== undefined && eventType !== params.eventType) continue;
+      if (byHandler.delete(params.handler)) removed += 1;
+      if (byHandler.size === 0) this.#subscriptions.delete(eventType);
+    }
+    return { removed, buried: pending.length };
   }
 
   /** An existing id (committed, or staged by this transaction) must name the same type, key and payload. */

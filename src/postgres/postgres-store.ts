@@ -7,11 +7,12 @@ import { formatLeaseToken } from '../core/lease-token.js';
 import type {
   BuryParams, ClaimParams, ClaimedDelivery, CompleteAndClaimResult, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
   ExtendLeaseResult, HandlerStatistics, ListDeliveriesParams, Page, PublishParams, PublishResult, PurgeParams,
-  PurgeResult, RequeueParams, RescheduleParams, Statistics, Store,
+  PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, SubscribeOptions, Subscription, SubscriptionView, UnsubscribeParams,
+  UnsubscribeResult,
 } from '../store/contract.js';
 import {
-  assertDate, assertName, parseLease, parseLeases, validateClaim, validateError, validateExtendLease, validateList,
-  validatePublish, validatePurge, validateRequeue, type ParsedLease,
+  assertDate, assertName, noHandlersError, parseLease, parseLeases, unsubscribeRefusal, validateClaim, validateError, validateExtendLease,
+  validateList, validatePublish, validatePurge, validateRequeue, validateSubscriptions, validateUnsubscribe, type ParsedLease,
 } from '../store/validate.js';
 import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
@@ -73,14 +74,14 @@ function toStoreError(error: unknown, statement: string, schema: string): RelayB
 /** The value `publish-guard` sets in the caller's transaction and the publish statements look for. */
 const GUARD_MARKER = 'on';
 
-/** A publish statement's row: a delivery it inserted, or (all nulls but `refused`) why it wrote nothing. */
+/** A publish-new row: an event it inserted (with its handlers), or (handlers null) why it wrote nothing. */
 interface LeanRow {
-  event_id: string | null; handler: string | null; refused: 'exists' | 'no-transaction' | null;
+  ord: number; handlers: string[] | null; refused: 'exists' | 'no-handlers' | 'no-transaction' | null;
 }
 
 interface FullRow {
   ord: number; id: string; added: string[]; duplicate: boolean; conflict: string[] | null;
-  stored_type: string | null; stored_key: string | null; no_transaction: boolean;
+  stored_type: string | null; stored_key: string | null; no_transaction: boolean; no_handlers: boolean;
 }
 
 function notInTransaction(): InvalidInputError {
@@ -97,7 +98,7 @@ const quote = (value: string | null): string => (value === null ? 'null' : JSON.
 function conflictError(rows: readonly FullRow[], events: readonly PublishParams[]): EventConflictError {
   const conflicting = rows.filter((row) => row.conflict !== null);
   const [first] = conflicting;
-  const event = events[first!.ord]!;
+  const event = events[first!.ord - 1]!;
   const parts = first!.conflict!.map((field) =>
     field === 'type' ? `type ${quote(first!.stored_type)} was published again as ${quote(event.type)}`
       : field === 'key' ? `key ${quote(first!.stored_key)} was published again as ${quote(event.key ?? null)}`
@@ -126,6 +127,11 @@ interface DeliveryRow {
   id: string; event_id: string; event_type: string; handler: string; key: string | null; sequence: string | null;
   lane: number; status: DeliveryStatus; attempts: number; max_attempts: number; available_at: Date;
   last_error: string | null; created_at: Date; updated_at: Date;
+}
+
+interface SubscriptionRow {
+  event_type: string; handler: string; max_attempts: number; retry: Record<string, unknown> | null;
+  created_at: Date; updated_at: Date; seen_at: Date | null; pending: number;
 }
 
 interface StatisticsRow {
@@ -157,18 +163,23 @@ function toView(row: DeliveryRow): DeliveryView {
   };
 }
 
-/** The JSON document of publish and publish-new: one object per event; payloads are spliced in as validated JSON text. */
-function publishDocument(events: readonly PublishParams[], ids: readonly string[], payloads: readonly string[]): string {
-  const input = events.map((event, ord) => {
-    const id = ids[ord]!;
-    const meta = JSON.stringify({
-      ord, id, type: event.type, key: event.key ?? null, headers: event.headers ?? {},
-      handlers: event.handlers.map((h) => h.name), max_attempts: event.handlers.map((h) => h.maxAttempts),
-      lane: laneOf(event.key, id), available_at: iso(event.availableAt),
-    });
-    return `${meta.slice(0, -1)},"payload":${payloads[ord]}}`;
+/** The parameters of publish-new and publish: one array per column, the process's handlers flattened per event. */
+function publishArrays(events: readonly PublishParams[], ids: readonly string[], payloads: readonly string[]): unknown[] {
+  const handlerOrd: number[] = [];
+  const handlerName: string[] = [];
+  const handlerAttempts: number[] = [];
+  events.forEach((event, index) => {
+    for (const handler of event.handlers) {
+      handlerOrd.push(index + 1);
+      handlerName.push(handler.name);
+      handlerAttempts.push(handler.maxAttempts);
+    }
   });
-  return `[${input.join(',')}]`;
+  return [
+    ids, events.map((event) => event.type), events.map((event) => event.key ?? null), payloads,
+    events.map((event) => JSON.stringify(event.headers ?? {})), events.map((event, index) => laneOf(event.key, ids[index]!)),
+    events.map((event) => iso(event.availableAt)), handlerOrd, handlerName, handlerAttempts,
+  ];
 }
 
 const FIRST_LANES_TO_TAKE = 4;
@@ -329,17 +340,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       // driver allows, and the publish statements write only where they see it. Nothing ever fails: the caller's
       // transaction stays usable.
       const guard = executor.transactionChecked === true ? null : GUARD_MARKER;
-      // The common case, every id new, takes one lean statement: one event from plain parameters, a batch as one JSON
-      // document (payloads spliced in as the JSON text validated above). It returns the deliveries it inserted, or one
-      // row saying why it wrote nothing (an id exists already, or no transaction).
-      const [first] = events;
-      const lean = () => (events.length === 1
-        ? run<LeanRow>(executor, 'publish-new-one', [
-          ids[0], first!.type, first!.key ?? null, payloads[0], JSON.stringify(first!.headers ?? {}),
-          first!.handlers.map((h) => h.name), first!.handlers.map((h) => h.maxAttempts), laneOf(first!.key, ids[0]!),
-          iso(first!.availableAt), iso(now), guard, channel,
-        ])
-        : run<LeanRow>(executor, 'publish-new', [publishDocument(events, ids, payloads), iso(now), guard, channel]));
+      // The common case, every id new, takes one statement (publish-new). It returns the events it inserted, or one row
+      // saying why it wrote nothing (an id exists already, an event has no handler, or no transaction).
+      const params = [...publishArrays(events, ids, payloads), guard, iso(now), channel];
+      const lean = () => run<LeanRow>(executor, 'publish-new', params);
       let rows: LeanRow[];
       if (guard === null) {
         rows = await lean();
@@ -349,26 +353,53 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         if (rows.some((row) => row.refused === 'no-transaction')) rows = await lean();
         if (rows.some((row) => row.refused === 'no-transaction')) throw notInTransaction();
       }
+      const unserved = rows.find((row) => row.refused === 'no-handlers');
+      if (unserved !== undefined) throw noHandlersError(events[unserved.ord - 1]!, unserved.ord - 1);
       // An id exists, or (no row at all) a concurrent transaction inserted the one new id first and nothing was
       // written: the full statement (inbox dedup, conflict check) runs for the whole batch, in the same transaction.
       if (rows.length === 0 || rows.some((row) => row.refused === 'exists')) {
-        const full = await run<FullRow>(executor, 'publish', [publishDocument(events, ids, payloads), iso(now), guard, channel]);
+        const full = await run<FullRow>(executor, 'publish', params);
         if (full.some((row) => row.no_transaction)) throw notInTransaction();
+        const fullUnserved = full.find((row) => row.no_handlers);
+        if (fullUnserved !== undefined) throw noHandlersError(events[fullUnserved.ord - 1]!, fullUnserved.ord - 1);
         if (full.some((row) => row.conflict !== null)) throw conflictError(full, events);
         return full.map((row) => ({ eventId: row.id, addedHandlers: row.added, duplicate: row.duplicate }));
       }
-      // Rows come in input order and by handler (database collation) within an event. An event without rows was
-      // inserted by a concurrent transaction first (a batch where other ids were new): a duplicate that got nothing.
-      const added = new Map<string, string[]>();
-      for (const row of rows) {
-        const handlers = added.get(row.event_id!);
-        if (handlers === undefined) added.set(row.event_id!, [row.handler!]);
-        else handlers.push(row.handler!);
-      }
-      return ids.map((id) => {
-        const handlers = added.get(id);
+      // An event without a row was inserted by a concurrent transaction first (a batch where other ids were new): a
+      // duplicate that got nothing.
+      const added = new Map<number, string[]>(rows.map((row) => [toInt(row.ord), row.handlers ?? []]));
+      return ids.map((id, index) => {
+        const handlers = added.get(index + 1);
         return { eventId: id, addedHandlers: handlers ?? [], duplicate: handlers === undefined };
       });
+    },
+
+    async subscribe(subscriptions: readonly Subscription[], now?: Date, options?: SubscribeOptions): Promise<void> {
+      const retries = validateSubscriptions(subscriptions, now, options);
+      if (subscriptions.length === 0) return;
+      await runOwned('subscribe', [
+        subscriptions.map((s) => s.eventType), subscriptions.map((s) => s.handler), subscriptions.map((s) => s.maxAttempts), retries, iso(now),
+        options?.seen ?? true,
+      ]);
+    },
+
+    async listSubscriptions(): Promise<SubscriptionView[]> {
+      const rows = await runOwned<SubscriptionRow>('list-subscriptions', []);
+      return rows.map((row) => ({
+        eventType: row.event_type, handler: row.handler, maxAttempts: toInt(row.max_attempts), retry: row.retry,
+        createdAt: toDate(row.created_at), updatedAt: toDate(row.updated_at), seenAt: row.seen_at === null ? null : toDate(row.seen_at),
+        pending: toInt(row.pending),
+      }));
+    },
+
+    async unsubscribe(params: UnsubscribeParams): Promise<UnsubscribeResult> {
+      validateUnsubscribe(params);
+      const [row] = await runOwned<{ pending: number; in_flight: number; removed: number; buried: number }>('unsubscribe', [
+        params.handler, params.eventType ?? null, params.buryPending ?? null, iso(params.now),
+      ]);
+      const refused = unsubscribeRefusal(params, toInt(row!.pending), toInt(row!.in_flight));
+      if (refused !== undefined) throw refused;
+      return { removed: toInt(row!.removed), buried: toInt(row!.buried) };
     },
 
     async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {

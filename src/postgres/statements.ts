@@ -10,8 +10,8 @@ import type { SqlStatement } from './sql-client.js';
  */
 export const STATEMENT_NAMES = [
   'acquire-lanes', 'bury', 'claim-held-lanes', 'complete-many', 'complete-many-with-history', 'complete-one',
-  'complete-one-with-history', 'extend-lease', 'list-deliveries', 'publish', 'publish-guard', 'publish-new', 'publish-new-one', 'purge-expired', 'release',
-  'relinquish', 'requeue', 'reschedule', 'setup-applied', 'setup-inspect', 'setup-lock', 'setup-record', 'statistics',
+  'complete-one-with-history', 'extend-lease', 'list-deliveries', 'publish', 'publish-guard', 'publish-new', 'purge-expired', 'release',
+  'list-subscriptions', 'relinquish', 'requeue', 'reschedule', 'setup-applied', 'setup-inspect', 'setup-lock', 'setup-record', 'statistics', 'subscribe', 'unsubscribe',
   'upgrade-drop-lane-function', 'upgrade-lane-function', 'upgrade-row-lease-convert', 'upgrade-row-lease-deliveries-columns',
   'upgrade-row-lease-deliveries-layout', 'upgrade-row-lease-drop-indexes', 'upgrade-row-lease-events-columns',
   'upgrade-row-lease-events-handlers', 'upgrade-row-lease-events-layout', 'upgrade-row-lease-key-sequences',

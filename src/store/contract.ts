@@ -52,10 +52,59 @@ export interface PublishParams {
   /** Any JSON value. */
   readonly payload: unknown;
   readonly headers?: Readonly<Record<string, string>>;
-  /** One delivery per handler; at least one. */
+  /**
+   * The handlers this process registers for the type, each with its attempt budget (may be empty). The store adds a
+   * delivery for every active subscription of the type these do not name (`subscribe`); where both name a handler,
+   * this list wins. An event with no handler either way is refused (`InvalidInputError`), writing nothing.
+   */
   readonly handlers: readonly PublishHandler[];
   /** Delayed delivery: not claimable before this instant. Default: `now`. */
   readonly availableAt?: Date;
+}
+
+/** A handler's subscription to an event type: every publish of the type fans out to it, from any process. */
+export interface Subscription {
+  readonly eventType: string;
+  readonly handler: string;
+  /** Attempts before a delivery is dead-lettered (>= 1). */
+  readonly maxAttempts: number;
+  /** What the worker's retry policy is, for people reading the table (JSON); the worker applies its own. */
+  readonly retry?: Readonly<Record<string, unknown>> | null;
+}
+
+/** A subscription as the store keeps it. */
+export interface SubscriptionView extends Subscription {
+  readonly retry: Readonly<Record<string, unknown>> | null;
+  readonly createdAt: Date;
+  readonly updatedAt: Date;
+  /** When a worker running the handler last said so (`subscribe`); null when none ever did (`setup --subscriptions`). */
+  readonly seenAt: Date | null;
+  /** Deliveries of the handler for this type still pending (due, scheduled or in flight). */
+  readonly pending: number;
+}
+
+export interface SubscribeOptions {
+  /** A worker running the handlers says so (default true): `seenAt` = now. False: `seenAt` is left as it was. */
+  readonly seen?: boolean;
+}
+
+export interface UnsubscribeParams {
+  readonly handler: string;
+  /** Only this event type's subscription (default: every type the handler subscribes to). */
+  readonly eventType?: string;
+  /**
+   * Bury the handler's pending deliveries (of those types) with this reason. Without it, unsubscribing a handler that
+   * still has pending deliveries is refused (`InvalidStateError`) and changes nothing.
+   */
+  readonly buryPending?: string;
+  readonly now?: Date;
+}
+
+export interface UnsubscribeResult {
+  /** Subscriptions removed. */
+  readonly removed: number;
+  /** Pending deliveries moved to the dead letters (with `buryPending`). */
+  readonly buried: number;
 }
 
 export interface PublishResult {
@@ -252,6 +301,23 @@ export interface Store<TTx> {
    * failing statement ran, so `tx` stays usable.
    */
   publish(tx: TTx, events: readonly PublishParams[], now?: Date): Promise<PublishResult[]>;
+
+  /**
+   * Record that the handlers run (upsert; active; `seenAt` = now): from then on every publish of each event type fans
+   * out to them, whichever process publishes. Workers call it at start and then periodically; a deploy step
+   * (`relaybus setup --subscriptions`) passes `{ seen: false }`, which leaves `seenAt` as it was (null when new).
+   */
+  subscribe(subscriptions: readonly Subscription[], now?: Date, options?: SubscribeOptions): Promise<void>;
+
+  /** Every subscription, by event type and handler. */
+  listSubscriptions(now?: Date): Promise<SubscriptionView[]>;
+
+  /**
+   * Remove a handler's subscriptions. Never drops deliveries silently: pending ones are buried with
+   * `buryPending` as their error, or the call is refused (`InvalidStateError`, nothing changed). Deliveries in flight
+   * (a worker runs them now) always refuse it.
+   */
+  unsubscribe(params: UnsubscribeParams): Promise<UnsubscribeResult>;
 
   /**
    * Claim up to `limit` due deliveries of `handlers`: keep the lanes the owner holds, take free (or

@@ -1,7 +1,8 @@
-import { InvalidInputError, InvalidPayloadError } from '../core/errors.js';
+import { InvalidInputError, InvalidPayloadError, InvalidStateError } from '../core/errors.js';
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
 import type {
   ClaimParams, DeliveryLease, ExtendLeaseParams, ListDeliveriesParams, PublishParams, PurgeParams, RequeueParams,
+  SubscribeOptions, Subscription, UnsubscribeParams,
 } from './contract.js';
 
 /**
@@ -153,7 +154,7 @@ export function validatePublish(events: readonly PublishParams[], now: Date | un
         assertNoNul(value, `${at}.headers.${name}`);
       }
     }
-    if (!Array.isArray(event.handlers) || event.handlers.length === 0) fail(`${at}.handlers must list at least one handler.`);
+    if (!Array.isArray(event.handlers)) fail(`${at}.handlers must be an array (empty: the subscriptions alone decide).`);
     const names = new Set<string>();
     event.handlers.forEach((handler: PublishParams["handlers"][number], h: number) => {
       assertName(handler?.name, `${at}.handlers[${h}].name`);
@@ -245,4 +246,60 @@ export function validatePurge(params: PurgeParams): void {
     if (!Number.isInteger(value) || value < 0) fail(`${name} must be a non-negative integer number of milliseconds, got ${echo(value)}.`);
   }
   assertOptionalDate(params.now, 'now');
+}
+
+/** Check subscriptions; returns each one's retry description as JSON text (or null). */
+export function validateSubscriptions(subscriptions: readonly Subscription[], now: Date | undefined, options?: SubscribeOptions): (string | null)[] {
+  if (!Array.isArray(subscriptions)) fail('subscribe() takes an array of { eventType, handler, maxAttempts, retry? }.');
+  assertOptionalDate(now, 'now');
+  if (options !== undefined && (typeof options !== 'object' || options === null || (options.seen !== undefined && typeof options.seen !== 'boolean'))) {
+    fail('subscribe() options must be { seen?: boolean }.');
+  }
+  const seen = new Set<string>();
+  return subscriptions.map((subscription, index) => {
+    const at = `subscriptions[${index}]`;
+    if (typeof subscription !== 'object' || subscription === null) fail(`${at} must be an object.`);
+    assertName(subscription.eventType, `${at}.eventType`);
+    assertName(subscription.handler, `${at}.handler`);
+    assertPositiveInteger(subscription.maxAttempts, `${at}.maxAttempts`, 1_000_000);
+    const pair = JSON.stringify([subscription.eventType, subscription.handler]);
+    if (seen.has(pair)) fail(`${at} subscribes ${echo(subscription.handler)} to ${echo(subscription.eventType)} a second time.`);
+    seen.add(pair);
+    const { retry } = subscription;
+    if (retry === undefined || retry === null) return null;
+    if (typeof retry !== 'object' || Array.isArray(retry)) fail(`${at}.retry must be an object describing the retry policy, or null.`);
+    return payloadToJson(retry, `${at}.retry`);
+  });
+}
+
+export function validateUnsubscribe(params: UnsubscribeParams): void {
+  if (typeof params !== 'object' || params === null) fail('unsubscribe() takes { handler, eventType?, buryPending? }.');
+  assertName(params.handler, 'handler');
+  if (params.eventType !== undefined) assertName(params.eventType, 'eventType');
+  if (params.buryPending !== undefined) {
+    if (typeof params.buryPending !== 'string' || params.buryPending.trim() === '') fail('buryPending must be a non-empty reason (it becomes the dead letters\' error).');
+    assertNoNul(params.buryPending, 'buryPending');
+  }
+  assertOptionalDate(params.now, 'now');
+}
+
+/** Why unsubscribe() changed nothing, from what it found pending (undefined: it went ahead). */
+export function unsubscribeRefusal(params: UnsubscribeParams, pending: number, inFlight: number): InvalidStateError | undefined {
+  const what = `handler "${params.handler}"${params.eventType === undefined ? '' : ` of event type "${params.eventType}"`}`;
+  if (inFlight > 0) {
+    return new InvalidStateError(`Cannot unsubscribe ${what}: a worker runs ${inFlight} of its deliveries now. Stop the workers that run it (or wait until they finish), then try again. Nothing was changed.`);
+  }
+  if (pending > 0 && params.buryPending === undefined) {
+    return new InvalidStateError(`Cannot unsubscribe ${what}: ${pending} of its deliveries are pending, and unsubscribing never drops them silently. Let a worker run them, or pass buryPending: "<reason>" (relaybus subscriptions remove --bury-pending "<reason>") to move them to the dead letters. Nothing was changed.`);
+  }
+  return undefined;
+}
+
+/** An event with no handler in this process and no subscription: it would be delivered to nobody. */
+export function noHandlersError(event: PublishParams, index: number): InvalidInputError {
+  return new InvalidInputError(
+    `events[${index}]: event "${event.type}" has no handler registered in this process and no subscription in the database, `
+    + 'so publishing it would deliver to nobody. Start a worker that registers its handlers (bus.start() records them), '
+    + 'or run relaybus setup --subscriptions <config>. Nothing was written; your transaction is still usable.',
+  );
 }

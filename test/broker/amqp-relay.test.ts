@@ -6,7 +6,7 @@
  * missing exchange and an oversized message are typed failures, never completions.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, afterEach, before, describe, it } from 'node:test';
 import { createRelayBus, defineEvent, Type, type FailedEvent } from '../../src/index.js';
 import { amqpTarget, HEADERS, relayTo, type RelayTarget, type AmqpRoute } from '../../src/amqp/index.js';
 import type { PgClientLike } from '../../src/postgres/index.js';
@@ -31,6 +31,12 @@ describe('amqp relay', { skip }, () => {
     await db?.drop();
   });
 
+  // A started bus subscribes its handler: retire it after its test, or the next tests' publishes fan out to it too.
+  const retire: string[] = [];
+  afterEach(async () => {
+    for (const handler of retire.splice(0)) await db.store.unsubscribe({ handler, buryPending: 'the test that ran it is over' });
+  });
+
   let buses = 0;
   /** A bus with one relay handler, named apart from the other tests' (they share the schema). */
   function relayBus(store: Store<PgClientLike>, target: RelayTarget<AmqpRoute>, route: AmqpRoute, maxAttempts = 10) {
@@ -39,7 +45,9 @@ describe('amqp relay', { skip }, () => {
       store, events: [ItemCreated], backoff: { initialDelayMs: 50, maxDelayMs: 400, jitter: 0 },
       dispatcher: { pollIntervalMs: 20, concurrency: 16, batchSize: 32, leaseDurationMs: 5_000 },
     });
-    bus.on(ItemCreated, `relay-${buses}`, { maxAttempts }, relayTo(target, route));
+    const handler = `relay-${buses}`;
+    bus.on(ItemCreated, handler, { maxAttempts }, relayTo(target, route));
+    retire.push(handler);
     return bus;
   }
 

@@ -11,7 +11,7 @@ import { BIN, IMPORTS, lines, REPO, runCli, startCli, tempDir, useBuiltCli, writ
 
 useBuiltCli();
 
-const COMMANDS = ['worker', 'inbox', 'demo', 'setup', 'upgrade', 'sql', 'stats', 'dead list', 'dead requeue', 'purge', 'dashboard'];
+const COMMANDS = ['worker', 'inbox', 'demo', 'setup', 'upgrade', 'sql', 'stats', 'dead list', 'dead requeue', 'purge', 'dashboard', 'subscriptions'];
 
 /** Assert `result` failed with `code` and exactly one stderr line matching `pattern`, nothing on stdout. */
 function assertOneLineError(result: { code: number | null; stdout: string; stderr: string }, code: number, pattern: RegExp): void {

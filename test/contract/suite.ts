@@ -20,9 +20,11 @@ import { publishCases } from './cases/publish.cases.js';
 import { retryCases } from './cases/retry.cases.js';
 import { ridingCases } from './cases/riding.cases.js';
 import { shutdownCases } from './cases/shutdown.cases.js';
+import { subscriptionCases } from './cases/subscriptions.cases.js';
 
 export const contractGroups: readonly CaseGroup[] = [
   publishCases, claimCases, fencingCases, completionCases, retryCases, orderingCases, livenessCases, ridingCases, shutdownCases, adminCases,
+  subscriptionCases,
 ];
 
 /** Why a case cannot run on this target, or undefined when it can. */

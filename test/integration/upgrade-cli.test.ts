@@ -81,7 +81,7 @@ describe('relaybus upgrade and relaybus setup on a relaybus 0.1 schema (real Pos
     assert.equal(setup.code, 0, setup.stderr);
     assert.match(setup.stdout, new RegExp(`^relaybus: schema "${schema}" on .+ is set up \\(\\d+ ms\\)\\n$`));
     const after = await cli(['upgrade', '--dry-run', '--schema', schema]);
-    assert.match(after.stdout, /relaybus tables at 0001_\w+\nplan:\n {2}1\. nothing to migrate/);
+    assert.match(after.stdout, new RegExp(`relaybus tables at ${loadMigrations().at(-1)!.name}\\nplan:\\n {2}1\\. nothing to migrate`));
   });
 
   it('refuses a schema of a newer relaybus, naming its versions', async () => {

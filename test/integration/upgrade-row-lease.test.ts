@@ -46,7 +46,7 @@ async function snapshot(admin: pg.Pool, schema: string) {
     deliveries: await rows('relaybus_deliveries', 'id'),
     events: await rows('relaybus_events', 'id'),
     history: await rows('relaybus_completed_deliveries', 'delivery_id'),
-    keys: await rows('relaybus_key_sequences', 'key'),
+    keyOrder: (await admin.query(`SELECT last_value::text FROM "${schema}".relaybus_key_order`)).rows,
     lanes: await rows('relaybus_lanes', 'lane'),
     migrations: await rows('relaybus_migrations', 'name'),
   };
@@ -87,10 +87,10 @@ async function assertUpgraded(admin: pg.Pool, schema: string, before: readonly O
   for (const event of handlers.rows) {
     assert.deepEqual([...event.handlers].sort(), [...(expected.get(event.id) ?? [])].sort(), `handlers of ${event.id}, completed ones included`);
   }
-  const counters = new Map((await admin.query<{ key: string; last_sequence: string }>(
-    `SELECT key, last_sequence::text FROM "${schema}".relaybus_key_sequences`)).rows.map((r) => [r.key, BigInt(r.last_sequence)]));
+  // Keyed order goes on from the upgraded sequences: the key-order sequence starts past every one of them.
+  const { rows: [order] } = await admin.query<{ last_value: string }>(`SELECT last_value::text FROM "${schema}".relaybus_key_order`);
   for (const row of before) {
-    if (row.key !== null) assert.ok((counters.get(row.key) ?? 0n) >= BigInt(row.sequence!), `the counter of ${row.key} is past ${row.sequence}`);
+    if (row.key !== null) assert.ok(BigInt(order!.last_value) >= BigInt(row.sequence!), `the key order is past ${row.key}'s ${row.sequence}`);
   }
 }
 

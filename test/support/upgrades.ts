@@ -73,7 +73,7 @@ export function withoutPositions(value: Catalog) {
 /**
  * `count` events with one pending delivery each for handler `h`, written with plain SQL (so any
  * schema version takes them): every other one keyed (five keys, sequences in order, the key
- * counters set), lanes as `src/core/lanes.ts` computes them. Returns the event ids, sorted.
+ * counters or the key-order sequence set), lanes as `src/core/lanes.ts` computes them. Returns the event ids, sorted.
  */
 export async function seedPending(client: pg.Pool, schema: string, count: number): Promise<string[]> {
   const ids = Array.from({ length: count }, (_, i) => `seed-${String(i).padStart(4, '0')}`);
@@ -87,8 +87,14 @@ export async function seedPending(client: pg.Pool, schema: string, count: number
     SELECT id, 'h', lane, key, sequence, 'pending', 0, 3, 0, now(), now(), now()
     FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[]) AS x(id, key, lane, sequence)`,
   [ids, keys, ids.map((id, i) => laneOf(keys[i], id)), sequences]);
-  await client.query(`INSERT INTO ${s}.relaybus_key_sequences (key, last_sequence)
-    SELECT key, max(sequence) FROM ${s}.relaybus_deliveries WHERE key IS NOT NULL GROUP BY key`);
+  // The key order as the schema keeps it: key-counter rows before 0002, one sequence from 0002 on.
+  const { rows: [layout] } = await client.query<{ counters: string | null }>(`SELECT to_regclass($1) AS counters`, [`${s}.relaybus_key_sequences`]);
+  if (layout?.counters) {
+    await client.query(`INSERT INTO ${s}.relaybus_key_sequences (key, last_sequence)
+      SELECT key, max(sequence) FROM ${s}.relaybus_deliveries WHERE key IS NOT NULL GROUP BY key`);
+  } else {
+    await client.query(`SELECT setval($1, (SELECT max(sequence) FROM ${s}.relaybus_deliveries))`, [`${s}.relaybus_key_order`]);
+  }
   return ids.sort();
 }
 

@@ -77,7 +77,7 @@ export function spyStore<TTx>(store: Store<TTx>, overrides: Partial<Store<TTx>> 
   const target = store as unknown as Record<string, unknown>;
   const methods = [
     'setup', 'publish', 'claim', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury', 'release', 'relinquish',
-    'requeue', 'listDeliveries', 'statistics', 'purgeExpired', 'transaction', 'close',
+    'requeue', 'listDeliveries', 'statistics', 'purgeExpired', 'transaction', 'close', 'subscribe', 'listSubscriptions', 'unsubscribe',
   ] as const;
   const wrapped: Record<string, unknown> = { kind: store.kind, capabilities: store.capabilities };
   for (const method of methods) {

@@ -6,7 +6,7 @@ import {
   type RelayBus, type Store,
 } from '../../src/index.js';
 import { StubClock } from '../support/clock.js';
-import { collect, nextEvent, spyStore } from '../support/wait.js';
+import { collect, nextEvent, spyStore, waitFor } from '../support/wait.js';
 
 /** The public surface of the bus: registration, publish, start/stop, and every bad input. */
 
@@ -147,15 +147,26 @@ describe('bus: publish', () => {
     await nothingWritten(store);
   });
 
-  it('rejects an event that has no handler registered, saying what to do', async (t) => {
+  it('rejects an event that has no handler registered and no subscription, saying what to do', async (t) => {
     const { bus, store } = harness(t);
     bus.on(OrderPlaced, 'receipt', () => undefined);
     await assert.rejects(store.transaction((tx) => bus.publish(tx, UserCreated, { userId: 'u-1' })), (error: unknown) => {
       assert.ok(error instanceof InvalidInputError);
-      assert.match(error.message, /"user.created" has no handler registered.*bus.on/);
+      assert.match(error.message, /"user.created" has no handler registered in this process and no subscription.*bus.start\(\) records them/);
       return true;
     });
     await nothingWritten(store);
+  });
+
+  it('a publisher that registers no handler fans out to the handlers a started bus subscribed', async (t) => {
+    const { bus: worker, store } = harness(t);
+    const handled: string[] = [];
+    worker.on(UserCreated, 'welcome', (user) => { handled.push(user.userId); });
+    await worker.start();
+    const publisher = createRelayBus({ store, events: [OrderPlaced, UserCreated] });
+    await store.transaction((tx) => publisher.publish(tx, UserCreated, { userId: 'u-7' }));
+    await waitFor(() => handled.includes('u-7'), 'the subscribed handler ran', 5_000);
+    assert.deepEqual((await store.listSubscriptions()).map((s) => [s.eventType, s.handler]), [['user.created', 'welcome']]);
   });
 
   it('rejects unknown publish options and a non-transaction', async (t) => {

@@ -1,11 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { HandlerStatistics, Statistics } from '../../index.js';
+import { SchemaMismatchError, type HandlerStatistics, type Statistics, type Store, type SubscriptionView } from '../../index.js';
 import { DATABASE_FLAGS, durationFlag, HELP_FLAG, JSON_FLAG, optionalValue, parseFlags, renderHelp, VERBOSE_FLAG, wrap, type FlagSpecs } from '../args.js';
 import { withAdminStore } from '../admin-store.js';
 import { ExitCode, writeLine, type Command, type OutputStream } from '../command.js';
 import { formatDuration, parseDuration } from '../duration.js';
 import { onShutdownSignals } from '../signals.js';
 import { renderTable, truncate, type Column } from '../table.js';
+import { isStale, STALE_AFTER_MS } from './subscriptions.js';
 
 /**
  * `relaybus stats`: per-handler counts from `store.statistics()` as an aligned table or JSON;
@@ -48,14 +49,58 @@ export function noWorkerWarning(stats: Statistics): string | undefined {
   return `WARNING: ${stats.due} ${stats.due === 1 ? 'delivery is' : 'deliveries are'} due${age}, and no lane is leased: no worker is claiming. Start one (relaybus worker), or check the workers' logs: they may all be stuck.`;
 }
 
-/** The statistics as table lines: one row per handler, then a total row when there are several; the handler column is cut to fit `maxWidth`. */
-export function statisticsTable(stats: Statistics, maxWidth?: number): string[] {
+/** What marks the rows of handlers no live worker runs, and starts the note below the table. */
+const NO_LIVE_WORKER_MARK = '*';
+
+/**
+ * The statistics as table lines: one row per handler, then a total row when there are several; the handler column is
+ * cut to fit `maxWidth`. The rows of the `marked` handlers end in a mark (see `noLiveWorker`).
+ */
+export function statisticsTable(stats: Statistics, maxWidth?: number, marked: ReadonlySet<string> = new Set()): string[] {
   const rows: Row[] = Object.entries(stats.handlers)
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([handler, counts]) => ({ handler, ...counts }));
   if (rows.length === 0) return ['no deliveries: nothing pending, in flight or dead'];
+  // Lines 1..handlers are the handlers' rows (a handler may be called "total" too: the total row is never marked).
+  const handlers = rows.length;
   if (rows.length > 1) rows.push({ handler: 'total', ...stats });
-  return renderTable(COLUMNS, rows, maxWidth);
+  const isMarked = (line: number) => line >= 1 && line <= handlers && marked.has(rows[line - 1]!.handler);
+  const mark = rows.some((_, i) => isMarked(i + 1));
+  const lines = renderTable(COLUMNS, rows, mark && maxWidth !== undefined ? maxWidth - NO_LIVE_WORKER_MARK.length - 1 : maxWidth);
+  // Every line of the table has the same length (the last column is right-aligned), so the marks line up.
+  return lines.map((line, i) => (isMarked(i) ? `${line} ${NO_LIVE_WORKER_MARK}` : line));
+}
+
+/**
+ * The handlers with pending deliveries that no live worker runs: none of their subscriptions was refreshed within
+ * `STALE_AFTER_MS` of `now`, or they have none. Undefined when that cannot be told: no subscription at all
+ * (no worker of a relaybus that records them has started, e.g. during a rolling upgrade).
+ */
+export function noLiveWorker(stats: Statistics, subscriptions: readonly SubscriptionView[], now: number): string[] | undefined {
+  if (subscriptions.length === 0) return undefined;
+  const live = new Set(subscriptions.filter((subscription) => !isStale(subscription, now)).map((subscription) => subscription.handler));
+  return Object.entries(stats.handlers)
+    .filter(([handler, counts]) => counts.pending > 0 && !live.has(handler))
+    .map(([handler]) => handler)
+    .sort((a, b) => a.localeCompare(b));
+}
+
+/** The note below the table naming the handlers no live worker runs; undefined when there are none. */
+export function noLiveWorkerNote(handlers: readonly string[] | undefined): string | undefined {
+  if (handlers === undefined || handlers.length === 0) return undefined;
+  const one = handlers.length === 1;
+  return `${NO_LIVE_WORKER_MARK} no live worker runs ${handlers.join(', ')}: ${one ? 'its' : 'their'} deliveries wait, and no worker has refreshed a subscription of ${one ? 'it' : 'them'} `
+    + `in the last ${formatDuration(STALE_AFTER_MS)} (relaybus subscriptions list shows them). Start a worker that registers ${one ? 'it' : 'them'}.`;
+}
+
+/** The subscriptions, or undefined for a schema older than the subscriptions table: stats then shows no mark. */
+async function recordedSubscriptions(store: Pick<Store<unknown>, 'listSubscriptions'>): Promise<SubscriptionView[] | undefined> {
+  try {
+    return await store.listSubscriptions();
+  } catch (error) {
+    if (error instanceof SchemaMismatchError) return undefined;
+    throw error;
+  }
 }
 
 /** Statistics as JSON-ready data (plain numbers, no Dates). */
@@ -89,7 +134,8 @@ export const statsCommand: Command = {
   summary: 'Per handler: pending, due, in flight, dead, oldest due age.',
   help: renderHelp({
     usage: ['relaybus stats [options]', 'relaybus stats --watch [interval] [--json]'],
-    description: 'Count the deliveries of every handler: pending (not in flight: due now or scheduled for later, e.g. backing off), due, scheduled, in flight (claimed by a worker), dead (out of attempts, waiting for relaybus dead requeue) and the age of the oldest due delivery, the lag to watch. The header names the leased lanes (workers holding live leases).',
+    description: 'Count the deliveries of every handler: pending (not in flight: due now or scheduled for later, e.g. backing off), due, scheduled, in flight (claimed by a worker), dead (out of attempts, waiting for relaybus dead requeue) and the age of the oldest due delivery, the lag to watch. The header names the leased lanes (workers holding live leases). '
+      + `A handler with pending deliveries whose subscriptions are all stale (no worker refreshed them in the last ${formatDuration(STALE_AFTER_MS)}) or missing is marked ${NO_LIVE_WORKER_MARK}: no live worker runs it (with --json: its name in "noLiveWorker"). There is no mark, and no "noLiveWorker", while no subscription at all is recorded.`,
     flags: FLAGS,
     sections: [
       { title: 'Exit codes', lines: ['0  printed (or --watch stopped with Ctrl-C)', '1  the database failed', '2  usage error'] },
@@ -107,14 +153,23 @@ export const statsCommand: Command = {
       const render = async (): Promise<void> => {
         const at = new Date();
         const stats = await store.statistics();
+        const subscriptions = await recordedSubscriptions(store);
+        const unrun = subscriptions === undefined ? undefined : noLiveWorker(stats, subscriptions, at.getTime());
         if (values.json) {
           const warning = watchMs === undefined ? undefined : noWorkerWarning(stats);
-          const json = { ...statisticsJson(stats, schema, at), ...(warning === undefined ? {} : { warning }) };
+          const json = {
+            ...statisticsJson(stats, schema, at), ...(unrun === undefined ? {} : { noLiveWorker: unrun }), ...(warning === undefined ? {} : { warning }),
+          };
           writeLine(context.stdout, JSON.stringify(json, null, watchMs === undefined ? 2 : undefined));
           return;
         }
+        const marked = new Set(unrun);
+        const note = noLiveWorkerNote(unrun);
         if (watchMs === undefined) {
-          show([`relaybus stats  schema "${schema}" on ${target}  ${at.toISOString()}  lanes leased: ${stats.lanesLeased}`, '', ...statisticsTable(stats)]);
+          show([
+            `relaybus stats  schema "${schema}" on ${target}  ${at.toISOString()}  lanes leased: ${stats.lanesLeased}`, '', ...statisticsTable(stats, undefined, marked),
+            ...(note === undefined ? [] : ['', ...wrap(note, WATCH_WIDTH)]),
+          ]);
           return;
         }
         const warning = noWorkerWarning(stats);
@@ -123,7 +178,8 @@ export const statsCommand: Command = {
           `${at.toISOString()}  every ${formatDuration(watchMs)}; Ctrl-C stops`,
           '',
           ...(warning === undefined ? [] : [...wrap(warning, WATCH_WIDTH), '']),
-          ...statisticsTable(stats, WATCH_WIDTH).map((line) => truncate(line, WATCH_WIDTH)),
+          ...statisticsTable(stats, WATCH_WIDTH, marked).map((line) => truncate(line, WATCH_WIDTH)),
+          ...(note === undefined ? [] : ['', ...wrap(note, WATCH_WIDTH).map((line) => truncate(line, WATCH_WIDTH))]),
         ]);
       };
       if (watchMs === undefined) {

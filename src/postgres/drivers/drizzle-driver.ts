@@ -21,6 +21,7 @@ import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js
 import { guardPgClient, guardPgPool, isPgPool, type ConnectionErrorListener } from './connection-errors.js';
 import { listenOnPgPool } from './pg-listener.js';
 import { listenOnPglite } from './pglite-driver.js';
+import { toArrayLiteral } from './array-literal.js';
 import { listenOnPostgresJs } from './postgres-js-driver.js';
 import { inTransaction, runGuarded } from './transaction-guard.js';
 import { placeholderChunks, splitStatements } from './placeholders.js';
@@ -98,11 +99,18 @@ function statementToSql(text: string, params: readonly unknown[]): SQL {
   return sql.join(placeholderChunks(text).map((chunk) => (typeof chunk === 'string' ? sql.raw(chunk) : sql.param(params[chunk - 1] ?? null))));
 }
 
-function executorOf(db: DrizzleExecutorLike): SqlExecutor {
+/**
+ * `arraysAsLiterals`: under postgres-js, Drizzle hands a JS array parameter to postgres.js untyped, which fails on
+ * some (an array of nulls); a Postgres array literal is read right by every statement's `$N::type[]` cast.
+ */
+function executorOf(db: DrizzleExecutorLike, arraysAsLiterals: boolean): SqlExecutor {
+  const prepare = (params: readonly unknown[]) => (arraysAsLiterals
+    ? params.map((value) => (Array.isArray(value) ? toArrayLiteral(value) : value))
+    : params);
   return {
     async run<Row extends object>(statement: SqlStatement, params: readonly unknown[]): Promise<Row[]> {
       try {
-        return rowsOf(await db.execute(statementToSql(statement.text, params))) as Row[];
+        return rowsOf(await db.execute(statementToSql(statement.text, prepare(params)))) as Row[];
       } catch (error) {
         throw unwrapError(error);
       }
@@ -178,11 +186,12 @@ function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): Po
   }
   const single = kindsOf(db).includes('PgliteDatabase');
   const subscribe = guardNodePg(db);
-  const endsEarly = kindsOf(db).includes('PostgresJsDatabase');
+  const postgresJs = kindsOf(db).includes('PostgresJsDatabase');
+  const endsEarly = postgresJs;
   return {
     ...(subscribe ? { onConnectionError: subscribe } : {}),
     ...listenerOf(db),
-    executor: executorOf(db),
+    executor: executorOf(db, postgresJs),
     concurrentConnections: options.concurrentConnections ?? !single,
     unwrap(tx: DrizzleTransactionLike): SqlExecutor {
       if (typeof (tx as Partial<DrizzleTransactionLike> | null)?.execute !== 'function') {
@@ -194,7 +203,7 @@ function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): Po
           + 'Call it inside db.transaction(async (tx) => ...) and pass tx.',
         );
       }
-      return { ...executorOf(tx), transactionChecked: single || nodePgStatusOf(tx) === 'T' };
+      return { ...executorOf(tx, postgresJs), transactionChecked: single || nodePgStatusOf(tx) === 'T' };
     },
     async transaction<T>(fn: (tx: DrizzleTransactionLike) => Promise<T>): Promise<T> {
       let failure: { readonly error: unknown } | undefined;
