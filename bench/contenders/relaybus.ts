@@ -151,7 +151,7 @@ export const relaybus: Contender = {
       bus.on(BenchEvent, handler, options, (payload) => hooks.onHandle(payload.i, index));
     }
     return {
-      // relaybus's start() runs no statement with setupStore: false; its start-up is the pool.
+      // With setupStore: false, relaybus's start() runs one statement (the subscriptions' upsert, timed); its start-up is the pool.
       prepare: () => warmPool(pool, settings.poolSize),
       start: () => bus.start(),
       async stop() {

@@ -27,9 +27,10 @@ import { loadStatements, type StatementName } from './statements.js';
  * runs the statements of `sql/` (one file each); two methods may run more than one. The claim first
  * claims from the lanes the owner holds and, while the batch is not full, takes free lanes a few at a
  * time (4, 8, 16, ...) and claims from them. Publish runs `publish-guard` (pipelined with the next
- * statement) and `publish-new-one` (one event) or `publish-new` (a batch), which write only when
- * every id is new and the guard's marker shows a transaction block, and then, only when an id exists
- * already, `publish` (inbox dedup and conflict check) for the whole batch. Publish never runs a
+ * statement) and `publish-new` (any number of events, as typed arrays), which writes only when every
+ * id is new, every event has a handler (its own or a subscription) and the guard's marker shows a
+ * transaction block, and then, only when an id exists already, `publish` (inbox dedup and conflict
+ * check) for the whole batch. Publish never runs a
  * statement that fails on bad input: a refusal leaves the caller's transaction usable.
  */
 
