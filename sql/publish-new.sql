@@ -33,12 +33,16 @@ fanout AS (
   FROM input i JOIN /*schema*/relaybus_subscriptions s ON s.event_type = i.type AND s.active
   WHERE NOT EXISTS (SELECT 1 FROM local l WHERE l.ord = i.ord AND l.handler = s.handler)
 ),
+handler_lists AS (
+  -- events.handlers, one aggregate over the fan-out (not a scan of it per event).
+  SELECT f.ord, array_agg(f.handler ORDER BY f.handler) AS handlers FROM fanout f GROUP BY f.ord
+),
 refusal AS (
   SELECT CASE
     WHEN NOT ($11::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $11::text) THEN 'no-transaction'
     WHEN EXISTS (SELECT 1 FROM input i WHERE (SELECT true FROM /*schema*/relaybus_events e WHERE e.id = i.id)) THEN 'exists'
   END AS refused,
-  (SELECT min(i.ord) FROM input i WHERE NOT EXISTS (SELECT 1 FROM fanout f WHERE f.ord = i.ord)) AS unserved
+  (SELECT min(i.ord) FROM input i WHERE NOT EXISTS (SELECT 1 FROM handler_lists h WHERE h.ord = i.ord)) AS unserved
 ),
 fresh AS (
   SELECT refused IS NULL AND unserved IS NULL AS ok FROM refusal
@@ -55,9 +59,8 @@ numbered AS (
 ),
 inserted AS (
   INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
-  SELECT i.id, i.type, i.key, i.payload, i.headers,
-         ARRAY(SELECT f.handler FROM fanout f WHERE f.ord = i.ord ORDER BY f.handler), coalesce($12::timestamptz, now())
-  FROM input i
+  SELECT i.id, i.type, i.key, i.payload, i.headers, h.handlers, coalesce($12::timestamptz, now())
+  FROM input i JOIN handler_lists h ON h.ord = i.ord
   WHERE (SELECT ok FROM fresh)
   ORDER BY i.ord
   ON CONFLICT (id) DO NOTHING

@@ -27,10 +27,10 @@ import { loadStatements, type StatementName } from './statements.js';
  * runs the statements of `sql/` (one file each); two methods may run more than one. The claim first
  * claims from the lanes the owner holds and, while the batch is not full, takes free lanes a few at a
  * time (4, 8, 16, ...) and claims from them. Publish runs `publish-guard` (pipelined with the next
- * statement) and `publish-new` (any number of events, as typed arrays), which writes only when every
- * id is new, every event has a handler (its own or a subscription) and the guard's marker shows a
- * transaction block, and then, only when an id exists already, `publish` (inbox dedup and conflict
- * check) for the whole batch. Publish never runs a
+ * statement) and `publish-new-one` (one event, plain parameters) or `publish-new` (a batch, as typed
+ * arrays), which write only when every id is new, every event has a handler (its own or a
+ * subscription) and the guard's marker shows a transaction block, and then, only when an id exists
+ * already, `publish` (inbox dedup and conflict check) for the whole batch. Publish never runs a
  * statement that fails on bad input: a refusal leaves the caller's transaction usable.
  */
 
@@ -344,7 +344,14 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       // The common case, every id new, takes one statement (publish-new). It returns the events it inserted, or one row
       // saying why it wrote nothing (an id exists already, an event has no handler, or no transaction).
       const params = [...publishArrays(events, ids, payloads), guard, iso(now), channel];
-      const lean = () => run<LeanRow>(executor, 'publish-new', params);
+      const [first] = events;
+      const lean = () => (events.length === 1
+        ? run<LeanRow>(executor, 'publish-new-one', [
+          ids[0], first!.type, first!.key ?? null, payloads[0], JSON.stringify(first!.headers ?? {}),
+          first!.handlers.map((h) => h.name), first!.handlers.map((h) => h.maxAttempts), laneOf(first!.key, ids[0]!),
+          iso(first!.availableAt), guard, iso(now), channel,
+        ])
+        : run<LeanRow>(executor, 'publish-new', params));
       let rows: LeanRow[];
       if (guard === null) {
         rows = await lean();

@@ -10,7 +10,7 @@ import type { SqlStatement } from './sql-client.js';
  */
 export const STATEMENT_NAMES = [
   'acquire-lanes', 'bury', 'claim-held-lanes', 'complete-many', 'complete-many-with-history', 'complete-one',
-  'complete-one-with-history', 'extend-lease', 'list-deliveries', 'publish', 'publish-guard', 'publish-new', 'purge-expired', 'release',
+  'complete-one-with-history', 'extend-lease', 'list-deliveries', 'publish', 'publish-guard', 'publish-new', 'publish-new-one', 'purge-expired', 'release',
   'list-subscriptions', 'relinquish', 'requeue', 'reschedule', 'setup-applied', 'setup-inspect', 'setup-lock', 'setup-record', 'statistics', 'subscribe', 'unsubscribe',
   'upgrade-drop-lane-function', 'upgrade-lane-function', 'upgrade-row-lease-convert', 'upgrade-row-lease-deliveries-columns',
   'upgrade-row-lease-deliveries-layout', 'upgrade-row-lease-drop-indexes', 'upgrade-row-lease-events-columns',

@@ -13,7 +13,7 @@ import { usePgStore } from '../support/pg-store.js';
 
 const found = await findPostgres();
 /** The statements every delivery cycle runs. */
-const HOT: readonly StatementName[] = ['claim-held-lanes', 'acquire-lanes', 'complete-many', 'extend-lease', 'publish-new'];
+const HOT: readonly StatementName[] = ['claim-held-lanes', 'acquire-lanes', 'complete-many', 'extend-lease', 'publish-new', 'publish-new-one'];
 
 describe('plan cache of the hot statements on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   let pool: pg.Pool;
