@@ -12,7 +12,7 @@ import {
   bigint, boolean, check, index, integer, jsonb, pgSchema, primaryKey, smallint, text, timestamp,
 } from 'drizzle-orm/pg-core';
 
-/** The Postgres schema the tables live in; `setup({ schema })` renders them into another name. */
+/** The Postgres schema the tables live in; `postgresStore({ schema })` renders them into another name. */
 export const relaybusSchema = pgSchema('relaybus');
 
 const instant = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });

@@ -13,22 +13,7 @@
 --          conflict (what differs from the stored event: 'type', 'key', 'payload'; null when nothing does),
 --          stored_type, stored_key (of a conflicting event), no_transaction (true: refused, nothing written),
 --          no_handlers (true: this event has no handler; nothing written)
-WITH input AS (
-  -- Payloads and headers come as JSON text (every driver passes a text[] alike), parsed here once.
-  SELECT u.id, u.type, u.key, u.payload::jsonb AS payload, u.headers::jsonb AS headers, u.lane, u.available_at, u.ord
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::smallint[], $7::timestamptz[])
-    WITH ORDINALITY AS u(id, type, key, payload, headers, lane, available_at, ord)
-),
-local AS (
-  SELECT * FROM unnest($8::int[], $9::text[], $10::int[]) AS l(ord, handler, max_attempts)
-),
-fanout AS (
-  SELECT l.ord, l.handler, l.max_attempts FROM local l
-  UNION ALL
-  SELECT i.ord, s.handler, s.max_attempts
-  FROM input i JOIN /*schema*/relaybus_subscriptions s ON s.event_type = i.type AND s.active
-  WHERE NOT EXISTS (SELECT 1 FROM local l WHERE l.ord = i.ord AND l.handler = s.handler)
-),
+WITH /*include publish-input*/,
 guard AS (
   SELECT $11::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $11::text AS ok
 ),

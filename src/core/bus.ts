@@ -7,6 +7,7 @@ import {
 import { isEventDefinition, type EventDefinition, type EventPayload } from './events.js';
 import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from './handlers.js';
 import { adaptLogger, describeError, type Logger } from './logger.js';
+import { MAX_NAME_LENGTH } from './limits.js';
 import { RESOLVED_HANDLERS, SubscriptionKeeper } from './subscription-keeper.js';
 import {
   assertLogger, resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type DispatcherOptions, type RelayBusOptions,
@@ -142,7 +143,6 @@ interface RunSettings<TTx> {
 }
 
 const PUBLISH_OPTION_KEYS = new Set(['key', 'id', 'availableAt', 'headers']);
-const MAX_NAME_LENGTH = 200;
 
 class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> {
   readonly #options: ResolvedRelayBusOptions<TTx>;
@@ -299,26 +299,17 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     const { store, setupStore } = this.#options;
     const { logger } = run;
     this.#logger = logger;
-    if (setupStore) {
-      try {
-        await store.setup();
-      } catch (error) {
-        if (this.#state === 'starting') this.#state = 'idle';
-        this.#health.markUnready(describeError(error));
-        // The caller gets the error from start(); logged at debug only so that a caller retrying start() is not reported twice.
-        logger.debug('store setup failed; the bus did not start', { error: describeError(error) });
-        throw error;
-      }
+    try {
+      if (setupStore) await store.setup();
+    } catch (error) {
+      throw this.#startFailed(error, 'store setup failed', logger);
     }
     // Publishers in any process fan out to these handlers from now on (the subscriptions in the store).
     const subscriptions = new SubscriptionKeeper(store, run.handlers.values(), this.#options.clock, logger);
     try {
       await subscriptions.start();
     } catch (error) {
-      if (this.#state === 'starting') this.#state = 'idle';
-      this.#health.markUnready(describeError(error));
-      logger.debug('recording the subscriptions failed; the bus did not start', { error: describeError(error) });
-      throw error;
+      throw this.#startFailed(error, 'recording the subscriptions failed', logger);
     }
     this.#subscriptions = subscriptions;
     const dispatcher = new Dispatcher<TTx>({
@@ -333,6 +324,15 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     this.#dispatcher = dispatcher;
     dispatcher.start();
     if (this.#state === 'starting') this.#state = 'running';
+  }
+
+  /** A start-up step failed: the bus can be started again; returns the error for start() to reject with. */
+  #startFailed(error: unknown, what: string, logger: Logger): unknown {
+    if (this.#state === 'starting') this.#state = 'idle';
+    this.#health.markUnready(describeError(error));
+    // The caller gets the error from start(); logged at debug only so that a caller retrying start() is not reported twice.
+    logger.debug(`${what}; the bus did not start`, { error: describeError(error) });
+    return error;
   }
 
   stop(options?: StopOptions): Promise<void> {

@@ -8,7 +8,7 @@ import type { RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
 import { parseLeaseToken } from '../core/lease-token.js';
 import { describeError, type Logger } from '../core/logger.js';
 import type { ResolvedDispatcherOptions } from '../core/options.js';
-import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
+import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
 import { CompletionBatcher } from './completion-batcher.js';
 import { reportLeaseLost, runDelivery, RunningDelivery, type RunOutcome, type RunnerDeps } from './handler-runner.js';
 import { LeaseRenewer } from './lease-renewer.js';
@@ -36,7 +36,10 @@ import { RetryBackoff, Wakeup } from './wakeup.js';
  *   one owner holds. Meanwhile the lease renewer extends the lanes that have work in flight every
  *   `leaseDurationMs / 3`; a lane reported lost (or seen at a newer epoch in a later claim) aborts
  *   the handlers claimed in it and their results are dropped. Completions go through the
- *   completion batcher (one `completeMany` per `completionBatchWindowMs`).
+ *   completion batcher (one `completeMany` per `completionBatchWindowMs`). Once per lease duration
+ *   (by the bus's clock) a claim sets `takeover`: even when this worker's own lanes fill the batch,
+ *   the store takes a few other lanes, so a crashed worker's expired lanes are taken over while
+ *   every worker is busy.
  * - `stopping` (`stop()`): no new claim starts; deliveries of a claim that was in progress are
  *   released unrun. Running handlers get up to `shutdownGraceMs` to finish (their outcomes are
  *   written normally). The rest are aborted through their signal and released (no attempt
@@ -149,6 +152,8 @@ export class Dispatcher<TTx> {
   readonly #stopSignal = new AbortController();
   /** When the first of the current run of failed claims happened. */
   #failingSince = 0;
+  /** When (config clock, ms) the last claim that asked for a takeover succeeded; see `#takeoverDue`. */
+  #lastTakeoverAt: number | undefined;
   #state: DispatcherState = 'idle';
   #loop: Promise<void> = Promise.resolve();
   /** Runs (by `#running` key) that the claim being launched has just completed; see the claim loop. */
@@ -246,7 +251,11 @@ export class Dispatcher<TTx> {
       const free = Math.min(options.concurrency - this.#active, 2 * options.concurrency - this.#running.size);
       if (free > 0) {
         const limit = Math.min(options.batchSize, free);
-        const params = { owner: this.owner, handlers: this.#handlerNames, limit, leaseDurationMs: options.leaseDurationMs, now: this.#deps.now() };
+        const takeoverAt = this.#takeoverDue();
+        const params: ClaimParams = {
+          owner: this.owner, handlers: this.#handlerNames, limit, leaseDurationMs: options.leaseDurationMs, now: this.#deps.now(),
+          ...(takeoverAt === undefined ? {} : { takeover: true }),
+        };
         // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
         // be claimed at once.
         const riding = this.#batcher.take();
@@ -268,6 +277,7 @@ export class Dispatcher<TTx> {
           continue;
         }
         this.#claimSucceeded();
+        if (takeoverAt !== undefined) this.#lastTakeoverAt = takeoverAt;
         if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit });
         if (this.#state !== 'running') {
           this.#toRelease.push(...claimed.map((delivery) => ({ deliveryId: delivery.id, lease: delivery.lease })));
@@ -279,6 +289,17 @@ export class Dispatcher<TTx> {
       }
       await this.#wakeup.wait(options.pollIntervalMs);
     }
+  }
+
+  /**
+   * The clock reading (ms) when this claim should ask for a takeover, else undefined: the first claim, then the first
+   * after each lease duration. Only then may a claim whose held lanes fill the batch take other lanes, so a crashed
+   * worker's expired lanes are taken over within about two lease durations even when every worker is busy.
+   */
+  #takeoverDue(): number | undefined {
+    const at = this.#deps.wallNow().getTime();
+    const last = this.#lastTakeoverAt;
+    return last === undefined || at - last >= this.#config.options.leaseDurationMs ? at : undefined;
   }
 
   /** Log a failed claim once, mark the bus unready, and wait out the backoff (or until stop). */

@@ -15,7 +15,7 @@
  *   lease token `lane:epoch:claims` proves which claim a worker holds, and every fenced write checks
  *   the epoch, the in-flight list and the delivery's `claims` counter.
  * - `keySequences`: the per-key counter behind per-key ordering.
- * - `history`: completed deliveries, only with `retainCompleted`.
+ * - `history`: completed deliveries, only with `completionHistory`.
  *
  * Transactions stage their writes. `publish` computes its result at once (against committed state
  * plus what the same transaction staged) but inserts nothing until the transaction's function
@@ -39,14 +39,21 @@ import type {
   PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, StoreCapabilities, SubscribeOptions, Subscription, SubscriptionView,
   UnsubscribeParams, UnsubscribeResult,
 } from '../store/contract.js';
+import { acquireRounds, FIRST_LANES_TO_TAKE } from '../store/acquire.js';
 import {
-  assertDate, assertName, echo as echoValue, noHandlersError, parseLease, parseLeases, unsubscribeRefusal, validateClaim,
-  validateError, validateExtendLease, validateList, validatePublish, validatePurge, validateRequeue, validateSubscriptions,
-  validateUnsubscribe, type ParsedLease,
+  assertName, assertOptionalDate, echo as echoValue, noHandlersError, parseLease, parseLeases, unsubscribeRefusal, validateBury,
+  validateClaim, validateExtendLease, validateList, validatePublish, validatePurge, validateRequeue, validateReschedule,
+  validateSubscriptions, validateUnsubscribe, type ParsedLease,
 } from '../store/validate.js';
+import { withTotals } from '../store/statistics.js';
 
 export interface MemoryStoreOptions {
-  /** Keep completed deliveries in a completion history (listable with status 'completed', counted). Default false. */
+  /**
+   * Keep completed deliveries in a completion history (listable with status 'completed', counted), as
+   * `postgresStore({ completionHistory })` does. Default false.
+   */
+  readonly completionHistory?: boolean;
+  /** @deprecated The former name of `completionHistory`; still honoured. */
   readonly retainCompleted?: boolean;
 }
 
@@ -135,8 +142,6 @@ interface TransactionState {
   readonly completions: StagedCompletion[];
 }
 
-const FIRST_ACQUIRE_BATCH = 4;
-
 // ---------------------------------------------------------------------------------------------
 // Small pure helpers
 // ---------------------------------------------------------------------------------------------
@@ -145,13 +150,6 @@ function timeOf(now: Date | undefined): number {
   return (now ?? new Date()).getTime();
 }
 
-function assertOptionalNow(now: unknown): void {
-  if (now !== undefined) assertDate(now, 'now');
-}
-
-function assertObject(value: unknown, what: string): void {
-  if (typeof value !== 'object' || value === null) throw new InvalidInputError(`${what} must be an object.`);
-}
 
 /** Equality of two parsed JSON values as Postgres jsonb compares them: object key order does not matter. */
 function jsonEqual(a: unknown, b: unknown): boolean {
@@ -206,7 +204,7 @@ class MemoryStore implements Store<MemoryTransaction> {
   readonly kind = 'memory' as const;
   readonly capabilities: StoreCapabilities;
 
-  readonly #retainCompleted: boolean;
+  readonly #completionHistory: boolean;
   readonly #events = new Map<string, EventRecord>();
   /** In id order: ids only grow and a Map keeps insertion order. */
   readonly #deliveries = new Map<string, DeliveryRecord>();
@@ -221,11 +219,11 @@ class MemoryStore implements Store<MemoryTransaction> {
   #nextDeliveryId = 1n;
   #closed = false;
 
-  constructor(retainCompleted: boolean) {
-    this.#retainCompleted = retainCompleted;
+  constructor(completionHistory: boolean) {
+    this.#completionHistory = completionHistory;
     this.capabilities = Object.freeze({
       transactions: true,
-      completionHistory: retainCompleted,
+      completionHistory,
       wakeups: 'poll',
       concurrentConnections: false,
     });
@@ -467,13 +465,15 @@ class MemoryStore implements Store<MemoryTransaction> {
       if (!busy.has(lane) && this.#lanes[lane]!.inFlight.size === 0) this.#handBack(lane);
     }
 
-    // 2. Take free (or expired) lanes with due work, 4, 8, 16, ... per round, until the batch is full.
-    let batch = FIRST_ACQUIRE_BATCH;
-    while (picks.length < params.limit) {
-      const acquired = this.#acquireFreeLanes(params, handlers, now, batch);
-      if (acquired === 0) break;
-      if (this.#pickFromHeldLanes(params, handlers, now, picks).size === 0) break;
-      batch *= 2;
+    // 2. Take free (or expired) lanes with due work, 4, 8, 16, ... per round, until the batch is full. A full batch
+    //    takes a few lanes only when the caller asks (`takeover`); their work comes with the next claim.
+    if (picks.length >= params.limit) {
+      if (params.takeover === true) this.#acquireFreeLanes(params, handlers, now, FIRST_LANES_TO_TAKE);
+      return picks;
+    }
+    for (const take of acquireRounds()) {
+      if (this.#acquireFreeLanes(params, handlers, now, take) === 0) break;
+      if (this.#pickFromHeldLanes(params, handlers, now, picks).size === 0 || picks.length >= params.limit) break;
     }
     return picks;
   }
@@ -638,7 +638,7 @@ class MemoryStore implements Store<MemoryTransaction> {
   async completeMany(leases: readonly DeliveryLease[], now?: Date): Promise<boolean[]> {
     this.#assertOpen();
     const parsed = parseLeases(leases);
-    assertOptionalNow(now);
+    assertOptionalDate(now, 'now');
     const at = timeOf(now);
     return parsed.map((lease) => this.#applyCompletion(lease, at));
   }
@@ -646,7 +646,7 @@ class MemoryStore implements Store<MemoryTransaction> {
   async complete(lease: DeliveryLease, tx: MemoryTransaction, now?: Date): Promise<boolean> {
     this.#assertOpen();
     const parsed = parseLease(lease);
-    assertOptionalNow(now);
+    assertOptionalDate(now, 'now');
     const state = this.#openTransaction(tx);
     if (!this.#fenced(parsed)) return false;
     this.#locked.set(parsed.deliveryId, parsed.lane);
@@ -659,17 +659,14 @@ class MemoryStore implements Store<MemoryTransaction> {
     const delivery = this.#fenced(lease);
     if (!delivery) return false;
     this.#deliveries.delete(delivery.id);
-    if (this.#retainCompleted) this.#history.push({ delivery: { ...delivery, updatedAt: now }, completedAt: now });
+    if (this.#completionHistory) this.#history.push({ delivery: { ...delivery, updatedAt: now }, completedAt: now });
     return true;
   }
 
   async reschedule(lease: DeliveryLease, params: RescheduleParams): Promise<boolean> {
     this.#assertOpen();
     const parsed = parseLease(lease);
-    assertObject(params, 'reschedule() params');
-    assertDate(params.availableAt, 'availableAt');
-    const error = validateError(params.error);
-    assertOptionalNow(params.now);
+    const error = validateReschedule(params);
     const delivery = this.#fenced(parsed);
     if (!delivery) return false;
     delivery.attempts += 1;
@@ -682,9 +679,7 @@ class MemoryStore implements Store<MemoryTransaction> {
   async bury(lease: DeliveryLease, params: BuryParams): Promise<boolean> {
     this.#assertOpen();
     const parsed = parseLease(lease);
-    assertObject(params, 'bury() params');
-    const error = validateError(params.error);
-    assertOptionalNow(params.now);
+    const error = validateBury(params);
     const delivery = this.#fenced(parsed);
     if (!delivery) return false;
     delivery.attempts += 1;
@@ -697,7 +692,7 @@ class MemoryStore implements Store<MemoryTransaction> {
   async release(leases: readonly DeliveryLease[], now?: Date): Promise<boolean[]> {
     this.#assertOpen();
     const parsed = parseLeases(leases);
-    assertOptionalNow(now);
+    assertOptionalDate(now, 'now');
     const at = timeOf(now);
     return parsed.map((lease) => {
       const delivery = this.#fenced(lease);
@@ -710,7 +705,7 @@ class MemoryStore implements Store<MemoryTransaction> {
   async relinquish(owner: string, now?: Date): Promise<number> {
     this.#assertOpen();
     assertName(owner, 'owner');
-    assertOptionalNow(now);
+    assertOptionalDate(now, 'now');
     let count = 0;
     for (const lane of this.#lanesOwnedBy(owner)) {
       this.#pruneInFlight(lane);
@@ -785,7 +780,7 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   async statistics(now?: Date): Promise<Statistics> {
     this.#assertOpen();
-    assertOptionalNow(now);
+    assertOptionalDate(now, 'now');
     const at = timeOf(now);
     const perHandler = new Map<string, MutableHandlerStatistics>();
     const statsOf = (handler: string) => {
@@ -804,21 +799,13 @@ class MemoryStore implements Store<MemoryTransaction> {
       } else stats.scheduled += 1;
     }
     for (const entry of this.#history) statsOf(entry.delivery.handler).completed += 1;
-    const total = emptyHandlerStatistics();
     const handlers: Record<string, HandlerStatistics> = {};
     for (const [name, stats] of [...perHandler.entries()].sort(([a], [b]) => a.localeCompare(b))) {
       stats.pending = stats.due + stats.scheduled;
       handlers[name] = stats;
-      total.pending += stats.pending;
-      total.due += stats.due;
-      total.scheduled += stats.scheduled;
-      total.inFlight += stats.inFlight;
-      total.dead += stats.dead;
-      total.completed += stats.completed;
-      if (stats.oldestDueAgeMs !== null) total.oldestDueAgeMs = Math.max(total.oldestDueAgeMs ?? 0, stats.oldestDueAgeMs);
     }
     const lanesLeased = this.#lanes.filter((l) => l.owner !== null && (l.leaseExpiresAt ?? 0) > at).length;
-    return { ...total, handlers, lanesLeased };
+    return withTotals(handlers, lanesLeased);
   }
 
   async purgeExpired(params: PurgeParams): Promise<PurgeResult> {
@@ -859,10 +846,10 @@ class MemoryStore implements Store<MemoryTransaction> {
  * persisted; every instance is independent.
  */
 export function memoryStore(options: MemoryStoreOptions = {}): Store<MemoryTransaction> {
-  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('memoryStore() takes an options object, e.g. { retainCompleted: true }.');
-  const { retainCompleted = false } = options;
-  if (typeof retainCompleted !== 'boolean') {
-    throw new InvalidOptionsError(`memoryStore(): retainCompleted must be a boolean, got ${JSON.stringify(retainCompleted)}.`);
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('memoryStore() takes an options object, e.g. { completionHistory: true }.');
+  const completionHistory = options.completionHistory ?? options.retainCompleted ?? false;
+  if (typeof completionHistory !== 'boolean') {
+    throw new InvalidOptionsError(`memoryStore(): completionHistory must be a boolean, got ${JSON.stringify(completionHistory)}.`);
   }
-  return new MemoryStore(retainCompleted);
+  return new MemoryStore(completionHistory);
 }

@@ -5,19 +5,22 @@ import {
 import { laneOf, LANE_COUNT } from '../core/lanes.js';
 import { formatLeaseToken } from '../core/lease-token.js';
 import type {
-  BuryParams, ClaimParams, ClaimedDelivery, CompleteAndClaimResult, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
+  BuryParams, ClaimParams, ClaimedDelivery, CompleteAndClaimResult, DeliveryLease, DeliveryView, ExtendLeaseParams,
   ExtendLeaseResult, HandlerStatistics, ListDeliveriesParams, Page, PublishParams, PublishResult, PurgeParams,
   PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, SubscribeOptions, Subscription, SubscriptionView, UnsubscribeParams,
   UnsubscribeResult,
 } from '../store/contract.js';
+import { acquireRounds, FIRST_LANES_TO_TAKE } from '../store/acquire.js';
 import {
-  assertDate, assertName, noHandlersError, parseLease, parseLeases, unsubscribeRefusal, validateClaim, validateError, validateExtendLease,
-  validateList, validatePublish, validatePurge, validateRequeue, validateSubscriptions, validateUnsubscribe, type ParsedLease,
+  assertName, assertOptionalDate, noHandlersError, parseLease, parseLeases, unsubscribeRefusal, validateBury, validateClaim, validateExtendLease,
+  validateList, validatePublish, validatePurge, validateRequeue, validateReschedule, validateSubscriptions, validateUnsubscribe, type ParsedLease,
 } from '../store/validate.js';
+import { withTotals } from '../store/statistics.js';
 import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
 import { KeyWalkCursors } from './key-walk-cursors.js';
 import { RetryProbes } from './retry-probes.js';
+import type { RowOf } from './rows.js';
 import { setupPostgres } from './setup.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import { loadStatements, type StatementName } from './statements.js';
@@ -76,14 +79,9 @@ function toStoreError(error: unknown, statement: string, schema: string): RelayB
 const GUARD_MARKER = 'on';
 
 /** A publish-new row: an event it inserted (with its handlers), or (handlers null) why it wrote nothing. */
-interface LeanRow {
-  ord: number; handlers: string[] | null; refused: 'exists' | 'no-handlers' | 'no-transaction' | null;
-}
+type LeanRow = RowOf<'publish-new' | 'publish-new-one'>;
 
-interface FullRow {
-  ord: number; id: string; added: string[]; duplicate: boolean; conflict: string[] | null;
-  stored_type: string | null; stored_key: string | null; no_transaction: boolean; no_handlers: boolean;
-}
+type FullRow = RowOf<'publish'>;
 
 function notInTransaction(): InvalidInputError {
   return new InvalidInputError(
@@ -116,29 +114,11 @@ const iso = (date: Date | undefined): string | null => (date === undefined ? nul
 const toDate = (value: unknown): Date => (value instanceof Date ? value : new Date(String(value)));
 const toInt = (value: unknown): number => Number(value);
 
-interface ClaimRow {
-  id: string; lane: number; epoch: string; claims: number; event_id: string; event_type: string; handler: string;
-  key: string | null; sequence: string | null; payload: unknown; headers: Record<string, string>;
-  attempts: number; max_attempts: number; available_at: Date; created_at: Date; walk_step: number | null;
-  /** Set (alone) on the rows that report a completed delivery. */
-  completed_id: string | null;
-}
-
-interface DeliveryRow {
-  id: string; event_id: string; event_type: string; handler: string; key: string | null; sequence: string | null;
-  lane: number; status: DeliveryStatus; attempts: number; max_attempts: number; available_at: Date;
-  last_error: string | null; created_at: Date; updated_at: Date;
-}
-
-interface SubscriptionRow {
-  event_type: string; handler: string; max_attempts: number; retry: Record<string, unknown> | null;
-  created_at: Date; updated_at: Date; seen_at: Date | null; pending: number;
-}
-
-interface StatisticsRow {
-  handler: string | null; pending: number; due: number; scheduled: number; in_flight: number; dead: number;
-  completed: number; oldest_due_at: Date | null; lanes_leased: number | null;
-}
+// Row types come from the column descriptions of rows.ts, which a test checks against what Postgres describes.
+type ClaimRow = RowOf<'claim-held-lanes'>;
+type DeliveryRow = RowOf<'list-deliveries'>;
+type SubscriptionRow = RowOf<'list-subscriptions'>;
+type StatisticsRow = RowOf<'statistics'>;
 
 function leaseArrays(leases: readonly ParsedLease[]): [string[], number[], string[], number[]] {
   return [leases.map((l) => l.deliveryId), leases.map((l) => l.lane), leases.map((l) => l.epoch), leases.map((l) => l.claims)];
@@ -183,10 +163,6 @@ function publishArrays(events: readonly PublishParams[], ids: readonly string[],
   ];
 }
 
-const FIRST_LANES_TO_TAKE = 4;
-/** Rounds of taking free lanes in one claim (4, 8, ..., 256 lanes at a time). */
-const MAX_ACQUIRE_ROUNDS = 8;
-
 /** A Postgres store: the lane-lease delivery path over one schema. */
 export interface PostgresStore<TTx> extends Store<TTx> {
   readonly kind: 'postgres';
@@ -222,8 +198,6 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const { driver } = options;
   const history = options.completionHistory ?? false;
   const statements = loadStatements(schema);
-  /** When each owner last tried to take lanes (see claim); one entry per worker of this process. */
-  const lastAcquireAt = new Map<string, number>();
   const walks = new KeyWalkCursors();
   const probes = new RetryProbes();
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
@@ -251,10 +225,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
   async function fencedMany(name: StatementName, leases: readonly DeliveryLease[], now: Date | undefined): Promise<boolean[]> {
     const parsed = parseLeases(leases);
-    if (now !== undefined) assertDate(now, 'now');
+    assertOptionalDate(now, 'now');
     if (parsed.length === 0) return [];
     const extra = name === 'complete-many' ? [] : [iso(now)];
-    const rows = await runOwned<{ id: string }>(name, [...leaseArrays(parsed), ...extra]);
+    const rows = await runOwned<RowOf<'complete-many' | 'complete-many-with-history' | 'release'>>(name, [...leaseArrays(parsed), ...extra]);
     const done = new Set(rows.map((row) => row.id));
     // A lease listed twice succeeds once, as it would in two calls.
     return parsed.map((lease) => done.delete(lease.deliveryId));
@@ -262,7 +236,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
   /**
    * One claim: complete `leases` and claim from the held lanes in one statement, then, while the batch is not full,
-   * take free lanes a few at a time (4, 8, 16, ...) and claim from them.
+   * take free lanes a few at a time (4, 8, 16, ...) and claim from them; with `takeover`, a full batch still takes a
+   * few lanes (their work comes with the next claim).
    */
   async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
     const { owner, handlers, limit, leaseDurationMs } = params;
@@ -276,28 +251,24 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       walks.advance(owner, claimedRows);
       return { claimedRows, completedIds: new Set(rows.flatMap((row) => (row.completed_id === null ? [] : [row.completed_id]))) };
     };
-    const acquire = (take: number) => runOwned<{ lanes: number }>('acquire-lanes', [owner, handlers, take, randomInt(LANE_COUNT), leaseDurationMs, now]);
+    const acquire = (take: number) => runOwned<RowOf<'acquire-lanes'>>('acquire-lanes', [owner, handlers, take, randomInt(LANE_COUNT), leaseDurationMs, now]);
     const first = await claimHeld(limit, leases);
     const claimed = first.claimedRows;
     // A lease listed twice succeeds once, as it would in two calls.
     const completed = leases.map((lease) => first.completedIds.delete(lease.deliveryId));
-    const at = (params.now ?? new Date()).getTime();
     try {
       if (claimed.length < limit) {
         // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
-        for (let take = FIRST_LANES_TO_TAKE, round = 0; claimed.length < limit && round < MAX_ACQUIRE_ROUNDS; round += 1) {
+        for (const take of acquireRounds()) {
           const [acquired] = await acquire(take);
-          lastAcquireAt.set(owner, at);
           if (!acquired || toInt(acquired.lanes) === 0) break;
           const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
           claimed.push(...more);
-          if (more.length === 0) break;
-          take = Math.min(take * 2, LANE_COUNT);
+          if (more.length === 0 || claimed.length >= limit) break;
         }
-      } else if (at - (lastAcquireAt.get(owner) ?? 0) >= leaseDurationMs) {
-        // Deep backlog: a worker whose own lanes always fill its batch still takes a few lanes once per lease
-        // duration, so the lanes of a crashed worker are taken over (and its work re-run) while everyone is busy.
-        lastAcquireAt.set(owner, at);
+      } else if (params.takeover === true) {
+        // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
+        // worker are taken over (and its work re-run) while everyone is busy.
         await acquire(FIRST_LANES_TO_TAKE);
       }
     } catch (error) {
@@ -402,7 +373,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
     async unsubscribe(params: UnsubscribeParams): Promise<UnsubscribeResult> {
       validateUnsubscribe(params);
-      const [row] = await runOwned<{ pending: number; in_flight: number; removed: number; buried: number }>('unsubscribe', [
+      const [row] = await runOwned<RowOf<'unsubscribe'>>('unsubscribe', [
         params.handler, params.eventType ?? null, params.buryPending ?? null, iso(params.now),
       ]);
       const refused = unsubscribeRefusal(params, toInt(row!.pending), toInt(row!.in_flight));
@@ -424,7 +395,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult> {
       validateExtendLease(params);
       if (params.lanes.length === 0) return { extended: [], lost: [] };
-      const rows = await runOwned<{ lane: number }>('extend-lease', [
+      const rows = await runOwned<RowOf<'extend-lease'>>('extend-lease', [
         params.owner, params.lanes.map((l) => l.lane), params.lanes.map((l) => l.epoch), params.leaseDurationMs, iso(params.now),
       ]);
       const extended = new Set(rows.map((row) => toInt(row.lane)));
@@ -438,7 +409,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
     async complete(lease: DeliveryLease, tx: TTx, now?: Date): Promise<boolean> {
       const parsed = parseLease(lease);
-      if (now !== undefined) assertDate(now, 'now');
+      assertOptionalDate(now, 'now');
       const name = history ? 'complete-one-with-history' : 'complete-one';
       const extra = history ? [iso(now)] : [];
       const rows = await run(driver.unwrap(tx), name, [parsed.deliveryId, parsed.lane, parsed.epoch, parsed.claims, ...extra]);
@@ -447,10 +418,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
     async reschedule(lease: DeliveryLease, params: RescheduleParams): Promise<boolean> {
       const parsed = parseLease(lease);
-      assertDate(params?.availableAt, 'availableAt');
-      const error = validateError(params.error);
-      if (params.now !== undefined) assertDate(params.now, 'now');
-      const [row] = await runOwned<{ id: string; lane: number; handler: string; key: string | null }>('reschedule', [
+      const error = validateReschedule(params);
+      const [row] = await runOwned<RowOf<'reschedule'>>('reschedule', [
         parsed.deliveryId, parsed.lane, parsed.epoch, parsed.claims, iso(params.availableAt), error, iso(params.now),
       ]);
       if (row?.key != null) probes.add(toInt(row.lane), row.handler, row.key, params.availableAt);
@@ -459,8 +428,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
     async bury(lease: DeliveryLease, params: BuryParams): Promise<boolean> {
       const parsed = parseLease(lease);
-      const error = validateError(params?.error);
-      if (params.now !== undefined) assertDate(params.now, 'now');
+      const error = validateBury(params);
       return fenced('bury', parsed, [error, iso(params.now)]);
     },
 
@@ -470,9 +438,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
     async relinquish(owner: string, now?: Date): Promise<number> {
       assertName(owner, 'owner');
-      if (now !== undefined) assertDate(now, 'now');
+      assertOptionalDate(now, 'now');
       walks.forget(owner);
-      lastAcquireAt.delete(owner);
       return (await runOwned('relinquish', [owner])).length;
     },
 
@@ -494,36 +461,28 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     },
 
     async statistics(now?: Date): Promise<Statistics> {
-      if (now !== undefined) assertDate(now, 'now');
+      assertOptionalDate(now, 'now');
       const at = now ?? new Date();
       const rows = await runOwned<StatisticsRow>('statistics', [iso(now)]);
       const handlers: Record<string, HandlerStatistics> = {};
       let lanesLeased = 0;
-      const totals = { pending: 0, due: 0, scheduled: 0, inFlight: 0, dead: 0, completed: 0 };
-      let oldestDueAt: number | null = null;
       for (const row of rows) {
         if (row.handler === null) {
           lanesLeased = toInt(row.lanes_leased);
           continue;
         }
         const oldest = row.oldest_due_at === null ? null : toDate(row.oldest_due_at).getTime();
-        const stats: HandlerStatistics = {
+        handlers[row.handler] = {
           pending: toInt(row.pending), due: toInt(row.due), scheduled: toInt(row.scheduled), inFlight: toInt(row.in_flight),
           dead: toInt(row.dead), completed: toInt(row.completed), oldestDueAgeMs: oldest === null ? null : Math.max(0, at.getTime() - oldest),
         };
-        handlers[row.handler] = stats;
-        totals.pending += stats.pending; totals.due += stats.due; totals.scheduled += stats.scheduled;
-        totals.inFlight += stats.inFlight; totals.dead += stats.dead; totals.completed += stats.completed;
-        if (oldest !== null && (oldestDueAt === null || oldest < oldestDueAt)) oldestDueAt = oldest;
       }
-      return {
-        ...totals, oldestDueAgeMs: oldestDueAt === null ? null : Math.max(0, at.getTime() - oldestDueAt), handlers, lanesLeased,
-      };
+      return withTotals(handlers, lanesLeased);
     },
 
     async purgeExpired(params: PurgeParams): Promise<PurgeResult> {
       validatePurge(params);
-      const [row] = await runOwned<{ events: number; dead_deliveries: number; history: number }>('purge-expired', [
+      const [row] = await runOwned<RowOf<'purge-expired'>>('purge-expired', [
         params.completedRetentionMs, params.deadRetentionMs, iso(params.now),
       ]);
       return { events: toInt(row?.events), deadDeliveries: toInt(row?.dead_deliveries), history: toInt(row?.history) };

@@ -1,6 +1,6 @@
 /**
  * The one interface every Postgres driver adapter implements, so the Postgres store is written once
- * for `pg`, PGlite (and, later, postgres.js, Kysely and Drizzle). Adapters normalise results at the
+ * for `pg`, postgres.js, PGlite, Kysely and Drizzle. Adapters normalise results at the
  * boundary: rows come back as plain objects; int8 columns are cast to text in the SQL itself.
  */
 

@@ -25,10 +25,18 @@ export type Statements = Readonly<Record<StatementName, SqlStatement>>;
 const SCHEMA_MARKER = /\/\*schema\*\//g;
 const rawTexts = new Map<StatementName, string>();
 
+const INCLUDE_MARKER = /\/\*include ([a-z-]+)\*\//g;
+
+/** A fragment of `sql/fragments/` without its header comment: CTEs two statements share, written once. */
+function fragmentText(name: string): string {
+  return readFileSync(packageFile(`sql/fragments/${name}.sql`), 'utf8')
+    .split('\n').filter((line) => !line.startsWith('--')).join('\n').trim();
+}
+
 function rawText(name: StatementName): string {
   let text = rawTexts.get(name);
   if (text === undefined) {
-    text = readFileSync(packageFile(`sql/${name}.sql`), 'utf8');
+    text = readFileSync(packageFile(`sql/${name}.sql`), 'utf8').replace(INCLUDE_MARKER, (_, fragment: string) => fragmentText(fragment));
     rawTexts.set(name, text);
   }
   return text;

@@ -124,6 +124,14 @@ export interface ClaimParams {
   readonly limit: number;
   /** Lease of every lane the claim records work in. */
   readonly leaseDurationMs: number;
+  /**
+   * Take a few free or expired lanes with due work even when the lanes the owner holds fill the batch (default
+   * false: then other lanes are taken only while the batch is not full). Without it a worker whose own lanes always
+   * fill its batch never looks at other lanes, so a crashed worker's lanes would wait until some worker has a short
+   * claim. Work found in the lanes taken is claimed from the next claim on. The dispatcher sets it once per lease
+   * duration; the store keeps no clock of its own for this.
+   */
+  readonly takeover?: boolean;
   readonly now?: Date;
 }
 
@@ -324,9 +332,11 @@ export interface Store<TTx> {
    * expired) lanes with due work a few at a time, charge an attempt to everything a taken-over lane
    * had in flight, and record the batch in the lanes. A keyed delivery is returned only when no
    * earlier delivery of its handler and key is pending (in flight or not). Lanes the owner holds
-   * that run nothing are handed back. Delivery rows are not written. A worker whose own lanes fill
-   * every batch still tries to take a few lanes once per lease duration, so an expired lane is taken
-   * over even when every worker is busy. Claims of one owner may run concurrently.
+   * that run nothing are handed back. Delivery rows are not written. When the held lanes fill the
+   * batch, no other lane is taken unless `takeover` is set: then a few free or expired lanes with due
+   * work are taken as well (charging their takeovers as above) and their work comes with the next
+   * claim. Callers set it about once per lease duration, so an expired lane is taken over even when
+   * every worker is busy. Claims of one owner may run concurrently.
    */
   claim(params: ClaimParams): Promise<ClaimedDelivery[]>;
 

@@ -1,7 +1,8 @@
 import { InvalidInputError, InvalidPayloadError, InvalidStateError } from '../core/errors.js';
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
+import { MAX_NAME_LENGTH } from '../core/limits.js';
 import type {
-  ClaimParams, DeliveryLease, ExtendLeaseParams, ListDeliveriesParams, PublishParams, PurgeParams, RequeueParams,
+  BuryParams, ClaimParams, DeliveryLease, ExtendLeaseParams, ListDeliveriesParams, PublishParams, PurgeParams, RequeueParams, RescheduleParams,
   SubscribeOptions, Subscription, UnsubscribeParams,
 } from './contract.js';
 
@@ -12,7 +13,6 @@ import type {
  * the field named, before any statement runs.
  */
 
-const MAX_NAME_LENGTH = 200;
 /** Longest excerpt of a bad value repeated in an error message. */
 const MAX_ECHO_LENGTH = 60;
 
@@ -74,7 +74,8 @@ export function assertDate(value: unknown, what: string): asserts value is Date 
   }
 }
 
-function assertOptionalDate(value: unknown, what: string): void {
+/** `what` is a valid Date, or absent (the optional `now` of most store methods: `assertOptionalDate(now, 'now')`). */
+export function assertOptionalDate(value: unknown, what: string): void {
   if (value !== undefined) assertDate(value, what);
 }
 
@@ -173,6 +174,7 @@ export function validateClaim(params: ClaimParams): void {
   params.handlers.forEach((name, i) => assertName(name, `handlers[${i}]`));
   assertPositiveInteger(params.limit, 'limit', 10_000);
   assertPositiveInteger(params.leaseDurationMs, 'leaseDurationMs', 86_400_000);
+  if (params.takeover !== undefined && typeof params.takeover !== 'boolean') fail(`takeover must be a boolean, got ${echo(params.takeover)}.`);
   assertOptionalDate(params.now, 'now');
 }
 
@@ -302,4 +304,19 @@ export function noHandlersError(event: PublishParams, index: number): InvalidInp
     + 'so publishing it would deliver to nobody. Start a worker that registers its handlers (bus.start() records them), '
     + 'or run relaybus setup --subscriptions <config>. Nothing was written; your transaction is still usable.',
   );
+}
+
+/** Check reschedule()'s params; returns the error text as it can be recorded. */
+export function validateReschedule(params: RescheduleParams): string {
+  if (typeof params !== 'object' || params === null) fail('reschedule() params must be an object { availableAt, error, now? }.');
+  assertDate(params.availableAt, 'availableAt');
+  assertOptionalDate(params.now, 'now');
+  return validateError(params.error);
+}
+
+/** Check bury()'s params; returns the error text as it can be recorded. */
+export function validateBury(params: BuryParams): string {
+  if (typeof params !== 'object' || params === null) fail('bury() params must be an object { error, now? }.');
+  assertOptionalDate(params.now, 'now');
+  return validateError(params.error);
 }

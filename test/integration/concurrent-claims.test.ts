@@ -154,7 +154,7 @@ describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in fou
       assert.equal(first.length, 5);
       // The crashed worker's lease is over; the busy worker's own lanes still fill its batch.
       const later = new Date(t0.getTime() + lease + 1);
-      const again = await store.claim({ owner: 'busy', handlers: ['ha'], limit: 5, leaseDurationMs: lease, now: later });
+      const again = await store.claim({ owner: 'busy', handlers: ['ha'], limit: 5, leaseDurationMs: lease, now: later, takeover: true });
       assert.equal(again.length, 5);
       const [charged] = (await store.listDeliveries({ eventId: lost.eventId })).items;
       assert.equal(charged?.attempts, 1, 'the crashed worker\'s in-flight delivery was charged: its lane was taken over');

@@ -36,7 +36,7 @@ class MemoryHarness implements Harness<MemoryTransaction> {
   }
 
   #newStore(): Store<MemoryTransaction> {
-    return memoryStore({ retainCompleted: this.#options.completionHistory ?? false });
+    return memoryStore({ completionHistory: this.#options.completionHistory ?? false });
   }
 }
 

@@ -3,6 +3,7 @@ import { describe, it, type TestContext } from 'node:test';
 import { Type } from '@sinclair/typebox';
 import { createRelayBus } from '../../src/core/bus.js';
 import { defineEvent } from '../../src/core/events.js';
+import { laneOf } from '../../src/core/lanes.js';
 import type { HandlerContext } from '../../src/core/handlers.js';
 import type { DispatcherOptions } from '../../src/core/options.js';
 import { CompletionBatcher } from '../../src/dispatcher/completion-batcher.js';
@@ -517,5 +518,74 @@ describe('dispatcher: graceful stop', () => {
     const [left] = (await store.listDeliveries({})).items;
     assert.equal(left?.status, 'pending');
     assert.equal(left?.attempts, 0);
+  });
+});
+
+describe('dispatcher: takeover of crashed workers\' lanes', () => {
+  /** A bus over a memory store whose claims (claim and completeAndClaim alike) are recorded. */
+  function takeoverHarness(t: TestContext, dispatcher: DispatcherOptions) {
+    const clock = new StubClock();
+    const memory = memoryStore();
+    const claims: ClaimParams[] = [];
+    const claim = memory.claim.bind(memory);
+    memory.claim = (params) => {
+      claims.push(params);
+      return claim(params);
+    };
+    const bus = createRelayBus({ store: memory, events: [Order, Audit], clock, backoff: { jitter: 0 }, dispatcher: { pollIntervalMs: 5, ...dispatcher } });
+    t.after(() => bus.stop({ graceMs: 0 }));
+    const takeovers = () => claims.filter((params) => params.takeover === true).length;
+    return { bus, memory, clock, claims, takeovers };
+  }
+
+  it('asks for a takeover on the first claim and then once per lease duration of the bus clock, not on every claim', async (t) => {
+    const { bus, clock, claims, takeovers } = takeoverHarness(t, { leaseDurationMs: 1_000 });
+    bus.on(Order, 'idle', () => undefined);
+    await bus.start();
+    const moreClaims = async (what: string) => {
+      const seen = claims.length;
+      await waitFor(() => claims.length >= seen + 5, what);
+    };
+    await moreClaims('several claims');
+    assert.equal(claims[0]!.takeover, true, 'the first claim asks');
+    assert.equal(takeovers(), 1, 'the claims after it do not');
+    clock.advance(999);
+    await moreClaims('claims just before a lease duration passed');
+    assert.equal(takeovers(), 1, 'not before a lease duration has passed');
+    clock.advance(1);
+    await waitFor(() => takeovers() === 2, 'a claim asks again once a lease duration has passed');
+    await moreClaims('claims after that one');
+    assert.equal(takeovers(), 2, 'once per lease duration');
+  });
+
+  it('re-runs a crashed worker\'s delivery while its own lane still fills every claim', async (t) => {
+    const { bus, memory, clock } = takeoverHarness(t, { concurrency: 2, batchSize: 2 });
+    const crashedId = 'crashed-0';
+    const busyLane = (laneOf(null, crashedId) + 1) % 256;
+    const backlog: string[] = [];
+    for (let i = 0; backlog.length < 300; i += 1) if (laneOf(null, `busy-${i}`) === busyLane) backlog.push(`busy-${i}`);
+    let backlogDone = 0;
+    let rerun: { attempt: number; backlogDone: number } | undefined;
+    bus.on(Order, 'worker', async (_payload, ctx) => {
+      if (ctx.delivery.eventId === crashedId) {
+        rerun = { attempt: ctx.delivery.attempt, backlogDone };
+        return;
+      }
+      await pause(1);
+      backlogDone += 1;
+    });
+    // The crashed worker holds its lane with the delivery in flight, then never claims again.
+    await memory.transaction((tx) => bus.publish(tx, Order, { n: 0 }, { id: crashedId }));
+    const [lost] = await memory.claim({ owner: 'crashed', handlers: ['worker'], limit: 1, leaseDurationMs: 30_000, now: clock.now() });
+    assert.equal(lost?.eventId, crashedId);
+    clock.advance(1);
+    await memory.transaction((tx) => bus.publishMany(tx, backlog.map((id, n) => ({ event: Order, payload: { n }, options: { id } }))));
+    await bus.start();
+    await waitFor(() => backlogDone >= 10, 'the busy worker runs its own lane');
+    clock.advance(30_001); // the crashed worker's lease is over
+    await waitFor(() => rerun !== undefined, 'the crashed worker\'s delivery runs again', 10_000);
+    assert.equal(rerun!.attempt, 2, 'the takeover charged the lost attempt');
+    // Without the takeover it would run only once the backlog ran short (a claim that comes back short takes lanes).
+    assert.ok(rerun!.backlogDone < backlog.length / 2, `re-run while the busy worker's own lane still fills its claims (${rerun!.backlogDone} of ${backlog.length} done)`);
   });
 });

@@ -22,6 +22,19 @@ describe('sql/ statement files', () => {
     });
   }
 
+  it('fragments (sql/fragments/) name themselves, are used, and are spliced in whole', () => {
+    const fragments = readdirSync(new URL('fragments/', directory)).filter((file) => file.endsWith('.sql'));
+    const sources = files.map((file) => readFileSync(new URL(file, directory), 'utf8'));
+    const loaded = loadStatements('relaybus');
+    for (const file of fragments) {
+      const name = file.replace(/\.sql$/, '');
+      const text = readFileSync(new URL(`fragments/${file}`, directory), 'utf8');
+      assert.match(text, new RegExp(`^-- fragment ${name}: \\S`), `${file}: first line is "-- fragment <name>: what it holds"`);
+      assert.ok(sources.some((source) => source.includes(`/*include ${name}*/`)), `${file} is included by a statement`);
+    }
+    for (const name of STATEMENT_NAMES) assert.ok(!loaded[name].text.includes('/*include'), `${name}: every include resolved`);
+  });
+
   it('qualifies every table with the configured schema and names statements per schema', () => {
     const a = loadStatements('relaybus');
     const b = loadStatements('other_schema');

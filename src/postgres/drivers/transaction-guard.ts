@@ -4,9 +4,10 @@ import { InvalidStateError } from '../../core/errors.js';
  * A transaction handed to a handler must not outlive its transaction. relaybus rolls back the
  * transaction of a handler that timed out or lost its lease, and the connection goes back to its
  * pool; a handler that ignores its signal could otherwise keep writing through the old object, in
- * autocommit or inside another caller's transaction on the same connection. Every driver's
- * `transaction()` therefore hands out this proxy, which refuses every call once `fn` has settled,
- * or once the transaction itself has ended (`inTransaction`), whichever comes first.
+ * autocommit or inside another caller's transaction on the same connection. The pg, postgres.js,
+ * PGlite and Drizzle drivers' `transaction()` therefore hand out this proxy, which refuses every
+ * call once `fn` has settled, or once the transaction itself has ended (`inTransaction`), whichever
+ * comes first. (Kysely needs none: its transaction object refuses statements once it ended.)
  */
 
 /** Whether the proxy still passes calls through; closed by whoever sees the transaction end first. */

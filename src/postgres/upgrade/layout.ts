@@ -1,4 +1,5 @@
 import { SchemaMismatchError } from '../../core/errors.js';
+import type { RowOf } from '../rows.js';
 import type { Migration } from '../schema-sql.js';
 import type { SqlExecutor } from '../sql-client.js';
 import type { Statements } from '../statements.js';
@@ -17,12 +18,7 @@ export type Layout =
   | { readonly kind: 'row-lease'; readonly applied: readonly string[] }
   | { readonly kind: 'relaybus'; readonly applied: readonly string[] };
 
-interface InspectRow {
-  schema_exists: boolean;
-  tables: string[];
-  row_lease: boolean;
-  migrations_table: boolean;
-}
+type InspectRow = RowOf<'setup-inspect'>;
 
 const CREATE_TABLE = /CREATE TABLE\s+(?:IF NOT EXISTS\s+)?"[^"]+"\."([^"]+)"/g;
 
@@ -46,7 +42,7 @@ export async function inspectLayout(
 ): Promise<Layout> {
   const [row] = await executor.run<InspectRow>(statements['setup-inspect'], [schema, relaybusTableNames(migrations)]);
   const state = row!;
-  const readApplied = async () => (await executor.run<{ name: string }>(statements['setup-applied'], [])).map((r) => r.name);
+  const readApplied = async () => (await executor.run<RowOf<'setup-applied'>>(statements['setup-applied'], [])).map((r) => r.name);
   if (state.row_lease) {
     // The 0.1 upgrade creates the migrations table early (empty) and records 0000_init when it is done.
     const applied = state.migrations_table ? await readApplied() : [];

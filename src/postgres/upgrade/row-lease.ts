@@ -1,4 +1,5 @@
 import { SchemaMismatchError } from '../../core/errors.js';
+import type { RowOf } from '../rows.js';
 import type { Migration } from '../schema-sql.js';
 import type { SqlExecutor } from '../sql-client.js';
 import type { StatementName, Statements } from '../statements.js';
@@ -37,10 +38,7 @@ export interface RowLeaseCounts {
   readonly leasedUntil: Date | null;
 }
 
-interface PlanRow {
-  deliveries: number; pending: number; processing: number; completed: number; dead: number; to_convert: number;
-  events: number; leased: number; lease_owners: string[]; leased_until: Date | string | null;
-}
+type PlanRow = RowOf<'upgrade-row-lease-plan'>;
 
 const toDate = (value: Date | string | null): Date | null => (value === null ? null : value instanceof Date ? value : new Date(value));
 
@@ -72,7 +70,7 @@ export function leasesHeldError(
 
 /** Throw `leasesHeldError` when 0.1 workers hold leases. */
 export async function assertNoRowLeases(executor: SqlExecutor, statements: Statements, schema: string, started: boolean): Promise<void> {
-  const [row] = await executor.run<{ leased: number; lease_owners: string[]; leased_until: Date | string | null }>(
+  const [row] = await executor.run<RowOf<'upgrade-row-lease-leases'>>(
     statements['upgrade-row-lease-leases'], [null]);
   if (Number(row!.leased) > 0) throw leasesHeldError(schema, Number(row!.leased), row!.lease_owners ?? [], toDate(row!.leased_until), started);
 }
@@ -141,7 +139,7 @@ export interface ConvertResult {
 export async function convertRowLease(
   executor: SqlExecutor, statements: Statements, after: string | null, limit: number | null,
 ): Promise<ConvertResult> {
-  const [row] = await executor.run<{ last_id: string | null; scanned: number; laned: number; moved: number }>(
+  const [row] = await executor.run<RowOf<'upgrade-row-lease-convert'>>(
     statements['upgrade-row-lease-convert'], [after, limit]);
   return { lastId: row!.last_id, scanned: Number(row!.scanned), laned: Number(row!.laned), moved: Number(row!.moved) };
 }
@@ -164,7 +162,7 @@ export async function finishRowLease(
   await assertNoRowLeases(executor, statements, schema, true);
   await prepareRowLease(executor, statements, target);
   const converted = await convertRowLease(executor, statements, null, null);
-  const [released] = await executor.run<{ pending: number; dead: number }>(statements['upgrade-row-lease-release'], [null]);
+  const [released] = await executor.run<RowOf<'upgrade-row-lease-release'>>(statements['upgrade-row-lease-release'], [null]);
   await executor.run(statements['upgrade-row-lease-events-handlers'], []);
   await runSteps(executor, statements, finishLayoutSteps(target));
   await executor.run(statements['upgrade-row-lease-key-sequences'], []);

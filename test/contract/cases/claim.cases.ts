@@ -207,6 +207,7 @@ export const claimCases: CaseGroup = {
         const base = { owner: 'w1', handlers: [H1], limit: 10, leaseDurationMs: LEASE_MS, now };
         await rejectsWithCode(harness.store.claim({ ...base, limit: 0 }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.claim({ ...base, handlers: [] }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(harness.store.claim({ ...base, takeover: 'yes' as unknown as boolean }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.claim({ ...base, owner: '' }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.claim({ ...base, leaseDurationMs: 0 }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.claim({ ...base, now: new Date(Number.NaN) }), 'RELAYBUS_INVALID_INPUT');

@@ -2,12 +2,13 @@
  * Liveness of the claim: no shape of backlog may stop a due head of a key from being claimed. A
  * capped scan in due-time order stalled a lane for good when the window filled with blocked
  * followers: a retried head due later than its followers, a delayed head, or a deep backlog of one
- * key whose head is in flight (holding back every other key of its lane).
+ * key whose head is in flight (holding back every other key of its lane). And a crashed worker's lane
+ * must be taken over although every worker's own lanes fill its claims (`takeover`).
  */
 import assert from 'node:assert/strict';
 import { laneOf } from '../../../src/core/lanes.js';
-import type { PublishParams } from '../../../src/store/contract.js';
-import { claim, claimExpecting, event, leaseOf, publish, type CaseGroup } from './kit.js';
+import type { ClaimedDelivery, PublishParams } from '../../../src/store/contract.js';
+import { claim, claimExpecting, epochOf, event, H1, H2, LEASE_MS, leaseOf, PAST_LEASE_MS, publish, viewOf, type CaseGroup } from './kit.js';
 
 /** `count` distinct keys that share the lane of `key` (so they compete in one lane). */
 function keysInLaneOf(key: string, count: number): string[] {
@@ -17,6 +18,13 @@ function keysInLaneOf(key: string, count: number): string[] {
     const candidate = `other-${i}`;
     if (laneOf(candidate, 'unused') === lane) found.push(candidate);
   }
+  return found;
+}
+
+/** `count` event ids `${prefix}N` of unkeyed events that land in `lane`. */
+function idsInLane(lane: number, count: number, prefix: string): string[] {
+  const found: string[] = [];
+  for (let i = 0; found.length < count; i += 1) if (laneOf(null, `${prefix}${i}`) === lane) found.push(`${prefix}${i}`);
   return found;
 }
 
@@ -88,6 +96,49 @@ export const livenessCases: CaseGroup = {
         }
         assert.equal(fresh.size, 30, `every fresh key was claimed (got ${fresh.size})`);
         assert.ok([...fresh].every((id) => id.endsWith('-fresh')), 'no follower of a running head');
+      },
+    },
+    {
+      name: 'a worker whose own lane fills every claim takes over an expired lane only when its claim asks for a takeover',
+      async run({ harness }) {
+        const crashedId = 'crashed-0';
+        const crashedLane = laneOf(null, crashedId);
+        const busyLane = (crashedLane + 1) % 256;
+        // The crashed worker's event is older than the whole backlog: once taken over, it is the next one claimed.
+        await publish(harness, [event({ id: crashedId, handlers: [{ name: H2, maxAttempts: 5 }] })]);
+        harness.clock.advance(1);
+        await publish(harness, idsInLane(busyLane, 20, 'busy-').map((id) => event({ id })));
+        const claimAs = (owner: string, handlers: readonly string[], limit: number, takeover?: boolean): Promise<ClaimedDelivery[]> =>
+          harness.store.claim({
+            owner, handlers, limit, leaseDurationMs: LEASE_MS, now: harness.clock.now(), ...(takeover === undefined ? {} : { takeover }),
+          });
+        const [lost] = await claimAs('crashes', [H2], 1);
+        assert.equal(lost?.eventId, crashedId, 'the crashed worker held its lane with this delivery in flight');
+        const busyBatch = (claimed: readonly ClaimedDelivery[], what: string) => {
+          assert.equal(claimed.length, 2, `${what}: the busy worker's own lane fills the batch`);
+          assert.ok(claimed.every((c) => c.lane === busyLane), `${what}: only from its own lane (got lanes ${claimed.map((c) => c.lane).join(', ')})`);
+        };
+        busyBatch(await claimAs('busy', [H1, H2], 2), 'first claim');
+
+        harness.clock.advance(PAST_LEASE_MS); // the crashed worker's lease is over
+        busyBatch(await claimAs('busy', [H1, H2], 2), 'claim without takeover');
+        busyBatch(await claimAs('busy', [H1, H2], 2, false), 'claim with takeover: false');
+        const untouched = await viewOf(harness, lost.id);
+        assert.equal(untouched.status, 'processing', 'without a takeover the expired lane stays with the crashed worker');
+        assert.equal(untouched.attempts, 0);
+
+        busyBatch(await claimAs('busy', [H1, H2], 2, true), 'claim with takeover');
+        const charged = await viewOf(harness, lost.id);
+        assert.equal(charged.status, 'pending', 'the takeover took it out of flight');
+        assert.equal(charged.attempts, 1, 'the takeover charged the in-flight delivery one attempt');
+        assert.match(charged.lastError ?? '', /taken over/);
+        assert.deepEqual(await harness.store.completeMany([leaseOf(lost)], harness.clock.now()), [false], 'the crashed worker is fenced');
+
+        const next = await claimAs('busy', [H1, H2], 2);
+        const rerun = next.find((c) => c.id === lost.id);
+        assert.ok(rerun, `the busy worker re-runs the taken-over delivery (got ${next.map((c) => c.eventId).join(', ')})`);
+        assert.equal(rerun.attempts, 1);
+        assert.ok(epochOf(rerun) > epochOf(lost), 'under the new epoch of the lane');
       },
     },
   ],
