@@ -15,8 +15,8 @@
 export { Type } from '@sinclair/typebox';
 export type { Static, TSchema } from '@sinclair/typebox';
 
-export { createRelayBus } from './core/bus.js';
-export type { Handler, PublishItem, PublishOptions, RelayBus, RelayBusState, StartOptions, TransactionalHandler } from './core/bus.js';
+export { createRelayBus } from './bus/bus.js';
+export type { Handler, PublishItem, PublishOptions, RelayBus, RelayBusState, StartOptions, TransactionalHandler } from './bus/bus.js';
 export type { RelayBusHealth, StopOptions } from './dispatcher/dispatcher.js';
 
 export { defineEvent, isEventDefinition } from './core/events.js';

@@ -1,4 +1,4 @@
-import type { RelayBus } from '../core/bus.js';
+import type { RelayBus } from '../bus/bus.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
 import type { ClaimParams, ClaimedDelivery, ExtendLeaseParams, ExtendLeaseResult, HandlerStatistics, Statistics, Store } from '../store/contract.js';
 import type { CounterLike, HistogramLike, MeterLike, ObservableCallbackLike, ObservableGaugeLike } from './meter.js';

@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { Type } from '@sinclair/typebox';
 import pg from 'pg';
 import postgres from 'postgres';
-import { createRelayBus } from '../../src/core/bus.js';
+import { createRelayBus } from '../../src/bus/bus.js';
 import { InvalidInputError, RelayBusError, StoreUnavailableError } from '../../src/core/errors.js';
 import { defineEvent } from '../../src/core/events.js';
 import { fromPg, fromPostgresJs, postgresStore, type PostgresStore } from '../../src/postgres/index.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it, type TestContext } from 'node:test';
 import { Type } from '@sinclair/typebox';
-import { createRelayBus } from '../../src/core/bus.js';
+import { createRelayBus } from '../../src/bus/bus.js';
 import { defineEvent } from '../../src/core/events.js';
 import { laneOf } from '../../src/core/lanes.js';
 import type { HandlerContext } from '../../src/core/handlers.js';

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, it, type TestContext } from 'node:test';
 import { Type } from '@sinclair/typebox';
-import { createRelayBus } from '../../src/core/bus.js';
+import { createRelayBus } from '../../src/bus/bus.js';
 import { StoreUnavailableError } from '../../src/core/errors.js';
 import { defineEvent } from '../../src/core/events.js';
 import type { LogFields, Logger } from '../../src/core/logger.js';

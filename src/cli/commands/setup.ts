@@ -1,7 +1,7 @@
 import { basename } from 'node:path';
 import type { Subscription } from '../../index.js';
 import type { ResolvedHandler } from '../../core/handlers.js';
-import { RESOLVED_HANDLERS, subscriptionsOf } from '../../core/subscription-keeper.js';
+import { RESOLVED_HANDLERS, subscriptionsOf } from '../../bus/subscription-keeper.js';
 import { DEFAULT_SCHEMA, postgresStore } from '../../postgres/index.js';
 import { DEFAULT_UPGRADE_BATCH_SIZE } from '../../postgres/setup.js';
 import { DATABASE_FLAGS, HELP_FLAG, parseFlags, renderHelp, VERBOSE_FLAG, type FlagSpecs } from '../args.js';

@@ -1,5 +1,5 @@
 import type { SubscriptionView } from '../../index.js';
-import { SUBSCRIPTION_REFRESH_MS } from '../../core/subscription-keeper.js';
+import { SUBSCRIPTION_REFRESH_MS } from '../../bus/subscription-keeper.js';
 import { DATABASE_FLAGS, HELP_FLAG, JSON_FLAG, parseFlags, renderHelp, VERBOSE_FLAG, type FlagSpecs } from '../args.js';
 import { withAdminStore } from '../admin-store.js';
 import { CliFailure, ExitCode, UsageError, writeLine, type CliContext, type Command } from '../command.js';

@@ -1,18 +1,18 @@
 import { Dispatcher, HealthState, type RelayBusHealth, type StopOptions } from '../dispatcher/dispatcher.js';
 import type { PublishParams, PublishResult, Store } from '../store/contract.js';
-import { TypedEmitter, type TypedEvents } from './emitter.js';
+import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import {
   DuplicateHandlerError, InvalidInputError, InvalidOptionsError, InvalidStateError, UnknownEventError, UnknownHandlerError,
-} from './errors.js';
-import { isEventDefinition, type EventDefinition, type EventPayload } from './events.js';
-import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from './handlers.js';
-import { adaptLogger, describeError, type Logger } from './logger.js';
-import { MAX_NAME_LENGTH } from './limits.js';
+} from '../core/errors.js';
+import { isEventDefinition, type EventDefinition, type EventPayload } from '../core/events.js';
+import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from '../core/handlers.js';
+import { adaptLogger, describeError, type Logger } from '../core/logger.js';
+import { MAX_NAME_LENGTH } from '../core/limits.js';
 import { RESOLVED_HANDLERS, SubscriptionKeeper } from './subscription-keeper.js';
 import {
   assertLogger, resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type DispatcherOptions, type RelayBusOptions,
   type ResolvedDispatcherOptions, type ResolvedRelayBusOptions,
-} from './options.js';
+} from '../core/options.js';
 
 /**
  * The bus: the API users touch. It registers handlers (`on`), publishes events inside the caller's

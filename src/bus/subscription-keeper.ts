@@ -1,7 +1,7 @@
 import type { Store, Subscription } from '../store/contract.js';
-import type { Clock } from './clock.js';
-import type { ResolvedHandler } from './handlers.js';
-import { describeError, type Logger } from './logger.js';
+import type { Clock } from '../core/clock.js';
+import type { ResolvedHandler } from '../core/handlers.js';
+import { describeError, type Logger } from '../core/logger.js';
 
 /** How often a running bus says again that it runs its handlers (`seen_at`); `relaybus stats` calls older ones stale. */
 export const SUBSCRIPTION_REFRESH_MS = 60_000;
