@@ -100,7 +100,12 @@ const send = (message: unknown): Promise<void> => new Promise((resolve) => proce
 
 async function runPublisher(init: InitMessage): Promise<void> {
   const impl = await loadContender(init.contender);
-  const handle = await impl.publisher({ url: init.url, schema: init.schema, poolSize: init.poolSize, ...(init.variant !== undefined ? { variant: init.variant } : {}) });
+  const handle = await impl.publisher({
+    url: init.url,
+    schema: init.schema,
+    poolSize: init.poolSize,
+    ...(init.variant !== undefined ? { variant: init.variant } : {}),
+  });
   await send({ type: 'ready' });
   const plan = await nextMessage<{ type: 'go'; plan: PublishPlan }>('go').then((m) => m.plan);
   resetStatementStats();
@@ -116,7 +121,10 @@ async function runPublisher(init: InitMessage): Promise<void> {
       const key = plan.list![k]!;
       return { i: k, key: key < 0 ? null : keyString(key) };
     }
-    return { i: indexOf(k, plan.publisher, plan.publishers), key: plan.keyed ? keyOf(k, plan.publisher, plan.publishers, plan.keysPerPublisher) : null };
+    return {
+      i: indexOf(k, plan.publisher, plan.publishers),
+      key: plan.keyed ? keyOf(k, plan.publisher, plan.publishers, plan.keysPerPublisher) : null,
+    };
   };
   try {
     if (plan.kind === 'rate') {
@@ -139,8 +147,9 @@ async function runPublisher(init: InitMessage): Promise<void> {
       }
     } else {
       const end = plan.kind === 'window' ? startedAt + plan.durationMs! : Infinity;
-      const total = plan.kind === 'count' ? plan.count! : plan.kind === 'list' ? plan.list!.length - (plan.from ?? 0) : Infinity;
-      const first = plan.kind === 'list' ? plan.from ?? 0 : 0;
+      const total =
+        plan.kind === 'count' ? plan.count! : plan.kind === 'list' ? plan.list!.length - (plan.from ?? 0) : Infinity;
+      const first = plan.kind === 'list' ? (plan.from ?? 0) : 0;
       while (n < total && wallNow() < end) {
         const size = Math.min(plan.batch, total - n);
         const events = Array.from({ length: size }, (_, k) => spec(first + n + k));
@@ -158,8 +167,16 @@ async function runPublisher(init: InitMessage): Promise<void> {
   const statements = statementStats();
   await handle.close();
   const result: PublisherResult = {
-    type: 'result', published: n, committed: Int32Array.from(committed), calls: Float64Array.from(calls), commitI: Int32Array.from(commitI),
-    commitT: Float64Array.from(commitT), startedAt, endedAt, statements, ...(error ? { error } : {}),
+    type: 'result',
+    published: n,
+    committed: Int32Array.from(committed),
+    calls: Float64Array.from(calls),
+    commitI: Int32Array.from(commitI),
+    commitT: Float64Array.from(commitT),
+    startedAt,
+    endedAt,
+    statements,
+    ...(error ? { error } : {}),
   };
   await send(result);
 }
@@ -174,12 +191,19 @@ async function runDispatcher(init: InitMessage): Promise<void> {
   const warn = (message: string) => {
     warningCount += 1;
     if (warnings.length < 20) warnings.push(message.slice(0, 500));
-    if (warningCount <= 5) console.error(`[bench ${init.contender} dispatcher ${process.pid}] ${message.slice(0, 500)}`);
+    if (warningCount <= 5)
+      console.error(`[bench ${init.contender} dispatcher ${process.pid}] ${message.slice(0, 500)}`);
   };
   const plan = init.handler ?? { mode: 'noop', keys: { kind: 'none' } };
-  const handle = await impl.dispatcher({ url: init.url, schema: init.schema, poolSize: init.poolSize }, init.settings!, {
-    onHandle: makeHook(plan, recorder, failures, state), warn, ...(plan.retryBackoffMs !== undefined ? { retryBackoffMs: plan.retryBackoffMs } : {}),
-  });
+  const handle = await impl.dispatcher(
+    { url: init.url, schema: init.schema, poolSize: init.poolSize },
+    init.settings!,
+    {
+      onHandle: makeHook(plan, recorder, failures, state),
+      warn,
+      ...(plan.retryBackoffMs !== undefined ? { retryBackoffMs: plan.retryBackoffMs } : {}),
+    },
+  );
   await handle.prepare?.();
   await send({ type: 'ready' });
   await nextMessage('go');
@@ -208,8 +232,15 @@ async function runDispatcher(init: InitMessage): Promise<void> {
   }
   const failed = failures.take();
   const result: DispatcherResult = {
-    type: 'result', records: recorder.take(), failures: { i: failed.i, h: failed.h, t: failed.t }, overlaps: state.overlaps,
-    statements: statementStats(), cpuMs: (cpu.user + cpu.system) / 1000, warnings, warningCount, ...(error ? { error } : {}),
+    type: 'result',
+    records: recorder.take(),
+    failures: { i: failed.i, h: failed.h, t: failed.t },
+    overlaps: state.overlaps,
+    statements: statementStats(),
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    warnings,
+    warningCount,
+    ...(error ? { error } : {}),
   };
   await send(result);
 }

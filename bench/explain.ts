@@ -26,13 +26,18 @@ import { parseLeaseToken } from '../src/core/lease-token.js';
 import { createBenchDatabase, dropBenchDatabase } from './lib/db.js';
 import { HANDLERS } from './lib/types.js';
 
-const { values: args } = parseArgs({ options: { deliveries: { type: 'string', default: '200000' }, batch: { type: 'string', default: '1000' } } });
+const { values: args } = parseArgs({
+  options: { deliveries: { type: 'string', default: '200000' }, batch: { type: 'string', default: '1000' } },
+});
 const deliveries = Number(args.deliveries);
 const batch = Number(args.batch);
 const schema = 'bench_explain';
 const out: string[] = [];
 const summary: string[] = [];
-const say = (line: string) => { console.log(line); out.push(line); };
+const say = (line: string) => {
+  console.log(line);
+  out.push(line);
+};
 
 const { url, created } = await createBenchDatabase('relaybus_bench_explain');
 const pool = new pg.Pool({ connectionString: url, max: 4 });
@@ -48,10 +53,13 @@ try {
     const client = await pool.connect();
     try {
       await client.query('BEGIN');
-      await store.publish(client, Array.from({ length: Math.min(1000, events - from) }, (_, k) => {
-        const i = from + k;
-        return { id: `e${i}`, type: 'bench.event', key: `k${i % keys}`, payload: { i }, handlers };
-      }));
+      await store.publish(
+        client,
+        Array.from({ length: Math.min(1000, events - from) }, (_, k) => {
+          const i = from + k;
+          return { id: `e${i}`, type: 'bench.event', key: `k${i % keys}`, payload: { i }, handlers };
+        }),
+      );
       await client.query('COMMIT');
     } finally {
       client.release();
@@ -59,10 +67,13 @@ try {
   }
   say(`# relaybus claim and completion plans at a deep backlog`);
   say('');
-  say(`${deliveries} pending deliveries (${events} keyed events x ${HANDLERS.length} handlers, ${keys} keys) published through store.publish in ${((Date.now() - started) / 1000).toFixed(1)} s; ${(await pool.query('SELECT version()')).rows[0].version}`);
+  say(
+    `${deliveries} pending deliveries (${events} keyed events x ${HANDLERS.length} handlers, ${keys} keys) published through store.publish in ${((Date.now() - started) / 1000).toFixed(1)} s; ${(await pool.query('SELECT version()')).rows[0].version}`,
+  );
 
   async function analyzeAll(): Promise<void> {
-    for (const table of ['relaybus_events', 'relaybus_deliveries', 'relaybus_lanes', 'relaybus_key_sequences']) await pool.query(`ANALYZE "${schema}".${table}`);
+    for (const table of ['relaybus_events', 'relaybus_deliveries', 'relaybus_lanes', 'relaybus_key_sequences'])
+      await pool.query(`ANALYZE "${schema}".${table}`);
   }
 
   /**
@@ -87,7 +98,9 @@ try {
             if (Array.isArray(value)) return client.escapeLiteral(`{${value.map(String).join(',')}}`);
             return client.escapeLiteral(String(value));
           };
-          ({ rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS) EXECUTE ${name}(${params.map(literal).join(', ')})`));
+          ({ rows } = await client.query(
+            `EXPLAIN (ANALYZE, BUFFERS) EXECUTE ${name}(${params.map(literal).join(', ')})`,
+          ));
         } finally {
           await client.query('ROLLBACK').catch(() => {});
           await client.query(`DEALLOCATE ${name}`).catch(() => {});
@@ -134,11 +147,32 @@ RETURNING d.id::text AS id`;
     const client = await pool.connect();
     try {
       await client.query('BEGIN');
-      const { rows } = await client.query<{ id: string }>(text, [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false, [], [], []]);
-      const { rows: [bad] } = await client.query<{ n: number }>(
+      const { rows } = await client.query<{ id: string }>(text, [
+        owner,
+        HANDLERS.slice(),
+        batch,
+        600_000,
+        null,
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        false,
+        [],
+        [],
+        [],
+      ]);
+      const {
+        rows: [bad],
+      } = await client.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM ${q}relaybus_deliveries d WHERE d.id = ANY ($1::bigint[]) AND d.key IS NOT NULL
            AND EXISTS (SELECT 1 FROM ${q}relaybus_deliveries p WHERE p.lane = d.lane AND p.handler = d.handler AND p.key = d.key
-                       AND p.sequence < d.sequence AND p.status = 'pending' AND NOT (p.id = ANY ($1::bigint[])))`, [rows.map((r) => r.id)]);
+                       AND p.sequence < d.sequence AND p.status = 'pending' AND NOT (p.id = ANY ($1::bigint[])))`,
+        [rows.map((r) => r.id)],
+      );
       await client.query('ROLLBACK');
       return `${rows.length} picked, ${bad!.n} of them not the head of their key`;
     } finally {
@@ -146,7 +180,10 @@ RETURNING d.id::text AS id`;
     }
   }
 
-  for (const phase of ['stale statistics (lanes analyzed while no lane was owned)', 'fresh statistics (analyzed while the lanes are owned)']) {
+  for (const phase of [
+    'stale statistics (lanes analyzed while no lane was owned)',
+    'fresh statistics (analyzed while the lanes are owned)',
+  ]) {
     const stale = phase.startsWith('stale');
     if (stale) await analyzeAll();
     const owner = stale ? 'explain-owner-1' : 'explain-owner-2';
@@ -154,33 +191,99 @@ RETURNING d.id::text AS id`;
     // The real claim (several statements: held lanes, then free lanes 4, 8, 16, ... at a time) until the batch is full.
     const claimStarted = performance.now();
     while (claimed.length < batch) {
-      const more = await store.claim({ owner, handlers: HANDLERS.slice(), limit: batch - claimed.length, leaseDurationMs: 600_000 });
+      const more = await store.claim({
+        owner,
+        handlers: HANDLERS.slice(),
+        limit: batch - claimed.length,
+        leaseDurationMs: 600_000,
+      });
       if (more.length === 0) break;
       claimed.push(...more);
     }
     const claimMs = performance.now() - claimStarted;
     if (!stale) await analyzeAll();
-    const { rows: [held] } = await pool.query(`SELECT count(*)::int AS lanes, sum(cardinality(in_flight))::int AS in_flight FROM "${schema}".relaybus_lanes WHERE lease_owner = $1`, [owner]);
-    const { rows: [inHeld] } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".relaybus_deliveries d WHERE d.lane IN (SELECT lane FROM "${schema}".relaybus_lanes WHERE lease_owner = $1)`, [owner]);
+    const {
+      rows: [held],
+    } = await pool.query(
+      `SELECT count(*)::int AS lanes, sum(cardinality(in_flight))::int AS in_flight FROM "${schema}".relaybus_lanes WHERE lease_owner = $1`,
+      [owner],
+    );
+    const {
+      rows: [inHeld],
+    } = await pool.query(
+      `SELECT count(*)::int AS n FROM "${schema}".relaybus_deliveries d WHERE d.lane IN (SELECT lane FROM "${schema}".relaybus_lanes WHERE lease_owner = $1)`,
+      [owner],
+    );
     say('');
     say(`# ${phase}`);
     say('');
-    say(`store.claim (limit ${batch}) returned ${claimed.length} deliveries in ${claimMs.toFixed(1)} ms; the owner holds ${held.lanes} lanes with ${held.in_flight} ids in flight; those lanes hold ${inHeld.n} delivery rows.`);
+    say(
+      `store.claim (limit ${batch}) returned ${claimed.length} deliveries in ${claimMs.toFixed(1)} ms; the owner holds ${held.lanes} lanes with ${held.in_flight} ids in flight; those lanes hold ${inHeld.n} delivery rows.`,
+    );
     const leases = claimed.map((c) => ({ id: c.id, ...parseLeaseToken(c.lease) }));
-    const completeParams = [leases.map((l) => l.id), leases.map((l) => l.lane), leases.map((l) => l.epoch), leases.map((l) => l.claims)];
+    const completeParams = [
+      leases.map((l) => l.id),
+      leases.map((l) => l.lane),
+      leases.map((l) => l.epoch),
+      leases.map((l) => l.claims),
+    ];
     const label = stale ? 'stale' : 'fresh';
     const results: [string, number][] = [];
     const claimParams = [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false, [], [], []];
-    results.push(['claim-held-lanes (sql/claim-held-lanes.sql)', await explain(`${label}: claim-held-lanes, limit ${batch}`, shipped, claimParams)]);
-    results.push(['claim-held-lanes, generic plan', await explain(`${label}: claim-held-lanes, limit ${batch}, generic plan (named prepared statement)`, shipped, claimParams, true)]);
+    results.push([
+      'claim-held-lanes (sql/claim-held-lanes.sql)',
+      await explain(`${label}: claim-held-lanes, limit ${batch}`, shipped, claimParams),
+    ]);
+    results.push([
+      'claim-held-lanes, generic plan',
+      await explain(
+        `${label}: claim-held-lanes, limit ${batch}, generic plan (named prepared statement)`,
+        shipped,
+        claimParams,
+        true,
+      ),
+    ]);
     say('');
     say(`Picks (run for real, rolled back): ${await checkClaim(shipped, owner)}.`);
-    results.push(['acquire-lanes (sql/acquire-lanes.sql), take 4', await explain(`${label}: acquire-lanes, take 4`, statements['acquire-lanes'].text, ['explain-other', HANDLERS.slice(), 4, 0, 600_000, null])]);
-    results.push([`complete-many (sql/complete-many.sql), ${leases.length} ids`, await explain(`${label}: complete-many (EXISTS fence, as shipped), ${leases.length} ids`, statements['complete-many'].text, completeParams)]);
-    results.push(['complete-many, generic plan', await explain(`${label}: complete-many, generic plan (named prepared statement)`, statements['complete-many'].text, completeParams, true)]);
-    results.push(['complete, fence as a join with lanes (the trap)', await explain(`${label}: completion with the fence as a join (the trap's form)`, completeJoin, completeParams)]);
-    results.push(['complete, fence as a scalar subquery', await explain(`${label}: completion with the fence as a scalar subquery`, completeScalar, completeParams)]);
-    summary.push(`| ${phase} | ${results.map(([, ms]) => (Number.isFinite(ms) ? ms.toFixed(1) : 'failed')).join(' | ')} |`);
+    results.push([
+      'acquire-lanes (sql/acquire-lanes.sql), take 4',
+      await explain(`${label}: acquire-lanes, take 4`, statements['acquire-lanes'].text, [
+        'explain-other',
+        HANDLERS.slice(),
+        4,
+        0,
+        600_000,
+        null,
+      ]),
+    ]);
+    results.push([
+      `complete-many (sql/complete-many.sql), ${leases.length} ids`,
+      await explain(
+        `${label}: complete-many (EXISTS fence, as shipped), ${leases.length} ids`,
+        statements['complete-many'].text,
+        completeParams,
+      ),
+    ]);
+    results.push([
+      'complete-many, generic plan',
+      await explain(
+        `${label}: complete-many, generic plan (named prepared statement)`,
+        statements['complete-many'].text,
+        completeParams,
+        true,
+      ),
+    ]);
+    results.push([
+      'complete, fence as a join with lanes (the trap)',
+      await explain(`${label}: completion with the fence as a join (the trap's form)`, completeJoin, completeParams),
+    ]);
+    results.push([
+      'complete, fence as a scalar subquery',
+      await explain(`${label}: completion with the fence as a scalar subquery`, completeScalar, completeParams),
+    ]);
+    summary.push(
+      `| ${phase} | ${results.map(([, ms]) => (Number.isFinite(ms) ? ms.toFixed(1) : 'failed')).join(' | ')} |`,
+    );
     if (stale) {
       await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, lease: c.lease })));
       await store.relinquish(owner);

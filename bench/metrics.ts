@@ -32,11 +32,16 @@ export interface DbFigures {
 }
 
 export async function dbFigures(
-  admin: pg.Client, contender: Contender, before: Snapshot, after: Snapshot, units: number,
-  statements: Record<string, { count: number; ms: number }>, walinspect: boolean,
+  admin: pg.Client,
+  contender: Contender,
+  before: Snapshot,
+  after: Snapshot,
+  units: number,
+  statements: Record<string, { count: number; ms: number }>,
+  walinspect: boolean,
 ): Promise<DbFigures> {
   const wal = await walBytes(admin, before.lsn, after.lsn);
-  const own = walinspect ? (await ownWalBytes(admin, before.lsn, after.lsn)) ?? null : null;
+  const own = walinspect ? ((await ownWalBytes(admin, before.lsn, after.lsn)) ?? null) : null;
   const deliveries = tableDelta(before, after, contender.tables.deliveries);
   const lanes = contender.tables.lanes ? tableDelta(before, after, contender.tables.lanes) : undefined;
   const statementCount = Object.values(statements).reduce((sum, s) => sum + s.count, 0);
@@ -58,7 +63,9 @@ export async function dbFigures(
 }
 
 /** Merge the statement tables of several processes. */
-export function mergeStatements(parts: readonly Record<string, { count: number; ms: number }>[]): Record<string, { count: number; ms: number }> {
+export function mergeStatements(
+  parts: readonly Record<string, { count: number; ms: number }>[],
+): Record<string, { count: number; ms: number }> {
   const out: Record<string, { count: number; ms: number }> = {};
   for (const part of parts) {
     for (const [name, s] of Object.entries(part)) {
@@ -71,10 +78,19 @@ export function mergeStatements(parts: readonly Record<string, { count: number; 
 }
 
 /** The statements that took the most client-side wall time, with their share. */
-export function profile(statements: Record<string, { count: number; ms: number }>, top = 6): { name: string; count: number; ms: number; msPerCall: number; share: number }[] {
+export function profile(
+  statements: Record<string, { count: number; ms: number }>,
+  top = 6,
+): { name: string; count: number; ms: number; msPerCall: number; share: number }[] {
   const total = Object.values(statements).reduce((sum, s) => sum + s.ms, 0) || 1;
   return Object.entries(statements)
-    .map(([name, s]) => ({ name, count: s.count, ms: Math.round(s.ms), msPerCall: s.count ? s.ms / s.count : 0, share: s.ms / total }))
+    .map(([name, s]) => ({
+      name,
+      count: s.count,
+      ms: Math.round(s.ms),
+      msPerCall: s.count ? s.ms / s.count : 0,
+      share: s.ms / total,
+    }))
     .sort((a, b) => b.ms - a.ms)
     .slice(0, top);
 }

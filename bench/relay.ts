@@ -44,7 +44,8 @@ const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 
 const ItemCreated = defineEvent('bench.item', Type.Object({ n: Type.Integer() }));
 const tag = `relaybench_${process.pid}_${randomUUID().slice(0, 8)}`;
-const percentile = (sorted: Float64Array, p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? NaN;
+const percentile = (sorted: Float64Array, p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? NaN;
 
 async function main(): Promise<number> {
   const pool = new pg.Pool({ connectionString: DATABASE_URL, max: Math.max(relayConcurrency, bConcurrency) + 12 });
@@ -60,11 +61,19 @@ async function main(): Promise<number> {
   try {
     // A: the relay handler.
     const busA = createRelayBus({
-      store: storeA, events: [ItemCreated], setupStore: false, backoff: { initialDelayMs: 100, maxDelayMs: 1_000 },
+      store: storeA,
+      events: [ItemCreated],
+      setupStore: false,
+      backoff: { initialDelayMs: 100, maxDelayMs: 1_000 },
       dispatcher: { concurrency: relayConcurrency, batchSize: relayConcurrency, pollIntervalMs: 10 },
     });
     // B: the handler that records.
-    const busB = createRelayBus({ store: storeB, events: [ItemCreated], setupStore: false, dispatcher: { concurrency: bConcurrency, batchSize: bConcurrency * 2, pollIntervalMs: 10 } });
+    const busB = createRelayBus({
+      store: storeB,
+      events: [ItemCreated],
+      setupStore: false,
+      dispatcher: { concurrency: bConcurrency, batchSize: bConcurrency * 2, pollIntervalMs: 10 },
+    });
     const committedAt = new Float64Array(N).fill(NaN);
     const handledAt = new Float64Array(N).fill(NaN);
     const handledCount = new Uint32Array(N);
@@ -85,8 +94,13 @@ async function main(): Promise<number> {
       closeTarget = () => target.close();
       busA.on(ItemCreated, 'relay', { maxAttempts: 100 }, relayTo(target, { exchange: tag, routingKey: 'item' }));
       inbox = amqpInbox({
-        bus: busB, url: AMQP_URL, queue: tag, events: [ItemCreated], setupStore: false,
-        declare: { bindings: [{ exchange: tag, routingKey: '#' }] }, deadLetter: { exchange: `${tag}.dlx` },
+        bus: busB,
+        url: AMQP_URL,
+        queue: tag,
+        events: [ItemCreated],
+        setupStore: false,
+        declare: { bindings: [{ exchange: tag, routingKey: '#' }] },
+        deadLetter: { exchange: `${tag}.dlx` },
       });
       cleanups.push(async () => {
         const amqp = (await import('amqplib')).default;
@@ -100,7 +114,15 @@ async function main(): Promise<number> {
       const target = natsTarget({ servers: NATS_URL });
       closeTarget = () => target.close();
       busA.on(ItemCreated, 'relay', { maxAttempts: 100 }, relayTo(target, { subject: `${tag}.items` }));
-      inbox = natsInbox({ bus: busB, servers: NATS_URL, stream: tag, consumer: 'b', events: [ItemCreated], setupStore: false, declare: { subjects: [`${tag}.items`] } });
+      inbox = natsInbox({
+        bus: busB,
+        servers: NATS_URL,
+        stream: tag,
+        consumer: 'b',
+        events: [ItemCreated],
+        setupStore: false,
+        declare: { subjects: [`${tag}.items`] },
+      });
       cleanups.push(async () => {
         const { connect } = await import('@nats-io/transport-node');
         const { jetstreamManager } = await import('@nats-io/jetstream');
@@ -138,7 +160,11 @@ async function main(): Promise<number> {
         if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
       }
       const count = Math.min(100, N - from);
-      const items = Array.from({ length: count }, (_, i) => ({ event: ItemCreated, payload: { n: from + i }, options: { key: `k-${(from + i) % KEYS}` } }));
+      const items = Array.from({ length: count }, (_, i) => ({
+        event: ItemCreated,
+        payload: { n: from + i },
+        options: { key: `k-${(from + i) % KEYS}` },
+      }));
       await storeA.transaction((tx) => busA.publishMany(tx, items));
       const at = performance.now();
       for (let i = 0; i < count; i += 1) committedAt[from + i] = at;
@@ -156,7 +182,9 @@ async function main(): Promise<number> {
 
     const lost = handledCount.reduce((n, c) => n + (c === 0 ? 1 : 0), 0);
     const duplicates = handledCount.reduce((n, c) => n + (c > 1 ? c - 1 : 0), 0);
-    const latencies = Float64Array.from({ length: N }, (_, i) => handledAt[i]! - committedAt[i]!).filter(Number.isFinite).sort();
+    const latencies = Float64Array.from({ length: N }, (_, i) => handledAt[i]! - committedAt[i]!)
+      .filter(Number.isFinite)
+      .sort();
     const seconds = (finished - t0) / 1000;
     const result = {
       cell: `relay ${broker} N=${N} keys=${KEYS}${RATE > 0 ? ` rate=${RATE}/s` : ''}`,
@@ -166,24 +194,42 @@ async function main(): Promise<number> {
       relayedSeconds: Number(((relayDoneAt - t0) / 1000).toFixed(2)),
       inboxSeconds: Number(((inboxDoneAt - t0) / 1000).toFixed(2)),
       totalSeconds: Number(seconds.toFixed(2)),
-      latencyMs: { p50: Number(percentile(latencies, 50).toFixed(1)), p99: Number(percentile(latencies, 99).toFixed(1)), max: Number(percentile(latencies, 100).toFixed(1)) },
+      latencyMs: {
+        p50: Number(percentile(latencies, 50).toFixed(1)),
+        p99: Number(percentile(latencies, 99).toFixed(1)),
+        max: Number(percentile(latencies, 100).toFixed(1)),
+      },
       exactness: {
-        lost, duplicates, orderViolations,
-        pendingA: statsA.pending + statsA.inFlight, pendingB: statsB.pending + statsB.inFlight, deadA: statsA.dead, deadB: statsB.dead,
+        lost,
+        duplicates,
+        orderViolations,
+        pendingA: statsA.pending + statsA.inFlight,
+        pendingB: statsB.pending + statsB.inFlight,
+        deadA: statsA.dead,
+        deadB: statsB.dead,
       },
     };
-    const valid = lost === 0 && duplicates === 0 && orderViolations === 0 && result.exactness.pendingA === 0 && result.exactness.pendingB === 0 && statsA.dead === 0 && statsB.dead === 0;
+    const valid =
+      lost === 0 &&
+      duplicates === 0 &&
+      orderViolations === 0 &&
+      result.exactness.pendingA === 0 &&
+      result.exactness.pendingB === 0 &&
+      statsA.dead === 0 &&
+      statsB.dead === 0;
     if (values.json) {
       process.stdout.write(`${JSON.stringify({ ...result, valid })}\n`);
     } else {
-      process.stdout.write([
-        `stages: A published in ${result.publishSeconds} s, relayed by ${result.relayedSeconds} s, in B's events by ${result.inboxSeconds} s, handled by ${result.totalSeconds} s`,
-        '',
-        '| cell | events/s (A commit -> B handler) | e2e latency p50 / p99 ms | lost | duplicates | order violations | pending A/B | dead A/B | valid |',
-        '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
-        `| ${result.cell} | **${result.eventsPerSecond.toLocaleString('en-US')}** | ${result.latencyMs.p50} / ${result.latencyMs.p99} | ${lost} | ${duplicates} | ${orderViolations} | ${result.exactness.pendingA}/${result.exactness.pendingB} | ${statsA.dead}/${statsB.dead} | ${valid ? 'VALID' : 'INVALID'} |`,
-        '',
-      ].join('\n'));
+      process.stdout.write(
+        [
+          `stages: A published in ${result.publishSeconds} s, relayed by ${result.relayedSeconds} s, in B's events by ${result.inboxSeconds} s, handled by ${result.totalSeconds} s`,
+          '',
+          '| cell | events/s (A commit -> B handler) | e2e latency p50 / p99 ms | lost | duplicates | order violations | pending A/B | dead A/B | valid |',
+          '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+          `| ${result.cell} | **${result.eventsPerSecond.toLocaleString('en-US')}** | ${result.latencyMs.p50} / ${result.latencyMs.p99} | ${lost} | ${duplicates} | ${orderViolations} | ${result.exactness.pendingA}/${result.exactness.pendingB} | ${statsA.dead}/${statsB.dead} | ${valid ? 'VALID' : 'INVALID'} |`,
+          '',
+        ].join('\n'),
+      );
     }
     return valid ? 0 : 1;
   } finally {

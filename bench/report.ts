@@ -41,7 +41,16 @@ function rowsOf(runs: readonly RunRecord[]): Row[] {
   for (const run of runs) {
     const keyed = run.keyed ?? true;
     const key = `${run.cell}|${run.contender}|${run.variant}|${keyed}|${run.tag ?? ''}`;
-    const row = map.get(key) ?? { cell: run.cell, scenario: run.scenario, contender: run.contender, variant: run.variant, keyed, tag: run.tag, runs: [], valid: [] };
+    const row = map.get(key) ?? {
+      cell: run.cell,
+      scenario: run.scenario,
+      contender: run.contender,
+      variant: run.variant,
+      keyed,
+      tag: run.tag,
+      runs: [],
+      valid: [],
+    };
     (row.runs as RunRecord[]).push(run);
     if (run.valid) (row.valid as RunRecord[]).push(run);
     map.set(key, row);
@@ -93,20 +102,43 @@ function exactnessLine(runs: readonly RunRecord[]): string {
   const pubBad = published.reduce((s, r) => s + r.exactness.lost + r.exactness.unexpected + r.exactness.duplicates, 0);
   let line = `**Exactness: ${valid} of ${runs.length} runs VALID** (dispatch, mixed and liveness: lost ${lost}, duplicates ${dup}, per-key order violations ${order}, overlapping deliveries of one key ${overlaps} in total; publish: stored (event, handler) pairs equal the published ones, ${pubBad} off; every run also checked nothing pending and no dead letters).`;
   if (invalid.length) {
-    line += ' INVALID (left out of every table): ' + invalid.map((r) => `${r.cell}${r.tag ? ` [${r.tag}]` : ''} ${label({ ...r, keyed: r.keyed ?? true })} rep ${r.rep}: ${r.exactness.reasons.join(', ') || 'failed'}`).join('; ') + '.';
+    line +=
+      ' INVALID (left out of every table): ' +
+      invalid
+        .map(
+          (r) =>
+            `${r.cell}${r.tag ? ` [${r.tag}]` : ''} ${label({ ...r, keyed: r.keyed ?? true })} rep ${r.rep}: ${r.exactness.reasons.join(', ') || 'failed'}`,
+        )
+        .join('; ') +
+      '.';
   }
   return line;
 }
 
-function findRow(rows: readonly Row[], cell: string, contender: string, variant: string, keyed?: boolean, tag?: string): Row | undefined {
-  return rows.find((r) => r.cell === cell && r.contender === contender && r.variant === variant && (keyed === undefined || r.keyed === keyed) && r.tag === tag);
+function findRow(
+  rows: readonly Row[],
+  cell: string,
+  contender: string,
+  variant: string,
+  keyed?: boolean,
+  tag?: string,
+): Row | undefined {
+  return rows.find(
+    (r) =>
+      r.cell === cell &&
+      r.contender === contender &&
+      r.variant === variant &&
+      (keyed === undefined || r.keyed === keyed) &&
+      r.tag === tag,
+  );
 }
 
 /** A contender at its best in a cell: the row with the highest median rate (any variant but its defaults; `keyed` narrows). */
 function bestRow(rows: readonly Row[], cell: string, contender: string, keyed?: boolean): Row | undefined {
   let best: Row | undefined;
   for (const row of rows) {
-    if (row.cell !== cell || row.contender !== contender || row.variant === 'defaults' || row.tag !== undefined) continue;
+    if (row.cell !== cell || row.contender !== contender || row.variant === 'defaults' || row.tag !== undefined)
+      continue;
     if (keyed !== undefined && row.keyed !== keyed) continue;
     if (!best || (med(row, (r) => r.rate) || 0) > (med(best, (r) => r.rate) || 0)) best = row;
   }
@@ -122,9 +154,11 @@ function orderedText(row: Row, contenders: Record<string, { ordersKeys?: boolean
 
 /** What each relaybus publish variant measures (contenders/relaybus.ts PUBLISH_VARIANTS), for the note under the table. */
 const PUBLISH_PATHS = {
-  default: 'bus.publish / publishMany, the publishing process registers the handlers, NOTIFY at commit (the store\'s default)',
+  default:
+    "bus.publish / publishMany, the publishing process registers the handlers, NOTIFY at commit (the store's default)",
   'no-notify': 'the same with postgresStore({ notify: false })',
-  subscriptions: 'bus.publish from a process that registers no handler: the fan-out comes from the subscriptions recorded in the database',
+  subscriptions:
+    'bus.publish from a process that registers no handler: the fan-out comes from the subscriptions recorded in the database',
   sql: 'the SQL function relaybus_publish(type, payload, key, id), one SELECT per transaction (a batch over unnest of arrays), fanned out from the recorded subscriptions',
 } as const;
 
@@ -140,12 +174,29 @@ function publishTable(rows: readonly Row[]): string[] {
   for (const row of rows.filter((r) => r.scenario === 'publish')) {
     const raw = rows.find((r) => r.cell === row.cell && r.contender === 'raw-sql');
     const boss = rows.find((r) => r.cell === row.cell && r.contender === 'pg-boss');
-    const base = row.contender === 'relaybus' && row.variant !== 'default' ? findRow(rows, row.cell, 'relaybus', 'default', row.keyed) : undefined;
-    out.push(`| ${row.cell} | ${label(row)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(row, raw))} | ${ratioText(pairedRatio(row, boss))} | ${ratioText(pairedRatio(row, base))} | ${fmt(med(row, (r) => r.figures.callP50Ms), 2)} / ${fmt(med(row, (r) => r.figures.callP99Ms), 2)} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(med(row, (r) => r.db?.statementsPerUnit), 2)} | ${validity(row)} |`);
+    const base =
+      row.contender === 'relaybus' && row.variant !== 'default'
+        ? findRow(rows, row.cell, 'relaybus', 'default', row.keyed)
+        : undefined;
+    out.push(
+      `| ${row.cell} | ${label(row)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(row, raw))} | ${ratioText(pairedRatio(row, boss))} | ${ratioText(pairedRatio(row, base))} | ${fmt(
+        med(row, (r) => r.figures.callP50Ms),
+        2,
+      )} / ${fmt(
+        med(row, (r) => r.figures.callP99Ms),
+        2,
+      )} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
+        med(row, (r) => r.db?.statementsPerUnit),
+        2,
+      )} | ${validity(row)} |`,
+    );
   }
-  const named = [...new Set(rows.filter((r) => r.scenario === 'publish' && r.contender === 'relaybus').map((r) => r.variant))];
+  const named = [
+    ...new Set(rows.filter((r) => r.scenario === 'publish' && r.contender === 'relaybus').map((r) => r.variant)),
+  ];
   // The rows' names as label() writes them ("relaybus" for the default path, "relaybus <variant>" for the others).
-  const legend = named.filter((v): v is keyof typeof PUBLISH_PATHS => Object.hasOwn(PUBLISH_PATHS, v))
+  const legend = named
+    .filter((v): v is keyof typeof PUBLISH_PATHS => Object.hasOwn(PUBLISH_PATHS, v))
     .map((v) => `"${v === 'default' ? 'relaybus' : `relaybus ${v}`}": ${PUBLISH_PATHS[v]}`);
   if (named.some((v) => v !== 'default')) out.push('', `relaybus publish paths: ${legend.join('; ')}.`);
   return out;
@@ -157,21 +208,42 @@ function relaybusRef(rows: readonly Row[], row: Row): Row | undefined {
   return findRow(rows, row.cell, 'relaybus', variant, row.keyed) ?? findRow(rows, row.cell, 'relaybus', variant, true);
 }
 
-function dispatchTable(rows: readonly Row[], contenders: Record<string, { ordersKeys?: boolean }>, sweep: ReadonlySet<string>): string[] {
+function dispatchTable(
+  rows: readonly Row[],
+  contenders: Record<string, { ordersKeys?: boolean }>,
+  sweep: ReadonlySet<string>,
+): string[] {
   const out = [
     '| cell | contender | ordering | deliveries/s median (min-max) | relaybus / this | WAL B/delivery (own) | delivery updates/delivery | lane HOT % | dead tuples after | stmts/delivery | dispatcher CPU µs/delivery | first handler ms | valid |',
     '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const row of rows.filter((r) => r.scenario === 'dispatch' && !sweep.has(`${r.contender}|${r.variant}`))) {
     const hot = med(row, (r) => r.db?.laneHotShare);
-    out.push(`| ${row.cell} | ${label(row)} | ${orderedText(row, contenders)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(relaybusRef(rows, row), row))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(med(row, (r) => r.db?.updatesPerUnit), 2)} | ${Number.isFinite(hot) ? fmt(hot * 100, 1) : 'n/a'} | ${fmt(med(row, (r) => r.db?.deadTuplesAfter))} | ${fmt(med(row, (r) => r.db?.statementsPerUnit), 3)} | ${fmt(med(row, (r) => r.figures.dispatcherCpuUsPerDelivery), 1)} | ${fmt(med(row, (r) => r.figures.firstHandlerMs), 0)} | ${validity(row)} |`);
+    out.push(
+      `| ${row.cell} | ${label(row)} | ${orderedText(row, contenders)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(relaybusRef(rows, row), row))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
+        med(row, (r) => r.db?.updatesPerUnit),
+        2,
+      )} | ${Number.isFinite(hot) ? fmt(hot * 100, 1) : 'n/a'} | ${fmt(med(row, (r) => r.db?.deadTuplesAfter))} | ${fmt(
+        med(row, (r) => r.db?.statementsPerUnit),
+        3,
+      )} | ${fmt(
+        med(row, (r) => r.figures.dispatcherCpuUsPerDelivery),
+        1,
+      )} | ${fmt(
+        med(row, (r) => r.figures.firstHandlerMs),
+        0,
+      )} | ${validity(row)} |`,
+    );
   }
   return out;
 }
 
 /** What ordering costs each contender that ran both ways in one cell: keyed / unkeyed at their best. */
 function orderingTable(rows: readonly Row[], contenders: Record<string, { ordersKeys?: boolean }>): string[] {
-  const out = ['| cell | contender | keyed (ordered) deliveries/s | unkeyed deliveries/s | keyed / unkeyed |', '| --- | --- | --- | --- | --- |'];
+  const out = [
+    '| cell | contender | keyed (ordered) deliveries/s | unkeyed deliveries/s | keyed / unkeyed |',
+    '| --- | --- | --- | --- | --- |',
+  ];
   const cells = [...new Set(rows.filter((r) => r.scenario === 'dispatch').map((r) => r.cell))];
   for (const cell of cells) {
     for (const name of Object.keys(contenders)) {
@@ -179,7 +251,9 @@ function orderingTable(rows: readonly Row[], contenders: Record<string, { orders
       const keyed = bestRow(rows, cell, name, true);
       const unkeyed = bestRow(rows, cell, name, false);
       if (!keyed || !unkeyed) continue;
-      out.push(`| ${cell} | ${name} (${keyed.variant} / ${unkeyed.variant}) | ${spread(keyed.valid.map((r) => r.rate))} | ${spread(unkeyed.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(keyed, unkeyed))} |`);
+      out.push(
+        `| ${cell} | ${name} (${keyed.variant} / ${unkeyed.variant}) | ${spread(keyed.valid.map((r) => r.rate))} | ${spread(unkeyed.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(keyed, unkeyed))} |`,
+      );
     }
   }
   return out.length > 2 ? out : [];
@@ -187,32 +261,57 @@ function orderingTable(rows: readonly Row[], contenders: Record<string, { orders
 
 /** The peers' sweep: every point, best first, with its settings. */
 function sweepTable(rows: readonly Row[], results: BenchResults): string[] {
-  const contenders = results.contenders as Record<string, { sweep?: Record<string, DispatcherSettingsLike>; variants?: Record<string, DispatcherSettingsLike> }>;
-  const out = ['| cell | contender | variant | settings | deliveries/s median (min-max) | / best of the contender | valid |', '| --- | --- | --- | --- | --- | --- | --- |'];
+  const contenders = results.contenders as Record<
+    string,
+    { sweep?: Record<string, DispatcherSettingsLike>; variants?: Record<string, DispatcherSettingsLike> }
+  >;
+  const out = [
+    '| cell | contender | variant | settings | deliveries/s median (min-max) | / best of the contender | valid |',
+    '| --- | --- | --- | --- | --- | --- | --- |',
+  ];
   for (const cell of [...new Set(rows.filter((r) => r.scenario === 'dispatch').map((r) => r.cell))]) {
     for (const name of Object.keys(contenders)) {
       const sweep = contenders[name]?.sweep ?? {};
-      const points = rows.filter((r) => r.cell === cell && r.contender === name && !r.keyed && (r.variant in sweep || r.variant === 'best'));
+      const points = rows.filter(
+        (r) => r.cell === cell && r.contender === name && !r.keyed && (r.variant in sweep || r.variant === 'best'),
+      );
       if (points.length < 2) continue;
       points.sort((a, b) => (med(b, (r) => r.rate) || 0) - (med(a, (r) => r.rate) || 0));
       const top = points[0]!;
       for (const row of points) {
         const s = sweep[row.variant] ?? contenders[name]?.variants?.[row.variant];
-        out.push(`| ${cell} | ${name} | ${row.variant} | ${s ? settingsText(s) : ''} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(med(row, (r) => r.rate) / med(top, (r) => r.rate))} | ${validity(row)} |`);
+        out.push(
+          `| ${cell} | ${name} | ${row.variant} | ${s ? settingsText(s) : ''} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(med(row, (r) => r.rate) / med(top, (r) => r.rate))} | ${validity(row)} |`,
+        );
       }
     }
   }
   return out.length > 2 ? out : [];
 }
 
-interface DispatcherSettingsLike { concurrency: number; batchSize: number; pollIntervalMs: number; poolSize: number; extra?: Record<string, number> }
+interface DispatcherSettingsLike {
+  concurrency: number;
+  batchSize: number;
+  pollIntervalMs: number;
+  poolSize: number;
+  extra?: Record<string, number>;
+}
 const settingsText = (s: DispatcherSettingsLike) =>
-  `concurrency ${s.concurrency}, batch ${s.batchSize}, poll ${s.pollIntervalMs} ms, pool ${s.poolSize}${s.extra ? ', ' + Object.entries(s.extra).map(([k, v]) => `${k} ${v}`).join(', ') : ''}`;
+  `concurrency ${s.concurrency}, batch ${s.batchSize}, poll ${s.pollIntervalMs} ms, pool ${s.poolSize}${
+    s.extra
+      ? ', ' +
+        Object.entries(s.extra)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')
+      : ''
+  }`;
 
 /** Dispatch cells of one N with 1, 2, 4 processes: relaybus tuned keyed. */
 function processCells(rows: readonly Row[]): { n: string; byD: Map<number, Row> }[] {
   const groups = new Map<string, Map<number, Row>>();
-  for (const row of rows.filter((r) => r.scenario === 'dispatch' && r.contender === 'relaybus' && r.variant === 'tuned' && r.keyed)) {
+  for (const row of rows.filter(
+    (r) => r.scenario === 'dispatch' && r.contender === 'relaybus' && r.variant === 'tuned' && r.keyed,
+  )) {
     const m = /^dispatch N=(\d+) D=(\d+)$/.exec(row.cell);
     if (!m) continue;
     const byD = groups.get(m[1]!) ?? new Map<number, Row>();
@@ -223,13 +322,21 @@ function processCells(rows: readonly Row[]): { n: string; byD: Map<number, Row> 
 }
 
 function processTable(rows: readonly Row[]): string[] {
-  const out = ['| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | valid |', '| --- | --- | --- | --- | --- | --- |'];
+  const out = [
+    '| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | valid |',
+    '| --- | --- | --- | --- | --- | --- |',
+  ];
   for (const { n, byD } of processCells(rows)) {
     const ds = [...byD.keys()].sort((a, b) => a - b);
     ds.forEach((d, k) => {
       const row = byD.get(d)!;
       const prev = k > 0 ? byD.get(ds[k - 1]!) : undefined;
-      out.push(`| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(med(row, (r) => r.figures.dispatcherCpuUsPerDelivery), 1)} | ${validity(row)} |`);
+      out.push(
+        `| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(
+          med(row, (r) => r.figures.dispatcherCpuUsPerDelivery),
+          1,
+        )} | ${validity(row)} |`,
+      );
     });
   }
   return out.length > 2 ? out : [];
@@ -241,7 +348,21 @@ function mixedTable(rows: readonly Row[]): string[] {
     '| --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const row of rows.filter((r) => r.scenario === 'mixed')) {
-    out.push(`| ${row.cell} | ${label(row)} | ${spread(row.valid.map((r) => r.rate))} (${fmt(med(row, (r) => r.figures.offeredDeliveriesPerSec))}) | ${fmt(med(row, (r) => r.figures.latencyP50Ms), 1)} / ${fmt(med(row, (r) => r.figures.latencyP95Ms), 1)} / ${fmt(med(row, (r) => r.figures.latencyP99Ms), 1)} | ${fmt(med(row, (r) => r.figures.backlogMax))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(med(row, (r) => r.db?.statementsPerUnit), 3)} | ${validity(row)} |`);
+    out.push(
+      `| ${row.cell} | ${label(row)} | ${spread(row.valid.map((r) => r.rate))} (${fmt(med(row, (r) => r.figures.offeredDeliveriesPerSec))}) | ${fmt(
+        med(row, (r) => r.figures.latencyP50Ms),
+        1,
+      )} / ${fmt(
+        med(row, (r) => r.figures.latencyP95Ms),
+        1,
+      )} / ${fmt(
+        med(row, (r) => r.figures.latencyP99Ms),
+        1,
+      )} | ${fmt(med(row, (r) => r.figures.backlogMax))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
+        med(row, (r) => r.db?.statementsPerUnit),
+        3,
+      )} | ${validity(row)} |`,
+    );
   }
   return out;
 }
@@ -258,20 +379,40 @@ function livenessTable(rows: readonly Row[]): string[] {
     const base = findRow(rows, row.cell, row.contender, row.variant, row.keyed, LIVENESS_REFERENCE);
     const lagMax = max(row.valid.map((r) => r.figures.retryLagMaxMs).filter((v): v is number => typeof v === 'number'));
     const failing = row.tag === 'failing heads';
-    out.push(`| ${row.cell} | ${label(row)} | ${row.tag} | ${spread(row.valid.map((r) => r.rate))} | ${row.tag === LIVENESS_REFERENCE ? '-' : ratioText(pairedRatio(row, base))} | ${failing ? `${fmt(med(row, (r) => r.figures.retryLagP50Ms), 1)} / ${fmt(lagMax, 1)}` : '-'} | ${fmt(med(row, (r) => r.figures.pollIntervalMs))} | ${fmt(med(row, (r) => r.figures.allDeliveriesPerSec))} | ${validity(row)} |`);
+    out.push(
+      `| ${row.cell} | ${label(row)} | ${row.tag} | ${spread(row.valid.map((r) => r.rate))} | ${row.tag === LIVENESS_REFERENCE ? '-' : ratioText(pairedRatio(row, base))} | ${
+        failing
+          ? `${fmt(
+              med(row, (r) => r.figures.retryLagP50Ms),
+              1,
+            )} / ${fmt(lagMax, 1)}`
+          : '-'
+      } | ${fmt(med(row, (r) => r.figures.pollIntervalMs))} | ${fmt(med(row, (r) => r.figures.allDeliveriesPerSec))} | ${validity(row)} |`,
+    );
   }
   return out;
 }
 
-interface Target { readonly issue: string; readonly what: string; readonly measured: string; readonly pass: boolean | null }
+interface Target {
+  readonly issue: string;
+  readonly what: string;
+  readonly measured: string;
+  readonly pass: boolean | null;
+}
 
-const verdict = (value: number, ok: (v: number) => boolean): boolean | null => (Number.isFinite(value) ? ok(value) : null);
+const verdict = (value: number, ok: (v: number) => boolean): boolean | null =>
+  Number.isFinite(value) ? ok(value) : null;
 
 function targets(rows: readonly Row[]): Target[] {
   const out: Target[] = [];
   // The throughput cells: one process, relaybus tuned and the raw floor side by side (not the small ordering cell).
-  const d1 = [...new Set(rows.filter((r) => r.scenario === 'dispatch' && r.cell.endsWith(' D=1') && r.contender === 'raw-sql').map((r) => r.cell))]
-    .filter((cell) => rows.some((r) => r.cell === cell && r.contender === 'relaybus' && r.variant === 'tuned'));
+  const d1 = [
+    ...new Set(
+      rows
+        .filter((r) => r.scenario === 'dispatch' && r.cell.endsWith(' D=1') && r.contender === 'raw-sql')
+        .map((r) => r.cell),
+    ),
+  ].filter((cell) => rows.some((r) => r.cell === cell && r.contender === 'relaybus' && r.variant === 'tuned'));
   for (const cell of d1) {
     const keyed = findRow(rows, cell, 'relaybus', 'tuned', true);
     const unkeyed = findRow(rows, cell, 'relaybus', 'tuned', false);
@@ -279,44 +420,89 @@ function targets(rows: readonly Row[]): Target[] {
     const boss = bestRow(rows, cell, 'pg-boss');
     if (keyed && gw) {
       const r = pairedRatio(keyed, gw);
-      out.push({ issue: '10', what: `${cell}: relaybus tuned keyed >= 2x graphile-worker at its best (${label(gw)})`, measured: ratioText(r), pass: verdict(r, (v) => v >= 2) });
+      out.push({
+        issue: '10',
+        what: `${cell}: relaybus tuned keyed >= 2x graphile-worker at its best (${label(gw)})`,
+        measured: ratioText(r),
+        pass: verdict(r, (v) => v >= 2),
+      });
     }
     if (keyed && boss) {
       const r = pairedRatio(keyed, boss);
-      out.push({ issue: '10', what: `${cell}: relaybus tuned keyed ahead of pg-boss at its best (${label(boss)})`, measured: ratioText(r), pass: verdict(r, (v) => v > 1) });
+      out.push({
+        issue: '10',
+        what: `${cell}: relaybus tuned keyed ahead of pg-boss at its best (${label(boss)})`,
+        measured: ratioText(r),
+        pass: verdict(r, (v) => v > 1),
+      });
     }
     if (unkeyed) {
       for (const peer of ['pg-boss', 'graphile-worker']) {
         const other = bestRow(rows, cell, peer, false);
         if (!other) continue;
         const r = pairedRatio(unkeyed, other);
-        out.push({ issue: '10', what: `${cell}: relaybus tuned unkeyed ahead of ${label(other)}`, measured: ratioText(r), pass: verdict(r, (v) => v > 1) });
+        out.push({
+          issue: '10',
+          what: `${cell}: relaybus tuned unkeyed ahead of ${label(other)}`,
+          measured: ratioText(r),
+          pass: verdict(r, (v) => v > 1),
+        });
       }
     }
     if (keyed) {
       const raw = findRow(rows, cell, 'raw-sql', 'floor');
       if (raw) {
         const r = pairedRatio(keyed, raw);
-        out.push({ issue: '6', what: `${cell}: relaybus tuned keyed >= 0.6x raw-sql floor`, measured: ratioText(r), pass: verdict(r, (v) => v >= 0.6) });
+        out.push({
+          issue: '6',
+          what: `${cell}: relaybus tuned keyed >= 0.6x raw-sql floor`,
+          measured: ratioText(r),
+          pass: verdict(r, (v) => v >= 0.6),
+        });
       }
       if (boss) {
         const r = pairedRatio(keyed, boss);
-        out.push({ issue: '6', what: `${cell}: relaybus tuned keyed >= 3x pg-boss at its best`, measured: ratioText(r), pass: verdict(r, (v) => v >= 3) });
+        out.push({
+          issue: '6',
+          what: `${cell}: relaybus tuned keyed >= 3x pg-boss at its best`,
+          measured: ratioText(r),
+          pass: verdict(r, (v) => v >= 3),
+        });
       }
       const own = med(keyed, (r) => r.db?.ownWalPerUnit);
       const wal = Number.isFinite(own) ? own : med(keyed, (r) => r.db?.walPerUnit);
-      out.push({ issue: '6', what: `${cell}: relaybus WAL <= 120 B/delivery`, measured: `${fmt(wal)} B${Number.isFinite(own) ? ' (own)' : ''}`, pass: verdict(wal, (v) => v <= 120) });
+      out.push({
+        issue: '6',
+        what: `${cell}: relaybus WAL <= 120 B/delivery`,
+        measured: `${fmt(wal)} B${Number.isFinite(own) ? ' (own)' : ''}`,
+        pass: verdict(wal, (v) => v <= 120),
+      });
       const upd = med(keyed, (r) => r.db?.updatesPerUnit);
-      out.push({ issue: '6', what: `${cell}: relaybus delivery updates = 0`, measured: fmt(upd, 3), pass: verdict(upd, (v) => v === 0) });
+      out.push({
+        issue: '6',
+        what: `${cell}: relaybus delivery updates = 0`,
+        measured: fmt(upd, 3),
+        pass: verdict(upd, (v) => v === 0),
+      });
       const hot = med(keyed, (r) => r.db?.laneHotShare);
-      out.push({ issue: '6', what: `${cell}: relaybus lane updates >= 95% HOT`, measured: `${fmt(hot * 100, 1)}%`, pass: verdict(hot, (v) => v >= 0.95) });
+      out.push({
+        issue: '6',
+        what: `${cell}: relaybus lane updates >= 95% HOT`,
+        measured: `${fmt(hot * 100, 1)}%`,
+        pass: verdict(hot, (v) => v >= 0.95),
+      });
     }
   }
   for (const { n, byD } of processCells(rows)) {
     const ds = [...byD.keys()].sort((a, b) => a - b);
     for (let k = 1; k < ds.length; k += 1) {
       const r = pairedRatio(byD.get(ds[k]!), byD.get(ds[k - 1]!));
-      out.push({ issue: '10', what: `dispatch N=${n}: relaybus tuned keyed, ${ds[k]} processes >= ${ds[k - 1]} processes (throughput does not fall)`, measured: ratioText(r), pass: verdict(r, (v) => v >= 1) });
+      out.push({
+        issue: '10',
+        what: `dispatch N=${n}: relaybus tuned keyed, ${ds[k]} processes >= ${ds[k - 1]} processes (throughput does not fall)`,
+        measured: ratioText(r),
+        pass: verdict(r, (v) => v >= 1),
+      });
     }
   }
   const small = d1.find((c) => c.includes('N=50000 '));
@@ -324,33 +510,93 @@ function targets(rows: readonly Row[]): Target[] {
   if (small && large) {
     const a = med(findRow(rows, small, 'relaybus', 'tuned', true), (r) => r.rate);
     const b = med(findRow(rows, large, 'relaybus', 'tuned', true), (r) => r.rate);
-    out.push({ issue: '6', what: 'relaybus tuned keyed: no slowdown from 50k to 200k (>= 0.9x)', measured: `200k / 50k = ${ratioText(b / a)}`, pass: verdict(b / a, (v) => v >= 0.9) });
+    out.push({
+      issue: '6',
+      what: 'relaybus tuned keyed: no slowdown from 50k to 200k (>= 0.9x)',
+      measured: `200k / 50k = ${ratioText(b / a)}`,
+      pass: verdict(b / a, (v) => v >= 0.9),
+    });
   }
-  for (const row of rows.filter((r) => r.scenario === 'mixed' && r.contender === 'relaybus' && r.variant === 'tuned' && r.keyed)) {
+  for (const row of rows.filter(
+    (r) => r.scenario === 'mixed' && r.contender === 'relaybus' && r.variant === 'tuned' && r.keyed,
+  )) {
     if (med(row, (r) => r.figures.offeredDeliveriesPerSec) !== 1_000) continue;
     const p50 = med(row, (r) => r.figures.latencyP50Ms);
     const p99 = med(row, (r) => r.figures.latencyP99Ms);
-    out.push({ issue: '10', what: `${row.cell} (1,000 deliveries/s): relaybus tuned keyed p50 <= 2 ms and p99 <= 10 ms`, measured: `p50 ${fmt(p50, 1)} ms, p99 ${fmt(p99, 1)} ms`, pass: Number.isFinite(p50) && Number.isFinite(p99) ? p50 <= 2 && p99 <= 10 : null });
+    out.push({
+      issue: '10',
+      what: `${row.cell} (1,000 deliveries/s): relaybus tuned keyed p50 <= 2 ms and p99 <= 10 ms`,
+      measured: `p50 ${fmt(p50, 1)} ms, p99 ${fmt(p99, 1)} ms`,
+      pass: Number.isFinite(p50) && Number.isFinite(p99) ? p50 <= 2 && p99 <= 10 : null,
+    });
   }
   for (const row of rows.filter((r) => r.scenario === 'liveness' && r.tag === 'failing heads')) {
     const base = findRow(rows, row.cell, row.contender, row.variant, row.keyed, LIVENESS_REFERENCE);
     // A stalled lane shows as runs that never drain (INVALID): that is the failure measured, so "not met".
-    const stalled = row.valid.length === 0 ? `no valid run (${row.runs.flatMap((r) => r.exactness.reasons).filter((v, k, a) => a.indexOf(v) === k).slice(0, 3).join('; ')})` : '';
+    const stalled =
+      row.valid.length === 0
+        ? `no valid run (${row.runs
+            .flatMap((r) => r.exactness.reasons)
+            .filter((v, k, a) => a.indexOf(v) === k)
+            .slice(0, 3)
+            .join('; ')})`
+        : '';
     const r = pairedRatio(row, base);
-    out.push({ issue: '10', what: `${row.cell}, ${label(row)}: healthy keys >= 0.8x their throughput with the ${LIVENESS_REFERENCE}`, measured: stalled || ratioText(r), pass: stalled ? false : verdict(r, (v) => v >= 0.8) });
+    out.push({
+      issue: '10',
+      what: `${row.cell}, ${label(row)}: healthy keys >= 0.8x their throughput with the ${LIVENESS_REFERENCE}`,
+      measured: stalled || ratioText(r),
+      pass: stalled ? false : verdict(r, (v) => v >= 0.8),
+    });
     const lagMax = max(row.valid.map((x) => x.figures.retryLagMaxMs).filter((v): v is number => typeof v === 'number'));
     const poll = med(row, (x) => x.figures.pollIntervalMs);
-    out.push({ issue: '10', what: `${row.cell}, ${label(row)}: failed head retried within one poll interval of being due (max over runs)`, measured: stalled || `max ${fmt(lagMax, 1)} ms (p50 ${fmt(med(row, (x) => x.figures.retryLagP50Ms), 1)} ms), poll ${fmt(poll)} ms`, pass: stalled ? false : Number.isFinite(lagMax) && Number.isFinite(poll) ? lagMax <= poll : null });
+    out.push({
+      issue: '10',
+      what: `${row.cell}, ${label(row)}: failed head retried within one poll interval of being due (max over runs)`,
+      measured:
+        stalled ||
+        `max ${fmt(lagMax, 1)} ms (p50 ${fmt(
+          med(row, (x) => x.figures.retryLagP50Ms),
+          1,
+        )} ms), poll ${fmt(poll)} ms`,
+      pass: stalled ? false : Number.isFinite(lagMax) && Number.isFinite(poll) ? lagMax <= poll : null,
+    });
   }
   // The issue's publish targets read relaybus's ordinary path (bus.publish, NOTIFY on); the other paths are in the publish table.
-  const p1 = rows.find((r) => r.scenario === 'publish' && r.cell === 'publish P=1 batch=1' && r.contender === 'relaybus' && r.variant === 'default' && r.keyed);
+  const p1 = rows.find(
+    (r) =>
+      r.scenario === 'publish' &&
+      r.cell === 'publish P=1 batch=1' &&
+      r.contender === 'relaybus' &&
+      r.variant === 'default' &&
+      r.keyed,
+  );
   if (p1) {
-    const r = pairedRatio(p1, rows.find((x) => x.cell === p1.cell && x.contender === 'raw-sql'));
-    out.push({ issue: '6', what: 'publish P=1 batch=1: relaybus keyed >= 0.9x raw BEGIN/INSERT/COMMIT', measured: ratioText(r), pass: verdict(r, (v) => v >= 0.9) });
+    const r = pairedRatio(
+      p1,
+      rows.find((x) => x.cell === p1.cell && x.contender === 'raw-sql'),
+    );
+    out.push({
+      issue: '6',
+      what: 'publish P=1 batch=1: relaybus keyed >= 0.9x raw BEGIN/INSERT/COMMIT',
+      measured: ratioText(r),
+      pass: verdict(r, (v) => v >= 0.9),
+    });
   }
-  for (const row of rows.filter((r) => r.scenario === 'publish' && r.contender === 'relaybus' && r.variant === 'default' && r.cell.endsWith('batch=100'))) {
-    const r = pairedRatio(row, rows.find((x) => x.cell === row.cell && x.contender === 'pg-boss'));
-    out.push({ issue: '6', what: `${row.cell}: relaybus ${ordering(row)} >= 1.5x pg-boss`, measured: ratioText(r), pass: verdict(r, (v) => v >= 1.5) });
+  for (const row of rows.filter(
+    (r) =>
+      r.scenario === 'publish' && r.contender === 'relaybus' && r.variant === 'default' && r.cell.endsWith('batch=100'),
+  )) {
+    const r = pairedRatio(
+      row,
+      rows.find((x) => x.cell === row.cell && x.contender === 'pg-boss'),
+    );
+    out.push({
+      issue: '6',
+      what: `${row.cell}: relaybus ${ordering(row)} >= 1.5x pg-boss`,
+      measured: ratioText(r),
+      pass: verdict(r, (v) => v >= 1.5),
+    });
   }
   return out;
 }
@@ -361,9 +607,15 @@ function profileSection(rows: readonly Row[]): string[] {
     const sorted = [...row.valid].sort((a, b) => a.rate - b.rate);
     const mid = sorted[Math.floor(sorted.length / 2)];
     if (!mid?.profile) continue;
-    out.push(`Client-side statement time of the median ${row.cell} ${label(row)} run (${fmt(mid.rate)} deliveries/s; time from send to result, summed over concurrent calls):`, '');
+    out.push(
+      `Client-side statement time of the median ${row.cell} ${label(row)} run (${fmt(mid.rate)} deliveries/s; time from send to result, summed over concurrent calls):`,
+      '',
+    );
     out.push('| statement | calls | total ms | ms/call | share |', '| --- | --- | --- | --- | --- |');
-    for (const p of mid.profile) out.push(`| ${p.name.replace(/\|/g, '\\|')} | ${fmt(p.count)} | ${fmt(p.ms)} | ${fmt(p.msPerCall, 2)} | ${fmt(p.share * 100, 0)}% |`);
+    for (const p of mid.profile)
+      out.push(
+        `| ${p.name.replace(/\|/g, '\\|')} | ${fmt(p.count)} | ${fmt(p.ms)} | ${fmt(p.msPerCall, 2)} | ${fmt(p.share * 100, 0)}% |`,
+      );
     out.push('');
   }
   return out;
@@ -375,7 +627,9 @@ function warningsSection(rows: readonly Row[]): string[] {
     const count = row.runs.reduce((sum, r) => sum + (r.warnings?.count ?? 0), 0);
     if (!count) continue;
     const first = row.runs.flatMap((r) => r.warnings?.first ?? [])[0] ?? '';
-    out.push(`- ${row.cell}${row.tag ? ` [${row.tag}]` : ''} ${label(row)}: ${count} in ${row.runs.length} runs; first: \`${first.slice(0, 200).replace(/`/g, "'")}\``);
+    out.push(
+      `- ${row.cell}${row.tag ? ` [${row.tag}]` : ''} ${label(row)}: ${count} in ${row.runs.length} runs; first: \`${first.slice(0, 200).replace(/`/g, "'")}\``,
+    );
   }
   return out;
 }
@@ -396,7 +650,9 @@ function markdown(results: BenchResults): string {
   const rows = rowsOf(results.runs);
   const m = results.machine as Record<string, unknown>;
   const contenders = results.contenders as Record<string, { ordersKeys?: boolean; sweep?: Record<string, unknown> }>;
-  const sweepNames = new Set(Object.entries(contenders).flatMap(([name, c]) => Object.keys(c.sweep ?? {}).map((v) => `${name}|${v}`)));
+  const sweepNames = new Set(
+    Object.entries(contenders).flatMap(([name, c]) => Object.keys(c.sweep ?? {}).map((v) => `${name}|${v}`)),
+  );
   const build = results.build as { commit?: string; uncommitted?: readonly string[]; built?: boolean } | undefined;
   const lines = [
     `# relaybus benchmark: ${results.name}`,
@@ -419,11 +675,15 @@ function markdown(results: BenchResults): string {
   }
   if (rows.some((r) => r.scenario === 'publish')) lines.push(`## ${SECTIONS.publish}`, '', ...publishTable(rows), '');
   if (rows.some((r) => r.scenario === 'mixed')) lines.push(`## ${SECTIONS.mixed}`, '', ...mixedTable(rows), '');
-  if (rows.some((r) => r.scenario === 'liveness')) lines.push(`## ${SECTIONS.liveness}`, '', ...livenessTable(rows), '');
+  if (rows.some((r) => r.scenario === 'liveness'))
+    lines.push(`## ${SECTIONS.liveness}`, '', ...livenessTable(rows), '');
   const t = targets(rows);
   if (t.length) {
     lines.push(`## ${SECTIONS.targets}`, '', '| issue | target | measured | |', '| --- | --- | --- | --- |');
-    for (const target of t) lines.push(`| ${target.issue} | ${target.what} | ${target.measured} | ${target.pass === null ? 'n/a' : target.pass ? 'met' : '**not met**'} |`);
+    for (const target of t)
+      lines.push(
+        `| ${target.issue} | ${target.what} | ${target.measured} | ${target.pass === null ? 'n/a' : target.pass ? 'met' : '**not met**'} |`,
+      );
     lines.push('');
   }
   const prof = profileSection(rows);
@@ -439,13 +699,23 @@ const escapeXml = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&
 /** Horizontal bars: dispatch deliveries/s (median, min-max whisker) and WAL bytes per delivery, first dispatch cell. */
 function svg(results: BenchResults): string {
   const contenders = results.contenders as Record<string, { sweep?: Record<string, unknown> }>;
-  const rows = rowsOf(results.runs).filter((r) => r.scenario === 'dispatch' && !(r.variant in (contenders[r.contender]?.sweep ?? {})));
+  const rows = rowsOf(results.runs).filter(
+    (r) => r.scenario === 'dispatch' && !(r.variant in (contenders[r.contender]?.sweep ?? {})),
+  );
   const cell = rows[0]?.cell ?? 'dispatch';
-  const bars = rows.filter((r) => r.cell === cell).map((r) => ({
-    name: label(r), rate: med(r, (x) => x.rate), lo: min(r.valid.map((x) => x.rate)), hi: max(r.valid.map((x) => x.rate)),
-    wal: (() => { const own = med(r, (x) => x.db?.ownWalPerUnit); return Number.isFinite(own) ? own : med(r, (x) => x.db?.walPerUnit); })(),
-    relaybus: r.contender === 'relaybus',
-  }));
+  const bars = rows
+    .filter((r) => r.cell === cell)
+    .map((r) => ({
+      name: label(r),
+      rate: med(r, (x) => x.rate),
+      lo: min(r.valid.map((x) => x.rate)),
+      hi: max(r.valid.map((x) => x.rate)),
+      wal: (() => {
+        const own = med(r, (x) => x.db?.ownWalPerUnit);
+        return Number.isFinite(own) ? own : med(r, (x) => x.db?.walPerUnit);
+      })(),
+      relaybus: r.contender === 'relaybus',
+    }));
   const width = 900;
   const rowH = 26;
   const top = 64;
@@ -472,20 +742,32 @@ function svg(results: BenchResults): string {
       parts.push(`<rect x="${left}" y="${y + 4}" width="${w.toFixed(1)}" height="${rowH - 10}" fill="${color}"/>`);
       const lo = left + (b.lo / maxRate) * panel;
       const hi = left + (b.hi / maxRate) * panel;
-      parts.push(`<line x1="${lo.toFixed(1)}" x2="${hi.toFixed(1)}" y1="${y + rowH / 2 - 1}" y2="${y + rowH / 2 - 1}" stroke="#24292f" stroke-width="1.5"/>`);
-      parts.push(`<text x="${(Math.max(left + w, hi) + 4).toFixed(1)}" y="${y + 16}" fill="#24292f">${fmt(b.rate)}</text>`);
+      parts.push(
+        `<line x1="${lo.toFixed(1)}" x2="${hi.toFixed(1)}" y1="${y + rowH / 2 - 1}" y2="${y + rowH / 2 - 1}" stroke="#24292f" stroke-width="1.5"/>`,
+      );
+      parts.push(
+        `<text x="${(Math.max(left + w, hi) + 4).toFixed(1)}" y="${y + 16}" fill="#24292f">${fmt(b.rate)}</text>`,
+      );
     } else {
       parts.push(`<text x="${left + 4}" y="${y + 16}" fill="#cf222e">no valid run</text>`);
     }
     if (Number.isFinite(b.wal)) {
       const w = (b.wal / maxWal) * (panel - 50);
-      parts.push(`<rect x="${left + panel + gap}" y="${y + 4}" width="${w.toFixed(1)}" height="${rowH - 10}" fill="${color}"/>`);
-      parts.push(`<text x="${(left + panel + gap + w + 4).toFixed(1)}" y="${y + 16}" fill="#24292f">${fmt(b.wal)}</text>`);
+      parts.push(
+        `<rect x="${left + panel + gap}" y="${y + 4}" width="${w.toFixed(1)}" height="${rowH - 10}" fill="${color}"/>`,
+      );
+      parts.push(
+        `<text x="${(left + panel + gap + w + 4).toFixed(1)}" y="${y + 16}" fill="#24292f">${fmt(b.wal)}</text>`,
+      );
     }
   });
   parts.push(`<line x1="${left}" x2="${left}" y1="${top}" y2="${top + bars.length * rowH}" stroke="#24292f"/>`);
-  parts.push(`<line x1="${left + panel + gap}" x2="${left + panel + gap}" y1="${top}" y2="${top + bars.length * rowH}" stroke="#24292f"/>`);
-  parts.push(`<text x="${left}" y="${height - 16}" fill="#555">${escapeXml('Exactness validated in every run; INVALID runs are not drawn. Same machine, interleaved runs: compare ratios.')}</text>`);
+  parts.push(
+    `<line x1="${left + panel + gap}" x2="${left + panel + gap}" y1="${top}" y2="${top + bars.length * rowH}" stroke="#24292f"/>`,
+  );
+  parts.push(
+    `<text x="${left}" y="${height - 16}" fill="#555">${escapeXml('Exactness validated in every run; INVALID runs are not drawn. Same machine, interleaved runs: compare ratios.')}</text>`,
+  );
   parts.push('</svg>', '');
   return parts.join('\n');
 }

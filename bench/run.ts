@@ -22,7 +22,13 @@ import { connect, createBenchDatabase, dropBenchDatabase, tryExtension } from '.
 import { writeReport, type BenchResults } from './report.js';
 import type { Entry, RunContext, RunRecord } from './scenarios/common.js';
 import { dispatchCellName, runDispatch, type DispatchCell } from './scenarios/dispatch.js';
-import { LIVENESS_ARMS, livenessCellName, runLiveness, type LivenessArm, type LivenessCell } from './scenarios/liveness.js';
+import {
+  LIVENESS_ARMS,
+  livenessCellName,
+  runLiveness,
+  type LivenessArm,
+  type LivenessCell,
+} from './scenarios/liveness.js';
 import { mixedCellName, runMixed, type MixedCell } from './scenarios/mixed.js';
 import { publishCellName, runPublish, type PublishCell } from './scenarios/publish.js';
 
@@ -31,7 +37,10 @@ interface Plan {
   readonly publish: readonly PublishCell[];
   readonly publishEntries: readonly Entry[];
   /** Each dispatch cell with its entries; `sweepEntries` run only in the first `sweepReps` repetitions. */
-  readonly dispatch: readonly (DispatchCell & { readonly entries: readonly Entry[]; readonly sweepEntries?: readonly Entry[] })[];
+  readonly dispatch: readonly (DispatchCell & {
+    readonly entries: readonly Entry[];
+    readonly sweepEntries?: readonly Entry[];
+  })[];
   readonly sweepReps: number;
   readonly mixed: readonly MixedCell[];
   readonly mixedEntries: readonly Entry[];
@@ -47,19 +56,37 @@ const e = (contender: string, variant: string, keyed: boolean): Entry => ({ cont
 
 /** The 1-process dispatch cell: relaybus keyed and unkeyed, the peers at their best (graphile-worker also ordered), the floor. */
 const TUNED: Entry[] = [
-  e('relaybus', 'tuned', true), e('relaybus', 'tuned', false), e('row-lease', 'tuned', true),
-  e('pg-boss', 'best', false), e('graphile-worker', 'best', false), e('raw-sql', 'floor', false),
+  e('relaybus', 'tuned', true),
+  e('relaybus', 'tuned', false),
+  e('row-lease', 'tuned', true),
+  e('pg-boss', 'best', false),
+  e('graphile-worker', 'best', false),
+  e('raw-sql', 'floor', false),
 ];
-const DEFAULTS: Entry[] = [e('relaybus', 'defaults', true), e('row-lease', 'defaults', true), e('graphile-worker', 'defaults', false)];
+const DEFAULTS: Entry[] = [
+  e('relaybus', 'defaults', true),
+  e('row-lease', 'defaults', true),
+  e('graphile-worker', 'defaults', false),
+];
 /**
  * What ordering costs, side by side in one cell: relaybus keyed and unkeyed, graphile-worker with a
  * named queue per (key, handler) and at its best unkeyed. graphile-worker's named queues run a few
  * hundred jobs/s here, so quick runs them on a small cell.
  */
-const ORDERING: Entry[] = [e('relaybus', 'tuned', true), e('relaybus', 'tuned', false), e('graphile-worker', 'queues', true), e('graphile-worker', 'best', false)];
+const ORDERING: Entry[] = [
+  e('relaybus', 'tuned', true),
+  e('relaybus', 'tuned', false),
+  e('graphile-worker', 'queues', true),
+  e('graphile-worker', 'best', false),
+];
 const MIXED: Entry[] = [
-  e('relaybus', 'defaults', true), e('relaybus', 'tuned', true), e('relaybus', 'tuned', false), e('row-lease', 'tuned', true),
-  e('pg-boss', 'best', false), e('graphile-worker', 'best', false), e('raw-sql', 'floor', false),
+  e('relaybus', 'defaults', true),
+  e('relaybus', 'tuned', true),
+  e('relaybus', 'tuned', false),
+  e('row-lease', 'tuned', true),
+  e('pg-boss', 'best', false),
+  e('graphile-worker', 'best', false),
+  e('raw-sql', 'floor', false),
 ];
 /**
  * Publish: every contender's ordinary path, and relaybus's other publish paths keyed next to its
@@ -67,8 +94,14 @@ const MIXED: Entry[] = [
  * subscriptions (no handler in the publishing process), and the SQL function relaybus_publish.
  */
 const PUBLISH: Entry[] = [
-  e('relaybus', 'default', true), e('relaybus', 'default', false), e('relaybus', 'no-notify', true), e('relaybus', 'subscriptions', true),
-  e('relaybus', 'sql', true), e('row-lease', 'default', true), e('pg-boss', 'default', false), e('graphile-worker', 'default', false),
+  e('relaybus', 'default', true),
+  e('relaybus', 'default', false),
+  e('relaybus', 'no-notify', true),
+  e('relaybus', 'subscriptions', true),
+  e('relaybus', 'sql', true),
+  e('row-lease', 'default', true),
+  e('pg-boss', 'default', false),
+  e('graphile-worker', 'default', false),
   e('raw-sql', 'default', false),
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
@@ -91,7 +124,9 @@ const PLANS: Record<'quick' | 'full', Plan> = {
     sweepReps: 0,
     mixed: [{ ratePerSec: 500, windowMs: 3_000, publishers: 2, dispatchers: 1 }],
     mixedEntries: MIXED.filter((entry) => entry.contender !== 'relaybus' || entry.keyed),
-    liveness: [{ failingKeys: 5, eventsPerFailingKey: 300, healthyKeys: 1_000, eventsPerHealthyKey: 10, backoffMs: 500 }],
+    liveness: [
+      { failingKeys: 5, eventsPerFailingKey: 300, healthyKeys: 1_000, eventsPerHealthyKey: 10, backoffMs: 500 },
+    ],
     livenessEntries: RELAYBUS_TUNED,
     livenessArms: ['failing heads', 'healthy keys only'],
     timeoutMs: 120_000,
@@ -122,7 +157,9 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       { ratePerSec: 5_000, windowMs: 20_000, publishers: 4, dispatchers: 2 },
     ],
     mixedEntries: MIXED,
-    liveness: [{ failingKeys: 5, eventsPerFailingKey: 2_000, healthyKeys: 1_000, eventsPerHealthyKey: 10, backoffMs: 500 }],
+    liveness: [
+      { failingKeys: 5, eventsPerFailingKey: 2_000, healthyKeys: 1_000, eventsPerHealthyKey: 10, backoffMs: 500 },
+    ],
     livenessEntries: RELAYBUS_TUNED,
     livenessArms: LIVENESS_ARMS,
     timeoutMs: 600_000,
@@ -156,16 +193,22 @@ const loaded = new Map<string, Contender>();
 const started = Date.now();
 const log = (line: string) => console.log(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(4)}s] ${line}`);
 // Build before loading the relaybus contender (it imports dist/); only the chosen contenders are loaded.
-const build = (!only || only.has('relaybus')) && !args.plan ? ensureBuild(log, { skip: args['no-build'] }) : { built: false, commit: 'n/a (relaybus not run)', uncommitted: [] };
+const build =
+  (!only || only.has('relaybus')) && !args.plan
+    ? ensureBuild(log, { skip: args['no-build'] })
+    : { built: false, commit: 'n/a (relaybus not run)', uncommitted: [] };
 for (const name of CONTENDER_NAMES) if (!only || only.has(name)) loaded.set(name, await loadContender(name));
 const contender = (name: string): Contender => {
   const found = loaded.get(name);
   if (!found) throw new Error(`unknown contender ${name}; known: ${CONTENDER_NAMES.join(', ')}`);
   return found;
 };
-for (const name of only ?? []) if (!CONTENDER_NAMES.includes(name)) throw new Error(`unknown contender ${name}; known: ${CONTENDER_NAMES.join(', ')}`);
+for (const name of only ?? [])
+  if (!CONTENDER_NAMES.includes(name))
+    throw new Error(`unknown contender ${name}; known: ${CONTENDER_NAMES.join(', ')}`);
 const onlyVariants = args.variants ? new Set(args.variants.split(',')) : undefined;
-const keep = (entry: Entry) => (!only || only.has(entry.contender)) && (!onlyVariants || onlyVariants.has(entry.variant));
+const keep = (entry: Entry) =>
+  (!only || only.has(entry.contender)) && (!onlyVariants || onlyVariants.has(entry.variant));
 
 /** Ad hoc entries: every variant (and, with --sweep or by name, sweep point) of the chosen contenders, keyed per --keyed. */
 function adhocEntries(): Entry[] {
@@ -177,7 +220,14 @@ function adhocEntries(): Entry[] {
       .filter((v) => !c.namedOnly?.includes(v) || onlyVariants?.has(v));
     for (const variant of names) {
       const natural = c.keyedVariants.includes(variant);
-      const modes = args.keyed === 'both' ? [true, false] : args.keyed === 'yes' ? [true] : args.keyed === 'no' ? [false] : [natural];
+      const modes =
+        args.keyed === 'both'
+          ? [true, false]
+          : args.keyed === 'yes'
+            ? [true]
+            : args.keyed === 'no'
+              ? [false]
+              : [natural];
       for (const keyed of modes) if (!keyed || c.keyed) out.push(e(c.name, variant, keyed));
     }
   }
@@ -185,9 +235,15 @@ function adhocEntries(): Entry[] {
 }
 
 const dispatchCells = args.deliveries
-  ? args.deliveries.split(',').flatMap((n) => args.dispatchers!.split(',').map((d) => ({
-      deliveries: Number(n), dispatchers: Number(d), eventsPerKey: 10, entries: adhocEntries(), ...(args.handler === 'yield' ? { handler: 'yield' as const } : {}),
-    })))
+  ? args.deliveries.split(',').flatMap((n) =>
+      args.dispatchers!.split(',').map((d) => ({
+        deliveries: Number(n),
+        dispatchers: Number(d),
+        eventsPerKey: 10,
+        entries: adhocEntries(),
+        ...(args.handler === 'yield' ? { handler: 'yield' as const } : {}),
+      })),
+    )
   : base.dispatch;
 const plan: Plan = {
   ...base,
@@ -197,56 +253,94 @@ const plan: Plan = {
     entries: cell.entries.filter(keep),
     // The sweep: every sweep point of every contender that has one, unkeyed (the peers' best is unordered).
     ...('sweepEntries' in cell && cell.sweepEntries
-      ? { sweepEntries: [...loaded.values()].flatMap((c) => Object.keys(c.sweep ?? {}).map((v) => e(c.name, v, false))).filter(keep) }
+      ? {
+          sweepEntries: [...loaded.values()]
+            .flatMap((c) => Object.keys(c.sweep ?? {}).map((v) => e(c.name, v, false)))
+            .filter(keep),
+        }
       : {}),
   })),
   // --variants narrows the publish entries too when it names a publish variant (default, no-notify, subscriptions, sql).
-  publishEntries: base.publishEntries.filter((entry) => (!only || only.has(entry.contender))
-    && (!onlyVariants || !base.publishEntries.some((p) => onlyVariants.has(p.variant)) || onlyVariants.has(entry.variant))),
+  publishEntries: base.publishEntries.filter(
+    (entry) =>
+      (!only || only.has(entry.contender)) &&
+      (!onlyVariants ||
+        !base.publishEntries.some((p) => onlyVariants.has(p.variant)) ||
+        onlyVariants.has(entry.variant)),
+  ),
   mixedEntries: base.mixedEntries.filter(keep),
   livenessEntries: base.livenessEntries.filter(keep),
   liveness: base.liveness.map((cell) => (args.handler === 'noop' ? { ...cell, handler: 'noop' as const } : cell)),
 };
 const scenarios = new Set(args.scenarios!.split(','));
-const outName = args.out ?? (mode === 'quick' && !args.deliveries && !args.contenders && !args.reps && !args.variants && scenarios.size === 4 ? 'quick' : mode === 'full' && !args.deliveries ? 'full' : 'adhoc');
+const outName =
+  args.out ??
+  (mode === 'quick' && !args.deliveries && !args.contenders && !args.reps && !args.variants && scenarios.size === 4
+    ? 'quick'
+    : mode === 'full' && !args.deliveries
+      ? 'full'
+      : 'adhoc');
 
 const entryLabel = (entry: { contender: string; variant: string; keyed?: boolean }) =>
   `${entry.contender}/${entry.variant}${entry.keyed === undefined ? '' : entry.keyed ? ' keyed' : ' unkeyed'}`;
 
 if (args.plan) {
   const list = (entries: readonly Entry[]) => entries.map(entryLabel).join(', ');
-  console.log(`mode ${mode}, ${plan.reps} repetitions (sweep entries in the first ${plan.sweepReps}), scenarios ${[...scenarios].join(', ')}, out ${outName}`);
-  for (const cell of scenarios.has('publish') ? plan.publish : []) console.log(`${publishCellName(cell)}: ${list(plan.publishEntries)}`);
-  for (const cell of scenarios.has('dispatch') ? plan.dispatch : []) console.log(`${dispatchCellName(cell)}: ${list(cell.entries)}${cell.sweepEntries?.length ? `; sweep: ${list(cell.sweepEntries)}` : ''}`);
-  for (const cell of scenarios.has('mixed') ? plan.mixed : []) console.log(`${mixedCellName(cell)}: ${list(plan.mixedEntries)}`);
-  for (const cell of scenarios.has('liveness') ? plan.liveness : []) console.log(`${livenessCellName(cell)} [${plan.livenessArms.join(' | ')}]: ${list(plan.livenessEntries)}`);
+  console.log(
+    `mode ${mode}, ${plan.reps} repetitions (sweep entries in the first ${plan.sweepReps}), scenarios ${[...scenarios].join(', ')}, out ${outName}`,
+  );
+  for (const cell of scenarios.has('publish') ? plan.publish : [])
+    console.log(`${publishCellName(cell)}: ${list(plan.publishEntries)}`);
+  for (const cell of scenarios.has('dispatch') ? plan.dispatch : [])
+    console.log(
+      `${dispatchCellName(cell)}: ${list(cell.entries)}${cell.sweepEntries?.length ? `; sweep: ${list(cell.sweepEntries)}` : ''}`,
+    );
+  for (const cell of scenarios.has('mixed') ? plan.mixed : [])
+    console.log(`${mixedCellName(cell)}: ${list(plan.mixedEntries)}`);
+  for (const cell of scenarios.has('liveness') ? plan.liveness : [])
+    console.log(`${livenessCellName(cell)} [${plan.livenessArms.join(' | ')}]: ${list(plan.livenessEntries)}`);
   process.exit(0);
 }
 
 const { url, created } = await createBenchDatabase();
 const admin = await connect(url);
 const walinspect = await tryExtension(admin, 'pg_walinspect');
-const { rows: [server] } = await admin.query<{ version: string; autovacuum: string; sync: string; sb: string }>(
-  `SELECT version(), current_setting('autovacuum') AS autovacuum, current_setting('synchronous_commit') AS sync, current_setting('shared_buffers') AS sb`);
-const { rows: [pss] } = await admin.query<{ preloaded: boolean }>(
-  `SELECT current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%' AS preloaded`);
+const {
+  rows: [server],
+} = await admin.query<{ version: string; autovacuum: string; sync: string; sb: string }>(
+  `SELECT version(), current_setting('autovacuum') AS autovacuum, current_setting('synchronous_commit') AS sync, current_setting('shared_buffers') AS sb`,
+);
+const {
+  rows: [pss],
+} = await admin.query<{ preloaded: boolean }>(
+  `SELECT current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%' AS preloaded`,
+);
 const context: RunContext = { url, admin, walinspect, timeoutMs: plan.timeoutMs, log };
 // A mixed run's backlog is small: a drain that has not ended 15 s after the window is stuck.
-const mixedContext = (cell: MixedCell): RunContext => ({ ...context, timeoutMs: Math.min(plan.timeoutMs, cell.windowMs + 15_000) });
+const mixedContext = (cell: MixedCell): RunContext => ({
+  ...context,
+  timeoutMs: Math.min(plan.timeoutMs, cell.windowMs + 15_000),
+});
 const runs: RunRecord[] = [];
-
 
 function describe(record: RunRecord): string {
   const status = record.valid ? 'VALID' : `INVALID (${record.exactness.reasons.join(', ') || record.error})`;
-  const wal = record.db ? ` wal/unit ${record.db.walPerUnit.toFixed(0)}${record.db.ownWalPerUnit !== null ? ` (own ${record.db.ownWalPerUnit.toFixed(0)})` : ''} upd/unit ${record.db.updatesPerUnit.toFixed(2)} stmts/unit ${record.db.statementsPerUnit.toFixed(3)}` : '';
-  const warned = record.warnings?.count ? ` warnings ${record.warnings.count}` : '';
-  const extra = record.scenario === 'liveness' && record.tag === 'failing heads'
-    ? ` retry lag p50 ${Number(record.figures.retryLagP50Ms).toFixed(0)} max ${Number(record.figures.retryLagMaxMs).toFixed(0)} ms, all ${Number(record.figures.allDeliveriesPerSec).toFixed(0)}/s`
+  const wal = record.db
+    ? ` wal/unit ${record.db.walPerUnit.toFixed(0)}${record.db.ownWalPerUnit !== null ? ` (own ${record.db.ownWalPerUnit.toFixed(0)})` : ''} upd/unit ${record.db.updatesPerUnit.toFixed(2)} stmts/unit ${record.db.statementsPerUnit.toFixed(3)}`
     : '';
+  const warned = record.warnings?.count ? ` warnings ${record.warnings.count}` : '';
+  const extra =
+    record.scenario === 'liveness' && record.tag === 'failing heads'
+      ? ` retry lag p50 ${Number(record.figures.retryLagP50Ms).toFixed(0)} max ${Number(record.figures.retryLagMaxMs).toFixed(0)} ms, all ${Number(record.figures.allDeliveriesPerSec).toFixed(0)}/s`
+      : '';
   return `${record.cell}${record.tag ? ` [${record.tag}]` : ''} ${entryLabel(record)} rep ${record.rep}: ${record.rate.toFixed(0)}/s${extra} ${status}${wal}${warned}`;
 }
 
-async function attempt(label: string, body: () => Promise<RunRecord>, fallback: Omit<RunRecord, 'valid' | 'exactness' | 'rate' | 'figures' | 'db'>): Promise<void> {
+async function attempt(
+  label: string,
+  body: () => Promise<RunRecord>,
+  fallback: Omit<RunRecord, 'valid' | 'exactness' | 'rate' | 'figures' | 'db'>,
+): Promise<void> {
   try {
     const record = await body();
     runs.push(record);
@@ -255,8 +349,24 @@ async function attempt(label: string, body: () => Promise<RunRecord>, fallback: 
     const message = (error as Error).stack ?? String(error);
     log(`${label} FAILED: ${message}`);
     runs.push({
-      ...fallback, valid: false, rate: NaN, figures: {}, db: null, error: message,
-      exactness: { valid: false, expected: 0, handled: 0, lost: 0, unexpected: 0, duplicates: 0, orderViolations: null, pending: 0, dead: 0, reasons: ['run failed'] },
+      ...fallback,
+      valid: false,
+      rate: NaN,
+      figures: {},
+      db: null,
+      error: message,
+      exactness: {
+        valid: false,
+        expected: 0,
+        handled: 0,
+        lost: 0,
+        unexpected: 0,
+        duplicates: 0,
+        orderViolations: null,
+        pending: 0,
+        dead: 0,
+        reasons: ['run failed'],
+      },
     });
   }
 }
@@ -268,39 +378,93 @@ const settings = (entry: Entry) => {
 };
 
 try {
-  log(`mode ${mode}, ${plan.reps} repetitions, database ${new URL(url).pathname.slice(1)}${created ? ' (created)' : ''}, pg_walinspect ${walinspect ? 'on' : 'off'}, relaybus from dist/ (commit ${build.commit}${build.uncommitted.length ? `, ${build.uncommitted.length} uncommitted file(s) in src/schema/sql` : ''}${build.built ? ', rebuilt' : ''})`);
+  log(
+    `mode ${mode}, ${plan.reps} repetitions, database ${new URL(url).pathname.slice(1)}${created ? ' (created)' : ''}, pg_walinspect ${walinspect ? 'on' : 'off'}, relaybus from dist/ (commit ${build.commit}${build.uncommitted.length ? `, ${build.uncommitted.length} uncommitted file(s) in src/schema/sql` : ''}${build.built ? ', rebuilt' : ''})`,
+  );
   for (let rep = 1; rep <= plan.reps; rep += 1) {
     if (scenarios.has('publish')) {
       for (const cell of plan.publish) {
         for (const entry of plan.publishEntries) {
-          await attempt(`publish ${entryLabel(entry)}`, () => runPublish(context, contender(entry.contender), entry, cell, rep),
-            { scenario: 'publish', cell: publishCellName(cell), contender: entry.contender, variant: entry.variant, keyed: entry.keyed, rep });
+          await attempt(
+            `publish ${entryLabel(entry)}`,
+            () => runPublish(context, contender(entry.contender), entry, cell, rep),
+            {
+              scenario: 'publish',
+              cell: publishCellName(cell),
+              contender: entry.contender,
+              variant: entry.variant,
+              keyed: entry.keyed,
+              rep,
+            },
+          );
         }
       }
     }
     if (scenarios.has('dispatch')) {
       for (const cell of plan.dispatch) {
-        const entries = [...cell.entries, ...(rep <= plan.sweepReps ? cell.sweepEntries ?? [] : [])];
+        const entries = [...cell.entries, ...(rep <= plan.sweepReps ? (cell.sweepEntries ?? []) : [])];
         for (const entry of entries) {
-          await attempt(`dispatch ${entryLabel(entry)}`, () => runDispatch(context, contender(entry.contender), entry, settings(entry), cell, rep),
-            { scenario: 'dispatch', cell: dispatchCellName(cell), contender: entry.contender, variant: entry.variant, keyed: entry.keyed, rep });
+          await attempt(
+            `dispatch ${entryLabel(entry)}`,
+            () => runDispatch(context, contender(entry.contender), entry, settings(entry), cell, rep),
+            {
+              scenario: 'dispatch',
+              cell: dispatchCellName(cell),
+              contender: entry.contender,
+              variant: entry.variant,
+              keyed: entry.keyed,
+              rep,
+            },
+          );
         }
       }
     }
     if (scenarios.has('mixed')) {
       for (const cell of plan.mixed) {
         for (const entry of plan.mixedEntries) {
-          await attempt(`mixed ${entryLabel(entry)}`, () => runMixed(mixedContext(cell), contender(entry.contender), entry, settings(entry), cell, rep),
-            { scenario: 'mixed', cell: mixedCellName(cell), contender: entry.contender, variant: entry.variant, keyed: entry.keyed, rep });
+          await attempt(
+            `mixed ${entryLabel(entry)}`,
+            () => runMixed(mixedContext(cell), contender(entry.contender), entry, settings(entry), cell, rep),
+            {
+              scenario: 'mixed',
+              cell: mixedCellName(cell),
+              contender: entry.contender,
+              variant: entry.variant,
+              keyed: entry.keyed,
+              rep,
+            },
+          );
         }
       }
     }
     if (scenarios.has('liveness')) {
       for (const cell of plan.liveness) {
         for (const entry of plan.livenessEntries) {
-          for (const arm of args.arms ? LIVENESS_ARMS.filter((a) => args.arms!.split(',').includes(a)) : plan.livenessArms) {
-            await attempt(`liveness ${entryLabel(entry)} ${arm}`, () => runLiveness({ ...context, timeoutMs: plan.livenessTimeoutMs }, contender(entry.contender), entry, settings(entry), cell, arm, rep),
-              { scenario: 'liveness', cell: livenessCellName(cell), contender: entry.contender, variant: entry.variant, keyed: true, tag: arm, rep });
+          for (const arm of args.arms
+            ? LIVENESS_ARMS.filter((a) => args.arms!.split(',').includes(a))
+            : plan.livenessArms) {
+            await attempt(
+              `liveness ${entryLabel(entry)} ${arm}`,
+              () =>
+                runLiveness(
+                  { ...context, timeoutMs: plan.livenessTimeoutMs },
+                  contender(entry.contender),
+                  entry,
+                  settings(entry),
+                  cell,
+                  arm,
+                  rep,
+                ),
+              {
+                scenario: 'liveness',
+                cell: livenessCellName(cell),
+                contender: entry.contender,
+                variant: entry.variant,
+                keyed: true,
+                tag: arm,
+                rep,
+              },
+            );
           }
         }
       }
@@ -317,14 +481,23 @@ const results: BenchResults = {
   startedAt: new Date(started).toISOString(),
   durationSeconds: (Date.now() - started) / 1000,
   machine: {
-    cpus: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version,
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? 'unknown',
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    node: process.version,
     loadAverageAtEnd: loadavg().map((v) => Number(v.toFixed(2))),
-    postgres: server!.version, autovacuum: server!.autovacuum, synchronousCommit: server!.sync, sharedBuffers: server!.sb,
-    walinspect, pgStatStatements: pss!.preloaded ? 'preloaded' : 'not in shared_preload_libraries: statements counted client-side',
+    postgres: server!.version,
+    autovacuum: server!.autovacuum,
+    synchronousCommit: server!.sync,
+    sharedBuffers: server!.sb,
+    walinspect,
+    pgStatStatements: pss!.preloaded ? 'preloaded' : 'not in shared_preload_libraries: statements counted client-side',
   },
   build,
   plan: { ...plan, scenarios: [...scenarios] },
-  contenders: Object.fromEntries([...loaded.values()].map((c) => [c.name, { ordersKeys: c.ordersKeys, variants: c.variants, sweep: c.sweep ?? {} }])),
+  contenders: Object.fromEntries(
+    [...loaded.values()].map((c) => [c.name, { ordersKeys: c.ordersKeys, variants: c.variants, sweep: c.sweep ?? {} }]),
+  ),
   runs,
 };
 mkdirSync(new URL('./results/', import.meta.url), { recursive: true });

@@ -17,14 +17,23 @@
  */
 import { parseArgs } from 'node:util';
 import { trace, type Tracer } from '@opentelemetry/api';
-import { BasicTracerProvider, BatchSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import {
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  type ReadableSpan,
+  type SpanExporter,
+} from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
 import { createRelayBus, defineEvent, Type, type Instrumentation } from '../src/index.js';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../src/postgres/index.js';
 import { openTelemetry } from '../src/telemetry/opentelemetry.js';
 
 const { values } = parseArgs({
-  options: { deliveries: { type: 'string', default: '10000' }, publishes: { type: 'string', default: '1000' }, rounds: { type: 'string', default: '5' } },
+  options: {
+    deliveries: { type: 'string', default: '10000' },
+    publishes: { type: 'string', default: '1000' },
+    rounds: { type: 'string', default: '5' },
+  },
 });
 const DELIVERIES = Number(values.deliveries);
 const PUBLISHES = Number(values.publishes);
@@ -44,11 +53,16 @@ class NoopExporter implements SpanExporter {
   }
 }
 
-const sdk = new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(new NoopExporter(), { maxQueueSize: 65_536, maxExportBatchSize: 4_096 })] });
+const sdk = new BasicTracerProvider({
+  spanProcessors: [new BatchSpanProcessor(new NoopExporter(), { maxQueueSize: 65_536, maxExportBatchSize: 4_096 })],
+});
 const variants: readonly { readonly name: string; readonly instrumentation: () => Instrumentation | undefined }[] = [
   { name: 'off', instrumentation: () => undefined },
   { name: 'api, no SDK', instrumentation: () => openTelemetry({ tracer: trace.getTracer('relaybus') }) },
-  { name: 'SDK, no-op exporter', instrumentation: () => openTelemetry({ tracer: sdk.getTracer('relaybus') as Tracer }) },
+  {
+    name: 'SDK, no-op exporter',
+    instrumentation: () => openTelemetry({ tracer: sdk.getTracer('relaybus') as Tracer }),
+  },
 ];
 
 const pool = new pg.Pool({ connectionString: URL_, max: 12 });
@@ -57,7 +71,9 @@ const store: PostgresStore<PgClientLike> = postgresStore({ driver: fromPg(pool),
 
 function busWith(instrumentation: Instrumentation | undefined, onDelivered?: (id: string) => void) {
   const bus = createRelayBus({
-    store, events: [Work], setupStore: false,
+    store,
+    events: [Work],
+    setupStore: false,
     dispatcher: { concurrency: 32, batchSize: 64, pollIntervalMs: 20 },
     ...(instrumentation === undefined ? {} : { instrumentation }),
   });
@@ -68,7 +84,9 @@ function busWith(instrumentation: Instrumentation | undefined, onDelivered?: (id
 
 async function reset(): Promise<void> {
   await pool.query(`TRUNCATE "${SCHEMA}".relaybus_deliveries, "${SCHEMA}".relaybus_events`);
-  await pool.query(`UPDATE "${SCHEMA}".relaybus_lanes SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'`).catch(() => {});
+  await pool
+    .query(`UPDATE "${SCHEMA}".relaybus_lanes SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'`)
+    .catch(() => {});
 }
 
 async function dispatchRound(instrumentation: Instrumentation | undefined): Promise<{ rate: number; cpuUs: number }> {
@@ -76,7 +94,12 @@ async function dispatchRound(instrumentation: Instrumentation | undefined): Prom
   const publisher = busWith(instrumentation);
   const events = DELIVERIES / HANDLERS.length;
   for (let first = 0; first < events; first += 500) {
-    await store.transaction((tx) => publisher.publishMany(tx, Array.from({ length: Math.min(500, events - first) }, (_, i) => ({ event: Work, payload: { n: first + i } }))));
+    await store.transaction((tx) =>
+      publisher.publishMany(
+        tx,
+        Array.from({ length: Math.min(500, events - first) }, (_, i) => ({ event: Work, payload: { n: first + i } })),
+      ),
+    );
   }
   await pool.query(`ANALYZE "${SCHEMA}".relaybus_deliveries`);
   const seen = new Set<string>();
@@ -98,9 +121,11 @@ async function dispatchRound(instrumentation: Instrumentation | undefined): Prom
   await bus.stop();
   const stats = await store.statistics();
   if (duplicates !== 0 || stats.pending !== 0 || stats.inFlight !== 0 || stats.dead !== 0) {
-    throw new Error(`exactness: duplicates ${duplicates}, pending ${stats.pending}, in flight ${stats.inFlight}, dead ${stats.dead}`);
+    throw new Error(
+      `exactness: duplicates ${duplicates}, pending ${stats.pending}, in flight ${stats.inFlight}, dead ${stats.dead}`,
+    );
   }
-  return { rate: DELIVERIES / ((last - start) / 1000), cpuUs: ((used.user + used.system) / DELIVERIES) };
+  return { rate: DELIVERIES / ((last - start) / 1000), cpuUs: (used.user + used.system) / DELIVERIES };
 }
 
 async function publishRound(instrumentation: Instrumentation | undefined): Promise<{ rate: number; cpuUs: number }> {
@@ -111,8 +136,11 @@ async function publishRound(instrumentation: Instrumentation | undefined): Promi
   for (let n = 0; n < PUBLISHES; n += 1) await store.transaction((tx) => bus.publish(tx, Work, { n }));
   const seconds = (performance.now() - start) / 1000;
   const used = process.cpuUsage(cpu);
-  const { rows } = await pool.query<{ count: number }>(`SELECT count(*)::int AS count FROM "${SCHEMA}".relaybus_events`);
-  if (rows[0]!.count !== PUBLISHES) throw new Error(`exactness: ${rows[0]!.count} events written, ${PUBLISHES} published`);
+  const { rows } = await pool.query<{ count: number }>(
+    `SELECT count(*)::int AS count FROM "${SCHEMA}".relaybus_events`,
+  );
+  if (rows[0]!.count !== PUBLISHES)
+    throw new Error(`exactness: ${rows[0]!.count} events written, ${PUBLISHES} published`);
   return { rate: PUBLISHES / seconds, cpuUs: (used.user + used.system) / PUBLISHES };
 }
 
@@ -124,7 +152,10 @@ function median(values: readonly number[]): number {
 
 await pool.query(`DROP SCHEMA IF EXISTS "${SCHEMA}" CASCADE`);
 await store.setup();
-const results = new Map<string, { dispatch: { rate: number; cpuUs: number }[]; publish: { rate: number; cpuUs: number }[] }>();
+const results = new Map<
+  string,
+  { dispatch: { rate: number; cpuUs: number }[]; publish: { rate: number; cpuUs: number }[] }
+>();
 for (const variant of variants) results.set(variant.name, { dispatch: [], publish: [] });
 try {
   // One warm-up round of each, not counted (JIT, plan caches, the pool).
@@ -149,12 +180,18 @@ try {
 
 const off = results.get('off')!;
 const base = { dispatch: median(off.dispatch.map((r) => r.rate)), publish: median(off.publish.map((r) => r.rate)) };
-console.log(`tracing cost: dispatch N=${DELIVERIES} (D=1, concurrency 32, batch 64, no-op handler), publish ${PUBLISHES} x 1 event/transaction; medians of ${ROUNDS} interleaved rounds`);
+console.log(
+  `tracing cost: dispatch N=${DELIVERIES} (D=1, concurrency 32, batch 64, no-op handler), publish ${PUBLISHES} x 1 event/transaction; medians of ${ROUNDS} interleaved rounds`,
+);
 console.log('');
-console.log('| variant | dispatch deliveries/s | vs off | CPU us/delivery | publish events/s | vs off | CPU us/publish |');
+console.log(
+  '| variant | dispatch deliveries/s | vs off | CPU us/delivery | publish events/s | vs off | CPU us/publish |',
+);
 console.log('| --- | ---: | ---: | ---: | ---: | ---: | ---: |');
 for (const [name, entry] of results) {
   const dispatch = median(entry.dispatch.map((r) => r.rate));
   const publish = median(entry.publish.map((r) => r.rate));
-  console.log(`| ${name} | ${dispatch.toFixed(0)} | ${((dispatch / base.dispatch) * 100).toFixed(1)}% | ${median(entry.dispatch.map((r) => r.cpuUs)).toFixed(1)} | ${publish.toFixed(0)} | ${((publish / base.publish) * 100).toFixed(1)}% | ${median(entry.publish.map((r) => r.cpuUs)).toFixed(1)} |`);
+  console.log(
+    `| ${name} | ${dispatch.toFixed(0)} | ${((dispatch / base.dispatch) * 100).toFixed(1)}% | ${median(entry.dispatch.map((r) => r.cpuUs)).toFixed(1)} | ${publish.toFixed(0)} | ${((publish / base.publish) * 100).toFixed(1)}% | ${median(entry.publish.map((r) => r.cpuUs)).toFixed(1)} |`,
+  );
 }

@@ -11,36 +11,68 @@ import { comparePairs, orderCheck, validate, type Records } from './validate.js'
 
 const keys: KeyMap = { kind: 'table', keys: Int32Array.from([7, 7, 7, 8]) };
 const records = (rows: [i: number, h: number, start: number, end: number][]): Records => ({
-  i: Int32Array.from(rows.map((r) => r[0])), h: Uint8Array.from(rows.map((r) => r[1])),
-  t: Float64Array.from(rows.map((r) => r[2])), e: Float64Array.from(rows.map((r) => r[3])),
+  i: Int32Array.from(rows.map((r) => r[0])),
+  h: Uint8Array.from(rows.map((r) => r[1])),
+  t: Float64Array.from(rows.map((r) => r[2])),
+  e: Float64Array.from(rows.map((r) => r[3])),
 });
 const nothingLeft = { pending: 0, dead: 0, completedRows: 0 };
 
 test('in-order, non-overlapping starts pass', () => {
-  const r = records([[0, 0, 1, 2], [1, 0, 3, 4], [2, 0, 5, 6], [3, 0, 1, 9]]);
+  const r = records([
+    [0, 0, 1, 2],
+    [1, 0, 3, 4],
+    [2, 0, 5, 6],
+    [3, 0, 1, 9],
+  ]);
   assert.deepEqual(orderCheck(r, keys), { orderViolations: 0, overlaps: 0 });
 });
 
 test('a start out of publish order is a violation', () => {
-  const r = records([[0, 0, 1, 1], [2, 0, 3, 3], [1, 0, 5, 5]]);
+  const r = records([
+    [0, 0, 1, 1],
+    [2, 0, 3, 3],
+    [1, 0, 5, 5],
+  ]);
   assert.equal(orderCheck(r, keys).orderViolations, 1);
 });
 
-test('a timestamp tie is never broken in the contender\'s favour', () => {
-  const r = records([[0, 0, 1, 1], [1, 0, 1, 1]]);
+test("a timestamp tie is never broken in the contender's favour", () => {
+  const r = records([
+    [0, 0, 1, 1],
+    [1, 0, 1, 1],
+  ]);
   assert.equal(orderCheck(r, keys).orderViolations, 1);
 });
 
 test('a delivery starting before the previous one of its (handler, key) ended is an overlap', () => {
-  const r = records([[0, 0, 1, 5], [1, 0, 3, 6]]);
+  const r = records([
+    [0, 0, 1, 5],
+    [1, 0, 3, 6],
+  ]);
   assert.deepEqual(orderCheck(r, keys), { orderViolations: 0, overlaps: 1 });
   // Other handler, same key: independent.
-  assert.deepEqual(orderCheck(records([[0, 0, 1, 5], [1, 1, 3, 6]]), keys), { orderViolations: 0, overlaps: 0 });
+  assert.deepEqual(
+    orderCheck(
+      records([
+        [0, 0, 1, 5],
+        [1, 1, 3, 6],
+      ]),
+      keys,
+    ),
+    { orderViolations: 0, overlaps: 0 },
+  );
 });
 
 test('validate: lost, duplicates and unexpected pairs make the run INVALID; unkeyed runs skip the order check', () => {
   const published = Int32Array.from([0, 1]);
-  const r = records([[0, 0, 1, 1], [0, 1, 1, 1], [1, 0, 2, 2], [1, 0, 3, 3], [3, 1, 4, 4]]);
+  const r = records([
+    [0, 0, 1, 1],
+    [0, 1, 1, 1],
+    [1, 0, 2, 2],
+    [1, 0, 3, 3],
+    [3, 1, 4, 4],
+  ]);
   const result = validate(published, r, { kind: 'none' }, true, nothingLeft);
   assert.equal(result.valid, false);
   assert.equal(result.lost, 1);

@@ -46,14 +46,20 @@ export function mergeRecords(parts: readonly Records[]): Records {
   const e = new Float64Array(length);
   let offset = 0;
   for (const p of parts) {
-    i.set(p.i, offset); h.set(p.h, offset); t.set(p.t, offset); e.set(p.e ?? p.t, offset);
+    i.set(p.i, offset);
+    h.set(p.h, offset);
+    t.set(p.t, offset);
+    e.set(p.e ?? p.t, offset);
     offset += p.i.length;
   }
   return { i, h, t, e };
 }
 
 /** Set comparison of (event, handler) pairs: lost, unexpected, duplicates. */
-export function comparePairs(published: Int32Array, pairs: { readonly i: Int32Array; readonly h: Uint8Array }): { lost: number; unexpected: number; duplicates: number } {
+export function comparePairs(
+  published: Int32Array,
+  pairs: { readonly i: Int32Array; readonly h: Uint8Array },
+): { lost: number; unexpected: number; duplicates: number } {
   const handlers = HANDLERS.length;
   let max = 0;
   for (const i of published) if (i > max) max = i;
@@ -65,7 +71,10 @@ export function comparePairs(published: Int32Array, pairs: { readonly i: Int32Ar
   for (let r = 0; r < pairs.i.length; r += 1) {
     const i = pairs.i[r]!;
     const h = pairs.h[r]!;
-    if (i < 0 || h >= handlers) { unexpected += 1; continue; }
+    if (i < 0 || h >= handlers) {
+      unexpected += 1;
+      continue;
+    }
     seen[i * handlers + h]! += 1;
   }
   let lost = 0;
@@ -110,7 +119,14 @@ export function orderCheck(records: Records, keys: KeyMap): { orderViolations: n
  * @param ordered whether the contender orders keyed events
  * @param markerOverlaps overlaps the dispatcher processes saw in-process
  */
-export function validate(published: Int32Array, records: Records, keys: KeyMap, ordered: boolean, remaining: Remaining, markerOverlaps = 0): Exactness {
+export function validate(
+  published: Int32Array,
+  records: Records,
+  keys: KeyMap,
+  ordered: boolean,
+  remaining: Remaining,
+  markerOverlaps = 0,
+): Exactness {
   const { lost, unexpected, duplicates } = comparePairs(published, records);
   const checked = ordered && keys.kind !== 'none';
   let orderViolations: number | null = null;
@@ -129,7 +145,16 @@ export function validate(published: Int32Array, records: Records, keys: KeyMap, 
   if (remaining.pending) reasons.push(`${remaining.pending} still pending`);
   if (remaining.dead) reasons.push(`${remaining.dead} dead`);
   return {
-    valid: reasons.length === 0, expected: published.length * HANDLERS.length, handled: records.i.length, lost, unexpected, duplicates,
-    orderViolations, overlaps, pending: remaining.pending, dead: remaining.dead, reasons,
+    valid: reasons.length === 0,
+    expected: published.length * HANDLERS.length,
+    handled: records.i.length,
+    lost,
+    unexpected,
+    duplicates,
+    orderViolations,
+    overlaps,
+    pending: remaining.pending,
+    dead: remaining.dead,
+    reasons,
   };
 }

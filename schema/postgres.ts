@@ -9,7 +9,17 @@
  */
 import { sql } from 'drizzle-orm';
 import {
-  bigint, boolean, check, index, integer, jsonb, pgSchema, primaryKey, smallint, text, timestamp,
+  bigint,
+  boolean,
+  check,
+  index,
+  integer,
+  jsonb,
+  pgSchema,
+  primaryKey,
+  smallint,
+  text,
+  timestamp,
 } from 'drizzle-orm/pg-core';
 
 /** The Postgres schema the tables live in; `postgresStore({ schema })` renders them into another name. */
@@ -29,51 +39,63 @@ export const relaybusEvents = relaybusSchema.table('relaybus_events', {
 });
 
 /** One row per (event, handler) from publish until its completion commits; `pending` or `dead`. */
-export const relaybusDeliveries = relaybusSchema.table('relaybus_deliveries', {
-  id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
-  eventId: text('event_id').notNull(),
-  handler: text('handler').notNull(),
-  lane: smallint('lane').notNull(),
-  key: text('key'),
-  sequence: bigint('sequence', { mode: 'bigint' }),
-  status: text('status').notNull(),
-  attempts: integer('attempts').notNull(),
-  maxAttempts: integer('max_attempts').notNull(),
-  claims: integer('claims').notNull(),
-  availableAt: instant('available_at').notNull(),
-  lastError: text('last_error'),
-  createdAt: instant('created_at').notNull(),
-  updatedAt: instant('updated_at').notNull(),
-}, (t) => [
-  // No foreign key to events and no unique (event_id, handler) index (migration 0002): each cost a probe or an index
-  // insert per delivery at publish. One delivery per (event, handler) is kept by `events.handlers`, read and extended
-  // under the event row's lock; the purge locks an event before it re-checks that no delivery is left.
-  // Unkeyed pending rows in due order: the claim takes them oldest first, capped per lane.
-  index('relaybus_deliveries_unkeyed_due_idx').on(t.lane, t.availableAt, t.id).where(sql`key IS NULL AND status = 'pending'`),
-  // Keyed pending rows by key and sequence: the claim walks it key by key (each key's first row is its head), so
-  // blocked followers are never read, whatever their due time.
-  index('relaybus_deliveries_lane_handler_key_sequence_idx').on(t.lane, t.handler, t.key, t.sequence).where(sql`key IS NOT NULL AND status = 'pending'`),
-  // Keyed pending rows in due order: only "does this lane have due keyed work?" (acquire-lanes).
-  index('relaybus_deliveries_keyed_due_idx').on(t.lane, t.availableAt).where(sql`key IS NOT NULL AND status = 'pending'`),
-  index('relaybus_deliveries_updated_at_id_idx').on(t.updatedAt, t.id).where(sql`status = 'dead'`),
-  check('relaybus_deliveries_lane_check', sql`lane >= 0 AND lane < 256`),
-  check('relaybus_deliveries_status_check', sql`status IN ('pending', 'dead', 'completed')`),
-  check('relaybus_deliveries_attempts_check', sql`attempts >= 0 AND max_attempts >= 1`),
-]);
+export const relaybusDeliveries = relaybusSchema.table(
+  'relaybus_deliveries',
+  {
+    id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+    eventId: text('event_id').notNull(),
+    handler: text('handler').notNull(),
+    lane: smallint('lane').notNull(),
+    key: text('key'),
+    sequence: bigint('sequence', { mode: 'bigint' }),
+    status: text('status').notNull(),
+    attempts: integer('attempts').notNull(),
+    maxAttempts: integer('max_attempts').notNull(),
+    claims: integer('claims').notNull(),
+    availableAt: instant('available_at').notNull(),
+    lastError: text('last_error'),
+    createdAt: instant('created_at').notNull(),
+    updatedAt: instant('updated_at').notNull(),
+  },
+  (t) => [
+    // No foreign key to events and no unique (event_id, handler) index (migration 0002): each cost a probe or an index
+    // insert per delivery at publish. One delivery per (event, handler) is kept by `events.handlers`, read and extended
+    // under the event row's lock; the purge locks an event before it re-checks that no delivery is left.
+    // Unkeyed pending rows in due order: the claim takes them oldest first, capped per lane.
+    index('relaybus_deliveries_unkeyed_due_idx')
+      .on(t.lane, t.availableAt, t.id)
+      .where(sql`key IS NULL AND status = 'pending'`),
+    // Keyed pending rows by key and sequence: the claim walks it key by key (each key's first row is its head), so
+    // blocked followers are never read, whatever their due time.
+    index('relaybus_deliveries_lane_handler_key_sequence_idx')
+      .on(t.lane, t.handler, t.key, t.sequence)
+      .where(sql`key IS NOT NULL AND status = 'pending'`),
+    // Keyed pending rows in due order: only "does this lane have due keyed work?" (acquire-lanes).
+    index('relaybus_deliveries_keyed_due_idx')
+      .on(t.lane, t.availableAt)
+      .where(sql`key IS NOT NULL AND status = 'pending'`),
+    index('relaybus_deliveries_updated_at_id_idx').on(t.updatedAt, t.id).where(sql`status = 'dead'`),
+    check('relaybus_deliveries_lane_check', sql`lane >= 0 AND lane < 256`),
+    check('relaybus_deliveries_status_check', sql`status IN ('pending', 'dead', 'completed')`),
+    check('relaybus_deliveries_attempts_check', sql`attempts >= 0 AND max_attempts >= 1`),
+  ],
+);
 
 /**
  * 256 lane rows, the unit of leasing. No secondary index and fillfactor 50 (supplement), so every
  * update of a lane row is heap-only (HOT). `in_flight` lists the delivery ids the owner has claimed.
  */
-export const relaybusLanes = relaybusSchema.table('relaybus_lanes', {
-  lane: smallint('lane').primaryKey(),
-  epoch: bigint('epoch', { mode: 'bigint' }).notNull().default(sql`0`),
-  leaseOwner: text('lease_owner'),
-  leaseExpiresAt: instant('lease_expires_at'),
-  inFlight: bigint('in_flight', { mode: 'bigint' }).array().notNull().default(sql`'{}'`),
-}, () => [
-  check('relaybus_lanes_lane_check', sql`lane >= 0 AND lane < 256`),
-]);
+export const relaybusLanes = relaybusSchema.table(
+  'relaybus_lanes',
+  {
+    lane: smallint('lane').primaryKey(),
+    epoch: bigint('epoch', { mode: 'bigint' }).notNull().default(sql`0`),
+    leaseOwner: text('lease_owner'),
+    leaseExpiresAt: instant('lease_expires_at'),
+    inFlight: bigint('in_flight', { mode: 'bigint' }).array().notNull().default(sql`'{}'`),
+  },
+  () => [check('relaybus_lanes_lane_check', sql`lane >= 0 AND lane < 256`)],
+);
 
 /**
  * The order of keyed deliveries: a publish (or requeue) takes a transaction-scoped advisory lock per key, then a
@@ -87,37 +109,45 @@ export const relaybusKeyOrder = relaybusSchema.sequence('relaybus_key_order');
  * --subscriptions`): a publish reads them in its own statement, so a publisher needs the event definitions only.
  * `seen_at` is refreshed by the workers that run the handler; an old one means no live worker runs it.
  */
-export const relaybusSubscriptions = relaybusSchema.table('relaybus_subscriptions', {
-  eventType: text('event_type').notNull(),
-  handler: text('handler').notNull(),
-  maxAttempts: integer('max_attempts').notNull(),
-  retry: jsonb('retry'),
-  active: boolean('active').notNull().default(true),
-  createdAt: instant('created_at').notNull().default(sql`now()`),
-  updatedAt: instant('updated_at').notNull().default(sql`now()`),
-  seenAt: instant('seen_at'),
-}, (t) => [
-  primaryKey({ name: 'relaybus_subscriptions_pkey', columns: [t.eventType, t.handler] }),
-  check('relaybus_subscriptions_max_attempts_check', sql`max_attempts >= 1`),
-]);
+export const relaybusSubscriptions = relaybusSchema.table(
+  'relaybus_subscriptions',
+  {
+    eventType: text('event_type').notNull(),
+    handler: text('handler').notNull(),
+    maxAttempts: integer('max_attempts').notNull(),
+    retry: jsonb('retry'),
+    active: boolean('active').notNull().default(true),
+    createdAt: instant('created_at').notNull().default(sql`now()`),
+    updatedAt: instant('updated_at').notNull().default(sql`now()`),
+    seenAt: instant('seen_at'),
+  },
+  (t) => [
+    primaryKey({ name: 'relaybus_subscriptions_pkey', columns: [t.eventType, t.handler] }),
+    check('relaybus_subscriptions_max_attempts_check', sql`max_attempts >= 1`),
+  ],
+);
 
 /** Optional append-only history of completed deliveries (`completionHistory: true`). */
-export const relaybusCompletedDeliveries = relaybusSchema.table('relaybus_completed_deliveries', {
-  deliveryId: bigint('delivery_id', { mode: 'bigint' }).notNull(),
-  eventId: text('event_id').notNull(),
-  eventType: text('event_type').notNull(),
-  handler: text('handler').notNull(),
-  lane: smallint('lane').notNull(),
-  key: text('key'),
-  sequence: bigint('sequence', { mode: 'bigint' }),
-  attempts: integer('attempts').notNull(),
-  maxAttempts: integer('max_attempts').notNull(),
-  createdAt: instant('created_at').notNull(),
-  completedAt: instant('completed_at').notNull(),
-}, (t) => [
-  primaryKey({ name: 'relaybus_completed_deliveries_pkey', columns: [t.deliveryId] }),
-  index('relaybus_completed_deliveries_completed_at_idx').on(t.completedAt),
-]);
+export const relaybusCompletedDeliveries = relaybusSchema.table(
+  'relaybus_completed_deliveries',
+  {
+    deliveryId: bigint('delivery_id', { mode: 'bigint' }).notNull(),
+    eventId: text('event_id').notNull(),
+    eventType: text('event_type').notNull(),
+    handler: text('handler').notNull(),
+    lane: smallint('lane').notNull(),
+    key: text('key'),
+    sequence: bigint('sequence', { mode: 'bigint' }),
+    attempts: integer('attempts').notNull(),
+    maxAttempts: integer('max_attempts').notNull(),
+    createdAt: instant('created_at').notNull(),
+    completedAt: instant('completed_at').notNull(),
+  },
+  (t) => [
+    primaryKey({ name: 'relaybus_completed_deliveries_pkey', columns: [t.deliveryId] }),
+    index('relaybus_completed_deliveries_completed_at_idx').on(t.completedAt),
+  ],
+);
 
 /** Which migrations `setup()` has applied to this schema. */
 export const relaybusMigrations = relaybusSchema.table('relaybus_migrations', {

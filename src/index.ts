@@ -16,21 +16,44 @@ export { Type } from '@sinclair/typebox';
 export type { Static, TSchema } from '@sinclair/typebox';
 
 export { createRelayBus } from './bus/bus.js';
-export type { Handler, PublishItem, PublishOptions, RelayBus, RelayBusState, StartOptions, TransactionalHandler } from './bus/bus.js';
+export type {
+  Handler,
+  PublishItem,
+  PublishOptions,
+  RelayBus,
+  RelayBusState,
+  StartOptions,
+  TransactionalHandler,
+} from './bus/bus.js';
 export type { RelayBusHealth, StopOptions } from './dispatcher/dispatcher.js';
 
 export { defineEvent, isEventDefinition } from './core/events.js';
 export type { EventDefinition, EventPayload, PayloadIssue } from './core/events.js';
 
 export type {
-  DeadEvent, DeliveredEvent, DeliveryInfo, FailedEvent, HandlerContext, HandlerOptions, LeaseLostEvent, RelayBusEventMap,
+  DeadEvent,
+  DeliveredEvent,
+  DeliveryInfo,
+  FailedEvent,
+  HandlerContext,
+  HandlerOptions,
+  LeaseLostEvent,
+  RelayBusEventMap,
   TransactionalHandlerContext,
 } from './core/handlers.js';
 export type { TypedEvents } from './core/emitter.js';
 
 export {
-  DEFAULT_BACKOFF, DEFAULT_BATCH_SIZE, DEFAULT_COMPLETION_BATCH_WINDOW_MS, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIMEOUT_MS,
-  DEFAULT_LEASE_DURATION_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_POLL_INTERVAL_MS, DEFAULT_SETUP_STORE, DEFAULT_SHUTDOWN_GRACE_MS,
+  DEFAULT_BACKOFF,
+  DEFAULT_BATCH_SIZE,
+  DEFAULT_COMPLETION_BATCH_WINDOW_MS,
+  DEFAULT_CONCURRENCY,
+  DEFAULT_HANDLER_TIMEOUT_MS,
+  DEFAULT_LEASE_DURATION_MS,
+  DEFAULT_MAX_ATTEMPTS,
+  DEFAULT_POLL_INTERVAL_MS,
+  DEFAULT_SETUP_STORE,
+  DEFAULT_SHUTDOWN_GRACE_MS,
 } from './core/options.js';
 export type { DispatcherOptions, RelayBusOptions } from './core/options.js';
 export type { HandlerRunInfo, Instrumentation } from './core/instrumentation.js';
@@ -45,17 +68,51 @@ export { systemClock } from './core/clock.js';
 export type { Clock } from './core/clock.js';
 
 export {
-  DuplicateHandlerError, EventConflictError, InvalidInputError, InvalidLeaseError, InvalidOptionsError, InvalidPayloadError,
-  InvalidStateError, isRetryableError, RelayBusError, SchemaMismatchError, StoreUnavailableError, UnknownEventError,
+  DuplicateHandlerError,
+  EventConflictError,
+  InvalidInputError,
+  InvalidLeaseError,
+  InvalidOptionsError,
+  InvalidPayloadError,
+  InvalidStateError,
+  isRetryableError,
+  RelayBusError,
+  SchemaMismatchError,
+  StoreUnavailableError,
+  UnknownEventError,
   UnknownHandlerError,
 } from './core/errors.js';
 export type { RelayBusErrorCode, RelayBusErrorOptions } from './core/errors.js';
 
 export type {
-  BuryParams, ClaimedDelivery, ClaimParams, CompleteAndClaimResult, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams, ExtendLeaseResult,
-  HandlerStatistics, ListDeliveriesParams, Page, PublishHandler, PublishParams, PublishResult, PurgeParams, PurgeResult,
-  RequeueParams, RescheduleParams, SetupParams, Statistics, Store, StoreCapabilities, SubscribeOptions, Subscription, SubscriptionView,
-  UnsubscribeParams, UnsubscribeResult,
+  BuryParams,
+  ClaimedDelivery,
+  ClaimParams,
+  CompleteAndClaimResult,
+  DeliveryLease,
+  DeliveryStatus,
+  DeliveryView,
+  ExtendLeaseParams,
+  ExtendLeaseResult,
+  HandlerStatistics,
+  ListDeliveriesParams,
+  Page,
+  PublishHandler,
+  PublishParams,
+  PublishResult,
+  PurgeParams,
+  PurgeResult,
+  RequeueParams,
+  RescheduleParams,
+  SetupParams,
+  Statistics,
+  Store,
+  StoreCapabilities,
+  SubscribeOptions,
+  Subscription,
+  SubscriptionView,
+  UnsubscribeParams,
+  UnsubscribeResult,
 } from './store/contract.js';
 
 export { memoryStore } from './memory/memory-store.js';

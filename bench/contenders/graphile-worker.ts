@@ -26,20 +26,27 @@ import { inTransaction, warmPool } from '../lib/db.js';
 
 /** graphile-worker's Logger wraps a log-function factory: errors and warnings go to `warn`, the rest nowhere. */
 const loggerTo = (warn: (message: string) => void) =>
-  new Logger(() => (level, message) => { if (level === 'error' || level === 'warning') warn(`${level}: ${message}`); });
+  new Logger(() => (level, message) => {
+    if (level === 'error' || level === 'warning') warn(`${level}: ${message}`);
+  });
 const silent = new Logger(() => () => {});
 
 /** One sweep point: concurrency c, pool max(c + 2, 10), local queue lq (0: none), completion batch delay d (-1: off). */
 export function graphileSettings(c: number, lq: number, d: number): DispatcherSettings {
   return {
-    concurrency: c, batchSize: Math.max(1, lq), pollIntervalMs: 2000, poolSize: Math.max(c + 2, 10),
+    concurrency: c,
+    batchSize: Math.max(1, lq),
+    pollIntervalMs: 2000,
+    poolSize: Math.max(c + 2, 10),
     extra: { ...(lq > 0 ? { localQueue: lq } : {}), ...(d >= 0 ? { completeJobBatchDelay: d } : {}) },
   };
 }
 
 /** The sweep of bench:full (bench/README.md): concurrency 8/16/24/32, local queue concurrency+1 or 500, completion delay 0 or 5 ms. */
 export const GRAPHILE_SWEEP: Readonly<Record<string, DispatcherSettings>> = Object.fromEntries(
-  [8, 16, 24, 32].flatMap((c) => [c + 1, 500].flatMap((lq) => [0, 5].map((d) => [`c${c} lq${lq} d${d}`, graphileSettings(c, lq, d)]))),
+  [8, 16, 24, 32].flatMap((c) =>
+    [c + 1, 500].flatMap((lq) => [0, 5].map((d) => [`c${c} lq${lq} d${d}`, graphileSettings(c, lq, d)])),
+  ),
 );
 
 export const graphileWorker: Contender = {
@@ -72,15 +79,19 @@ export const graphileWorker: Contender = {
   },
 
   async remaining(admin, schema) {
-    const { rows: [row] } = await admin.query<{ pending: string; dead: string }>(
+    const {
+      rows: [row],
+    } = await admin.query<{ pending: string; dead: string }>(
       `SELECT count(*) FILTER (WHERE attempts < max_attempts) AS pending, count(*) FILTER (WHERE attempts >= max_attempts) AS dead
-       FROM "${schema}"._private_jobs`);
+       FROM "${schema}"._private_jobs`,
+    );
     return { pending: Number(row!.pending), dead: Number(row!.dead), completedRows: 0 };
   },
 
   async stored(admin, schema) {
     const { rows } = await admin.query<{ i: string; handler: string }>(
-      `SELECT j.payload->>'i' AS i, t.identifier AS handler FROM "${schema}"._private_jobs j JOIN "${schema}"._private_tasks t ON t.id = j.task_id`);
+      `SELECT j.payload->>'i' AS i, t.identifier AS handler FROM "${schema}"._private_jobs j JOIN "${schema}"._private_tasks t ON t.id = j.task_id`,
+    );
     return pairsOf(rows);
   },
 
@@ -89,9 +100,15 @@ export const graphileWorker: Contender = {
     const text = `SELECT id FROM "${schema}".add_jobs(array(SELECT json_populate_recordset(NULL::"${schema}".job_spec, $1::json)), false)`;
     return {
       async publish(events) {
-        const specs = JSON.stringify(events.flatMap((e) => HANDLERS.map((identifier) => ({
-          identifier, payload: { i: e.i }, ...(e.key !== null ? { queue_name: `${e.key}:${identifier}` } : {}),
-        }))));
+        const specs = JSON.stringify(
+          events.flatMap((e) =>
+            HANDLERS.map((identifier) => ({
+              identifier,
+              payload: { i: e.i },
+              ...(e.key !== null ? { queue_name: `${e.key}:${identifier}` } : {}),
+            })),
+          ),
+        );
         await inTransaction(pool, async (client) => {
           await client.query(text, [specs]);
         });
@@ -101,10 +118,12 @@ export const graphileWorker: Contender = {
   },
 
   async dispatcher({ url, schema }, settings, hooks) {
-    const taskList: TaskList = Object.fromEntries(HANDLERS.map((name) => {
-      const index = handlerIndex(name);
-      return [name, (payload: unknown) => hooks.onHandle((payload as { i: number }).i, index)];
-    }));
+    const taskList: TaskList = Object.fromEntries(
+      HANDLERS.map((name) => {
+        const index = handlerIndex(name);
+        return [name, (payload: unknown) => hooks.onHandle((payload as { i: number }).i, index)];
+      }),
+    );
     const localQueue = settings.extra?.localQueue;
     const delay = settings.extra?.completeJobBatchDelay;
     const options = {

@@ -22,7 +22,9 @@ import PgBoss from 'pg-boss';
 import { HANDLERS, pairsOf, type Contender, type DispatcherSettings } from '../lib/types.js';
 import { inTransaction, warmSize } from '../lib/db.js';
 
-interface Executor { executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }> }
+interface Executor {
+  executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}
 
 function boss(url: string, schema: string, max: number): PgBoss {
   return new PgBoss({ connectionString: url, schema, max, supervise: false, schedule: false, migrate: false });
@@ -31,14 +33,19 @@ function boss(url: string, schema: string, max: number): PgBoss {
 /** One sweep point: `workers` work() loops per queue, batchSize b, polling interval s seconds; pool 2 x workers x queues + 2. */
 export function pgBossSettings(workers: number, b: number, s: number, priority = true): DispatcherSettings {
   return {
-    concurrency: 1, batchSize: b, pollIntervalMs: s * 1000, poolSize: Math.max(10, workers * HANDLERS.length * 2 + 2),
+    concurrency: 1,
+    batchSize: b,
+    pollIntervalMs: s * 1000,
+    poolSize: Math.max(10, workers * HANDLERS.length * 2 + 2),
     extra: { workers, ...(priority ? {} : { priority: 0 }) },
   };
 }
 
 /** The sweep of bench:full (bench/README.md). */
 export const PG_BOSS_SWEEP: Readonly<Record<string, DispatcherSettings>> = {
-  ...Object.fromEntries([2, 4, 8].flatMap((w) => [1000, 2000, 5000].map((b) => [`w${w} b${b} s0.5`, pgBossSettings(w, b, 0.5)]))),
+  ...Object.fromEntries(
+    [2, 4, 8].flatMap((w) => [1000, 2000, 5000].map((b) => [`w${w} b${b} s0.5`, pgBossSettings(w, b, 0.5)])),
+  ),
   'w4 b5000 s1': pgBossSettings(4, 5000, 1),
   'w4 b5000 s0.5 noprio': pgBossSettings(4, 5000, 0.5, false),
 };
@@ -70,17 +77,21 @@ export const pgBoss: Contender = {
   },
 
   async remaining(admin, schema) {
-    const { rows: [row] } = await admin.query<{ pending: string; dead: string; done: string }>(
+    const {
+      rows: [row],
+    } = await admin.query<{ pending: string; dead: string; done: string }>(
       `SELECT count(*) FILTER (WHERE state IN ('created', 'retry', 'active')) AS pending,
               count(*) FILTER (WHERE state IN ('failed', 'cancelled')) AS dead,
               count(*) FILTER (WHERE state = 'completed') AS done
-       FROM "${schema}".job`);
+       FROM "${schema}".job`,
+    );
     return { pending: Number(row!.pending), dead: Number(row!.dead), completedRows: Number(row!.done) };
   },
 
   async stored(admin, schema) {
     const { rows } = await admin.query<{ i: string; handler: string }>(
-      `SELECT data->>'i' AS i, name AS handler FROM "${schema}".job WHERE state IN ('created', 'retry')`);
+      `SELECT data->>'i' AS i, name AS handler FROM "${schema}".job WHERE state IN ('created', 'retry')`,
+    );
     return pairsOf(rows);
   },
 
@@ -93,7 +104,10 @@ export const pgBoss: Contender = {
       async publish(events) {
         await inTransaction(pool, async (client) => {
           const db: Executor = { executeSql: (text, values) => client.query(text, values) };
-          await b.insert(events.flatMap((e) => HANDLERS.map((name) => ({ name, data: { i: e.i } }))), { db });
+          await b.insert(
+            events.flatMap((e) => HANDLERS.map((name) => ({ name, data: { i: e.i } }))),
+            { db },
+          );
         });
       },
       async close() {
@@ -113,17 +127,23 @@ export const pgBoss: Contender = {
         await b.start();
         // Open the pool (lib/db.ts warmSize): as many statements at once as connections wanted.
         const db = b.getDb();
-        await Promise.all(Array.from({ length: warmSize(settings.poolSize) }, () => db.executeSql('SELECT pg_sleep(0.01)', [])));
+        await Promise.all(
+          Array.from({ length: warmSize(settings.poolSize) }, () => db.executeSql('SELECT pg_sleep(0.01)', [])),
+        );
       },
       async start() {
         for (const [index, name] of HANDLERS.entries()) {
           for (let w = 0; w < workers; w += 1) {
-            await b.work<{ i: number }>(name, { batchSize: settings.batchSize, pollingIntervalSeconds: settings.pollIntervalMs / 1000, priority }, async (jobs) => {
-              for (const job of jobs) {
-                const running = hooks.onHandle(job.data.i, index);
-                if (running) await running; // only the liveness cell's yielding handler returns a promise
-              }
-            });
+            await b.work<{ i: number }>(
+              name,
+              { batchSize: settings.batchSize, pollingIntervalSeconds: settings.pollIntervalMs / 1000, priority },
+              async (jobs) => {
+                for (const job of jobs) {
+                  const running = hooks.onHandle(job.data.i, index);
+                  if (running) await running; // only the liveness cell's yielding handler returns a promise
+                }
+              },
+            );
           }
         }
       },

@@ -44,12 +44,16 @@ export const rawSql: Contender = {
   },
 
   async remaining(admin, schema) {
-    const { rows: [row] } = await admin.query<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".raw_deliveries`);
+    const {
+      rows: [row],
+    } = await admin.query<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".raw_deliveries`);
     return { pending: Number(row!.n), dead: 0, completedRows: 0 };
   },
 
   async stored(admin, schema) {
-    const { rows } = await admin.query<{ i: number; h: number }>(`SELECT i, handler AS h FROM "${schema}".raw_deliveries`);
+    const { rows } = await admin.query<{ i: number; h: number }>(
+      `SELECT i, handler AS h FROM "${schema}".raw_deliveries`,
+    );
     return { i: Int32Array.from(rows, (row) => row.i), h: Uint8Array.from(rows, (row) => row.h) };
   },
 
@@ -67,7 +71,12 @@ export const rawSql: Contender = {
         await inTransaction(pool, async (client) => {
           await client.query({
             ...insert,
-            values: [events.map((e) => laneOf(e.key, `e${e.i}`)), events.map((e) => e.i), events.map((e) => e.key), handlerIds],
+            values: [
+              events.map((e) => laneOf(e.key, `e${e.i}`)),
+              events.map((e) => e.i),
+              events.map((e) => e.key),
+              handlerIds,
+            ],
           });
         });
       },
@@ -82,7 +91,10 @@ export const rawSql: Contender = {
       name: 'raw_claim_' + schema,
       text: `SELECT id, i, handler FROM "${schema}".raw_deliveries WHERE lane = ANY ($1::smallint[]) LIMIT $2::int`,
     };
-    const complete = { name: 'raw_complete_' + schema, text: `DELETE FROM "${schema}".raw_deliveries WHERE id = ANY ($1::bigint[])` };
+    const complete = {
+      name: 'raw_complete_' + schema,
+      text: `DELETE FROM "${schema}".raw_deliveries WHERE id = ANY ($1::bigint[])`,
+    };
     // Static lanes: this process owns lanes ≡ slot (mod slots) of the dispatcher group; see BENCH_DISPATCHER_SLOT.
     const slot = Number(process.env.BENCH_DISPATCHER_SLOT ?? 0);
     const slots = Number(process.env.BENCH_DISPATCHER_SLOTS ?? 1);
@@ -93,7 +105,10 @@ export const rawSql: Contender = {
       const lanes: number[] = [];
       for (let lane = 0; lane < 256; lane += 1) if (lane % (slots * loops) === slot * loops + index) lanes.push(lane);
       while (!stopping) {
-        const { rows } = await pool.query<{ id: string; i: number; handler: number }>({ ...claim, values: [lanes, settings.batchSize] });
+        const { rows } = await pool.query<{ id: string; i: number; handler: number }>({
+          ...claim,
+          values: [lanes, settings.batchSize],
+        });
         if (rows.length === 0) {
           await new Promise((resolve) => setTimeout(resolve, settings.pollIntervalMs));
           continue;

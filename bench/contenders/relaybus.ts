@@ -9,7 +9,15 @@
 import pg from 'pg';
 import type * as Api from '../../src/index.js';
 import type * as PgApi from '../../src/postgres/index.js';
-import { HANDLERS, handlerIndex, pairsOf, type Contender, type DispatcherHooks, type DispatcherSettings, type PublisherHandle } from '../lib/types.js';
+import {
+  HANDLERS,
+  handlerIndex,
+  pairsOf,
+  type Contender,
+  type DispatcherHooks,
+  type DispatcherSettings,
+  type PublisherHandle,
+} from '../lib/types.js';
 import { inTransaction, warmPool } from '../lib/db.js';
 
 const dist = (path: string) => new URL(`../../dist/src/${path}`, import.meta.url).href;
@@ -46,11 +54,18 @@ const fromSubscriptions = (variant: PublishVariant) => variant === 'subscription
 /** relaybus's warnings and errors go to the run's warning log (printed, kept in the record). */
 function loggerOf(hooks: DispatcherHooks | undefined): Api.Logger {
   const noop = () => {};
-  const report = (level: string) => (message: string, fields?: Api.LogFields) => hooks?.warn(`${level}: ${message}${fields ? ' ' + JSON.stringify(fields) : ''}`);
+  const report = (level: string) => (message: string, fields?: Api.LogFields) =>
+    hooks?.warn(`${level}: ${message}${fields ? ' ' + JSON.stringify(fields) : ''}`);
   return { debug: noop, info: noop, warn: report('warn'), error: report('error') };
 }
 
-function makeBus(pool: pg.Pool, schema: string, settings?: DispatcherSettings, hooks?: DispatcherHooks, notify = true): Api.RelayBus<PgApi.PgClientLike, typeof BenchEvent> {
+function makeBus(
+  pool: pg.Pool,
+  schema: string,
+  settings?: DispatcherSettings,
+  hooks?: DispatcherHooks,
+  notify = true,
+): Api.RelayBus<PgApi.PgClientLike, typeof BenchEvent> {
   const store = postgresStore({ driver: fromPg(pool), schema, notify });
   return createRelayBus({
     store,
@@ -63,7 +78,9 @@ function makeBus(pool: pg.Pool, schema: string, settings?: DispatcherSettings, h
             concurrency: settings.concurrency,
             batchSize: settings.batchSize,
             pollIntervalMs: settings.pollIntervalMs,
-            ...(settings.extra?.completionBatchWindowMs !== undefined ? { completionBatchWindowMs: settings.extra.completionBatchWindowMs } : {}),
+            ...(settings.extra?.completionBatchWindowMs !== undefined
+              ? { completionBatchWindowMs: settings.extra.completionBatchWindowMs }
+              : {}),
           },
         }
       : {}),
@@ -87,14 +104,17 @@ export const relaybus: Contender = {
 
   async setup(url, schema, variant) {
     // Other scenarios pass their dispatcher variants (tuned, ...): only a publish variant that needs subscriptions matters here.
-    const recordSubscriptions = (PUBLISH_VARIANTS as readonly string[]).includes(variant ?? '') && fromSubscriptions(variant as PublishVariant);
+    const recordSubscriptions =
+      (PUBLISH_VARIANTS as readonly string[]).includes(variant ?? '') && fromSubscriptions(variant as PublishVariant);
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     try {
       const store = postgresStore({ driver: fromPg(pool), schema });
       await store.setup();
       // What a started worker records (bus.start(): its handlers with the bus's default attempt budget), before the clock.
       if (recordSubscriptions) {
-        await store.subscribe(HANDLERS.map((handler) => ({ eventType: BenchEvent.type, handler, maxAttempts: DEFAULT_MAX_ATTEMPTS })));
+        await store.subscribe(
+          HANDLERS.map((handler) => ({ eventType: BenchEvent.type, handler, maxAttempts: DEFAULT_MAX_ATTEMPTS })),
+        );
       }
     } finally {
       await pool.end();
@@ -106,16 +126,20 @@ export const relaybus: Contender = {
   },
 
   async remaining(admin, schema) {
-    const { rows: [row] } = await admin.query<{ pending: string; dead: string }>(
+    const {
+      rows: [row],
+    } = await admin.query<{ pending: string; dead: string }>(
       `SELECT count(*) FILTER (WHERE status = 'pending') AS pending, count(*) FILTER (WHERE status = 'dead') AS dead
-       FROM "${schema}".relaybus_deliveries`);
+       FROM "${schema}".relaybus_deliveries`,
+    );
     return { pending: Number(row!.pending), dead: Number(row!.dead), completedRows: 0 };
   },
 
   async stored(admin, schema) {
     // Event ids are `e<i>` (see publisher below).
     const { rows } = await admin.query<{ i: string; handler: string }>(
-      `SELECT substr(event_id, 2) AS i, handler FROM "${schema}".relaybus_deliveries WHERE status = 'pending'`);
+      `SELECT substr(event_id, 2) AS i, handler FROM "${schema}".relaybus_deliveries WHERE status = 'pending'`,
+    );
     return pairsOf(rows);
   },
 
@@ -132,7 +156,10 @@ export const relaybus: Contender = {
           if (events.length === 1) {
             await bus.publish(client, BenchEvent, { i: events[0]!.i }, { key: events[0]!.key, id: `e${events[0]!.i}` });
           } else {
-            await bus.publishMany(client, events.map((e) => ({ event: BenchEvent, payload: { i: e.i }, options: { key: e.key, id: `e${e.i}` } })));
+            await bus.publishMany(
+              client,
+              events.map((e) => ({ event: BenchEvent, payload: { i: e.i }, options: { key: e.key, id: `e${e.i}` } })),
+            );
           }
         });
       },
@@ -143,9 +170,17 @@ export const relaybus: Contender = {
   async dispatcher({ url, schema }, settings, hooks) {
     const pool = new pg.Pool({ connectionString: url, max: settings.poolSize });
     const bus = makeBus(pool, schema, settings, hooks);
-    const options = hooks.retryBackoffMs !== undefined
-      ? { backoff: { initialDelayMs: hooks.retryBackoffMs, maxDelayMs: hooks.retryBackoffMs, multiplier: 1, jitter: 0 } }
-      : {};
+    const options =
+      hooks.retryBackoffMs !== undefined
+        ? {
+            backoff: {
+              initialDelayMs: hooks.retryBackoffMs,
+              maxDelayMs: hooks.retryBackoffMs,
+              multiplier: 1,
+              jitter: 0,
+            },
+          }
+        : {};
     for (const handler of HANDLERS) {
       const index = handlerIndex(handler);
       bus.on(BenchEvent, handler, options, (payload) => hooks.onHandle(payload.i, index));
@@ -172,7 +207,10 @@ export const relaybus: Contender = {
 function sqlPublisher(pool: pg.Pool, schema: string): PublisherHandle {
   const fn = `"${schema}".relaybus_publish`;
   const one = { name: `relaybus_sql_one_${schema}`, text: `SELECT ${fn}($1, $2::jsonb, $3, $4)` };
-  const many = { name: `relaybus_sql_many_${schema}`, text: `SELECT ${fn}($1, u.p, u.k, u.i) FROM unnest($2::jsonb[], $3::text[], $4::text[]) AS u(p, k, i)` };
+  const many = {
+    name: `relaybus_sql_many_${schema}`,
+    text: `SELECT ${fn}($1, u.p, u.k, u.i) FROM unnest($2::jsonb[], $3::text[], $4::text[]) AS u(p, k, i)`,
+  };
   const type = BenchEvent.type;
   return {
     async publish(events) {
@@ -183,7 +221,12 @@ function sqlPublisher(pool: pg.Pool, schema: string): PublisherHandle {
         } else {
           await client.query({
             ...many,
-            values: [type, events.map((e) => JSON.stringify({ i: e.i })), events.map((e) => e.key), events.map((e) => `e${e.i}`)],
+            values: [
+              type,
+              events.map((e) => JSON.stringify({ i: e.i })),
+              events.map((e) => e.key),
+              events.map((e) => `e${e.i}`),
+            ],
           });
         }
       });

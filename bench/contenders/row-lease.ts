@@ -99,7 +99,13 @@ UPDATE "${s}".rl_deliveries SET lease_expires_at = now() + make_interval(secs =>
 WHERE id = ANY ($1::bigint[]) AND lease_owner = $2 AND status = 'processing'`;
 
 /** The baseline's statements, for bench/pageinspect.ts. */
-export const rowLeaseSql = { ddl, publish: publishSql, claim: claimSql, complete: completeSql, renew: renewSql } as const;
+export const rowLeaseSql = {
+  ddl,
+  publish: publishSql,
+  claim: claimSql,
+  complete: completeSql,
+  renew: renewSql,
+} as const;
 
 export const rowLease: Contender = {
   name: 'row-lease',
@@ -128,16 +134,20 @@ export const rowLease: Contender = {
   },
 
   async remaining(admin, schema) {
-    const { rows: [row] } = await admin.query<{ pending: string; dead: string; done: string }>(
+    const {
+      rows: [row],
+    } = await admin.query<{ pending: string; dead: string; done: string }>(
       `SELECT count(*) FILTER (WHERE status IN ('pending', 'processing')) AS pending, count(*) FILTER (WHERE status = 'dead') AS dead,
               count(*) FILTER (WHERE status = 'completed') AS done
-       FROM "${schema}".rl_deliveries`);
+       FROM "${schema}".rl_deliveries`,
+    );
     return { pending: Number(row!.pending), dead: Number(row!.dead), completedRows: Number(row!.done) };
   },
 
   async stored(admin, schema) {
     const { rows } = await admin.query<{ i: string; handler: string }>(
-      `SELECT substr(event_id, 2) AS i, handler FROM "${schema}".rl_deliveries WHERE status = 'pending'`);
+      `SELECT substr(event_id, 2) AS i, handler FROM "${schema}".rl_deliveries WHERE status = 'pending'`,
+    );
     return pairsOf(rows);
   },
 
@@ -171,7 +181,12 @@ export const rowLease: Contender = {
     let loop: Promise<void> = Promise.resolve();
     let renewTimer: NodeJS.Timeout | undefined;
 
-    async function runOne(row: { id: string; handler: string; lease_token: string; payload: { i: number } }): Promise<void> {
+    async function runOne(row: {
+      id: string;
+      handler: string;
+      lease_token: string;
+      payload: { i: number };
+    }): Promise<void> {
       const running = onHandle(row.payload.i, handlers.indexOf(row.handler as (typeof HANDLERS)[number]));
       if (running) await running;
       await pool.query({ ...complete, values: [row.id, row.lease_token] });
@@ -198,7 +213,11 @@ export const rowLease: Contender = {
         }
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, settings.pollIntervalMs);
-          wake = () => { clearTimeout(timer); wake = undefined; resolve(); };
+          wake = () => {
+            clearTimeout(timer);
+            wake = undefined;
+            resolve();
+          };
         });
       }
     }
@@ -207,7 +226,8 @@ export const rowLease: Contender = {
       prepare: () => warmPool(pool, settings.poolSize),
       async start() {
         renewTimer = setInterval(() => {
-          if (inFlight.size > 0) void pool.query({ ...renew, values: [[...inFlight], owner, LEASE_MS] }).catch(() => {});
+          if (inFlight.size > 0)
+            void pool.query({ ...renew, values: [[...inFlight], owner, LEASE_MS] }).catch(() => {});
         }, LEASE_MS / 3);
         loop = claimLoop();
       },

@@ -56,13 +56,23 @@ export function ensureBuild(log: (line: string) => void, options: { readonly ski
   const stale = staleSources();
   let built = false;
   if (stale.length > 0) {
-    if (options.skip) throw new Error(`dist/ is older than ${stale.length} source file(s) (${stale.slice(0, 5).join(', ')}${stale.length > 5 ? ', ...' : ''}) and --no-build was given`);
-    log(`dist/ is older than ${stale.length} source file(s) (${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ', ...' : ''}): npm run build`);
+    if (options.skip)
+      throw new Error(
+        `dist/ is older than ${stale.length} source file(s) (${stale.slice(0, 5).join(', ')}${stale.length > 5 ? ', ...' : ''}) and --no-build was given`,
+      );
+    log(
+      `dist/ is older than ${stale.length} source file(s) (${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ', ...' : ''}): npm run build`,
+    );
     try {
       execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
     } catch (error) {
       const e = error as { stdout?: string; stderr?: string; message: string };
-      throw new Error(`npm run build failed; relaybus cannot be benchmarked from dist/:\n${e.stdout ?? ''}${e.stderr ?? ''}`.slice(0, 4000));
+      throw new Error(
+        `npm run build failed; relaybus cannot be benchmarked from dist/:\n${e.stdout ?? ''}${e.stderr ?? ''}`.slice(
+          0,
+          4000,
+        ),
+      );
     }
     built = true;
     const still = staleSources();

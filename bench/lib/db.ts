@@ -86,14 +86,31 @@ export interface Snapshot {
 /** Current WAL position and the counters of every table of `schema`. */
 export async function snapshot(client: pg.Client, schema: string): Promise<Snapshot> {
   await client.query('SELECT pg_stat_clear_snapshot()');
-  const { rows } = await client.query<{ relname: string; ins: string; upd: string; hot: string; del: string; dead: string; live: string }>(
+  const { rows } = await client.query<{
+    relname: string;
+    ins: string;
+    upd: string;
+    hot: string;
+    del: string;
+    dead: string;
+    live: string;
+  }>(
     `SELECT relname, n_tup_ins AS ins, n_tup_upd AS upd, n_tup_hot_upd AS hot, n_tup_del AS del, n_dead_tup AS dead, n_live_tup AS live
-     FROM pg_stat_user_tables WHERE schemaname = $1`, [schema]);
-  const { rows: [wal] } = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+     FROM pg_stat_user_tables WHERE schemaname = $1`,
+    [schema],
+  );
+  const {
+    rows: [wal],
+  } = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
   const tables: Record<string, TableCounters> = {};
   for (const row of rows) {
     tables[row.relname] = {
-      ins: Number(row.ins), upd: Number(row.upd), hotUpd: Number(row.hot), del: Number(row.del), dead: Number(row.dead), live: Number(row.live),
+      ins: Number(row.ins),
+      upd: Number(row.upd),
+      hotUpd: Number(row.hot),
+      del: Number(row.del),
+      dead: Number(row.dead),
+      live: Number(row.live),
     };
   }
   return { lsn: wal!.lsn, at: Date.now(), tables };
@@ -102,13 +119,20 @@ export async function snapshot(client: pg.Client, schema: string): Promise<Snaps
 /** Counter deltas of one table (or the sum over tables matching a pattern) between two snapshots (dead and live: the value after). */
 export function tableDelta(before: Snapshot, after: Snapshot, table: string | RegExp): TableCounters {
   const zero = { ins: 0, upd: 0, hotUpd: 0, del: 0, dead: 0, live: 0 };
-  const names = typeof table === 'string' ? [table] : [...new Set([...Object.keys(before.tables), ...Object.keys(after.tables)])].filter((n) => table.test(n));
+  const names =
+    typeof table === 'string'
+      ? [table]
+      : [...new Set([...Object.keys(before.tables), ...Object.keys(after.tables)])].filter((n) => table.test(n));
   const sum = { ...zero };
   for (const name of names) {
     const a = before.tables[name] ?? zero;
     const b = after.tables[name] ?? a;
-    sum.ins += b.ins - a.ins; sum.upd += b.upd - a.upd; sum.hotUpd += b.hotUpd - a.hotUpd; sum.del += b.del - a.del;
-    sum.dead += b.dead; sum.live += b.live;
+    sum.ins += b.ins - a.ins;
+    sum.upd += b.upd - a.upd;
+    sum.hotUpd += b.hotUpd - a.hotUpd;
+    sum.del += b.del - a.del;
+    sum.dead += b.dead;
+    sum.live += b.live;
   }
   return sum;
 }
@@ -116,13 +140,19 @@ export function tableDelta(before: Snapshot, after: Snapshot, table: string | Re
 /** Sum of a counter over every table of the schema. */
 export function schemaDelta(before: Snapshot, after: Snapshot, field: 'ins' | 'upd' | 'hotUpd' | 'del'): number {
   let total = 0;
-  for (const table of new Set([...Object.keys(before.tables), ...Object.keys(after.tables)])) total += tableDelta(before, after, table)[field];
+  for (const table of new Set([...Object.keys(before.tables), ...Object.keys(after.tables)]))
+    total += tableDelta(before, after, table)[field];
   return total;
 }
 
 /** Bytes of WAL between two LSNs, server-wide. */
 export async function walBytes(client: pg.Client, from: string, to: string): Promise<number> {
-  const { rows: [row] } = await client.query<{ bytes: string }>('SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::text AS bytes', [from, to]);
+  const {
+    rows: [row],
+  } = await client.query<{ bytes: string }>('SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::text AS bytes', [
+    from,
+    to,
+  ]);
   return Number(row!.bytes);
 }
 
@@ -138,13 +168,22 @@ export async function ownWalBytes(client: pg.Client, from: string, to: string): 
     // sit in WAL buffers: wait for the WAL writer (wal_writer_delay, 200 ms by default), bounded.
     // Other sessions' open transactions may keep WAL unflushed longer: then stop at the flushed end.
     for (let waited = 0; ; waited += 50) {
-      const { rows: [f] } = await client.query<{ flushed: boolean; end: string }>(
-        'SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn AS flushed, pg_current_wal_flush_lsn()::text AS end', [to]);
+      const {
+        rows: [f],
+      } = await client.query<{ flushed: boolean; end: string }>(
+        'SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn AS flushed, pg_current_wal_flush_lsn()::text AS end',
+        [to],
+      );
       if (f!.flushed) break;
-      if (waited >= 3_000) { to = f!.end; break; }
+      if (waited >= 3_000) {
+        to = f!.end;
+        break;
+      }
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
-    const { rows: [row] } = await client.query<{ bytes: string | null }>(
+    const {
+      rows: [row],
+    } = await client.query<{ bytes: string | null }>(
       `WITH recs AS (
          SELECT xid, record_length, block_ref FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
        ), db AS (
@@ -153,7 +192,9 @@ export async function ownWalBytes(client: pg.Client, from: string, to: string): 
          SELECT DISTINCT xid FROM recs, db WHERE recs.block_ref LIKE '%' || db.tag || '%' AND xid <> 0
        )
        SELECT sum(record_length)::text AS bytes FROM recs, db
-       WHERE recs.block_ref LIKE '%' || db.tag || '%' OR recs.xid IN (SELECT xid FROM ours)`, [from, to]);
+       WHERE recs.block_ref LIKE '%' || db.tag || '%' OR recs.xid IN (SELECT xid FROM ours)`,
+      [from, to],
+    );
     return Number(row?.bytes ?? 0);
   } catch (error) {
     console.warn(`[bench] pg_walinspect attribution failed: ${(error as Error).message}`);

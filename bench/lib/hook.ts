@@ -5,7 +5,12 @@ import { wallNow, type Recorder } from './recorder.js';
 import type { OnHandle } from './types.js';
 
 /** The handler hook of a run: records every successful attempt, fails the planned ones, watches overlaps. */
-export function makeHook(plan: HandlerPlan, recorder: Recorder, failures: Recorder, state: { overlaps: number }): OnHandle {
+export function makeHook(
+  plan: HandlerPlan,
+  recorder: Recorder,
+  failures: Recorder,
+  state: { overlaps: number },
+): OnHandle {
   const failFirst = new Set(plan.failFirst ?? []);
   const failed = new Set<number>();
   // (handler, key) -> deliveries of it running in this process right now.
@@ -53,4 +58,3 @@ export function makeHook(plan: HandlerPlan, recorder: Recorder, failures: Record
     recorder.add(i, h, start, wallNow());
   };
 }
-

@@ -37,12 +37,17 @@ export function installStatementCounter(): void {
     stats.set(label, entry);
     entry.count += 1;
     const started = performance.now();
-    const done = () => { entry.ms += performance.now() - started; };
+    const done = () => {
+      entry.ms += performance.now() - started;
+    };
     // pg.Pool calls client.query(config, values, callback); direct callers get a promise.
     const last = args.length - 1;
     if (typeof args[last] === 'function') {
       const callback = args[last] as (...results: unknown[]) => unknown;
-      args[last] = (...results: unknown[]) => { done(); return callback(...results); };
+      args[last] = (...results: unknown[]) => {
+        done();
+        return callback(...results);
+      };
     }
     const result = original.apply(this, args);
     if (result !== null && typeof result === 'object' && typeof (result as Promise<unknown>).then === 'function') {

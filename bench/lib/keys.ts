@@ -16,9 +16,12 @@ export type KeyMap =
 /** The key number of event i, or -1 when it has none. */
 export function keyNumber(map: KeyMap, i: number): number {
   switch (map.kind) {
-    case 'none': return -1;
-    case 'modulo': return (Math.floor(i / map.publishers) % map.keysPerPublisher) * map.publishers + (i % map.publishers);
-    case 'table': return map.keys[i] ?? -1;
+    case 'none':
+      return -1;
+    case 'modulo':
+      return (Math.floor(i / map.publishers) % map.keysPerPublisher) * map.publishers + (i % map.publishers);
+    case 'table':
+      return map.keys[i] ?? -1;
   }
 }
 

@@ -5,7 +5,7 @@ import type { DispatcherResult, InitMessage, PublisherResult, PublishPlan } from
 
 const CHILD = fileURLToPath(new URL('../child.ts', import.meta.url));
 
-export class Child<R> {
+export class Child<_R> {
   readonly process: ChildProcess;
   readonly #messages: { type: string }[] = [];
   readonly #waiters: { type: string; resolve: (m: never) => void; reject: (e: Error) => void }[] = [];
@@ -15,7 +15,13 @@ export class Child<R> {
   constructor(init: InitMessage, env: Record<string, string> = {}) {
     this.process = fork(CHILD, [], {
       // BENCH_CPU_PROF=<dir>: V8 CPU profiles of dispatcher processes (for finding where a dispatcher's time goes).
-      execArgv: ['--import', 'tsx', ...(process.env.BENCH_CPU_PROF && init.role === 'dispatcher' ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [])],
+      execArgv: [
+        '--import',
+        'tsx',
+        ...(process.env.BENCH_CPU_PROF && init.role === 'dispatcher'
+          ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_CPU_PROF]
+          : []),
+      ],
       serialization: 'advanced',
       env: { ...process.env, ...env },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -40,7 +46,9 @@ export class Child<R> {
     const index = this.#messages.findIndex((m) => m.type === type);
     if (index >= 0) return Promise.resolve(this.#messages.splice(index, 1)[0] as T);
     if (this.#exited) return Promise.reject(this.#exited);
-    return new Promise<T>((resolve, reject) => this.#waiters.push({ type, resolve: resolve as (m: never) => void, reject }));
+    return new Promise<T>((resolve, reject) =>
+      this.#waiters.push({ type, resolve: resolve as (m: never) => void, reject }),
+    );
   }
 
   send(message: unknown): void {
@@ -65,12 +73,22 @@ export function startPublisher(init: Omit<InitMessage, 'type' | 'role'>): Child<
   return new Child<PublisherResult>({ type: 'init', role: 'publisher', ...init });
 }
 
-export function startDispatcher(init: Omit<InitMessage, 'type' | 'role'>, slot: number, slots: number): Child<DispatcherResult> {
-  return new Child<DispatcherResult>({ type: 'init', role: 'dispatcher', ...init }, { BENCH_DISPATCHER_SLOT: String(slot), BENCH_DISPATCHER_SLOTS: String(slots) });
+export function startDispatcher(
+  init: Omit<InitMessage, 'type' | 'role'>,
+  slot: number,
+  slots: number,
+): Child<DispatcherResult> {
+  return new Child<DispatcherResult>(
+    { type: 'init', role: 'dispatcher', ...init },
+    { BENCH_DISPATCHER_SLOT: String(slot), BENCH_DISPATCHER_SLOTS: String(slots) },
+  );
 }
 
 /** Publish a plan with fresh publisher processes: start them, wait until all are ready, go, collect. */
-export async function publishWith(init: Omit<InitMessage, 'type' | 'role'>, plans: readonly PublishPlan[]): Promise<PublisherResult[]> {
+export async function publishWith(
+  init: Omit<InitMessage, 'type' | 'role'>,
+  plans: readonly PublishPlan[],
+): Promise<PublisherResult[]> {
   const children = plans.map(() => startPublisher(init));
   try {
     await Promise.all(children.map((c) => c.next('ready')));

@@ -12,10 +12,18 @@ export class Recorder {
   add(i: number, handler: number, start: number, end: number): void {
     if (this.length === this.i.length) {
       const size = this.i.length * 2;
-      const i = new Int32Array(size); i.set(this.i); this.i = i;
-      const h = new Uint8Array(size); h.set(this.h); this.h = h;
-      const t = new Float64Array(size); t.set(this.t); this.t = t;
-      const e = new Float64Array(size); e.set(this.e); this.e = e;
+      const i = new Int32Array(size);
+      i.set(this.i);
+      this.i = i;
+      const h = new Uint8Array(size);
+      h.set(this.h);
+      this.h = h;
+      const t = new Float64Array(size);
+      t.set(this.t);
+      this.t = t;
+      const e = new Float64Array(size);
+      e.set(this.e);
+      this.e = e;
     }
     this.i[this.length] = i;
     this.h[this.length] = handler;
@@ -25,7 +33,12 @@ export class Recorder {
   }
 
   take(): { i: Int32Array; h: Uint8Array; t: Float64Array; e: Float64Array } {
-    return { i: this.i.slice(0, this.length), h: this.h.slice(0, this.length), t: this.t.slice(0, this.length), e: this.e.slice(0, this.length) };
+    return {
+      i: this.i.slice(0, this.length),
+      h: this.h.slice(0, this.length),
+      t: this.t.slice(0, this.length),
+      e: this.e.slice(0, this.length),
+    };
   }
 }
 

@@ -48,8 +48,14 @@ export interface RunRecord {
 }
 
 /** Merge the warnings of several dispatcher processes. */
-export function mergeWarnings(parts: readonly { warnings: readonly string[]; warningCount: number }[]): { count: number; first: string[] } {
-  return { count: parts.reduce((sum, p) => sum + p.warningCount, 0), first: parts.flatMap((p) => p.warnings).slice(0, 10) };
+export function mergeWarnings(parts: readonly { warnings: readonly string[]; warningCount: number }[]): {
+  count: number;
+  first: string[];
+} {
+  return {
+    count: parts.reduce((sum, p) => sum + p.warningCount, 0),
+    first: parts.flatMap((p) => p.warnings).slice(0, 10),
+  };
 }
 
 export function schemaName(contender: Contender): string {
@@ -57,20 +63,30 @@ export function schemaName(contender: Contender): string {
 }
 
 /** Set up a schema for `contender` (and the entry's `variant`, where its setup depends on it), run `body`, always drop the schema. */
-export async function withSchema<T>(context: RunContext, contender: Contender, body: (schema: string) => Promise<T>, variant?: string): Promise<T> {
+export async function withSchema<T>(
+  context: RunContext,
+  contender: Contender,
+  body: (schema: string) => Promise<T>,
+  variant?: string,
+): Promise<T> {
   const schema = schemaName(contender);
   await contender.setup(context.url, schema, variant);
   try {
     return await body(schema);
   } finally {
     if (process.env.BENCH_KEEP_SCHEMA) context.log(`kept schema ${schema} (BENCH_KEEP_SCHEMA)`);
-    else await contender.teardown(context.admin, schema).catch((error: unknown) => context.log(`teardown of ${schema} failed: ${String(error)}`));
+    else
+      await contender
+        .teardown(context.admin, schema)
+        .catch((error: unknown) => context.log(`teardown of ${schema} failed: ${String(error)}`));
   }
 }
 
 /** ANALYZE every table of the schema, as autovacuum would after a bulk load (it may be off on the server). */
 export async function analyzeSchema(admin: pg.Client, schema: string): Promise<void> {
   const { rows } = await admin.query<{ relname: string }>(
-    `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')`, [schema]);
+    `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')`,
+    [schema],
+  );
   for (const row of rows) await admin.query(`ANALYZE "${schema}"."${row.relname}"`);
 }

@@ -26,7 +26,13 @@ export interface Drained {
 }
 
 export async function drain(
-  context: RunContext, contender: Contender, schema: string, settings: DispatcherSettings, dispatchers: number, total: number, handler: HandlerPlan,
+  context: RunContext,
+  contender: Contender,
+  schema: string,
+  settings: DispatcherSettings,
+  dispatchers: number,
+  total: number,
+  handler: HandlerPlan,
 ): Promise<Drained> {
   const init = { contender: contender.name, url: context.url, schema, poolSize: settings.poolSize, settings, handler };
   const children = Array.from({ length: dispatchers }, (_, slot) => startDispatcher(init, slot, dispatchers));
@@ -38,12 +44,16 @@ export async function drain(
     const deadline = Date.now() + context.timeoutMs;
     let timedOut = false;
     while (children.reduce((sum, c) => sum + c.handled, 0) < total) {
-      if (Date.now() > deadline) { timedOut = true; break; }
+      if (Date.now() > deadline) {
+        timedOut = true;
+        break;
+      }
       await sleep(50);
     }
     // Let the last completions commit (bounded), then stop gracefully.
     const drainDeadline = Date.now() + 10_000;
-    while (!timedOut && (await contender.remaining(context.admin, schema)).pending > 0 && Date.now() < drainDeadline) await sleep(50);
+    while (!timedOut && (await contender.remaining(context.admin, schema)).pending > 0 && Date.now() < drainDeadline)
+      await sleep(50);
     const results = Promise.all(children.map((c) => c.next<DispatcherResult>('result')));
     for (const c of children) c.send({ type: 'stop' });
     const out = await results;
@@ -51,7 +61,10 @@ export async function drain(
     await sleep(300);
     const after = await snapshot(context.admin, schema);
     const remaining = await contender.remaining(context.admin, schema);
-    const errors = out.map((o) => o.error).filter(Boolean).join('\n');
+    const errors = out
+      .map((o) => o.error)
+      .filter(Boolean)
+      .join('\n');
     return { go, out, records: mergeRecords(out.map((o) => o.records)), timedOut, before, after, remaining, errors };
   } finally {
     children.forEach((c) => c.kill());

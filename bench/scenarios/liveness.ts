@@ -54,7 +54,10 @@ export function livenessWorkload(cell: LivenessCell): { keys: Int32Array; heads:
   const lanes = new Set<number>();
   for (let n = 0; failing.length < cell.failingKeys; n += 1) {
     const lane = laneOfKey(n);
-    if (!lanes.has(lane)) { lanes.add(lane); failing.push(n); }
+    if (!lanes.has(lane)) {
+      lanes.add(lane);
+      failing.push(n);
+    }
   }
   // Healthy keys: further key numbers whose lane is one of the failing keys' lanes.
   const healthy: number[] = [];
@@ -68,7 +71,13 @@ export function livenessWorkload(cell: LivenessCell): { keys: Int32Array; heads:
 }
 
 export async function runLiveness(
-  context: RunContext, contender: Contender, entry: Entry, settings: DispatcherSettings, cell: LivenessCell, arm: LivenessArm, rep: number,
+  context: RunContext,
+  contender: Contender,
+  entry: Entry,
+  settings: DispatcherSettings,
+  cell: LivenessCell,
+  arm: LivenessArm,
+  rep: number,
 ): Promise<RunRecord> {
   const { keys, heads, healthyFrom } = livenessWorkload(cell);
   const from = arm === 'healthy keys only' ? healthyFrom : 0;
@@ -77,19 +86,31 @@ export async function runLiveness(
     const [preload] = await publishWith({ contender: contender.name, url: context.url, schema, poolSize: 2 }, [
       { kind: 'list', list: keys, from, batch: 500, publisher: 0, publishers: 1, keysPerPublisher: 0, keyed: true },
     ]);
-    if (preload?.error || preload?.published !== events) throw new Error(`preload failed: ${preload?.error ?? preload?.published}`);
+    if (preload?.error || preload?.published !== events)
+      throw new Error(`preload failed: ${preload?.error ?? preload?.published}`);
     await analyzeSchema(context.admin, schema);
     const keyMap: KeyMap = { kind: 'table', keys };
     const failing = arm === 'failing heads';
     const total = events * HANDLERS.length;
     const run = await drain(context, contender, schema, settings, 1, total, {
-      mode: cell.handler ?? 'yield', keys: keyMap, ...(failing ? { failFirst: heads, retryBackoffMs: cell.backoffMs } : { retryBackoffMs: cell.backoffMs }),
+      mode: cell.handler ?? 'yield',
+      keys: keyMap,
+      ...(failing ? { failFirst: heads, retryBackoffMs: cell.backoffMs } : { retryBackoffMs: cell.backoffMs }),
     });
     const { records, out, go } = run;
     const published = Int32Array.from({ length: events }, (_, k) => from + k);
-    const checked = validate(published, records, keyMap, contender.ordersKeys, run.remaining, out.reduce((sum, o) => sum + o.overlaps, 0));
+    const checked = validate(
+      published,
+      records,
+      keyMap,
+      contender.ordersKeys,
+      run.remaining,
+      out.reduce((sum, o) => sum + o.overlaps, 0),
+    );
     // Planned failures: each failing head, each handler, exactly once.
-    const failures = out.flatMap((o) => Array.from(o.failures.i, (i, k) => ({ i, h: o.failures.h[k]!, t: o.failures.t[k]! })));
+    const failures = out.flatMap((o) =>
+      Array.from(o.failures.i, (i, k) => ({ i, h: o.failures.h[k]!, t: o.failures.t[k]! })),
+    );
     const planned = failing ? heads.length * HANDLERS.length : 0;
     const extra = [
       ...(run.timedOut ? [`timeout after ${context.timeoutMs} ms`] : []),
@@ -99,28 +120,49 @@ export async function runLiveness(
     const exactness = extra.length ? { ...checked, valid: false, reasons: [...checked.reasons, ...extra] } : checked;
     // Retry lag: start of the successful attempt - (throw + backoff).
     const startOf = new Map<number, number>();
-    for (let r = 0; r < records.i.length; r += 1) if (records.i[r]! < healthyFrom) startOf.set(records.i[r]! * 2 + records.h[r]!, records.t[r]!);
-    const lags = failures.map((f) => (startOf.get(f.i * 2 + f.h) ?? NaN) - (f.t + cell.backoffMs)).filter(Number.isFinite);
+    for (let r = 0; r < records.i.length; r += 1)
+      if (records.i[r]! < healthyFrom) startOf.set(records.i[r]! * 2 + records.h[r]!, records.t[r]!);
+    const lags = failures
+      .map((f) => (startOf.get(f.i * 2 + f.h) ?? NaN) - (f.t + cell.backoffMs))
+      .filter(Number.isFinite);
     let healthy = 0;
     let lastHealthy = go;
     let last = go;
     for (let r = 0; r < records.i.length; r += 1) {
       const t = records.t[r]!;
       if (t > last) last = t;
-      if (records.i[r]! >= healthyFrom) { healthy += 1; if (t > lastHealthy) lastHealthy = t; }
+      if (records.i[r]! >= healthyFrom) {
+        healthy += 1;
+        if (t > lastHealthy) lastHealthy = t;
+      }
     }
     const statements = mergeStatements(out.map((o) => o.statements));
     const db = await dbFigures(context.admin, contender, run.before, run.after, total, statements, context.walinspect);
     const healthyRate = healthy / ((lastHealthy - go) / 1000);
     return {
-      scenario: 'liveness', cell: livenessCellName(cell), contender: contender.name, variant: entry.variant, keyed: true, tag: arm, rep,
-      valid: exactness.valid, exactness, rate: healthyRate,
+      scenario: 'liveness',
+      cell: livenessCellName(cell),
+      contender: contender.name,
+      variant: entry.variant,
+      keyed: true,
+      tag: arm,
+      rep,
+      valid: exactness.valid,
+      exactness,
+      rate: healthyRate,
       figures: {
-        healthyDeliveries: healthy, healthySeconds: (lastHealthy - go) / 1000, allDeliveriesPerSec: records.i.length / ((last - go) / 1000), allSeconds: (last - go) / 1000,
-        failures: failures.length, retryLagP50Ms: lags.length ? percentile(lags, 50) : null, retryLagMaxMs: lags.length ? Math.max(...lags) : null,
+        healthyDeliveries: healthy,
+        healthySeconds: (lastHealthy - go) / 1000,
+        allDeliveriesPerSec: records.i.length / ((last - go) / 1000),
+        allSeconds: (last - go) / 1000,
+        failures: failures.length,
+        retryLagP50Ms: lags.length ? percentile(lags, 50) : null,
+        retryLagMaxMs: lags.length ? Math.max(...lags) : null,
         pollIntervalMs: settings.pollIntervalMs,
       },
-      db, profile: profile(statements), warnings: mergeWarnings(out),
+      db,
+      profile: profile(statements),
+      warnings: mergeWarnings(out),
       ...(run.errors ? { error: run.errors } : {}),
     };
   });

@@ -30,15 +30,29 @@ export function mixedCellName(cell: MixedCell): string {
 const KEYS_PER_PUBLISHER = 200;
 
 export async function runMixed(
-  context: RunContext, contender: Contender, entry: Entry, settings: DispatcherSettings, cell: MixedCell, rep: number,
+  context: RunContext,
+  contender: Contender,
+  entry: Entry,
+  settings: DispatcherSettings,
+  cell: MixedCell,
+  rep: number,
 ): Promise<RunRecord> {
   // key of event i = n * P + p: (n % K) * P + p
-  const keyMap: KeyMap = entry.keyed ? { kind: 'modulo', publishers: cell.publishers, keysPerPublisher: KEYS_PER_PUBLISHER } : { kind: 'none' };
+  const keyMap: KeyMap = entry.keyed
+    ? { kind: 'modulo', publishers: cell.publishers, keysPerPublisher: KEYS_PER_PUBLISHER }
+    : { kind: 'none' };
   return withSchema(context, contender, async (schema) => {
     const handler = { mode: 'noop' as const, keys: keyMap };
     const dispatchers = Array.from({ length: cell.dispatchers }, (_, slot) =>
-      startDispatcher({ contender: contender.name, url: context.url, schema, poolSize: settings.poolSize, settings, handler }, slot, cell.dispatchers));
-    const publishers = Array.from({ length: cell.publishers }, () => startPublisher({ contender: contender.name, url: context.url, schema, poolSize: 1 }));
+      startDispatcher(
+        { contender: contender.name, url: context.url, schema, poolSize: settings.poolSize, settings, handler },
+        slot,
+        cell.dispatchers,
+      ),
+    );
+    const publishers = Array.from({ length: cell.publishers }, () =>
+      startPublisher({ contender: contender.name, url: context.url, schema, poolSize: 1 }),
+    );
     try {
       const t0 = Date.now();
       await Promise.all([...dispatchers, ...publishers].map((c) => c.next('ready')));
@@ -46,28 +60,46 @@ export async function runMixed(
       const before = await snapshot(context.admin, schema);
       for (const d of dispatchers) d.send({ type: 'go' });
       const pubResults = Promise.all(publishers.map((p) => p.next<PublisherResult>('result')));
-      publishers.forEach((p, publisher) => p.send({
-        type: 'go',
-        plan: { kind: 'rate', ratePerSec: cell.ratePerSec / cell.publishers, durationMs: cell.windowMs, batch: 1, publisher, publishers: cell.publishers, keysPerPublisher: KEYS_PER_PUBLISHER, keyed: entry.keyed },
-      }));
+      publishers.forEach((p, publisher) =>
+        p.send({
+          type: 'go',
+          plan: {
+            kind: 'rate',
+            ratePerSec: cell.ratePerSec / cell.publishers,
+            durationMs: cell.windowMs,
+            batch: 1,
+            publisher,
+            publishers: cell.publishers,
+            keysPerPublisher: KEYS_PER_PUBLISHER,
+            keyed: entry.keyed,
+          },
+        }),
+      );
       const pubs = await pubResults;
       const published = pubs.reduce((sum, p) => sum + p.published, 0);
       const total = published * HANDLERS.length;
       const deadline = Date.now() + context.timeoutMs;
       let timedOut = false;
       while (dispatchers.reduce((sum, c) => sum + c.handled, 0) < total) {
-        if (Date.now() > deadline) { timedOut = true; break; }
+        if (Date.now() > deadline) {
+          timedOut = true;
+          break;
+        }
         await sleep(50);
       }
       const tHandled = Date.now();
       const drainDeadline = Date.now() + 10_000;
-      while (!timedOut && (await contender.remaining(context.admin, schema)).pending > 0 && Date.now() < drainDeadline) await sleep(50);
+      while (!timedOut && (await contender.remaining(context.admin, schema)).pending > 0 && Date.now() < drainDeadline)
+        await sleep(50);
       const tDrained = Date.now();
       const results = Promise.all(dispatchers.map((c) => c.next<DispatcherResult>('result')));
       for (const c of dispatchers) c.send({ type: 'stop' });
       const out = await results;
       await Promise.all([...dispatchers, ...publishers].map((c) => c.exited()));
-      if (process.env.BENCH_DEBUG) context.log(`phases: ready ${tReady - t0} ms, window+handled ${tHandled - tReady} ms, drained ${tDrained - tHandled} ms, stopped ${Date.now() - tDrained} ms`);
+      if (process.env.BENCH_DEBUG)
+        context.log(
+          `phases: ready ${tReady - t0} ms, window+handled ${tHandled - tReady} ms, drained ${tDrained - tHandled} ms, stopped ${Date.now() - tDrained} ms`,
+        );
       await sleep(300);
       const after = await snapshot(context.admin, schema);
       const records = mergeRecords(out.map((o) => o.records));
@@ -75,40 +107,78 @@ export async function runMixed(
       const commitI = new Int32Array(pubs.reduce((sum, p) => sum + p.commitI.length, 0));
       const commitT = new Float64Array(commitI.length);
       let offset = 0;
-      for (const p of pubs) { commitI.set(p.commitI, offset); commitT.set(p.commitT, offset); offset += p.commitI.length; }
+      for (const p of pubs) {
+        commitI.set(p.commitI, offset);
+        commitT.set(p.commitT, offset);
+        offset += p.commitI.length;
+      }
       const errors = [...out.map((o) => o.error), ...pubs.map((p) => p.error)].filter(Boolean).join('\n');
-      const checked = validate(commitI, records, keyMap, contender.ordersKeys, remaining, out.reduce((sum, o) => sum + o.overlaps, 0));
-      const extra = [...(timedOut ? [`timeout after ${context.timeoutMs} ms`] : []), ...(errors ? ['a process failed'] : [])];
+      const checked = validate(
+        commitI,
+        records,
+        keyMap,
+        contender.ordersKeys,
+        remaining,
+        out.reduce((sum, o) => sum + o.overlaps, 0),
+      );
+      const extra = [
+        ...(timedOut ? [`timeout after ${context.timeoutMs} ms`] : []),
+        ...(errors ? ['a process failed'] : []),
+      ];
       const exactness = extra.length ? { ...checked, valid: false, reasons: [...checked.reasons, ...extra] } : checked;
 
       // Latency and backlog from the logs.
       const commitOf = new Map<number, number>();
       for (let k = 0; k < commitI.length; k += 1) commitOf.set(commitI[k]!, commitT[k]!);
       const latencies = new Float64Array(records.i.length);
-      for (let r = 0; r < records.i.length; r += 1) latencies[r] = records.t[r]! - (commitOf.get(records.i[r]!) ?? records.t[r]!);
+      for (let r = 0; r < records.i.length; r += 1)
+        latencies[r] = records.t[r]! - (commitOf.get(records.i[r]!) ?? records.t[r]!);
       const steps: [number, number][] = [];
       for (const t of commitT) steps.push([t, HANDLERS.length]);
       for (const t of records.t) steps.push([t, -1]);
       steps.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
       let backlog = 0;
       let backlogMax = 0;
-      for (const [, delta] of steps) { backlog += delta; if (backlog > backlogMax) backlogMax = backlog; }
+      for (const [, delta] of steps) {
+        backlog += delta;
+        if (backlog > backlogMax) backlogMax = backlog;
+      }
       const windowStart = Math.min(...pubs.map((p) => p.startedAt));
       const windowEnd = Math.max(...pubs.map((p) => p.endedAt));
       let inWindow = 0;
       for (const t of records.t) if (t <= windowEnd) inWindow += 1;
       const statements = mergeStatements(out.map((o) => o.statements));
-      const db = await dbFigures(context.admin, contender, before, after, records.i.length, statements, context.walinspect);
+      const db = await dbFigures(
+        context.admin,
+        contender,
+        before,
+        after,
+        records.i.length,
+        statements,
+        context.walinspect,
+      );
       return {
-        scenario: 'mixed', cell: mixedCellName(cell), contender: contender.name, variant: entry.variant, keyed: entry.keyed, rep, valid: exactness.valid, exactness,
+        scenario: 'mixed',
+        cell: mixedCellName(cell),
+        contender: contender.name,
+        variant: entry.variant,
+        keyed: entry.keyed,
+        rep,
+        valid: exactness.valid,
+        exactness,
         rate: inWindow / ((windowEnd - windowStart) / 1000),
         figures: {
           offeredDeliveriesPerSec: cell.ratePerSec * HANDLERS.length,
           publishedEventsPerSec: published / ((windowEnd - windowStart) / 1000),
-          latencyP50Ms: percentile(latencies, 50), latencyP95Ms: percentile(latencies, 95), latencyP99Ms: percentile(latencies, 99),
+          latencyP50Ms: percentile(latencies, 50),
+          latencyP95Ms: percentile(latencies, 95),
+          latencyP99Ms: percentile(latencies, 99),
           backlogMax,
         },
-        db, profile: profile(statements), warnings: mergeWarnings(out), ...(errors ? { error: errors } : {}),
+        db,
+        profile: profile(statements),
+        warnings: mergeWarnings(out),
+        ...(errors ? { error: errors } : {}),
       };
     } finally {
       [...dispatchers, ...publishers].forEach((c) => c.kill());

@@ -1,6 +1,12 @@
 import amqp from 'amqplib';
 import { InvalidOptionsError } from '../core/errors.js';
-import { BrokerNotFoundError, BrokerRejectedError, BrokerUnavailableError, MessageTooLargeError, redactUrl } from '../broker/errors.js';
+import {
+  BrokerNotFoundError,
+  BrokerRejectedError,
+  BrokerUnavailableError,
+  MessageTooLargeError,
+  redactUrl,
+} from '../broker/errors.js';
 
 /**
  * Connecting to RabbitMQ with amqplib, and turning its errors into typed ones: a broker that
@@ -11,7 +17,8 @@ import { BrokerNotFoundError, BrokerRejectedError, BrokerUnavailableError, Messa
 
 /** Throw `InvalidOptionsError` unless `url` is an `amqp://` or `amqps://` URL. */
 export function checkAmqpUrl(url: unknown, where: string): string {
-  if (typeof url !== 'string' || url === '') throw new InvalidOptionsError(`${where}: \`url\` is required, e.g. amqp://guest:guest@localhost:5672.`);
+  if (typeof url !== 'string' || url === '')
+    throw new InvalidOptionsError(`${where}: \`url\` is required, e.g. amqp://guest:guest@localhost:5672.`);
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -19,7 +26,9 @@ export function checkAmqpUrl(url: unknown, where: string): string {
     throw new InvalidOptionsError(`${where}: \`url\` is not a URL; expected amqp://user:password@host:5672/vhost.`);
   }
   if (parsed.protocol !== 'amqp:' && parsed.protocol !== 'amqps:') {
-    throw new InvalidOptionsError(`${where}: \`url\` must start with amqp:// or amqps://, got ${parsed.protocol}// (${redactUrl(url)}).`);
+    throw new InvalidOptionsError(
+      `${where}: \`url\` must start with amqp:// or amqps://, got ${parsed.protocol}// (${redactUrl(url)}).`,
+    );
   }
   return url;
 }
@@ -41,9 +50,15 @@ export function connectError(error: unknown, url: string): Error {
     return new BrokerUnavailableError(`${broker} refused the login: ${message}`, { cause: error, retryable: false });
   }
   if (code === 530 || /NOT[-_]ALLOWED|vhost/i.test(message)) {
-    return new BrokerUnavailableError(`${broker} refused the virtual host: ${message}`, { cause: error, retryable: false });
+    return new BrokerUnavailableError(`${broker} refused the virtual host: ${message}`, {
+      cause: error,
+      retryable: false,
+    });
   }
-  return new BrokerUnavailableError(`${broker} cannot be reached: ${message || (error as { code?: string }).code || 'connection failed'}`, { cause: error });
+  return new BrokerUnavailableError(
+    `${broker} cannot be reached: ${message || (error as { code?: string }).code || 'connection failed'}`,
+    { cause: error },
+  );
 }
 
 /** A typed error for a failed channel operation on `what` (a queue, an exchange, a publish). */
@@ -53,7 +68,11 @@ export function channelError(error: unknown, what: string): Error {
   if (code === 404) return new BrokerNotFoundError(`${what} does not exist: ${message}`, { cause: error });
   if (code === 406 && /larger than configured max size/i.test(message)) {
     const [, size, limit] = /size (\d+) is larger than configured max size (\d+)/.exec(message) ?? [];
-    return new MessageTooLargeError(`${what}: the message is larger than RabbitMQ accepts (${message})`, Number(size ?? 0), Number(limit ?? 0));
+    return new MessageTooLargeError(
+      `${what}: the message is larger than RabbitMQ accepts (${message})`,
+      Number(size ?? 0),
+      Number(limit ?? 0),
+    );
   }
   if (code === 406) return new BrokerRejectedError(`${what}: RabbitMQ refused it: ${message}`, { cause: error });
   if (code === 403) return new BrokerRejectedError(`${what}: access refused: ${message}`, { cause: error });

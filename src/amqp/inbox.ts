@@ -8,7 +8,13 @@ import { RetryBackoff } from '../dispatcher/wakeup.js';
 import { redactUrl } from '../broker/errors.js';
 import { InboxEngine, type HeldMessage, type InboxBus } from '../broker/inbox-engine.js';
 import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-types.js';
-import { applicationHeaders, defaultMapper, HEADERS, type InboundMessage, type InboxMapper } from '../broker/message.js';
+import {
+  applicationHeaders,
+  defaultMapper,
+  HEADERS,
+  type InboundMessage,
+  type InboxMapper,
+} from '../broker/message.js';
 import { checkInboxNumbers, INBOX_DEFAULTS, RECONNECT_BACKOFF } from '../broker/options.js';
 import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './connection.js';
 import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
@@ -37,7 +43,11 @@ export interface AmqpDeadLetter {
 /** Topology the inbox declares on every (re)connect; without it the queue must exist. */
 export interface AmqpInboxDeclare {
   /** Exchanges to bind the queue to (declared durable, of `type`, default `topic`). */
-  readonly bindings?: readonly { readonly exchange: string; readonly routingKey: string; readonly type?: 'direct' | 'topic' | 'fanout' }[];
+  readonly bindings?: readonly {
+    readonly exchange: string;
+    readonly routingKey: string;
+    readonly type?: 'direct' | 'topic' | 'fanout';
+  }[];
   /** The queue the dead-letter exchange routes to. Default `<queue>.dead` (when `deadLetter` is set). */
   readonly deadLetterQueue?: string;
   /** Declare the queue with `x-single-active-consumer` (one inbox consumes at a time; the others wait). Default true. */
@@ -102,7 +112,10 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     this.#emitter = new TypedEmitter<InboxEventMap>(() => this.#logger);
     const map = options.map ?? defaultMapper(options.events ?? []);
     this.#engine = new InboxEngine<TTx>({
-      bus: options.bus, map, logger: this.#logger, emitter: this.#emitter,
+      bus: options.bus,
+      map,
+      logger: this.#logger,
+      emitter: this.#emitter,
       batchSize: options.batchSize ?? INBOX_DEFAULTS.batchSize,
       concurrency: options.concurrency ?? INBOX_DEFAULTS.concurrency,
     });
@@ -130,28 +143,36 @@ class AmqpInbox<TTx> extends InboxLifecycle {
       } catch {
         // the channel is gone: RabbitMQ requeued what it held
       }
-  }
-  await this.#engine.drain(options.graceMs ?? this.#options.shutdownGraceMs ?? INBOX_DEFAULTS.shutdownGraceMs);
-  await this.#reconnecting?.catch(() => {});
-  const last = this.#session;
-  if (last !== undefined) {
-    last.closed = true;
-    await closeQuietly(last.channel);
-    await closeQuietly(last.model);
-  }
+    }
+    await this.#engine.drain(options.graceMs ?? this.#options.shutdownGraceMs ?? INBOX_DEFAULTS.shutdownGraceMs);
+    await this.#reconnecting?.catch(() => {});
+    const last = this.#session;
+    if (last !== undefined) {
+      last.closed = true;
+      await closeQuietly(last.channel);
+      await closeQuietly(last.model);
+    }
   }
 
   /** Connect, declare or check the queue, consume. Typed errors; nothing left open on failure. */
   async #connect(reconnect: boolean): Promise<void> {
     const { url, queue } = this.#options;
-    const model = await connectAmqp(url, this.#options.connectionName ?? `relaybus inbox ${queue}`, this.#options.connectTimeoutMs ?? INBOX_DEFAULTS.connectTimeoutMs);
+    const model = await connectAmqp(
+      url,
+      this.#options.connectionName ?? `relaybus inbox ${queue}`,
+      this.#options.connectTimeoutMs ?? INBOX_DEFAULTS.connectTimeoutMs,
+    );
     let session: Session | undefined;
     // Errors before 'close' would be thrown as unhandled 'error' events: listen from the first moment.
-    model.on('error', (error: Error) => this.#logger.debug('RabbitMQ connection error', { error: describeError(error) }));
+    model.on('error', (error: Error) =>
+      this.#logger.debug('RabbitMQ connection error', { error: describeError(error) }),
+    );
     try {
       await this.#declareOrCheck(model);
       const channel = await model.createConfirmChannel();
-      channel.on('error', (error: Error) => this.#logger.debug('RabbitMQ channel error', { error: describeError(error) }));
+      channel.on('error', (error: Error) =>
+        this.#logger.debug('RabbitMQ channel error', { error: describeError(error) }),
+      );
       await channel.prefetch(this.#options.prefetch ?? INBOX_DEFAULTS.prefetch);
       // Deliveries can arrive before consume() resolves (same network read): the session exists first.
       const current: Session = { model, channel, consumerTag: '', deadLetterChain: Promise.resolve(), closed: false };
@@ -159,7 +180,9 @@ class AmqpInbox<TTx> extends InboxLifecycle {
       const lost = (error?: unknown) => this.#onLost(current, error);
       model.on('close', lost);
       channel.on('close', () => lost(new Error('the channel closed')));
-      const { consumerTag } = await channel.consume(queue, (message) => this.#onMessage(current, message), { noAck: false });
+      const { consumerTag } = await channel.consume(queue, (message) => this.#onMessage(current, message), {
+        noAck: false,
+      });
       current.consumerTag = consumerTag;
     } catch (error) {
       if (session !== undefined) session.closed = true;
@@ -187,7 +210,10 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     try {
       if (declare === undefined) {
         await step(`queue "${queue}" on ${this.#broker}`, () => channel.checkQueue(queue));
-        if (deadLetter !== undefined) await step(`dead-letter exchange "${deadLetter.exchange}" on ${this.#broker}`, () => channel.checkExchange(deadLetter.exchange));
+        if (deadLetter !== undefined)
+          await step(`dead-letter exchange "${deadLetter.exchange}" on ${this.#broker}`, () =>
+            channel.checkExchange(deadLetter.exchange),
+          );
         return;
       }
       const args: Record<string, unknown> = {};
@@ -196,14 +222,22 @@ class AmqpInbox<TTx> extends InboxLifecycle {
         args['x-dead-letter-exchange'] = deadLetter.exchange;
         args['x-dead-letter-routing-key'] = deadLetter.routingKey ?? queue;
         const deadQueue = declare.deadLetterQueue ?? `${queue}.dead`;
-        await step(`dead-letter exchange "${deadLetter.exchange}"`, () => channel.assertExchange(deadLetter.exchange, 'direct', { durable: true }));
+        await step(`dead-letter exchange "${deadLetter.exchange}"`, () =>
+          channel.assertExchange(deadLetter.exchange, 'direct', { durable: true }),
+        );
         await step(`dead-letter queue "${deadQueue}"`, () => channel.assertQueue(deadQueue, { durable: true }));
-        await step(`binding of "${deadQueue}"`, () => channel.bindQueue(deadQueue, deadLetter.exchange, deadLetter.routingKey ?? queue));
+        await step(`binding of "${deadQueue}"`, () =>
+          channel.bindQueue(deadQueue, deadLetter.exchange, deadLetter.routingKey ?? queue),
+        );
       }
       await step(`queue "${queue}"`, () => channel.assertQueue(queue, { durable: true, arguments: args }));
       for (const binding of declare.bindings ?? []) {
-        await step(`exchange "${binding.exchange}"`, () => channel.assertExchange(binding.exchange, binding.type ?? 'topic', { durable: true }));
-        await step(`binding of "${queue}" to "${binding.exchange}"`, () => channel.bindQueue(queue, binding.exchange, binding.routingKey));
+        await step(`exchange "${binding.exchange}"`, () =>
+          channel.assertExchange(binding.exchange, binding.type ?? 'topic', { durable: true }),
+        );
+        await step(`binding of "${queue}" to "${binding.exchange}"`, () =>
+          channel.bindQueue(queue, binding.exchange, binding.routingKey),
+        );
       }
     } finally {
       await closeQuietly(channel);
@@ -223,12 +257,22 @@ class AmqpInbox<TTx> extends InboxLifecycle {
   #hold(session: Session, raw: amqp.ConsumeMessage): HeldMessage {
     const { properties, fields } = raw;
     const headers = (properties.headers ?? {}) as Record<string, unknown>;
-    const type = typeof properties.type === 'string' && properties.type !== '' ? properties.type : stringHeader(headers[HEADERS.type]);
+    const type =
+      typeof properties.type === 'string' && properties.type !== ''
+        ? properties.type
+        : stringHeader(headers[HEADERS.type]);
     const message: InboundMessage = {
       id: typeof properties.messageId === 'string' && properties.messageId !== '' ? properties.messageId : undefined,
       type,
       key: stringHeader(headers[HEADERS.key]) ?? null,
-      headers: applicationHeaders(headers, (name) => name.startsWith('x-death') || name.startsWith('x-first-death') || name.startsWith('x-last-death') || name === 'x-delivery-count'),
+      headers: applicationHeaders(
+        headers,
+        (name) =>
+          name.startsWith('x-death') ||
+          name.startsWith('x-first-death') ||
+          name.startsWith('x-last-death') ||
+          name === 'x-delivery-count',
+      ),
       body: raw.content,
       redelivered: fields.redelivered,
       source: `queue ${this.#options.queue}`,
@@ -266,19 +310,34 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     channel.on('return', onReturn);
     try {
       await new Promise<void>((resolve, reject) => {
-        channel.publish(deadLetter.exchange, deadLetter.routingKey ?? queue, raw.content, {
-          ...raw.properties,
-          headers: { ...(raw.properties.headers ?? {}), [HEADERS.deadReason]: reason, [HEADERS.deadDetail]: detail, [HEADERS.deadSource]: `queue ${queue}` },
-          persistent: true,
-          mandatory: true,
-        }, (error: unknown) => (error ? reject(channelError(error, `dead-letter exchange "${deadLetter.exchange}"`)) : resolve()));
+        channel.publish(
+          deadLetter.exchange,
+          deadLetter.routingKey ?? queue,
+          raw.content,
+          {
+            ...raw.properties,
+            headers: {
+              ...(raw.properties.headers ?? {}),
+              [HEADERS.deadReason]: reason,
+              [HEADERS.deadDetail]: detail,
+              [HEADERS.deadSource]: `queue ${queue}`,
+            },
+            persistent: true,
+            mandatory: true,
+          },
+          (error: unknown) =>
+            error ? reject(channelError(error, `dead-letter exchange "${deadLetter.exchange}"`)) : resolve(),
+        );
       });
     } finally {
       channel.off('return', onReturn);
     }
     if (returned) {
       // No queue is bound to the dead-letter route: fall back on the queue's own dead-letter exchange rather than keep it for ever.
-      this.#logger.error(`no queue is bound to dead-letter exchange "${deadLetter.exchange}" with routing key "${deadLetter.routingKey ?? queue}"; the message is rejected to the queue's own dead-letter exchange instead`, { reason });
+      this.#logger.error(
+        `no queue is bound to dead-letter exchange "${deadLetter.exchange}" with routing key "${deadLetter.routingKey ?? queue}"; the message is rejected to the queue's own dead-letter exchange instead`,
+        { reason },
+      );
       channel.reject(raw, false);
       return;
     }
@@ -306,7 +365,11 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     while (this.state === 'running') {
       const delayMs = backoff.failed();
       this.#emitter.emit('disconnected', { broker: this.#broker, error, retryInMs: delayMs });
-      this.#logger.warn(`lost ${this.name} on ${this.#broker}; reconnecting after a backoff`, { attempt: backoff.failures, retryInMs: delayMs, error: describeError(error ?? 'connection closed') });
+      this.#logger.warn(`lost ${this.name} on ${this.#broker}; reconnecting after a backoff`, {
+        attempt: backoff.failures,
+        retryInMs: delayMs,
+        error: describeError(error ?? 'connection closed'),
+      });
       try {
         await sleep(delayMs, undefined, { signal: this.stopped.signal });
       } catch {
@@ -340,18 +403,31 @@ function stringHeader(value: unknown): string | undefined {
  */
 export function amqpInbox<TTx>(options: AmqpInboxOptions<TTx>): Inbox {
   const where = 'amqpInbox';
-  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError(`${where}: options are required: { bus, url, queue, events }.`);
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidOptionsError(`${where}: options are required: { bus, url, queue, events }.`);
   checkAmqpUrl(options.url, where);
-  if (typeof options.queue !== 'string' || options.queue === '') throw new InvalidOptionsError(`${where}: \`queue\` is required (the queue to consume).`);
+  if (typeof options.queue !== 'string' || options.queue === '')
+    throw new InvalidOptionsError(`${where}: \`queue\` is required (the queue to consume).`);
   if (typeof options.bus !== 'object' || options.bus === null || typeof options.bus.publishMany !== 'function') {
     throw new InvalidOptionsError(`${where}: \`bus\` is required: the relaybus bus whose store receives the events.`);
   }
   if (options.map === undefined && (options.events === undefined || options.events.length === 0)) {
-    throw new InvalidOptionsError(`${where}: give \`events\` (the event definitions the queue carries) or a \`map\` function.`);
+    throw new InvalidOptionsError(
+      `${where}: give \`events\` (the event definitions the queue carries) or a \`map\` function.`,
+    );
   }
-  if (options.deadLetter !== undefined && (typeof options.deadLetter.exchange !== 'string' || options.deadLetter.exchange === '')) {
+  if (
+    options.deadLetter !== undefined &&
+    (typeof options.deadLetter.exchange !== 'string' || options.deadLetter.exchange === '')
+  ) {
     throw new InvalidOptionsError(`${where}: \`deadLetter.exchange\` must name an exchange.`);
   }
-  checkInboxNumbers(where, { prefetch: options.prefetch, batchSize: options.batchSize, concurrency: options.concurrency, shutdownGraceMs: options.shutdownGraceMs, connectTimeoutMs: options.connectTimeoutMs });
+  checkInboxNumbers(where, {
+    prefetch: options.prefetch,
+    batchSize: options.batchSize,
+    concurrency: options.concurrency,
+    shutdownGraceMs: options.shutdownGraceMs,
+    connectTimeoutMs: options.connectTimeoutMs,
+  });
   return new AmqpInbox(options);
 }

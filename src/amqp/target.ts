@@ -66,7 +66,11 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
   async send(message: OutboundMessage, route: AmqpRoute, signal: AbortSignal): Promise<void> {
     const limit = this.#options.maxMessageBytes ?? AMQP_DEFAULT_MAX_MESSAGE_BYTES;
     if (message.body.length > limit) {
-      throw new MessageTooLargeError(`event ${message.id} (${message.type}) is ${message.body.length} bytes, more than the ${limit} bytes RabbitMQ at ${this.name} accepts; it was not sent`, message.body.length, limit);
+      throw new MessageTooLargeError(
+        `event ${message.id} (${message.type}) is ${message.body.length} bytes, more than the ${limit} bytes RabbitMQ at ${this.name} accepts; it was not sent`,
+        message.body.length,
+        limit,
+      );
     }
     signal.throwIfAborted();
     const link = await this.#connect();
@@ -74,39 +78,75 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
     const routingKey = routeValue(route.routingKey, message);
     await this.#checkExchange(link, exchange);
     const key = returnKey(exchange, routingKey, message.id);
-    const headers: Record<string, string> = { ...message.headers, [HEADERS.type]: message.type, [HEADERS.createdAt]: message.createdAt.toISOString() };
+    const headers: Record<string, string> = {
+      ...message.headers,
+      [HEADERS.type]: message.type,
+      [HEADERS.createdAt]: message.createdAt.toISOString(),
+    };
     if (message.key !== null) headers[HEADERS.key] = message.key;
     const timeoutMs = this.#options.confirmTimeoutMs ?? 30_000;
     let timer: NodeJS.Timeout | undefined;
     let onAbort: (() => void) | undefined;
     try {
       await new Promise<void>((resolve, reject) => {
-        timer = setTimeout(() => reject(new BrokerUnavailableError(`RabbitMQ at ${this.name} did not confirm event ${message.id} within ${timeoutMs} ms`)), timeoutMs);
+        timer = setTimeout(
+          () =>
+            reject(
+              new BrokerUnavailableError(
+                `RabbitMQ at ${this.name} did not confirm event ${message.id} within ${timeoutMs} ms`,
+              ),
+            ),
+          timeoutMs,
+        );
         onAbort = () => reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
         signal.addEventListener('abort', onAbort, { once: true });
         try {
-          link.channel.publish(exchange, routingKey, message.body, {
-            messageId: message.id, type: message.type, contentType: 'application/json', persistent: true, mandatory: true,
-            timestamp: Math.floor(message.createdAt.getTime() / 1000), headers,
-          }, (error: unknown) => {
-            if (error) {
-              reject(link.lastError !== undefined ? this.#closedBy(link.lastError, exchange)
-                : new BrokerRejectedError(`RabbitMQ at ${this.name} refused event ${message.id} (negative confirm or closed channel): ${describeError(error)}`, { retryable: true }));
-              return;
-            }
-            const returned = link.returned.get(key) ?? 0;
-            if (returned > 0) {
-              if (returned === 1) link.returned.delete(key);
-              else link.returned.set(key, returned - 1);
-              reject(new BrokerRejectedError(`event ${message.id}: no queue is bound to exchange "${exchange}" with routing key "${routingKey}" on ${this.name}; RabbitMQ returned it unroutable`));
-              return;
-            }
-            resolve();
-          });
+          link.channel.publish(
+            exchange,
+            routingKey,
+            message.body,
+            {
+              messageId: message.id,
+              type: message.type,
+              contentType: 'application/json',
+              persistent: true,
+              mandatory: true,
+              timestamp: Math.floor(message.createdAt.getTime() / 1000),
+              headers,
+            },
+            (error: unknown) => {
+              if (error) {
+                reject(
+                  link.lastError !== undefined
+                    ? this.#closedBy(link.lastError, exchange)
+                    : new BrokerRejectedError(
+                        `RabbitMQ at ${this.name} refused event ${message.id} (negative confirm or closed channel): ${describeError(error)}`,
+                        { retryable: true },
+                      ),
+                );
+                return;
+              }
+              const returned = link.returned.get(key) ?? 0;
+              if (returned > 0) {
+                if (returned === 1) link.returned.delete(key);
+                else link.returned.set(key, returned - 1);
+                reject(
+                  new BrokerRejectedError(
+                    `event ${message.id}: no queue is bound to exchange "${exchange}" with routing key "${routingKey}" on ${this.name}; RabbitMQ returned it unroutable`,
+                  ),
+                );
+                return;
+              }
+              resolve();
+            },
+          );
         } catch (error) {
           // amqplib throws synchronously on a closed channel or headers it cannot encode.
-          reject(error instanceof RangeError ? new MessageTooLargeError(`event ${message.id}: ${error.message}`, message.body.length, limit)
-            : new BrokerUnavailableError(`RabbitMQ at ${this.name}: ${describeError(error)}`, { cause: error }));
+          reject(
+            error instanceof RangeError
+              ? new MessageTooLargeError(`event ${message.id}: ${error.message}`, message.body.length, limit)
+              : new BrokerUnavailableError(`RabbitMQ at ${this.name}: ${describeError(error)}`, { cause: error }),
+          );
         }
       });
     } finally {
@@ -142,7 +182,10 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
     const typed = channelError(error, `exchange "${exchange}" on ${this.name}`);
     const text = error instanceof Error ? error.message : String(error);
     if (typed instanceof BrokerUnavailableError || text.includes(`'${exchange}'`)) return typed;
-    return new BrokerUnavailableError(`RabbitMQ at ${this.name} closed the channel because of another publish (${text}); retried`, { cause: error });
+    return new BrokerUnavailableError(
+      `RabbitMQ at ${this.name} closed the channel because of another publish (${text}); retried`,
+      { cause: error },
+    );
   }
 
   async close(): Promise<void> {
@@ -163,16 +206,32 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
     const current = this.#link;
     if (current !== undefined) return current;
     const opening = (async (): Promise<Link> => {
-      const model = await connectAmqp(this.#options.url, this.#options.connectionName ?? 'relaybus relay', this.#options.connectTimeoutMs ?? 5_000);
-      model.on('error', (error: Error) => this.#logger.debug('RabbitMQ relay connection error', { error: describeError(error) }));
+      const model = await connectAmqp(
+        this.#options.url,
+        this.#options.connectionName ?? 'relaybus relay',
+        this.#options.connectTimeoutMs ?? 5_000,
+      );
+      model.on('error', (error: Error) =>
+        this.#logger.debug('RabbitMQ relay connection error', { error: describeError(error) }),
+      );
       let channel: amqp.ConfirmChannel;
       try {
         channel = await model.createConfirmChannel();
       } catch (error) {
         await closeQuietly(model);
-        throw new BrokerUnavailableError(`RabbitMQ at ${this.name}: could not open a channel: ${describeError(error)}`, { cause: error });
+        throw new BrokerUnavailableError(
+          `RabbitMQ at ${this.name}: could not open a channel: ${describeError(error)}`,
+          { cause: error },
+        );
       }
-      const link: Link = { model, channel, returned: new Map(), lastError: undefined, closed: false, exchanges: new Map() };
+      const link: Link = {
+        model,
+        channel,
+        returned: new Map(),
+        lastError: undefined,
+        closed: false,
+        exchanges: new Map(),
+      };
       channel.on('error', (error: Error) => {
         link.lastError = error;
       });
@@ -208,11 +267,15 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
  * ```
  */
 export function amqpTarget(options: AmqpTargetOptions): RelayTarget<AmqpRoute> {
-  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('amqpTarget: options are required: { url }.');
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidOptionsError('amqpTarget: options are required: { url }.');
   checkAmqpUrl(options.url, 'amqpTarget');
   for (const name of ['confirmTimeoutMs', 'maxMessageBytes', 'connectTimeoutMs'] as const) {
     const value = options[name];
-    if (value !== undefined && (!Number.isInteger(value) || value < 1)) throw new InvalidOptionsError(`amqpTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`);
+    if (value !== undefined && (!Number.isInteger(value) || value < 1))
+      throw new InvalidOptionsError(
+        `amqpTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`,
+      );
   }
   return new AmqpTarget(options);
 }

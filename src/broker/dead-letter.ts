@@ -19,7 +19,14 @@ export type DeadLetterReason =
   | 'invalid-input';
 
 /** Every reason, for validation and docs. */
-export const DEAD_LETTER_REASONS: readonly DeadLetterReason[] = ['missing-id', 'invalid-payload', 'conflict', 'unknown-type', 'malformed', 'invalid-input'];
+export const DEAD_LETTER_REASONS: readonly DeadLetterReason[] = [
+  'missing-id',
+  'invalid-payload',
+  'conflict',
+  'unknown-type',
+  'malformed',
+  'invalid-input',
+];
 
 /** The dead-letter reason of an error of `bus.publish`, or undefined when it is not the message's fault (retry). */
 export function deadLetterReasonOf(error: unknown): DeadLetterReason | undefined {

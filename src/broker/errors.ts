@@ -7,7 +7,13 @@ import { RelayBusError, type RelayBusErrorCode, type RelayBusErrorOptions } from
  */
 
 /** The codes of the broker errors (part of `RelayBusErrorCode`). */
-export type BrokerErrorCode = Extract<RelayBusErrorCode, 'RELAYBUS_BROKER_UNAVAILABLE' | 'RELAYBUS_BROKER_NOT_FOUND' | 'RELAYBUS_MESSAGE_TOO_LARGE' | 'RELAYBUS_BROKER_REJECTED'>;
+export type BrokerErrorCode = Extract<
+  RelayBusErrorCode,
+  | 'RELAYBUS_BROKER_UNAVAILABLE'
+  | 'RELAYBUS_BROKER_NOT_FOUND'
+  | 'RELAYBUS_MESSAGE_TOO_LARGE'
+  | 'RELAYBUS_BROKER_REJECTED'
+>;
 
 /**
  * The broker could not be reached or dropped the connection (`retryable: true`), or refused it for

@@ -43,7 +43,10 @@ export interface HeldMessage {
 /** The bus as the inbox uses it: its store's transactions and `publishMany`. */
 export interface InboxBus<TTx> {
   readonly store: Pick<Store<TTx>, 'transaction' | 'setup'>;
-  publishMany(tx: TTx, items: readonly { readonly event: EventDefinition; readonly payload: unknown; readonly options?: PublishOptions }[]): Promise<PublishResult[]>;
+  publishMany(
+    tx: TTx,
+    items: readonly { readonly event: EventDefinition; readonly payload: unknown; readonly options?: PublishOptions }[],
+  ): Promise<PublishResult[]>;
 }
 
 export interface InboxEngineOptions<TTx> {
@@ -116,14 +119,30 @@ export class InboxEngine<TTx> {
     try {
       const mapped = this.#options.map(message);
       const id = mapped.id ?? message.id;
-      if (id === undefined || id === '') throw new InboxRejection('missing-id', 'the message has no id (AMQP messageId, JetStream Nats-Msg-Id): a redelivery could not be told from a new message');
+      if (id === undefined || id === '')
+        throw new InboxRejection(
+          'missing-id',
+          'the message has no id (AMQP messageId, JetStream Nats-Msg-Id): a redelivery could not be told from a new message',
+        );
       const issues = mapped.event.check(mapped.payload);
       if (issues.length > 0) {
-        throw new InboxRejection('invalid-payload', `the payload breaks the schema of "${mapped.event.type}": ${issues.slice(0, 5).map((i) => `${i.path}: ${i.message}`).join('; ')}`);
+        throw new InboxRejection(
+          'invalid-payload',
+          `the payload breaks the schema of "${mapped.event.type}": ${issues
+            .slice(0, 5)
+            .map((i) => `${i.path}: ${i.message}`)
+            .join('; ')}`,
+        );
       }
       entry = {
-        held, id, key: mapped.key !== undefined ? mapped.key : message.key, event: mapped.event, payload: mapped.payload,
-        headers: mapped.headers ?? message.headers, orphaned: false, settled: false,
+        held,
+        id,
+        key: mapped.key !== undefined ? mapped.key : message.key,
+        event: mapped.event,
+        payload: mapped.payload,
+        headers: mapped.headers ?? message.headers,
+        orphaned: false,
+        settled: false,
       };
     } catch (error) {
       const reason: DeadLetterReason = error instanceof InboxRejection ? error.reason : 'malformed';
@@ -221,7 +240,11 @@ export class InboxEngine<TTx> {
       if (entry.key !== null) this.#busyKeys.set(entry.key, (this.#busyKeys.get(entry.key) ?? 0) + 1);
     }
     void this.#publish(batch)
-      .catch((error: unknown) => this.#options.logger.error('inbox batch failed unexpectedly; its messages are redelivered', { error: describeError(error) }))
+      .catch((error: unknown) =>
+        this.#options.logger.error('inbox batch failed unexpectedly; its messages are redelivered', {
+          error: describeError(error),
+        }),
+      )
       .finally(() => {
         this.#batches -= 1;
         for (const entry of batch) {
@@ -250,16 +273,30 @@ export class InboxEngine<TTx> {
       }
       let results: PublishResult[];
       try {
-        results = await this.#options.bus.store.transaction((tx) => this.#options.bus.publishMany(tx, items.map((entry) => ({
-          event: entry.event,
-          payload: entry.payload,
-          options: { id: entry.id, key: entry.key, ...(Object.keys(entry.headers).length > 0 ? { headers: entry.headers } : {}) },
-        }))));
+        results = await this.#options.bus.store.transaction((tx) =>
+          this.#options.bus.publishMany(
+            tx,
+            items.map((entry) => ({
+              event: entry.event,
+              payload: entry.payload,
+              options: {
+                id: entry.id,
+                key: entry.key,
+                ...(Object.keys(entry.headers).length > 0 ? { headers: entry.headers } : {}),
+              },
+            })),
+          ),
+        );
       } catch (error) {
         const reason = deadLetterReasonOf(error);
         if (reason !== undefined) {
           // The message's fault: dead-letter it alone; the others go on (one by one when the culprit is unknown).
-          const culprit = error instanceof EventConflictError ? items.find((entry) => entry.id === error.eventId) : items.length === 1 ? items[0] : undefined;
+          const culprit =
+            error instanceof EventConflictError
+              ? items.find((entry) => entry.id === error.eventId)
+              : items.length === 1
+                ? items[0]
+                : undefined;
           if (culprit !== undefined) {
             await this.#deadLetterEntry(culprit, reason, error instanceof Error ? error.message : String(error));
             items = items.filter((entry) => entry !== culprit);
@@ -270,9 +307,15 @@ export class InboxEngine<TTx> {
         }
         const delayMs = backoff.failed();
         this.#options.emitter.emit('retrying', { error, delayMs, attempt: backoff.failures, messages: items.length });
-        this.#options.logger.warn('the store failed; the inbox retries the batch in place after a backoff (its messages stay unacknowledged)', {
-          attempt: backoff.failures, retryInMs: delayMs, messages: items.length, error: describeError(error),
-        });
+        this.#options.logger.warn(
+          'the store failed; the inbox retries the batch in place after a backoff (its messages stay unacknowledged)',
+          {
+            attempt: backoff.failures,
+            retryInMs: delayMs,
+            messages: items.length,
+            error: describeError(error),
+          },
+        );
         try {
           await sleep(delayMs, undefined, { signal: this.#abort.signal });
         } catch {
@@ -280,11 +323,18 @@ export class InboxEngine<TTx> {
         }
         continue;
       }
-      if (backoff.failures > 0) this.#options.logger.info('the store answers again; the batch is published', { failedAttempts: backoff.succeeded() });
+      if (backoff.failures > 0)
+        this.#options.logger.info('the store answers again; the batch is published', {
+          failedAttempts: backoff.succeeded(),
+        });
       this.#options.emitter.emit('committed', {
         messages: items.map((entry, i) => ({
-          id: entry.id, key: entry.key, type: entry.event.type, source: entry.held.message.source,
-          duplicate: results[i]?.duplicate ?? false, addedHandlers: results[i]?.addedHandlers ?? [],
+          id: entry.id,
+          key: entry.key,
+          type: entry.event.type,
+          source: entry.held.message.source,
+          duplicate: results[i]?.duplicate ?? false,
+          addedHandlers: results[i]?.addedHandlers ?? [],
         })),
       });
       for (const entry of items) {
@@ -293,7 +343,10 @@ export class InboxEngine<TTx> {
         try {
           await entry.held.ack();
         } catch (error) {
-          this.#options.logger.debug('ack failed after commit; the broker redelivers and the inbox deduplicates', { id: entry.id, error: describeError(error) });
+          this.#options.logger.debug('ack failed after commit; the broker redelivers and the inbox deduplicates', {
+            id: entry.id,
+            error: describeError(error),
+          });
         }
       }
       return;
@@ -312,13 +365,20 @@ export class InboxEngine<TTx> {
 
   async #deadLetterNow(held: HeldMessage, reason: DeadLetterReason, detail: string): Promise<void> {
     const text = truncate(detail);
-    this.#options.logger.error(`dead-lettered a message from ${held.message.source}: ${reason}`, { id: held.message.id, reason, detail: text });
+    this.#options.logger.error(`dead-lettered a message from ${held.message.source}: ${reason}`, {
+      id: held.message.id,
+      reason,
+      detail: text,
+    });
     try {
       await held.deadLetter(reason, text);
       this.#options.emitter.emit('dead-lettered', { message: held.message, reason, detail: text });
     } catch (error) {
       // Not acknowledged: the broker redelivers it and it is judged again.
-      this.#options.logger.warn('could not dead-letter a message; the broker redelivers it', { id: held.message.id, error: describeError(error) });
+      this.#options.logger.warn('could not dead-letter a message; the broker redelivers it', {
+        id: held.message.id,
+        error: describeError(error),
+      });
     }
   }
 
@@ -331,7 +391,11 @@ export class InboxEngine<TTx> {
 
   #settle(work: () => Promise<void>): void {
     const promise = work()
-      .catch((error: unknown) => this.#options.logger.debug('settling a message failed; the broker redelivers it', { error: describeError(error) }))
+      .catch((error: unknown) =>
+        this.#options.logger.debug('settling a message failed; the broker redelivers it', {
+          error: describeError(error),
+        }),
+      )
       .finally(() => {
         this.#pendingSettlements.delete(promise);
         this.#checkIdle();

@@ -34,7 +34,8 @@ export abstract class InboxLifecycle implements Inbox {
   }
 
   async start(): Promise<void> {
-    if (this.state !== 'idle') throw new InvalidOptionsError(`${this.name}: start() was called on a ${this.state} inbox; an inbox starts once.`);
+    if (this.state !== 'idle')
+      throw new InvalidOptionsError(`${this.name}: start() was called on a ${this.state} inbox; an inbox starts once.`);
     this.state = 'starting';
     try {
       await this.open();

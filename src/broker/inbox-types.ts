@@ -19,9 +19,18 @@ export interface InboxEventMap {
   /** A batch's transaction committed; its acks follow. */
   readonly committed: { readonly messages: readonly CommittedMessage[] };
   /** A poison message went to the dead-letter route. */
-  readonly 'dead-lettered': { readonly message: InboundMessage; readonly reason: DeadLetterReason; readonly detail: string };
+  readonly 'dead-lettered': {
+    readonly message: InboundMessage;
+    readonly reason: DeadLetterReason;
+    readonly detail: string;
+  };
   /** The store failed a batch; it is retried in place after `delayMs`. */
-  readonly retrying: { readonly error: unknown; readonly delayMs: number; readonly attempt: number; readonly messages: number };
+  readonly retrying: {
+    readonly error: unknown;
+    readonly delayMs: number;
+    readonly attempt: number;
+    readonly messages: number;
+  };
   /** Consuming (again). */
   readonly connected: { readonly broker: string; readonly reconnect: boolean };
   /**

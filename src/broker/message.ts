@@ -99,7 +99,10 @@ export function toOutbound(payload: unknown, delivery: DeliveryInfo): OutboundMe
 }
 
 /** Keep the application's string headers of a broker message: drop `relaybus-*` and the names `dropped` says. */
-export function applicationHeaders(raw: Readonly<Record<string, unknown>> | undefined, dropped: (name: string) => boolean): Record<string, string> {
+export function applicationHeaders(
+  raw: Readonly<Record<string, unknown>> | undefined,
+  dropped: (name: string) => boolean,
+): Record<string, string> {
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(raw ?? {})) {
     const lower = name.toLowerCase();
@@ -124,11 +127,17 @@ export function defaultMapper(events: readonly EventDefinition[]): InboxMapper {
   const byType = new Map(events.map((event) => [event.type, event]));
   return (message) => {
     if (message.type === undefined || message.type === '') {
-      throw new InboxRejection('unknown-type', `the message has no event type (AMQP "type" property or "${HEADERS.type}" header)`);
+      throw new InboxRejection(
+        'unknown-type',
+        `the message has no event type (AMQP "type" property or "${HEADERS.type}" header)`,
+      );
     }
     const event = byType.get(message.type);
     if (event === undefined) {
-      throw new InboxRejection('unknown-type', `event type "${message.type}" is not one of the inbox's events (${[...byType.keys()].join(', ')})`);
+      throw new InboxRejection(
+        'unknown-type',
+        `event type "${message.type}" is not one of the inbox's events (${[...byType.keys()].join(', ')})`,
+      );
     }
     let payload: unknown;
     try {

@@ -14,7 +14,12 @@ export const INBOX_DEFAULTS = Object.freeze({
 });
 
 /** Reconnect delays after a lost broker connection: 100 ms doubling to 10 s, +-20%. */
-export const RECONNECT_BACKOFF: BackoffOptions = Object.freeze({ initialDelayMs: 100, maxDelayMs: 10_000, multiplier: 2, jitter: 0.2 });
+export const RECONNECT_BACKOFF: BackoffOptions = Object.freeze({
+  initialDelayMs: 100,
+  maxDelayMs: 10_000,
+  multiplier: 2,
+  jitter: 0.2,
+});
 
 const LIMITS: Readonly<Record<string, readonly [number, number]>> = {
   prefetch: [1, 65_535],
@@ -32,7 +37,9 @@ export function checkInboxNumbers(where: string, values: Readonly<Record<string,
     if (value === undefined) continue;
     const [min, max] = LIMITS[name] ?? [0, Number.MAX_SAFE_INTEGER];
     if (!Number.isInteger(value) || value < min || value > max) {
-      throw new InvalidOptionsError(`${where}: \`${name}\` must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}.`);
+      throw new InvalidOptionsError(
+        `${where}: \`${name}\` must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}.`,
+      );
     }
   }
 }

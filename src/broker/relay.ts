@@ -36,6 +36,9 @@ export function routeValue(value: RouteValue, message: OutboundMessage): string 
  * bus.on(OrderPlaced, 'relay-to-rabbit', relayTo(rabbit, { exchange: 'orders', routingKey: 'order.placed' }));
  * ```
  */
-export function relayTo<TRoute>(target: RelayTarget<TRoute>, route: TRoute): (payload: unknown, context: HandlerContext) => Promise<void> {
+export function relayTo<TRoute>(
+  target: RelayTarget<TRoute>,
+  route: TRoute,
+): (payload: unknown, context: HandlerContext) => Promise<void> {
   return (payload, context) => target.send(toOutbound(payload, context.delivery), route, context.signal);
 }

@@ -2,16 +2,33 @@ import { Dispatcher, HealthState, type RelayBusHealth, type StopOptions } from '
 import type { PublishParams, PublishResult, Store } from '../store/contract.js';
 import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import {
-  DuplicateHandlerError, InvalidInputError, InvalidOptionsError, InvalidStateError, UnknownEventError, UnknownHandlerError,
+  DuplicateHandlerError,
+  InvalidInputError,
+  InvalidOptionsError,
+  InvalidStateError,
+  UnknownEventError,
+  UnknownHandlerError,
 } from '../core/errors.js';
 import { isEventDefinition, type EventDefinition, type EventPayload } from '../core/events.js';
-import type { HandlerContext, HandlerOptions, RelayBusEventMap, ResolvedHandler, TransactionalHandlerContext } from '../core/handlers.js';
+import type {
+  HandlerContext,
+  HandlerOptions,
+  RelayBusEventMap,
+  ResolvedHandler,
+  TransactionalHandlerContext,
+} from '../core/handlers.js';
 import { adaptLogger, describeError, type Logger } from '../core/logger.js';
 import { MAX_NAME_LENGTH } from '../core/limits.js';
 import { RESOLVED_HANDLERS, SubscriptionKeeper } from './subscription-keeper.js';
 import {
-  assertLogger, resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type DispatcherOptions, type RelayBusOptions,
-  type ResolvedDispatcherOptions, type ResolvedRelayBusOptions,
+  assertLogger,
+  resolveDispatcherOptions,
+  resolveHandlerOptions,
+  resolveRelayBusOptions,
+  type DispatcherOptions,
+  type RelayBusOptions,
+  type ResolvedDispatcherOptions,
+  type ResolvedRelayBusOptions,
 } from '../core/options.js';
 
 /**
@@ -31,7 +48,10 @@ import {
 export type Handler<E extends EventDefinition> = (payload: EventPayload<E>, context: HandlerContext) => unknown;
 
 /** A `{ transactional: true }` handler of event `E`: `context.transaction` is a transaction of the store's driver. */
-export type TransactionalHandler<E extends EventDefinition, TTx> = (payload: EventPayload<E>, context: TransactionalHandlerContext<TTx>) => unknown;
+export type TransactionalHandler<E extends EventDefinition, TTx> = (
+  payload: EventPayload<E>,
+  context: TransactionalHandlerContext<TTx>,
+) => unknown;
 
 /** Options of one publish. */
 export interface PublishOptions {
@@ -87,9 +107,24 @@ export interface RelayBus<TTx, TEvent extends EventDefinition = EventDefinition>
    * ```
    */
   on<E extends TEvent>(event: E, name: string, handler: Handler<E>): void;
-  on<E extends TEvent>(event: E, name: string, options: HandlerOptions & { readonly transactional: true }, handler: TransactionalHandler<E, TTx>): void;
-  on<E extends TEvent>(event: E, name: string, options: HandlerOptions & { readonly transactional?: false }, handler: Handler<E>): void;
-  on<E extends TEvent>(event: E, name: string, options: HandlerOptions, handler: (payload: EventPayload<E>, context: HandlerContext & { readonly transaction?: TTx }) => unknown): void;
+  on<E extends TEvent>(
+    event: E,
+    name: string,
+    options: HandlerOptions & { readonly transactional: true },
+    handler: TransactionalHandler<E, TTx>,
+  ): void;
+  on<E extends TEvent>(
+    event: E,
+    name: string,
+    options: HandlerOptions & { readonly transactional?: false },
+    handler: Handler<E>,
+  ): void;
+  on<E extends TEvent>(
+    event: E,
+    name: string,
+    options: HandlerOptions,
+    handler: (payload: EventPayload<E>, context: HandlerContext & { readonly transaction?: TTx }) => unknown,
+  ): void;
 
   /**
    * Publish one event inside `tx`, the caller's open transaction: the event and its deliveries are
@@ -102,7 +137,12 @@ export interface RelayBus<TTx, TEvent extends EventDefinition = EventDefinition>
    * });
    * ```
    */
-  publish<E extends TEvent>(tx: TTx, event: E, payload: EventPayload<E>, options?: PublishOptions): Promise<PublishResult>;
+  publish<E extends TEvent>(
+    tx: TTx,
+    event: E,
+    payload: EventPayload<E>,
+    options?: PublishOptions,
+  ): Promise<PublishResult>;
 
   /** Publish several events in one store call inside `tx`; results are in input order. */
   publishMany(tx: TTx, items: readonly PublishItem<TEvent>[]): Promise<PublishResult[]>;
@@ -195,23 +235,33 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
 
   on(event: TEvent, name: string, optionsOrHandler: unknown, maybeHandler?: unknown): void {
     if (this.#state !== 'idle') {
-      throw new InvalidStateError(`bus.on("${String(name)}") was called on a ${this.#state} bus; register every handler before start().`);
+      throw new InvalidStateError(
+        `bus.on("${String(name)}") was called on a ${this.#state} bus; register every handler before start().`,
+      );
     }
     const definition = this.#registered(event, 'bus.on');
     if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
-      throw new InvalidInputError(`bus.on: the handler name must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}.`);
+      throw new InvalidInputError(
+        `bus.on: the handler name must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}.`,
+      );
     }
     const [options, fn] = maybeHandler === undefined ? [{}, optionsOrHandler] : [optionsOrHandler, maybeHandler];
     if (typeof fn !== 'function') {
-      throw new InvalidInputError(`bus.on("${name}"): the last argument must be the handler function (payload, ctx) => ...`);
+      throw new InvalidInputError(
+        `bus.on("${name}"): the last argument must be the handler function (payload, ctx) => ...`,
+      );
     }
     const existing = this.#handlers.get(name);
     if (existing !== undefined) {
-      throw new DuplicateHandlerError(`Handler "${name}" is already registered (for event "${existing.eventType}"). Handler names are unique per bus; pick another name, e.g. "${name}-${definition.type}".`);
+      throw new DuplicateHandlerError(
+        `Handler "${name}" is already registered (for event "${existing.eventType}"). Handler names are unique per bus; pick another name, e.g. "${name}-${definition.type}".`,
+      );
     }
     const resolved = resolveHandlerOptions(options as HandlerOptions, this.#options, name);
     if (resolved.transactional && !this.#options.store.capabilities.transactions) {
-      throw new InvalidOptionsError(`Handler "${name}" is transactional, but the ${this.#options.store.kind} store has no transactions; drop { transactional: true } or use a store that supports them.`);
+      throw new InvalidOptionsError(
+        `Handler "${name}" is transactional, but the ${this.#options.store.kind} store has no transactions; drop { transactional: true } or use a store that supports them.`,
+      );
     }
     const handler: ResolvedHandler<TTx> = Object.freeze({
       name,
@@ -219,7 +269,9 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
       ...resolved,
       fn: fn as ResolvedHandler<TTx>['fn'],
       payloadIssues: definition.checkSchema,
-      ...(this.#options.instrumentation?.runHandler !== undefined ? { instrumentation: this.#options.instrumentation } : {}),
+      ...(this.#options.instrumentation?.runHandler !== undefined
+        ? { instrumentation: this.#options.instrumentation }
+        : {}),
     });
     this.#handlers.set(name, handler);
     const forType = this.#handlersByType.get(definition.type) ?? [];
@@ -227,17 +279,25 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     this.#handlersByType.set(definition.type, forType);
   }
 
-  async publish<E extends TEvent>(tx: TTx, event: E, payload: EventPayload<E>, options?: PublishOptions): Promise<PublishResult> {
+  async publish<E extends TEvent>(
+    tx: TTx,
+    event: E,
+    payload: EventPayload<E>,
+    options?: PublishOptions,
+  ): Promise<PublishResult> {
     const params = this.#toPublishParams(event, payload, options, 'bus.publish');
     const [result] = await this.#write(tx, [params]);
-    if (result === undefined) throw new InvalidStateError('The store returned no publish result; it does not follow the Store contract.');
+    if (result === undefined)
+      throw new InvalidStateError('The store returned no publish result; it does not follow the Store contract.');
     return result;
   }
 
   async publishMany(tx: TTx, items: readonly PublishItem<TEvent>[]): Promise<PublishResult[]> {
-    if (!Array.isArray(items)) throw new InvalidInputError('bus.publishMany takes an array of { event, payload, options? }.');
+    if (!Array.isArray(items))
+      throw new InvalidInputError('bus.publishMany takes an array of { event, payload, options? }.');
     const params = items.map((item: unknown, index) => {
-      if (typeof item !== 'object' || item === null) throw new InvalidInputError(`bus.publishMany: items[${index}] must be { event, payload, options? }.`);
+      if (typeof item !== 'object' || item === null)
+        throw new InvalidInputError(`bus.publishMany: items[${index}] must be { event, payload, options? }.`);
       const { event, payload, options } = item as { event: TEvent; payload: unknown; options?: PublishOptions };
       return this.#toPublishParams(event, payload, options, `bus.publishMany: items[${index}]`);
     });
@@ -254,10 +314,16 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
 
   start(options?: StartOptions): Promise<void> {
     if (this.#state !== 'idle') {
-      return Promise.reject(new InvalidStateError(`bus.start() was called on a ${this.#state} bus; a bus starts once.`));
+      return Promise.reject(
+        new InvalidStateError(`bus.start() was called on a ${this.#state} bus; a bus starts once.`),
+      );
     }
     if (this.#handlers.size === 0) {
-      return Promise.reject(new InvalidStateError('bus.start(): no handler is registered; register them with bus.on(...) first. A bus that only publishes does not need start().'));
+      return Promise.reject(
+        new InvalidStateError(
+          'bus.start(): no handler is registered; register them with bus.on(...) first. A bus that only publishes does not need start().',
+        ),
+      );
     }
     let run: RunSettings<TTx>;
     try {
@@ -272,7 +338,8 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
 
   /** The handlers and dispatcher options of this run: the bus's, narrowed and overridden by `options`. */
   #runSettings(options: StartOptions | undefined): RunSettings<TTx> {
-    if (options === undefined) return { handlers: this.#handlers, dispatcher: this.#options.dispatcher, logger: this.#options.logger };
+    if (options === undefined)
+      return { handlers: this.#handlers, dispatcher: this.#options.dispatcher, logger: this.#options.logger };
     if (typeof options !== 'object' || options === null || Array.isArray(options)) {
       throw new InvalidInputError('bus.start(options): options must be an object { handlers?, dispatcher?, logger? }.');
     }
@@ -280,7 +347,9 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     let handlers: ReadonlyMap<string, ResolvedHandler<TTx>> = this.#handlers;
     if (options.handlers !== undefined) {
       if (!Array.isArray(options.handlers) || options.handlers.length === 0) {
-        throw new InvalidInputError('bus.start({ handlers }): list at least one registered handler name, or leave handlers out to run them all.');
+        throw new InvalidInputError(
+          'bus.start({ handlers }): list at least one registered handler name, or leave handlers out to run them all.',
+        );
       }
       const unknown = options.handlers.filter((name) => !this.#handlers.has(name));
       if (unknown.length > 0) {
@@ -290,9 +359,18 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
       }
       handlers = new Map(options.handlers.map((name) => [name, this.#handlers.get(name)!]));
     }
-    const base = Object.fromEntries(Object.entries(this.#options.dispatcher).filter(([, value]) => value !== undefined)) as DispatcherOptions;
-    const dispatcher = options.dispatcher === undefined ? this.#options.dispatcher : resolveDispatcherOptions({ ...base, ...options.dispatcher });
-    return { handlers, dispatcher, logger: options.logger === undefined ? this.#options.logger : adaptLogger(options.logger) };
+    const base = Object.fromEntries(
+      Object.entries(this.#options.dispatcher).filter(([, value]) => value !== undefined),
+    ) as DispatcherOptions;
+    const dispatcher =
+      options.dispatcher === undefined
+        ? this.#options.dispatcher
+        : resolveDispatcherOptions({ ...base, ...options.dispatcher });
+    return {
+      handlers,
+      dispatcher,
+      logger: options.logger === undefined ? this.#options.logger : adaptLogger(options.logger),
+    };
   }
 
   async #start(run: RunSettings<TTx>): Promise<void> {
@@ -358,27 +436,42 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
   /** The bus's definition of `event`, or UnknownEventError. */
   #registered(event: unknown, where: string): EventDefinition {
     if (!isEventDefinition(event)) {
-      throw new UnknownEventError(`${where}: expected an event definition made by defineEvent(type, schema), got ${describeError(event)}.`);
+      throw new UnknownEventError(
+        `${where}: expected an event definition made by defineEvent(type, schema), got ${describeError(event)}.`,
+      );
     }
     const definition = this.#options.events.get(event.type);
     if (definition === undefined) {
-      throw new UnknownEventError(`${where}: event type "${event.type}" is not one of this bus's events; add it to createRelayBus({ events: [...] }).`);
+      throw new UnknownEventError(
+        `${where}: event type "${event.type}" is not one of this bus's events; add it to createRelayBus({ events: [...] }).`,
+      );
     }
     if (definition !== event) {
-      throw new UnknownEventError(`${where}: this definition of "${event.type}" is not the one the bus was created with (two defineEvent calls for one type?); import and use the same definition.`);
+      throw new UnknownEventError(
+        `${where}: this definition of "${event.type}" is not the one the bus was created with (two defineEvent calls for one type?); import and use the same definition.`,
+      );
     }
     return definition;
   }
 
-  #toPublishParams(event: unknown, payload: unknown, options: PublishOptions | undefined, where: string): PublishParams {
+  #toPublishParams(
+    event: unknown,
+    payload: unknown,
+    options: PublishOptions | undefined,
+    where: string,
+  ): PublishParams {
     const definition = this.#registered(event, where);
     // The handlers this process registers (possibly none): the store adds the subscriptions of the type.
     const handlers = this.#handlersByType.get(definition.type) ?? [];
     definition.validate(payload);
     if (options !== undefined) {
-      if (typeof options !== 'object' || options === null) throw new InvalidInputError(`${where}: options must be { key?, id?, availableAt?, headers? }.`);
+      if (typeof options !== 'object' || options === null)
+        throw new InvalidInputError(`${where}: options must be { key?, id?, availableAt?, headers? }.`);
       const unknown = Object.keys(options).filter((name) => !PUBLISH_OPTION_KEYS.has(name));
-      if (unknown.length > 0) throw new InvalidInputError(`${where}: unknown publish option ${unknown.map((name) => `"${name}"`).join(', ')}; the options are key, id, availableAt, headers.`);
+      if (unknown.length > 0)
+        throw new InvalidInputError(
+          `${where}: unknown publish option ${unknown.map((name) => `"${name}"`).join(', ')}; the options are key, id, availableAt, headers.`,
+        );
     }
     return {
       type: definition.type,
@@ -417,6 +510,8 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
  *
  * Throws `InvalidOptionsError` for missing or out-of-range options.
  */
-export function createRelayBus<TTx, const TEvents extends readonly EventDefinition[]>(options: RelayBusOptions<TTx, TEvents>): RelayBus<TTx, TEvents[number]> {
+export function createRelayBus<TTx, const TEvents extends readonly EventDefinition[]>(
+  options: RelayBusOptions<TTx, TEvents>,
+): RelayBus<TTx, TEvents[number]> {
   return new Bus<TTx, TEvents[number]>(resolveRelayBusOptions<TTx>(options));
 }

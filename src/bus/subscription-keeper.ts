@@ -15,7 +15,10 @@ export const RESOLVED_HANDLERS: unique symbol = Symbol.for('relaybus.resolvedHan
 /** The subscriptions of the handlers a run runs: each handler's type, attempt budget and backoff. */
 export function subscriptionsOf<TTx>(handlers: Iterable<ResolvedHandler<TTx>>): Subscription[] {
   return [...handlers].map((handler) => ({
-    eventType: handler.eventType, handler: handler.name, maxAttempts: handler.maxAttempts, retry: { backoff: { ...handler.backoff } },
+    eventType: handler.eventType,
+    handler: handler.name,
+    maxAttempts: handler.maxAttempts,
+    retry: { backoff: { ...handler.backoff } },
   }));
 }
 
@@ -54,8 +57,9 @@ export class SubscriptionKeeper<TTx> {
     try {
       await this.#store.subscribe(this.#subscriptions, this.#clock?.now());
     } catch (error) {
-      this.#logger.warn('could not refresh the subscriptions of this worker\'s handlers; trying again in a minute', {
-        error: describeError(error), handlers: this.#subscriptions.length,
+      this.#logger.warn("could not refresh the subscriptions of this worker's handlers; trying again in a minute", {
+        error: describeError(error),
+        handlers: this.#subscriptions.length,
       });
     }
   }

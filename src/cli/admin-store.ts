@@ -1,5 +1,12 @@
 import { InvalidOptionsError, SchemaMismatchError } from '../index.js';
-import { DEFAULT_SCHEMA, fromPg, postgresStore, type PgPoolLike, type PostgresStore, type PgClientLike } from '../postgres/index.js';
+import {
+  DEFAULT_SCHEMA,
+  fromPg,
+  postgresStore,
+  type PgPoolLike,
+  type PostgresStore,
+  type PgClientLike,
+} from '../postgres/index.js';
 import { CliFailure, UsageError, type CliContext } from './command.js';
 
 /**
@@ -19,7 +26,12 @@ export interface AdminStore {
 }
 
 interface PgModule {
-  readonly Pool: new (config: { connectionString: string; max: number; connectionTimeoutMillis: number; application_name: string }) => PgPoolLike & {
+  readonly Pool: new (config: {
+    connectionString: string;
+    max: number;
+    connectionTimeoutMillis: number;
+    application_name: string;
+  }) => PgPoolLike & {
     on(event: 'error', listener: (error: Error) => void): unknown;
   };
 }
@@ -40,21 +52,31 @@ async function importPg(): Promise<PgModule> {
     return module.default ?? module;
   } catch (error) {
     if ((error as { code?: unknown }).code === 'ERR_MODULE_NOT_FOUND') {
-      throw new CliFailure('the admin commands connect with the pg package, which is not installed here: npm install pg');
+      throw new CliFailure(
+        'the admin commands connect with the pg package, which is not installed here: npm install pg',
+      );
     }
     throw error;
   }
 }
 
 /** Open the store the admin flags point at; throws `UsageError` when no database is given. */
-export async function openAdminStore(flags: { readonly 'database-url'?: string; readonly schema?: string }, context: CliContext): Promise<AdminStore> {
+export async function openAdminStore(
+  flags: { readonly 'database-url'?: string; readonly schema?: string },
+  context: CliContext,
+): Promise<AdminStore> {
   const url = flags['database-url'] ?? context.env.DATABASE_URL;
   if (url === undefined || url.trim() === '') {
     throw new UsageError('no database: pass --database-url postgres://user@host:5432/db or set DATABASE_URL');
   }
   const schema = flags.schema ?? DEFAULT_SCHEMA;
   const { Pool } = await importPg();
-  const pool = new Pool({ connectionString: url, max: 2, connectionTimeoutMillis: 10_000, application_name: 'relaybus-cli' });
+  const pool = new Pool({
+    connectionString: url,
+    max: 2,
+    connectionTimeoutMillis: 10_000,
+    application_name: 'relaybus-cli',
+  });
   pool.on('error', () => {}); // an idle client dropped by the server: the next query reports it
   let store: PostgresStore<PgClientLike>;
   try {
@@ -79,7 +101,9 @@ export async function withAdminStore<T>(
   } catch (error) {
     if (error instanceof SchemaMismatchError) {
       const schemaFlag = admin.schema === DEFAULT_SCHEMA ? '' : ` --schema ${admin.schema}`;
-      throw new CliFailure(`${error.message.replace(/\.$/, '')}; from the command line: relaybus setup${schemaFlag}`, { cause: error });
+      throw new CliFailure(`${error.message.replace(/\.$/, '')}; from the command line: relaybus setup${schemaFlag}`, {
+        cause: error,
+      });
     }
     throw error;
   } finally {

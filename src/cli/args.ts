@@ -22,8 +22,12 @@ export interface FlagSpec {
 export type FlagSpecs = Readonly<Record<string, FlagSpec>>;
 
 type FlagValue<S extends FlagSpec> = S['type'] extends 'boolean'
-  ? S['multiple'] extends true ? boolean[] : boolean
-  : S['multiple'] extends true ? string[] : string;
+  ? S['multiple'] extends true
+    ? boolean[]
+    : boolean
+  : S['multiple'] extends true
+    ? string[]
+    : string;
 
 /** Parsed flag values: absent flags are undefined. */
 export type FlagValues<T extends FlagSpecs> = { readonly [K in keyof T]?: FlagValue<T[K]> };
@@ -40,7 +44,11 @@ export const HELP_FLAG = {
 
 /** `--database-url` and `--schema`, shared by the admin commands. */
 export const DATABASE_FLAGS = {
-  'database-url': { type: 'string', value: 'url', description: 'Postgres connection string. Default: the DATABASE_URL environment variable.' },
+  'database-url': {
+    type: 'string',
+    value: 'url',
+    description: 'Postgres connection string. Default: the DATABASE_URL environment variable.',
+  },
   schema: { type: 'string', value: 'name', description: 'Postgres schema of the relaybus tables. Default: relaybus.' },
 } as const satisfies FlagSpecs;
 
@@ -67,7 +75,11 @@ export function parseFlags<T extends FlagSpecs>(
 ): { values: FlagValues<T>; positionals: string[] } {
   const config: Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }> = {};
   for (const [name, spec] of Object.entries(specs)) {
-    config[name] = { type: spec.type, ...(spec.short ? { short: spec.short } : {}), ...(spec.multiple ? { multiple: true } : {}) };
+    config[name] = {
+      type: spec.type,
+      ...(spec.short ? { short: spec.short } : {}),
+      ...(spec.multiple ? { multiple: true } : {}),
+    };
   }
   let parsed: { values: Record<string, unknown>; positionals: string[] };
   try {
@@ -83,9 +95,11 @@ export function parseFlags<T extends FlagSpecs>(
   const max = options.maxPositionals ?? 0;
   if (parsed.positionals.length > max) {
     const extra = parsed.positionals[max];
-    throw new UsageError(max === 0
-      ? `relaybus ${command} takes no arguments, got "${extra}" (see relaybus ${command} --help)`
-      : `unexpected argument "${extra}" (see relaybus ${command} --help)`);
+    throw new UsageError(
+      max === 0
+        ? `relaybus ${command} takes no arguments, got "${extra}" (see relaybus ${command} --help)`
+        : `unexpected argument "${extra}" (see relaybus ${command} --help)`,
+    );
   }
   return { values: parsed.values as FlagValues<T>, positionals: parsed.positionals };
 }
@@ -105,7 +119,9 @@ export function durationFlag(name: string, raw: string | undefined, minMs: numbe
   if (raw === undefined) return undefined;
   const value = parseDuration(raw);
   if (value === undefined) {
-    throw new UsageError(`--${name} must be a duration such as 500ms, 30s, 12h or 7d (or plain milliseconds), got "${raw}"`);
+    throw new UsageError(
+      `--${name} must be a duration such as 500ms, 30s, 12h or 7d (or plain milliseconds), got "${raw}"`,
+    );
   }
   if (value < minMs || value > maxMs) {
     throw new UsageError(`--${name} must be between ${minMs} ms and ${maxMs} ms, got "${raw}" (${value} ms)`);
@@ -114,7 +130,11 @@ export function durationFlag(name: string, raw: string | undefined, minMs: numbe
 }
 
 /** A flag that takes one of `choices`; undefined when absent. */
-export function choiceFlag<const C extends readonly string[]>(name: string, raw: string | undefined, choices: C): C[number] | undefined {
+export function choiceFlag<const C extends readonly string[]>(
+  name: string,
+  raw: string | undefined,
+  choices: C,
+): C[number] | undefined {
   if (raw === undefined) return undefined;
   if (!choices.includes(raw)) throw new UsageError(`--${name} must be one of ${choices.join(', ')}, got "${raw}"`);
   return raw;
@@ -123,8 +143,12 @@ export function choiceFlag<const C extends readonly string[]>(name: string, raw:
 /** A comma-separated list flag, trimmed, without empty items; undefined when absent. */
 export function listFlag(name: string, raw: string | undefined): string[] | undefined {
   if (raw === undefined) return undefined;
-  const items = raw.split(',').map((item) => item.trim()).filter((item) => item.length > 0);
-  if (items.length === 0) throw new UsageError(`--${name} needs at least one name, e.g. --${name} send-receipt,update-ledger`);
+  const items = raw
+    .split(',')
+    .map((item) => item.trim())
+    .filter((item) => item.length > 0);
+  if (items.length === 0)
+    throw new UsageError(`--${name} needs at least one name, e.g. --${name} send-receipt,update-ledger`);
   return [...new Set(items)];
 }
 
@@ -133,7 +157,12 @@ export function listFlag(name: string, raw: string | undefined): string[] | unde
  * `fallback` when the next argument is not a value, so `parseArgs` (which has no optional values)
  * can read it.
  */
-export function optionalValue(args: readonly string[], flag: string, fallback: string, isValue: (arg: string) => boolean): string[] {
+export function optionalValue(
+  args: readonly string[],
+  flag: string,
+  fallback: string,
+  isValue: (arg: string) => boolean,
+): string[] {
   const out: string[] = [];
   for (let i = 0; i < args.length; i += 1) {
     const arg = args[i]!;
@@ -180,7 +209,8 @@ export function renderHelp(help: {
       text.forEach((line, i) => lines.push(`  ${i === 0 ? left.padEnd(width) : ' '.repeat(width)}  ${line}`));
     }
   }
-  for (const section of help.sections ?? []) lines.push('', `${section.title}:`, ...section.lines.map((line) => (line === '' ? '' : `  ${line}`)));
+  for (const section of help.sections ?? [])
+    lines.push('', `${section.title}:`, ...section.lines.map((line) => (line === '' ? '' : `  ${line}`)));
   return lines.join('\n') + '\n';
 }
 

@@ -53,7 +53,9 @@ export function resolveConfigPath(path: string | undefined, cwd: string): string
   if (path !== undefined) {
     const absolute = resolve(cwd, path);
     if (!existsSync(absolute) || !statSync(absolute).isFile()) {
-      throw new UsageError(`config module not found: ${path} (relaybus worker <config>: a module whose default export is the bus)`);
+      throw new UsageError(
+        `config module not found: ${path} (relaybus worker <config>: a module whose default export is the bus)`,
+      );
     }
     return absolute;
   }
@@ -61,7 +63,9 @@ export function resolveConfigPath(path: string | undefined, cwd: string): string
     const candidate = resolve(cwd, name);
     if (existsSync(candidate)) return candidate;
   }
-  throw new UsageError(`no config module: pass one (relaybus worker ./src/bus.js) or create ${DEFAULT_CONFIG_NAMES.join(', ')} in ${cwd}; its default export is the bus`);
+  throw new UsageError(
+    `no config module: pass one (relaybus worker ./src/bus.js) or create ${DEFAULT_CONFIG_NAMES.join(', ')} in ${cwd}; its default export is the bus`,
+  );
 }
 
 let tsLoader: Promise<void> | undefined;
@@ -97,7 +101,9 @@ function ensureTypeScript(configPath: string): Promise<void> {
   tsLoader ??= (async () => {
     const esm = await importTsx('tsx/esm/api', configPath);
     if (esm === undefined) {
-      throw new UsageError(`${basename(configPath)} is TypeScript, and no TypeScript loader is installed: npm install --save-dev tsx (or compile the config and pass the .js file)`);
+      throw new UsageError(
+        `${basename(configPath)} is TypeScript, and no TypeScript loader is installed: npm install --save-dev tsx (or compile the config and pass the .js file)`,
+      );
     }
     esm.register();
     (await importTsx('tsx/cjs/api', configPath))?.register();
@@ -108,8 +114,15 @@ function ensureTypeScript(configPath: string): Promise<void> {
 function looksLikeBus(value: unknown): value is WorkerBus {
   if (typeof value !== 'object' || value === null) return false;
   const bus = value as Record<string, unknown>;
-  return typeof bus.start === 'function' && typeof bus.stop === 'function' && typeof bus.on === 'function'
-    && typeof bus.store === 'object' && bus.store !== null && typeof bus.events === 'object' && bus.events !== null;
+  return (
+    typeof bus.start === 'function' &&
+    typeof bus.stop === 'function' &&
+    typeof bus.on === 'function' &&
+    typeof bus.store === 'object' &&
+    bus.store !== null &&
+    typeof bus.events === 'object' &&
+    bus.events !== null
+  );
 }
 
 /**
@@ -129,17 +142,31 @@ export async function loadBus(path: string): Promise<WorkerBus> {
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     if (code === 'ERR_UNKNOWN_FILE_EXTENSION') {
-      throw new UsageError(`${basename(path)} is TypeScript, and no TypeScript loader is installed: npm install --save-dev tsx`);
+      throw new UsageError(
+        `${basename(path)} is TypeScript, and no TypeScript loader is installed: npm install --save-dev tsx`,
+      );
     }
     const message = error instanceof Error ? error.message : String(error);
     throw new CliFailure(`loading ${basename(path)} failed: ${message}`, { cause: error });
   }
   let bus = module.default;
   // A .ts config Node treats as CommonJS arrives as module.exports, with the bus under `default`.
-  if (!looksLikeBus(bus) && typeof bus === 'object' && bus !== null && looksLikeBus((bus as { default?: unknown }).default)) {
+  if (
+    !looksLikeBus(bus) &&
+    typeof bus === 'object' &&
+    bus !== null &&
+    looksLikeBus((bus as { default?: unknown }).default)
+  ) {
     bus = (bus as { default?: unknown }).default;
   }
   if (looksLikeBus(bus)) return bus;
-  const got = bus === undefined ? 'has no default export' : typeof bus === 'function' ? 'exports a function by default' : `exports ${typeof bus} by default`;
-  throw new UsageError(`${basename(path)} ${got}; export the bus itself: export default createRelayBus({ store, events })`);
+  const got =
+    bus === undefined
+      ? 'has no default export'
+      : typeof bus === 'function'
+        ? 'exports a function by default'
+        : `exports ${typeof bus} by default`;
+  throw new UsageError(
+    `${basename(path)} ${got}; export the bus itself: export default createRelayBus({ store, events })`,
+  );
 }

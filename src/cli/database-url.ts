@@ -27,7 +27,9 @@ export function isConnectionString(value: string): boolean {
 export function checkDatabaseUrl(env: Readonly<Record<string, string | undefined>>): void {
   const value = env[DATABASE_URL];
   if (value === undefined || value === '' || isConnectionString(value.trim())) return;
-  throw new UsageError(`${DATABASE_URL} is not a valid connection string; expected postgres://user:password@host:5432/database`);
+  throw new UsageError(
+    `${DATABASE_URL} is not a valid connection string; expected postgres://user:password@host:5432/database`,
+  );
 }
 
 /** `value` with its password (and any `password` query parameter) replaced by `***`. */

@@ -24,11 +24,18 @@ export interface DrainWatchOptions {
 }
 
 /** Sum of `due` and `inFlight` over `handlers` (or over every handler). */
-export function dueAndInFlight(stats: Statistics, handlers: readonly string[] | undefined): { due: number; inFlight: number } {
-  const rows: HandlerStatistics[] = handlers === undefined
-    ? Object.values(stats.handlers)
-    : handlers.flatMap((name) => (stats.handlers[name] ? [stats.handlers[name]] : []));
-  return rows.reduce((sum, row) => ({ due: sum.due + row.due, inFlight: sum.inFlight + row.inFlight }), { due: 0, inFlight: 0 });
+export function dueAndInFlight(
+  stats: Statistics,
+  handlers: readonly string[] | undefined,
+): { due: number; inFlight: number } {
+  const rows: HandlerStatistics[] =
+    handlers === undefined
+      ? Object.values(stats.handlers)
+      : handlers.flatMap((name) => (stats.handlers[name] ? [stats.handlers[name]] : []));
+  return rows.reduce((sum, row) => ({ due: sum.due + row.due, inFlight: sum.inFlight + row.inFlight }), {
+    due: 0,
+    inFlight: 0,
+  });
 }
 
 /**

@@ -49,19 +49,31 @@ function toJsonLine(time: Date, level: LogLevel, message: string, fields: LogFie
     return JSON.stringify(record, (_key, value: unknown) => plain(value));
   } catch {
     // A field JSON cannot hold (a cycle): keep the line, with that field as text.
-    const safe = Object.fromEntries(Object.entries(record).map(([key, value]) => [key, typeof value === 'object' && value !== null ? String(value) : value]));
+    const safe = Object.fromEntries(
+      Object.entries(record).map(([key, value]) => [
+        key,
+        typeof value === 'object' && value !== null ? String(value) : value,
+      ]),
+    );
     return JSON.stringify(safe);
   }
 }
 
 /** `key=value`, quoting values with spaces, quotes or `=`. */
 function renderField(key: string, value: unknown): string {
-  const text = typeof value === 'string' ? value : value instanceof Date ? value.toISOString() : JSON.stringify(plain(value)) ?? String(value);
+  const text =
+    typeof value === 'string'
+      ? value
+      : value instanceof Date
+        ? value.toISOString()
+        : (JSON.stringify(plain(value)) ?? String(value));
   return `${key}=${/^[^\s"=]+$/.test(text) ? text : JSON.stringify(text)}`;
 }
 
 function toPrettyLine(prefix: string, message: string, fields: LogFields | undefined): string {
-  const rendered = Object.entries(fields ?? {}).filter(([, value]) => value !== undefined).map(([key, value]) => renderField(key, value));
+  const rendered = Object.entries(fields ?? {})
+    .filter(([, value]) => value !== undefined)
+    .map(([key, value]) => renderField(key, value));
   return `${prefix}: ${message}${rendered.length > 0 ? ' ' + rendered.join(' ') : ''}`.replace(/\s*\n\s*/g, ' ');
 }
 
@@ -76,10 +88,15 @@ function toPrettyLine(prefix: string, message: string, fields: LogFields | undef
 export function createCliLogger(options: CliLoggerOptions): Logger {
   const min = LOG_LEVELS.indexOf(options.level);
   const now = options.now ?? (() => new Date());
-  const write = (level: LogLevel) => (message: string, fields?: LogFields): void => {
-    if (LOG_LEVELS.indexOf(level) < min) return;
-    const line = options.format === 'json' ? toJsonLine(now(), level, message, fields) : toPrettyLine(options.prefix, message, fields);
-    (level === 'warn' || level === 'error' ? options.stderr : options.stdout).write(line + '\n');
-  };
+  const write =
+    (level: LogLevel) =>
+    (message: string, fields?: LogFields): void => {
+      if (LOG_LEVELS.indexOf(level) < min) return;
+      const line =
+        options.format === 'json'
+          ? toJsonLine(now(), level, message, fields)
+          : toPrettyLine(options.prefix, message, fields);
+      (level === 'warn' || level === 'error' ? options.stderr : options.stdout).write(line + '\n');
+    };
   return Object.freeze({ debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') });
 }

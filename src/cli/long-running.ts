@@ -16,13 +16,24 @@ export const CLOSE_DEADLINE_MS = 2_000;
 
 /** The `--log-level` and `--log-format` flags. */
 export const LOG_FLAGS = {
-  'log-level': { type: 'string', value: 'level', description: 'Least severe log line printed: debug, info, warn or error. Default: info.' },
-  'log-format': { type: 'string', value: 'format', description: 'pretty (a readable line each) or json (one object per line: time, level, msg and fields). Default: pretty.' },
+  'log-level': {
+    type: 'string',
+    value: 'level',
+    description: 'Least severe log line printed: debug, info, warn or error. Default: info.',
+  },
+  'log-format': {
+    type: 'string',
+    value: 'format',
+    description:
+      'pretty (a readable line each) or json (one object per line: time, level, msg and fields). Default: pretty.',
+  },
 } as const;
 
 /** The command's logger, from its `--log-level` and `--log-format` values. */
 export function loggerFromFlags(
-  values: { readonly 'log-level'?: string; readonly 'log-format'?: string }, context: CliContext, prefix: string,
+  values: { readonly 'log-level'?: string; readonly 'log-format'?: string },
+  context: CliContext,
+  prefix: string,
 ): Logger {
   return createCliLogger({
     level: choiceFlag('log-level', values['log-level'], LOG_LEVELS) ?? 'info',
@@ -49,6 +60,8 @@ export async function failingAs<T>(what: string, run: () => Promise<T>): Promise
     return await run();
   } catch (error) {
     if (error instanceof RelayBusError || error instanceof UsageError || error instanceof CliFailure) throw error;
-    throw new CliFailure(`the ${what} failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    throw new CliFailure(`the ${what} failed: ${error instanceof Error ? error.message : String(error)}`, {
+      cause: error,
+    });
   }
 }

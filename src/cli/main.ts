@@ -25,7 +25,18 @@ import { subscriptionsCommand } from './commands/subscriptions.js';
 
 /** Every command, by the words typed after `relaybus`. */
 export const COMMANDS: readonly Command[] = [
-  workerCommand, inboxCommand, demoCommand, setupCommand, upgradeCommand, sqlCommand, statsCommand, deadListCommand, deadRequeueCommand, purgeCommand, dashboardCommand, subscriptionsCommand,
+  workerCommand,
+  inboxCommand,
+  demoCommand,
+  setupCommand,
+  upgradeCommand,
+  sqlCommand,
+  statsCommand,
+  deadListCommand,
+  deadRequeueCommand,
+  purgeCommand,
+  dashboardCommand,
+  subscriptionsCommand,
 ];
 
 /** The package version, from package.json. */
@@ -38,13 +49,16 @@ function topHelp(): string {
   return [
     'Usage: relaybus <command> [options]',
     '',
-    ...wrap('relaybus is a transactional outbox and in-database event bus: events are published inside your database transaction and delivered to every handler, at least once, retried, dead-lettered, ordered per key.', 80),
+    ...wrap(
+      'relaybus is a transactional outbox and in-database event bus: events are published inside your database transaction and delivered to every handler, at least once, retried, dead-lettered, ordered per key.',
+      80,
+    ),
     '',
     'Commands:',
     ...COMMANDS.map((command) => `  ${command.name.padEnd(width)}  ${command.summary}`),
     '',
     'Options:',
-    '  -h, --help     Show help; relaybus <command> --help shows a command\'s options.',
+    "  -h, --help     Show help; relaybus <command> --help shows a command's options.",
     '  -v, --version  Print the version.',
     '  --verbose      Print stack traces on errors.',
     '',
@@ -78,19 +92,30 @@ const DEAD_HELP = [
 ].join('\n');
 
 /** The command `args` names, and the arguments after its name. */
-function findCommand(args: readonly string[]): { command: Command; rest: readonly string[] } | { help: string; usage?: string } {
+function findCommand(
+  args: readonly string[],
+): { command: Command; rest: readonly string[] } | { help: string; usage?: string } {
   const [first, second] = args;
   if (first === 'dead') {
     if (second === undefined || second.startsWith('-')) {
-      return wantsHelp(args.slice(1)) ? { help: DEAD_HELP } : { help: DEAD_HELP, usage: 'relaybus dead needs a subcommand: list or requeue (see relaybus dead --help)' };
+      return wantsHelp(args.slice(1))
+        ? { help: DEAD_HELP }
+        : { help: DEAD_HELP, usage: 'relaybus dead needs a subcommand: list or requeue (see relaybus dead --help)' };
     }
     const command = COMMANDS.find((candidate) => candidate.name === `dead ${second}`);
-    if (command === undefined) return { help: DEAD_HELP, usage: `unknown command "dead ${second}"; use relaybus dead list or relaybus dead requeue` };
+    if (command === undefined)
+      return {
+        help: DEAD_HELP,
+        usage: `unknown command "dead ${second}"; use relaybus dead list or relaybus dead requeue`,
+      };
     return { command, rest: args.slice(2) };
   }
   const command = COMMANDS.find((candidate) => candidate.name === first);
   if (command === undefined) {
-    return { help: topHelp(), usage: `unknown command "${first}"; commands: ${[...new Set(COMMANDS.map((c) => c.name.split(' ')[0]))].join(', ')} (see relaybus --help)` };
+    return {
+      help: topHelp(),
+      usage: `unknown command "${first}"; commands: ${[...new Set(COMMANDS.map((c) => c.name.split(' ')[0]))].join(', ')} (see relaybus --help)`,
+    };
   }
   return { command, rest: args.slice(1) };
 }
@@ -98,7 +123,8 @@ function findCommand(args: readonly string[]): { command: Command; rest: readonl
 /** The one-line message of `error`, with the cause's message when the error's own is empty. */
 export function errorLine(error: unknown): string {
   const describe = (value: unknown): string => {
-    if (value instanceof AggregateError && value.message === '') return value.errors.map(describe).filter(Boolean).join('; ');
+    if (value instanceof AggregateError && value.message === '')
+      return value.errors.map(describe).filter(Boolean).join('; ');
     if (value instanceof Error) return value.message;
     return String(value);
   };
@@ -114,7 +140,7 @@ function exitCodeOf(error: unknown): number {
 function printStack(error: unknown, context: CliContext): void {
   let current: unknown = error;
   for (let depth = 0; current !== undefined && depth < 5; depth += 1) {
-    const text = current instanceof Error ? current.stack ?? `${current.name}: ${current.message}` : String(current);
+    const text = current instanceof Error ? (current.stack ?? `${current.name}: ${current.message}`) : String(current);
     writeLine(context.stderr, depth === 0 ? text : `caused by: ${text}`);
     current = current instanceof Error ? current.cause : undefined;
   }
@@ -127,7 +153,15 @@ function printStack(error: unknown, context: CliContext): void {
  * process.exit(await runCli(process.argv.slice(2)));
  * ```
  */
-export async function runCli(args: readonly string[], base: Omit<CliContext, 'verbose'> = { stdout: process.stdout, stderr: process.stderr, env: process.env, cwd: process.cwd() }): Promise<number> {
+export async function runCli(
+  args: readonly string[],
+  base: Omit<CliContext, 'verbose'> = {
+    stdout: process.stdout,
+    stderr: process.stderr,
+    env: process.env,
+    cwd: process.cwd(),
+  },
+): Promise<number> {
   const verbose = args.slice(0, args.includes('--') ? args.indexOf('--') : undefined).includes('--verbose');
   const context: CliContext = { ...base, verbose };
   const first = args[0];
@@ -146,7 +180,10 @@ export async function runCli(args: readonly string[], base: Omit<CliContext, 've
     return ExitCode.ok;
   }
   if (first.startsWith('-') && first !== '--verbose') {
-    writeLine(context.stderr, `relaybus: unknown option ${first} before the command; usage: relaybus <command> [options] (see relaybus --help)`);
+    writeLine(
+      context.stderr,
+      `relaybus: unknown option ${first} before the command; usage: relaybus <command> [options] (see relaybus --help)`,
+    );
     return ExitCode.usage;
   }
   const commandArgs = first === '--verbose' ? args.slice(1) : args;
@@ -171,7 +208,10 @@ export async function runCli(args: readonly string[], base: Omit<CliContext, 've
     return await found.command.run(found.rest, context);
   } catch (error) {
     const expected = error instanceof UsageError || error instanceof CliFailure || error instanceof RelayBusError;
-    writeLine(context.stderr, `relaybus: ${errorLine(error)}${expected || verbose ? '' : ' (unexpected: rerun with --verbose for the stack trace)'}`);
+    writeLine(
+      context.stderr,
+      `relaybus: ${errorLine(error)}${expected || verbose ? '' : ' (unexpected: rerun with --verbose for the stack trace)'}`,
+    );
     if (verbose) printStack(error, context);
     return exitCodeOf(error);
   }

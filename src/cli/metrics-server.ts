@@ -40,7 +40,11 @@ export interface WorkerMetrics {
 }
 
 /** The readiness of `bus`: ready while its last claim succeeded and it runs. */
-export function readinessOf(bus: WorkerBus): { readonly ready: boolean; readonly state: string; readonly health?: RelayBusHealth } {
+export function readinessOf(bus: WorkerBus): {
+  readonly ready: boolean;
+  readonly state: string;
+  readonly health?: RelayBusHealth;
+} {
   const withHealth = bus as WorkerBus & { health?: () => RelayBusHealth };
   if (typeof withHealth.health !== 'function') return { ready: bus.state === 'running', state: bus.state };
   const health = withHealth.health();
@@ -48,7 +52,11 @@ export function readinessOf(bus: WorkerBus): { readonly ready: boolean; readonly
 }
 
 function send(response: ServerResponse, status: number, type: string, body: string): void {
-  response.writeHead(status, { 'content-type': type, 'cache-control': 'no-store', 'content-length': Buffer.byteLength(body) });
+  response.writeHead(status, {
+    'content-type': type,
+    'cache-control': 'no-store',
+    'content-length': Buffer.byteLength(body),
+  });
   response.end(body);
 }
 
@@ -57,7 +65,10 @@ export function serveWorkerMetrics(bus: WorkerBus, options: WorkerMetricsOptions
   const { logger } = options;
   const registry = new PrometheusRegistry();
   const observation = observeBus(bus, registry, { statisticsIntervalMs: options.statisticsIntervalMs, logger });
-  registry.createObservableGauge('relaybus.ready', { description: '1 while the worker is ready (its store answers and it claims), else 0.' })
+  registry
+    .createObservableGauge('relaybus.ready', {
+      description: '1 while the worker is ready (its store answers and it claims), else 0.',
+    })
     .addCallback((result) => result.observe(readinessOf(bus).ready ? 1 : 0));
 
   const handle = (request: IncomingMessage, response: ServerResponse): void => {
@@ -70,7 +81,8 @@ export function serveWorkerMetrics(bus: WorkerBus, options: WorkerMetricsOptions
     if (path === '/metrics') {
       registry.render().then(
         (text) => send(response, 200, PROMETHEUS_CONTENT_TYPE, text),
-        (error: unknown) => send(response, 500, 'text/plain; charset=utf-8', `rendering the metrics failed: ${describeError(error)}\n`),
+        (error: unknown) =>
+          send(response, 500, 'text/plain; charset=utf-8', `rendering the metrics failed: ${describeError(error)}\n`),
       );
     } else if (path === '/healthz') {
       send(response, 200, 'application/json', JSON.stringify({ alive: true, state: bus.state }) + '\n');
@@ -96,34 +108,41 @@ export function serveWorkerMetrics(bus: WorkerBus, options: WorkerMetricsOptions
   let failures = 0;
   const where = `${options.host.includes(':') ? `[${options.host}]` : options.host}:${options.port}`;
 
-  const listen = (): Promise<void> => new Promise<void>((resolve) => {
-    const onError = (error: NodeJS.ErrnoException): void => {
-      server.off('listening', onListening);
-      failures += 1;
-      const why = error.code === 'EADDRINUSE'
-        ? `the port is in use (another worker's --metrics-port, a dashboard, or another exporter); pick another --metrics-port`
-        : error.code === 'EADDRNOTAVAIL' ? `${options.host} is not an address of this machine; check --metrics-host` : describeError(error);
-      const message = `the metrics server cannot listen on ${where}: ${why}. The worker keeps delivering; retrying every ${LISTEN_RETRY_MS / 1000}s`;
-      if (failures === 1) logger.error(message, { error: describeError(error) });
-      else logger.debug(message, { attempt: failures });
-      if (!closed) {
-        retry = setTimeout(() => void listen(), LISTEN_RETRY_MS);
-        retry.unref();
-      }
-      resolve();
-    };
-    const onListening = (): void => {
-      server.off('error', onError);
-      const address = server.address() as AddressInfo;
-      const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-      url = `http://${host}:${address.port}`;
-      logger.info(`metrics on ${url}/metrics, liveness on ${url}/healthz, readiness on ${url}/readyz`, failures > 0 ? { failedAttempts: failures } : undefined);
-      resolve();
-    };
-    server.once('error', onError);
-    server.once('listening', onListening);
-    server.listen(options.port, options.host);
-  });
+  const listen = (): Promise<void> =>
+    new Promise<void>((resolve) => {
+      const onError = (error: NodeJS.ErrnoException): void => {
+        server.off('listening', onListening);
+        failures += 1;
+        const why =
+          error.code === 'EADDRINUSE'
+            ? `the port is in use (another worker's --metrics-port, a dashboard, or another exporter); pick another --metrics-port`
+            : error.code === 'EADDRNOTAVAIL'
+              ? `${options.host} is not an address of this machine; check --metrics-host`
+              : describeError(error);
+        const message = `the metrics server cannot listen on ${where}: ${why}. The worker keeps delivering; retrying every ${LISTEN_RETRY_MS / 1000}s`;
+        if (failures === 1) logger.error(message, { error: describeError(error) });
+        else logger.debug(message, { attempt: failures });
+        if (!closed) {
+          retry = setTimeout(() => void listen(), LISTEN_RETRY_MS);
+          retry.unref();
+        }
+        resolve();
+      };
+      const onListening = (): void => {
+        server.off('error', onError);
+        const address = server.address() as AddressInfo;
+        const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+        url = `http://${host}:${address.port}`;
+        logger.info(
+          `metrics on ${url}/metrics, liveness on ${url}/healthz, readiness on ${url}/readyz`,
+          failures > 0 ? { failedAttempts: failures } : undefined,
+        );
+        resolve();
+      };
+      server.once('error', onError);
+      server.once('listening', onListening);
+      server.listen(options.port, options.host);
+    });
   const started = listen();
 
   return {

@@ -32,7 +32,9 @@ export function createProgress(stream: OutputStream, label: string, total: numbe
   let suffix = '';
   const columns = stream.columns !== undefined && stream.columns >= 40 ? stream.columns : 80;
   // Fixed for the whole run so the bar does not jump; room is kept for the counters and the time.
-  const barWidth = stream.isTTY ? Math.max(10, Math.min(BAR_WIDTH, columns - label.length - 2 * total.toLocaleString('en-US').length - 40)) : BAR_WIDTH;
+  const barWidth = stream.isTTY
+    ? Math.max(10, Math.min(BAR_WIDTH, columns - label.length - 2 * total.toLocaleString('en-US').length - 40))
+    : BAR_WIDTH;
   const line = (): string => {
     const ratio = total === 0 ? 1 : Math.min(1, done / total);
     const seconds = ((performance.now() - started) / 1000).toFixed(1);

@@ -35,7 +35,10 @@ export async function startWithRetry(options: StartRetryOptions): Promise<'start
     try {
       await options.start();
       if (backoff.failures > 0) {
-        options.logger.info('database reachable again; the store is set up', { failedAttempts: backoff.failures, unreachableForMs: Date.now() - since });
+        options.logger.info('database reachable again; the store is set up', {
+          failedAttempts: backoff.failures,
+          unreachableForMs: Date.now() - since,
+        });
       }
       return 'started';
     } catch (error) {
@@ -43,9 +46,18 @@ export async function startWithRetry(options: StartRetryOptions): Promise<'start
       if (!isRetryableError(error)) throw error;
       const delayMs = backoff.failed();
       const attempt = backoff.failures;
-      options.logger.warn(attempt === 1 ? 'database unreachable; starting again after a backoff' : 'database still unreachable; starting again after a backoff', {
-        attempt, retryAt: new Date(Date.now() + delayMs).toISOString(), retryInMs: delayMs, error: describeError(error), ...options.fields,
-      });
+      options.logger.warn(
+        attempt === 1
+          ? 'database unreachable; starting again after a backoff'
+          : 'database still unreachable; starting again after a backoff',
+        {
+          attempt,
+          retryAt: new Date(Date.now() + delayMs).toISOString(),
+          retryInMs: delayMs,
+          error: describeError(error),
+          ...options.fields,
+        },
+      );
       try {
         await sleep(delayMs, undefined, { signal: options.signal });
       } catch {

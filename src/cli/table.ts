@@ -40,12 +40,13 @@ export function renderTable<Row>(columns: readonly Column<Row>[], rows: readonly
     const total = widths.reduce((sum, width) => sum + width, 0) + 2 * (columns.length - 1);
     if (shrinkAt >= 0 && total > maxWidth) widths[shrinkAt] = Math.max(12, widths[shrinkAt]! - (total - maxWidth));
   }
-  const render = (texts: readonly string[]) => texts
-    .map((text, i) => {
-      const cell = truncate(text, widths[i]!);
-      return columns[i]!.align === 'right' ? cell.padStart(widths[i]!) : cell.padEnd(widths[i]!);
-    })
-    .join('  ')
-    .trimEnd();
+  const render = (texts: readonly string[]) =>
+    texts
+      .map((text, i) => {
+        const cell = truncate(text, widths[i]!);
+        return columns[i]!.align === 'right' ? cell.padStart(widths[i]!) : cell.padEnd(widths[i]!);
+      })
+      .join('  ')
+      .trimEnd();
   return [render(columns.map((column) => column.header.toUpperCase())), ...cells.map(render)];
 }

@@ -62,16 +62,23 @@ export function defineEvent<const TType extends string, TPayload extends TSchema
   schema: TPayload,
 ): EventDefinition<TType, TPayload> {
   if (typeof type !== 'string' || type.length === 0 || type.length > MAX_NAME_LENGTH) {
-    throw new InvalidOptionsError(`defineEvent: the event type must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(type)}.`);
+    throw new InvalidOptionsError(
+      `defineEvent: the event type must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(type)}.`,
+    );
   }
   if (typeof schema !== 'object' || schema === null) {
-    throw new InvalidOptionsError(`defineEvent("${type}"): the second argument must be a TypeBox schema, e.g. Type.Object({ ... }).`);
+    throw new InvalidOptionsError(
+      `defineEvent("${type}"): the second argument must be a TypeBox schema, e.g. Type.Object({ ... }).`,
+    );
   }
   let compiled: ReturnType<typeof TypeCompiler.Compile<TPayload>>;
   try {
     compiled = TypeCompiler.Compile(schema);
   } catch (error) {
-    throw new InvalidOptionsError(`defineEvent("${type}"): the schema could not be compiled (${(error as Error).message}). Build it with TypeBox's Type.* functions.`, { cause: error });
+    throw new InvalidOptionsError(
+      `defineEvent("${type}"): the schema could not be compiled (${(error as Error).message}). Build it with TypeBox's Type.* functions.`,
+      { cause: error },
+    );
   }
 
   const checkSchema = (payload: unknown): PayloadIssue[] => {
@@ -110,12 +117,18 @@ export function isEventDefinition(value: unknown): value is EventDefinition {
 }
 
 function payloadError(type: string, issues: readonly PayloadIssue[]): InvalidPayloadError {
-  const shown = issues.slice(0, ISSUES_IN_MESSAGE).map((issue) => `${issue.path}: ${issue.message}`).join('; ');
+  const shown = issues
+    .slice(0, ISSUES_IN_MESSAGE)
+    .map((issue) => `${issue.path}: ${issue.message}`)
+    .join('; ');
   const more = issues.length > ISSUES_IN_MESSAGE ? ` (and ${issues.length - ISSUES_IN_MESSAGE} more)` : '';
   const formatHint = issues.some((issue) => issue.message.startsWith('Unknown format'))
     ? ' Register the format with FormatRegistry.Set from @sinclair/typebox.'
     : '';
-  return new InvalidPayloadError(`Invalid payload for event "${type}": ${shown}${more}. Nothing was written.${formatHint}`, issues);
+  return new InvalidPayloadError(
+    `Invalid payload for event "${type}": ${shown}${more}. Nothing was written.${formatHint}`,
+    issues,
+  );
 }
 
 function escapePointer(segment: string): string {

@@ -21,7 +21,10 @@ export interface Instrumentation {
    * with `events` or a copy that adds headers (a trace context), and return (or pass through) its
    * result; an error of `write` must reach the caller unchanged.
    */
-  publish?(events: readonly PublishParams[], write: (events: readonly PublishParams[]) => Promise<PublishResult[]>): Promise<PublishResult[]>;
+  publish?(
+    events: readonly PublishParams[],
+    write: (events: readonly PublishParams[]) => Promise<PublishResult[]>,
+  ): Promise<PublishResult[]>;
   /**
    * Wraps one handler call: call `call` exactly once and return what it returns (a value or a
    * promise), rethrowing what it throws. Runs the handler inside whatever context the hook sets up.

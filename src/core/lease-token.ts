@@ -24,11 +24,15 @@ export function formatLeaseToken(parts: LeaseTokenParts): string {
 /** Parse a token; throws `InvalidLeaseError` when it is not `lane:epoch:claims` with a lane in 0..255. */
 export function parseLeaseToken(token: unknown): LeaseTokenParts {
   if (typeof token !== 'string') {
-    throw new InvalidLeaseError(`A lease token must be a string "lane:epoch:claims", got ${typeof token}. Pass the lease of a claimed delivery unchanged.`);
+    throw new InvalidLeaseError(
+      `A lease token must be a string "lane:epoch:claims", got ${typeof token}. Pass the lease of a claimed delivery unchanged.`,
+    );
   }
   const match = TOKEN.exec(token);
   if (!match) {
-    throw new InvalidLeaseError(`Malformed lease token "${token}": expected "lane:epoch:claims" (three non-negative integers). Pass the lease of a claimed delivery unchanged.`);
+    throw new InvalidLeaseError(
+      `Malformed lease token "${token}": expected "lane:epoch:claims" (three non-negative integers). Pass the lease of a claimed delivery unchanged.`,
+    );
   }
   const lane = Number(match[1]);
   if (!isLane(lane)) {

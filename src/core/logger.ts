@@ -37,7 +37,8 @@ export const noopLogger: Logger = Object.freeze({ debug: noop, info: noop, warn:
  */
 export function createConsoleLogger(options: { readonly level?: LogLevel } = {}): Logger {
   const min = LEVELS.indexOf(options.level ?? 'info');
-  if (min < 0) throw new TypeError(`Unknown log level ${JSON.stringify(options.level)}; use one of ${LEVELS.join(', ')}.`);
+  if (min < 0)
+    throw new TypeError(`Unknown log level ${JSON.stringify(options.level)}; use one of ${LEVELS.join(', ')}.`);
   const write = (level: LogLevel) =>
     LEVELS.indexOf(level) < min
       ? noop
@@ -85,9 +86,11 @@ function structured(fields: LogFields): Record<string, unknown> {
 export function adaptLogger(logger: Logger): Logger {
   if (!isObjectFirstLogger(logger)) return logger;
   const target = logger as unknown as Record<LogLevel, (fields: object, message?: string) => void>;
-  const write = (level: LogLevel) => (message: string, fields?: LogFields): void => {
-    target[level](fields === undefined ? {} : structured(fields), message);
-  };
+  const write =
+    (level: LogLevel) =>
+    (message: string, fields?: LogFields): void => {
+      target[level](fields === undefined ? {} : structured(fields), message);
+    };
   return Object.freeze({ debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') });
 }
 

@@ -37,7 +37,12 @@ export const DEFAULT_MAX_ATTEMPTS = 10;
 /** An attempt running longer than this is aborted and counted as failed. */
 export const DEFAULT_HANDLER_TIMEOUT_MS = 60_000;
 /** 1 s, 2 s, 4 s, ... capped at 5 min, +-20%. */
-export const DEFAULT_BACKOFF: BackoffOptions = Object.freeze({ initialDelayMs: 1_000, maxDelayMs: 300_000, multiplier: 2, jitter: 0.2 });
+export const DEFAULT_BACKOFF: BackoffOptions = Object.freeze({
+  initialDelayMs: 1_000,
+  maxDelayMs: 300_000,
+  multiplier: 2,
+  jitter: 0.2,
+});
 /** `start()` runs `store.setup()` unless told otherwise. */
 export const DEFAULT_SETUP_STORE = true;
 
@@ -183,12 +188,16 @@ function assertSchema(schema: TSchema, value: unknown, what: string, root: strin
   if (checker.Check(value)) return;
   const problems: string[] = [];
   for (const error of checker.Errors(value)) {
-    const path = [root, ...error.path.split('/').filter((part) => part !== '')].filter((part) => part !== '').join('.') || 'options';
+    const path =
+      [root, ...error.path.split('/').filter((part) => part !== '')].filter((part) => part !== '').join('.') ||
+      'options';
     const got = error.message === 'Unexpected property' ? '' : ` (got ${render(error.value)})`;
     problems.push(`${path}: ${error.message}${got}`);
     if (problems.length >= 5) break;
   }
-  throw new InvalidOptionsError(`Invalid ${what}: ${problems.join('; ')}. See the DEFAULT_* constants for the defaults.`);
+  throw new InvalidOptionsError(
+    `Invalid ${what}: ${problems.join('; ')}. See the DEFAULT_* constants for the defaults.`,
+  );
 }
 
 function render(value: unknown): string {
@@ -203,35 +212,59 @@ function render(value: unknown): string {
 
 function assertPlainObject(value: unknown, what: string): void {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new InvalidOptionsError(`${what} must be an object, got ${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value}.`);
+    throw new InvalidOptionsError(
+      `${what} must be an object, got ${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value}.`,
+    );
   }
 }
 
-const STORE_METHODS = ['setup', 'publish', 'claim', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury', 'release', 'relinquish', 'transaction'] as const;
+const STORE_METHODS = [
+  'setup',
+  'publish',
+  'claim',
+  'extendLease',
+  'completeMany',
+  'complete',
+  'reschedule',
+  'bury',
+  'release',
+  'relinquish',
+  'transaction',
+] as const;
 
 function assertStore(store: unknown): void {
   if (typeof store !== 'object' || store === null) {
-    throw new InvalidOptionsError('createRelayBus: `store` is required, e.g. store: postgresStore({ ... }) or store: memoryStore().');
+    throw new InvalidOptionsError(
+      'createRelayBus: `store` is required, e.g. store: postgresStore({ ... }) or store: memoryStore().',
+    );
   }
   const missing = STORE_METHODS.filter((name) => typeof (store as Record<string, unknown>)[name] !== 'function');
   const capabilities = (store as { capabilities?: unknown }).capabilities;
   if (missing.length > 0 || typeof capabilities !== 'object' || capabilities === null) {
     const what = missing.length > 0 ? `methods ${missing.join(', ')}` : 'capabilities';
-    throw new InvalidOptionsError(`createRelayBus: \`store\` does not implement the Store contract (missing ${what}). Pass a store made by a relaybus store factory.`);
+    throw new InvalidOptionsError(
+      `createRelayBus: \`store\` does not implement the Store contract (missing ${what}). Pass a store made by a relaybus store factory.`,
+    );
   }
 }
 
 function resolveEvents(events: unknown): Map<string, EventDefinition> {
   if (!Array.isArray(events) || events.length === 0) {
-    throw new InvalidOptionsError('createRelayBus: `events` must list at least one event definition, e.g. events: [OrderPlaced] where OrderPlaced = defineEvent(...).');
+    throw new InvalidOptionsError(
+      'createRelayBus: `events` must list at least one event definition, e.g. events: [OrderPlaced] where OrderPlaced = defineEvent(...).',
+    );
   }
   const byType = new Map<string, EventDefinition>();
   events.forEach((event: unknown, index) => {
     if (!isEventDefinition(event)) {
-      throw new InvalidOptionsError(`createRelayBus: events[${index}] is not an event definition; create it with defineEvent(type, schema).`);
+      throw new InvalidOptionsError(
+        `createRelayBus: events[${index}] is not an event definition; create it with defineEvent(type, schema).`,
+      );
     }
     if (byType.has(event.type)) {
-      throw new InvalidOptionsError(`createRelayBus: event type "${event.type}" is listed twice in \`events\`; list each definition once.`);
+      throw new InvalidOptionsError(
+        `createRelayBus: event type "${event.type}" is listed twice in \`events\`; list each definition once.`,
+      );
     }
     byType.set(event.type, event);
   });
@@ -239,8 +272,12 @@ function resolveEvents(events: unknown): Map<string, EventDefinition> {
 }
 
 function assertMethods(value: unknown, methods: readonly string[], what: string, example: string): void {
-  const ok = typeof value === 'object' && value !== null && methods.every((name) => typeof (value as Record<string, unknown>)[name] === 'function');
-  if (!ok) throw new InvalidOptionsError(`${what} must be an object with methods ${methods.join(', ')}, e.g. ${example}.`);
+  const ok =
+    typeof value === 'object' &&
+    value !== null &&
+    methods.every((name) => typeof (value as Record<string, unknown>)[name] === 'function');
+  if (!ok)
+    throw new InvalidOptionsError(`${what} must be an object with methods ${methods.join(', ')}, e.g. ${example}.`);
 }
 
 /** Throw `InvalidOptionsError` unless `value` is a `Logger` (debug, info, warn and error methods). */
@@ -248,10 +285,16 @@ export function assertLogger(value: unknown, what = 'logger'): asserts value is 
   assertMethods(value, ['debug', 'info', 'warn', 'error'], what, 'consoleLogger');
 }
 
-function resolveBackoff(input: Partial<BackoffOptions> | undefined, base: BackoffOptions, what: string): BackoffOptions {
+function resolveBackoff(
+  input: Partial<BackoffOptions> | undefined,
+  base: BackoffOptions,
+  what: string,
+): BackoffOptions {
   const backoff = Object.freeze({ ...base, ...stripUndefined(input ?? {}) });
   if (backoff.maxDelayMs < backoff.initialDelayMs) {
-    throw new InvalidOptionsError(`Invalid ${what}: maxDelayMs (${backoff.maxDelayMs}) is below initialDelayMs (${backoff.initialDelayMs}); raise maxDelayMs or lower initialDelayMs.`);
+    throw new InvalidOptionsError(
+      `Invalid ${what}: maxDelayMs (${backoff.maxDelayMs}) is below initialDelayMs (${backoff.initialDelayMs}); raise maxDelayMs or lower initialDelayMs.`,
+    );
   }
   return backoff;
 }
@@ -313,8 +356,14 @@ export function resolveRelayBusOptions<TTx>(input: RelayBusOptions<TTx>): Resolv
 /** `instrumentation` is an object whose `publish` and `runHandler`, where present, are functions. */
 function assertInstrumentation(value: unknown): void {
   const hooks = value as Record<string, unknown>;
-  const ok = typeof value === 'object' && value !== null && ['publish', 'runHandler'].every((name) => hooks[name] === undefined || typeof hooks[name] === 'function');
-  if (!ok) throw new InvalidOptionsError('instrumentation must be an object with optional methods publish and runHandler, e.g. openTelemetry() from relaybus/opentelemetry.');
+  const ok =
+    typeof value === 'object' &&
+    value !== null &&
+    ['publish', 'runHandler'].every((name) => hooks[name] === undefined || typeof hooks[name] === 'function');
+  if (!ok)
+    throw new InvalidOptionsError(
+      'instrumentation must be an object with optional methods publish and runHandler, e.g. openTelemetry() from relaybus/opentelemetry.',
+    );
 }
 
 /** Validate the options of one `bus.on(...)` and fill them from the bus defaults. */

@@ -108,7 +108,9 @@ export class CompletionBatcher {
       try {
         const results = await this.#options.store.completeMany(leases, this.#options.now());
         if (!Array.isArray(results) || results.length !== batch.length) {
-          throw new Error(`store.completeMany returned ${Array.isArray(results) ? results.length : typeof results} results for ${batch.length} leases`);
+          throw new Error(
+            `store.completeMany returned ${Array.isArray(results) ? results.length : typeof results} results for ${batch.length} leases`,
+          );
         }
         batch.forEach((item, index) => item.resolve(results[index] === true));
         return;
@@ -116,11 +118,19 @@ export class CompletionBatcher {
         const retryable = !(error instanceof RelayBusError) || error.code === 'RELAYBUS_STORE_UNAVAILABLE';
         const delay = delays[attempt];
         if (!retryable || delay === undefined) {
-          this.#options.logger.error('completing a batch of deliveries failed', { deliveries: batch.length, attempts: attempt + 1, error: describeError(error) });
+          this.#options.logger.error('completing a batch of deliveries failed', {
+            deliveries: batch.length,
+            attempts: attempt + 1,
+            error: describeError(error),
+          });
           for (const item of batch) item.reject(error);
           return;
         }
-        this.#options.logger.warn('completing a batch of deliveries failed; retrying', { deliveries: batch.length, retryInMs: delay, error: describeError(error) });
+        this.#options.logger.warn('completing a batch of deliveries failed; retrying', {
+          deliveries: batch.length,
+          retryInMs: delay,
+          error: describeError(error),
+        });
         await new Promise((resolve) => setTimeout(resolve, delay));
       }
     }

@@ -72,7 +72,11 @@ export class HealthState {
 
   /** A frozen copy of the current health. */
   snapshot(): RelayBusHealth {
-    return Object.freeze({ ready: this.#ready, since: this.#since, ...(this.#lastError === undefined ? {} : { lastError: this.#lastError }) });
+    return Object.freeze({
+      ready: this.#ready,
+      since: this.#since,
+      ...(this.#lastError === undefined ? {} : { lastError: this.#lastError }),
+    });
   }
 
   /** A store call succeeded; true when that made the bus ready. */
@@ -169,7 +173,12 @@ export class Dispatcher<TTx> {
     this.#health = config.health ?? new HealthState();
     this.#claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
     const now = (): Date | undefined => config.clock?.now();
-    this.#batcher = new CompletionBatcher({ store: config.store, windowMs: config.options.completionBatchWindowMs, now, logger: config.logger });
+    this.#batcher = new CompletionBatcher({
+      store: config.store,
+      windowMs: config.options.completionBatchWindowMs,
+      now,
+      logger: config.logger,
+    });
     this.#renewer = new LeaseRenewer({
       store: config.store,
       owner: this.owner,
@@ -202,11 +211,21 @@ export class Dispatcher<TTx> {
 
   /** Start the claim loop. */
   start(): void {
-    if (this.#state !== 'idle') throw new InvalidStateError(`The dispatcher is ${this.#state}; a dispatcher starts once. Create a new bus to start again.`);
-    if (this.#handlerNames.length === 0) throw new InvalidStateError('The dispatcher has no handlers to run; register them with bus.on(...) before start().');
+    if (this.#state !== 'idle')
+      throw new InvalidStateError(
+        `The dispatcher is ${this.#state}; a dispatcher starts once. Create a new bus to start again.`,
+      );
+    if (this.#handlerNames.length === 0)
+      throw new InvalidStateError(
+        'The dispatcher has no handlers to run; register them with bus.on(...) before start().',
+      );
     this.#state = 'running';
     this.#renewer.start();
-    this.#config.logger.info('dispatcher started', { owner: this.owner, handlers: this.#handlerNames.length, ...this.#config.options });
+    this.#config.logger.info('dispatcher started', {
+      owner: this.owner,
+      handlers: this.#handlerNames.length,
+      ...this.#config.options,
+    });
     this.#wakeups = this.#subscribeWakeups();
     this.#loop = this.#claimLoop();
   }
@@ -253,7 +272,11 @@ export class Dispatcher<TTx> {
         const limit = Math.min(options.batchSize, free);
         const takeoverAt = this.#takeoverDue();
         const params: ClaimParams = {
-          owner: this.owner, handlers: this.#handlerNames, limit, leaseDurationMs: options.leaseDurationMs, now: this.#deps.now(),
+          owner: this.owner,
+          handlers: this.#handlerNames,
+          limit,
+          leaseDurationMs: options.leaseDurationMs,
+          now: this.#deps.now(),
           ...(takeoverAt === undefined ? {} : { takeover: true }),
         };
         // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
@@ -269,7 +292,11 @@ export class Dispatcher<TTx> {
             claimed = result.claimed;
             // Those runs learn of their completion a few microtasks later; until then a lane the same statement
             // handed back and took again at a newer epoch must not report them lost (they are done).
-            this.#justCompleted = new Set(riding.leases.filter((_, index) => result.completed[index] === true).map((lease) => lease.lease + '/' + lease.deliveryId));
+            this.#justCompleted = new Set(
+              riding.leases
+                .filter((_, index) => result.completed[index] === true)
+                .map((lease) => lease.lease + '/' + lease.deliveryId),
+            );
           }
         } catch (error) {
           riding?.giveBack();
@@ -310,9 +337,19 @@ export class Dispatcher<TTx> {
     const described = describeError(error);
     this.#health.markUnready(described);
     const retryable = isRetryableError(error);
-    const fields = { attempt, retryAt: new Date(Date.now() + delayMs).toISOString(), retryInMs: delayMs, error: described };
-    const what = retryable ? (attempt === 1 ? 'database unreachable' : 'database still unreachable')
-      : (attempt === 1 ? 'claiming deliveries failed' : 'claiming deliveries failed again');
+    const fields = {
+      attempt,
+      retryAt: new Date(Date.now() + delayMs).toISOString(),
+      retryInMs: delayMs,
+      error: described,
+    };
+    const what = retryable
+      ? attempt === 1
+        ? 'database unreachable'
+        : 'database still unreachable'
+      : attempt === 1
+        ? 'claiming deliveries failed'
+        : 'claiming deliveries failed again';
     const message = `${what}; claiming again after a backoff`;
     if (retryable) this.#config.logger.warn(message, fields);
     else this.#config.logger.error(message, fields);
@@ -327,7 +364,10 @@ export class Dispatcher<TTx> {
     const failures = this.#claimBackoff.succeeded();
     const first = this.#health.markReady();
     if (failures > 0) {
-      this.#config.logger.info('database reachable again; claiming resumed', { failedAttempts: failures, unreachableForMs: Date.now() - this.#failingSince });
+      this.#config.logger.info('database reachable again; claiming resumed', {
+        failedAttempts: failures,
+        unreachableForMs: Date.now() - this.#failingSince,
+      });
     } else if (first) {
       this.#config.logger.debug('first claim succeeded; the bus is ready', { owner: this.owner });
     }
@@ -341,16 +381,27 @@ export class Dispatcher<TTx> {
     try {
       ({ lane, epoch } = parseLeaseToken(claimed.lease));
     } catch (error) {
-      logger.error('the store returned a malformed lease; the delivery is skipped until its lane lease expires', { deliveryId: claimed.id, lease: claimed.lease, error: describeError(error) });
+      logger.error('the store returned a malformed lease; the delivery is skipped until its lane lease expires', {
+        deliveryId: claimed.id,
+        lease: claimed.lease,
+        error: describeError(error),
+      });
       return;
     }
     if (handler === undefined) {
-      logger.error('the store returned a delivery of a handler this dispatcher did not ask for; releasing it', { deliveryId: claimed.id, handler: claimed.handler });
+      logger.error('the store returned a delivery of a handler this dispatcher did not ask for; releasing it', {
+        deliveryId: claimed.id,
+        handler: claimed.handler,
+      });
       this.#releaseNow([{ deliveryId: claimed.id, lease: claimed.lease }]);
       return;
     }
     if (!this.#renewer.track(lane, epoch)) {
-      logger.warn('a claim returned a lane at an older epoch than one already held; dropping the stale delivery', { deliveryId: claimed.id, lane, epoch });
+      logger.warn('a claim returned a lane at an older epoch than one already held; dropping the stale delivery', {
+        deliveryId: claimed.id,
+        lane,
+        epoch,
+      });
       return;
     }
     const run = new RunningDelivery(claimed, handler, lane, epoch);
@@ -390,13 +441,17 @@ export class Dispatcher<TTx> {
 
   #onLaneLost(lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
     for (const [key, run] of this.#running) {
-      if (run.lane === lane && run.epoch === epoch && this.#justCompleted?.has(key) !== true) reportLeaseLost(run, detectedBy, this.#deps);
+      if (run.lane === lane && run.epoch === epoch && this.#justCompleted?.has(key) !== true)
+        reportLeaseLost(run, detectedBy, this.#deps);
     }
   }
 
   #releaseNow(leases: readonly DeliveryLease[]): void {
     this.#config.store.release(leases, this.#deps.now()).catch((error: unknown) => {
-      this.#config.logger.warn('releasing deliveries failed; they run again once their lane lease expires', { count: leases.length, error: describeError(error) });
+      this.#config.logger.warn('releasing deliveries failed; they run again once their lane lease expires', {
+        count: leases.length,
+        error: describeError(error),
+      });
     });
   }
 
@@ -406,9 +461,13 @@ export class Dispatcher<TTx> {
     this.#wakeup.wake();
     await this.#loop;
 
-    const drained = await this.#grace.wait([...this.#running.values()].map((run) => run.done), graceMs);
+    const drained = await this.#grace.wait(
+      [...this.#running.values()].map((run) => run.done),
+      graceMs,
+    );
     const aborted = [...this.#running.values()];
-    for (const run of aborted) run.abort('shutdown', new DOMException('relaybus is stopping and the grace period is over', 'AbortError'));
+    for (const run of aborted)
+      run.abort('shutdown', new DOMException('relaybus is stopping and the grace period is over', 'AbortError'));
     await Promise.all(aborted.map((run) => run.done));
     this.#grace.dispose();
 
@@ -416,20 +475,36 @@ export class Dispatcher<TTx> {
     if (leases.length > 0) {
       try {
         const released = await store.release(leases, this.#deps.now());
-        logger.info('released unfinished deliveries (no attempt charged)', { count: released.filter(Boolean).length, requested: leases.length });
+        logger.info('released unfinished deliveries (no attempt charged)', {
+          count: released.filter(Boolean).length,
+          requested: leases.length,
+        });
       } catch (error) {
-        logger.error('releasing unfinished deliveries failed; they run again once their lane lease expires', { count: leases.length, error: describeError(error) });
+        logger.error('releasing unfinished deliveries failed; they run again once their lane lease expires', {
+          count: leases.length,
+          error: describeError(error),
+        });
       }
     }
     await this.#batcher.flush();
     await this.#renewer.stop();
     const unsubscribe = await this.#wakeups;
-    await unsubscribe?.().catch((error: unknown) => logger.warn('stopping the wake-up listener failed', { error: describeError(error) }));
+    await unsubscribe?.().catch((error: unknown) =>
+      logger.warn('stopping the wake-up listener failed', { error: describeError(error) }),
+    );
     try {
       const lanes = await store.relinquish(this.owner, this.#deps.now());
-      logger.info('dispatcher stopped', { owner: this.owner, drained: drained === 'drained', aborted: aborted.length, lanesRelinquished: lanes });
+      logger.info('dispatcher stopped', {
+        owner: this.owner,
+        drained: drained === 'drained',
+        aborted: aborted.length,
+        lanesRelinquished: lanes,
+      });
     } catch (error) {
-      logger.error('relinquishing lanes failed; other workers take them once their leases expire', { owner: this.owner, error: describeError(error) });
+      logger.error('relinquishing lanes failed; other workers take them once their leases expire', {
+        owner: this.owner,
+        error: describeError(error),
+      });
     }
     this.#health.markUnready();
     this.#state = 'stopped';

@@ -126,13 +126,27 @@ export class RunningDelivery<TTx> {
  * Mark a delivery's lease lost: emit `lease-lost` once and abort its handler. Called by the
  * dispatcher when the renewer or a newer claim reports the lane, and here when a fenced write fails.
  */
-export function reportLeaseLost<TTx>(run: RunningDelivery<TTx>, detectedBy: 'renewal' | 'claim' | 'outcome', deps: Pick<RunnerDeps<TTx>, 'emitter' | 'logger'>): void {
+export function reportLeaseLost<TTx>(
+  run: RunningDelivery<TTx>,
+  detectedBy: 'renewal' | 'claim' | 'outcome',
+  deps: Pick<RunnerDeps<TTx>, 'emitter' | 'logger'>,
+): void {
   if (run.leaseLost) return;
   run.leaseLost = true;
   deps.logger.warn('lease lost: the delivery runs again on another worker; this result is dropped', {
-    deliveryId: run.claimed.id, handler: run.claimed.handler, attempt: run.info.attempt, lane: run.lane, detectedBy,
+    deliveryId: run.claimed.id,
+    handler: run.claimed.handler,
+    attempt: run.info.attempt,
+    lane: run.lane,
+    detectedBy,
   });
-  run.abort('lease-lost', new DOMException(`relaybus lost the lease of lane ${run.lane}; the delivery will run again elsewhere`, 'AbortError'));
+  run.abort(
+    'lease-lost',
+    new DOMException(
+      `relaybus lost the lease of lane ${run.lane}; the delivery will run again elsewhere`,
+      'AbortError',
+    ),
+  );
   deps.emitter.emit('lease-lost', { delivery: run.info, detectedBy });
 }
 
@@ -147,9 +161,16 @@ class LeaseLostSignal extends Error {
 class StoppedWaiting extends Error {}
 
 /** Resolve or reject with `promise`, or reject with `StoppedWaiting` as soon as `run` is aborted. */
-function untilAborted<TTx, T>(promise: PromiseLike<T>, run: RunningDelivery<TTx>, onLate: (outcome: string) => void): Promise<T> {
+function untilAborted<TTx, T>(
+  promise: PromiseLike<T>,
+  run: RunningDelivery<TTx>,
+  onLate: (outcome: string) => void,
+): Promise<T> {
   if (run.abortKind !== undefined) {
-    promise.then(() => onLate('resolved'), () => onLate('rejected'));
+    promise.then(
+      () => onLate('resolved'),
+      () => onLate('rejected'),
+    );
     return Promise.reject(new StoppedWaiting());
   }
   return new Promise<T>((resolve, reject) => {
@@ -200,7 +221,10 @@ class TransactionalRunContext<TTx> extends RunContext<TTx> {
 }
 
 /** The handler's context: one small object per run, its `signal` getter on the prototype. */
-function contextOf<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined): HandlerContext & { transaction?: TTx } {
+function contextOf<TTx>(
+  run: RunningDelivery<TTx>,
+  transaction: TTx | undefined,
+): HandlerContext & { transaction?: TTx } {
   return run.handler.transactional ? new TransactionalRunContext(run, transaction as TTx) : new RunContext(run);
 }
 
@@ -211,21 +235,33 @@ function contextOf<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined)
 function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, deps: RunnerDeps<TTx>): unknown {
   const onLate = (late: string): void => {
     deps.logger.debug('a handler settled after relaybus stopped waiting for it; its result was ignored', {
-      deliveryId: run.claimed.id, handler: run.claimed.handler, attempt: run.info.attempt, lane: run.lane, abortedBy: run.abortKind, late,
+      deliveryId: run.claimed.id,
+      handler: run.claimed.handler,
+      attempt: run.info.attempt,
+      lane: run.lane,
+      abortedBy: run.abortKind,
+      late,
     });
   };
   let result: unknown;
   const { instrumentation } = run.handler;
   try {
-    result = instrumentation?.runHandler === undefined
-      ? run.handler.fn(run.claimed.payload, contextOf(run, transaction))
-      : instrumentation.runHandler({ delivery: run.info, lane: run.lane }, () => run.handler.fn(run.claimed.payload, contextOf(run, transaction)));
+    result =
+      instrumentation?.runHandler === undefined
+        ? run.handler.fn(run.claimed.payload, contextOf(run, transaction))
+        : instrumentation.runHandler({ delivery: run.info, lane: run.lane }, () =>
+            run.handler.fn(run.claimed.payload, contextOf(run, transaction)),
+          );
   } catch (error) {
     if (run.abortKind === undefined) throw error;
     onLate('rejected');
     throw new StoppedWaiting();
   }
-  if (result === null || (typeof result !== 'object' && typeof result !== 'function') || typeof (result as PromiseLike<unknown>).then !== 'function') {
+  if (
+    result === null ||
+    (typeof result !== 'object' && typeof result !== 'function') ||
+    typeof (result as PromiseLike<unknown>).then !== 'function'
+  ) {
     if (run.abortKind === undefined) return result;
     onLate('resolved');
     throw new StoppedWaiting();
@@ -256,7 +292,9 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
   const { handler, claimed } = run;
 
   if (claimed.eventType !== handler.eventType) {
-    const error = new Error(`handler "${handler.name}" is registered for event type "${handler.eventType}" but was handed a delivery of "${claimed.eventType}"; a handler name must not move between event types`);
+    const error = new Error(
+      `handler "${handler.name}" is registered for event type "${handler.eventType}" but was handed a delivery of "${claimed.eventType}"; a handler name must not move between event types`,
+    );
     settle(run, deps);
     return writeFailure(run, deps, error, elapsed, true);
   }
@@ -265,13 +303,21 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
   const issues = handler.payloadIssues(claimed.payload);
   if (issues.length > 0) {
     const shown = issues.map((issue) => `${issue.path}: ${issue.message}`).join('; ');
-    const error = new Error(`the payload of event "${claimed.eventId}" does not match the schema of "${claimed.eventType}" (${shown}); it was published without that check (from SQL?). Fix the publisher, then requeue the delivery`);
+    const error = new Error(
+      `the payload of event "${claimed.eventId}" does not match the schema of "${claimed.eventType}" (${shown}); it was published without that check (from SQL?). Fix the publisher, then requeue the delivery`,
+    );
     settle(run, deps);
     return writeFailure(run, deps, error, elapsed, true);
   }
 
   const timer = setTimeout(() => {
-    run.abort('timeout', new DOMException(`handler "${handler.name}" did not finish within ${handler.timeoutMs} ms (timeoutMs)`, 'TimeoutError'));
+    run.abort(
+      'timeout',
+      new DOMException(
+        `handler "${handler.name}" did not finish within ${handler.timeoutMs} ms (timeoutMs)`,
+        'TimeoutError',
+      ),
+    );
   }, handler.timeoutMs);
 
   let succeeded = false;
@@ -331,26 +377,55 @@ function settle<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>): void {
 }
 
 function delivered<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, durationMs: number): RunOutcome {
-  deps.logger.debug('delivered', { deliveryId: run.claimed.id, handler: run.claimed.handler, attempt: run.info.attempt, lane: run.lane, durationMs });
+  deps.logger.debug('delivered', {
+    deliveryId: run.claimed.id,
+    handler: run.claimed.handler,
+    attempt: run.info.attempt,
+    lane: run.lane,
+    durationMs,
+  });
   deps.emitter.emit('delivered', { delivery: run.info, durationMs });
   return 'delivered';
 }
 
-async function writeFailure<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, error: unknown, elapsed: () => number, permanent: boolean): Promise<RunOutcome> {
+async function writeFailure<TTx>(
+  run: RunningDelivery<TTx>,
+  deps: RunnerDeps<TTx>,
+  error: unknown,
+  elapsed: () => number,
+  permanent: boolean,
+): Promise<RunOutcome> {
   const { claimed, handler } = run;
   const decision = permanent
     ? ({ action: 'bury' } as const)
-    : decideRetry({ attempt: claimed.attempts + 1, maxAttempts: claimed.maxAttempts, backoff: handler.backoff, now: deps.wallNow(), random: deps.random });
+    : decideRetry({
+        attempt: claimed.attempts + 1,
+        maxAttempts: claimed.maxAttempts,
+        backoff: handler.backoff,
+        now: deps.wallNow(),
+        random: deps.random,
+      });
   const fields = {
-    deliveryId: claimed.id, handler: claimed.handler, eventType: claimed.eventType, attempt: claimed.attempts + 1, lane: run.lane,
-    maxAttempts: claimed.maxAttempts, error: describeError(error), stack: error instanceof Error ? error.stack : undefined,
+    deliveryId: claimed.id,
+    handler: claimed.handler,
+    eventType: claimed.eventType,
+    attempt: claimed.attempts + 1,
+    lane: run.lane,
+    maxAttempts: claimed.maxAttempts,
+    error: describeError(error),
+    stack: error instanceof Error ? error.stack : undefined,
   };
   const durationMs = elapsed();
   let written: boolean;
   try {
-    written = decision.action === 'reschedule'
-      ? await deps.store.reschedule(run.lease, { availableAt: decision.availableAt, error: errorText(error), now: deps.now() })
-      : await deps.store.bury(run.lease, { error: errorText(error), now: deps.now() });
+    written =
+      decision.action === 'reschedule'
+        ? await deps.store.reschedule(run.lease, {
+            availableAt: decision.availableAt,
+            error: errorText(error),
+            now: deps.now(),
+          })
+        : await deps.store.bury(run.lease, { error: errorText(error), now: deps.now() });
   } catch (writeError) {
     if (isPermanent(writeError)) return buryInstead(run, deps, decision.action, writeError, error, fields, durationMs);
     return unrecorded(run, deps, decision.action, writeError);
@@ -376,11 +451,19 @@ async function writeFailure<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx
  * that fails too, release it and say clearly that an operator must act.
  */
 async function buryInstead<TTx>(
-  run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, write: 'reschedule' | 'bury', writeError: unknown, error: unknown,
-  fields: Record<string, unknown>, durationMs: number,
+  run: RunningDelivery<TTx>,
+  deps: RunnerDeps<TTx>,
+  write: 'reschedule' | 'bury',
+  writeError: unknown,
+  error: unknown,
+  fields: Record<string, unknown>,
+  durationMs: number,
 ): Promise<RunOutcome> {
   const cause = `relaybus could not record this failure with ${write} (${describeError(writeError)}), so the delivery was buried`;
-  const texts = [clip(`${describeError(error)} [${cause}]`), clip(`${cause}; the handler's error is in the worker log`)];
+  const texts = [
+    clip(`${describeError(error)} [${cause}]`),
+    clip(`${cause}; the handler's error is in the worker log`),
+  ];
   let last: unknown = writeError;
   for (const text of texts) {
     let buried: boolean;
@@ -395,9 +478,14 @@ async function buryInstead<TTx>(
       reportLeaseLost(run, 'outcome', deps);
       return 'lease-lost';
     }
-    deps.logger.error('could not record a failed delivery (the error is not retryable); buried it instead, the delivery is dead until requeued', {
-      ...fields, write, writeError: describeError(writeError),
-    });
+    deps.logger.error(
+      'could not record a failed delivery (the error is not retryable); buried it instead, the delivery is dead until requeued',
+      {
+        ...fields,
+        write,
+        writeError: describeError(writeError),
+      },
+    );
     deps.emitter.emit('dead', { delivery: run.info, error, durationMs });
     return 'dead';
   }
@@ -405,16 +493,34 @@ async function buryInstead<TTx>(
 }
 
 /** The outcome could not be written: give the delivery back if possible, otherwise its lease expiry will. */
-async function unrecorded<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, write: string, error: unknown): Promise<RunOutcome> {
+async function unrecorded<TTx>(
+  run: RunningDelivery<TTx>,
+  deps: RunnerDeps<TTx>,
+  write: string,
+  error: unknown,
+): Promise<RunOutcome> {
   const permanent = isPermanent(error);
-  const fields = { deliveryId: run.claimed.id, handler: run.claimed.handler, attempt: run.info.attempt, lane: run.lane, write, error: describeError(error), retryable: !permanent };
+  const fields = {
+    deliveryId: run.claimed.id,
+    handler: run.claimed.handler,
+    attempt: run.info.attempt,
+    lane: run.lane,
+    write,
+    error: describeError(error),
+    retryable: !permanent,
+  };
   // A write that fails for good fails again on every run of the delivery: say so, an operator must act.
-  const again = permanent ? ' The error is not retryable: it will fail the same way until the database or the delivery is fixed.' : '';
+  const again = permanent
+    ? ' The error is not retryable: it will fail the same way until the database or the delivery is fixed.'
+    : '';
   try {
     await deps.store.release([run.lease], deps.now());
     deps.logger.error(`could not record the outcome of a delivery; released it, it will run again.${again}`, fields);
   } catch {
-    deps.logger.error(`could not record the outcome of a delivery; it will run again once its lane lease expires.${again}`, fields);
+    deps.logger.error(
+      `could not record the outcome of a delivery; it will run again once its lane lease expires.${again}`,
+      fields,
+    );
   }
   return 'unrecorded';
 }

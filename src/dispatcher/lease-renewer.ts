@@ -117,7 +117,10 @@ export class LeaseRenewer {
       });
       lost = result.lost;
     } catch (error) {
-      this.#options.logger.warn('renewing lane leases failed; retrying at the next interval', { lanes: sent.length, error: describeError(error) });
+      this.#options.logger.warn('renewing lane leases failed; retrying at the next interval', {
+        lanes: sent.length,
+        error: describeError(error),
+      });
       return;
     }
     for (const lane of lost) {
@@ -125,7 +128,10 @@ export class LeaseRenewer {
       const held = this.#lanes.get(lane);
       if (epoch === undefined || held === undefined || held.epoch !== epoch) continue;
       this.#lanes.delete(lane);
-      this.#options.logger.warn('lost the lease of a lane; its running handlers are aborted and their results dropped', { lane, epoch });
+      this.#options.logger.warn(
+        'lost the lease of a lane; its running handlers are aborted and their results dropped',
+        { lane, epoch },
+      );
       this.#options.onLost(lane, epoch, 'renewal');
     }
   }

@@ -1,7 +1,12 @@
 import { backoffDelayMs, type BackoffOptions } from '../core/retry-policy.js';
 
 /** Retries of a failing store call: 250 ms, 500 ms, 1 s, ... capped at 30 s, +-20%. */
-export const STORE_RETRY_BACKOFF: BackoffOptions = Object.freeze({ initialDelayMs: 250, maxDelayMs: 30_000, multiplier: 2, jitter: 0.2 });
+export const STORE_RETRY_BACKOFF: BackoffOptions = Object.freeze({
+  initialDelayMs: 250,
+  maxDelayMs: 30_000,
+  multiplier: 2,
+  jitter: 0.2,
+});
 
 /**
  * The dispatcher's idle wait: sleep up to the poll interval, or less when something happens that

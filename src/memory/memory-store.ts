@@ -34,16 +34,53 @@ import { EventConflictError, InvalidInputError, InvalidOptionsError, InvalidStat
 import { LANE_COUNT, laneOf } from '../core/lanes.js';
 import { formatLeaseToken } from '../core/lease-token.js';
 import type {
-  BuryParams, ClaimedDelivery, CompleteAndClaimResult, ClaimParams, DeliveryLease, DeliveryStatus, DeliveryView, ExtendLeaseParams,
-  ExtendLeaseResult, HandlerStatistics, ListDeliveriesParams, Page, PublishParams, PublishResult, PurgeParams,
-  PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, StoreCapabilities, SubscribeOptions, Subscription, SubscriptionView,
-  UnsubscribeParams, UnsubscribeResult,
+  BuryParams,
+  ClaimedDelivery,
+  CompleteAndClaimResult,
+  ClaimParams,
+  DeliveryLease,
+  DeliveryStatus,
+  DeliveryView,
+  ExtendLeaseParams,
+  ExtendLeaseResult,
+  HandlerStatistics,
+  ListDeliveriesParams,
+  Page,
+  PublishParams,
+  PublishResult,
+  PurgeParams,
+  PurgeResult,
+  RequeueParams,
+  RescheduleParams,
+  Statistics,
+  Store,
+  StoreCapabilities,
+  SubscribeOptions,
+  Subscription,
+  SubscriptionView,
+  UnsubscribeParams,
+  UnsubscribeResult,
 } from '../store/contract.js';
 import { acquireRounds, FIRST_LANES_TO_TAKE } from '../store/acquire.js';
 import {
-  assertName, assertOptionalDate, echo as echoValue, noHandlersError, parseLease, parseLeases, unsubscribeRefusal, validateBury,
-  validateClaim, validateExtendLease, validateList, validatePublish, validatePurge, validateRequeue, validateReschedule,
-  validateSubscriptions, validateUnsubscribe, type ParsedLease,
+  assertName,
+  assertOptionalDate,
+  echo as echoValue,
+  noHandlersError,
+  parseLease,
+  parseLeases,
+  unsubscribeRefusal,
+  validateBury,
+  validateClaim,
+  validateExtendLease,
+  validateList,
+  validatePublish,
+  validatePurge,
+  validateRequeue,
+  validateReschedule,
+  validateSubscriptions,
+  validateUnsubscribe,
+  type ParsedLease,
 } from '../store/validate.js';
 import { withTotals } from '../store/statistics.js';
 
@@ -150,7 +187,6 @@ function timeOf(now: Date | undefined): number {
   return (now ?? new Date()).getTime();
 }
 
-
 /** Equality of two parsed JSON values as Postgres jsonb compares them: object key order does not matter. */
 function jsonEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -158,7 +194,10 @@ function jsonEqual(a: unknown, b: unknown): boolean {
   if (Array.isArray(a) !== Array.isArray(b)) return false;
   const aKeys = Object.keys(a);
   if (aKeys.length !== Object.keys(b).length) return false;
-  return aKeys.every((key) => Object.hasOwn(b, key) && jsonEqual((a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key]));
+  return aKeys.every(
+    (key) =>
+      Object.hasOwn(b, key) && jsonEqual((a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key]),
+  );
 }
 
 function compareText(a: string, b: string): number {
@@ -193,7 +232,12 @@ function emptyHandlerStatistics(): MutableHandlerStatistics {
 }
 
 function newLanes(): LaneRecord[] {
-  return Array.from({ length: LANE_COUNT }, () => ({ epoch: 0n, owner: null, leaseExpiresAt: null, inFlight: new Set<string>() }));
+  return Array.from({ length: LANE_COUNT }, () => ({
+    epoch: 0n,
+    owner: null,
+    leaseExpiresAt: null,
+    inFlight: new Set<string>(),
+  }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -269,7 +313,10 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   #openTransaction(tx: unknown): TransactionState {
     const state = typeof tx === 'object' && tx !== null ? this.#transactions.get(tx as MemoryTransaction) : undefined;
-    if (!state) throw new InvalidInputError('Expected a transaction of this memory store: call it inside store.transaction(async (tx) => ...).');
+    if (!state)
+      throw new InvalidInputError(
+        'Expected a transaction of this memory store: call it inside store.transaction(async (tx) => ...).',
+      );
     if (!state.open) throw new InvalidStateError('This memory transaction has already committed or rolled back.');
     return state;
   }
@@ -296,7 +343,9 @@ class MemoryStore implements Store<MemoryTransaction> {
     const subscribed = this.#subscriptions.get(event.type);
     if (subscribed === undefined) return event.handlers;
     const named = new Set(event.handlers.map((h) => h.name));
-    const added = [...subscribed].filter(([handler]) => !named.has(handler)).map(([name, s]) => ({ name, maxAttempts: s.maxAttempts }));
+    const added = [...subscribed]
+      .filter(([handler]) => !named.has(handler))
+      .map(([name, s]) => ({ name, maxAttempts: s.maxAttempts }));
     return [...event.handlers, ...added];
   }
 
@@ -313,7 +362,13 @@ class MemoryStore implements Store<MemoryTransaction> {
       const stored = byHandler.get(handler);
       const description = retry ?? null;
       if (stored === undefined) {
-        byHandler.set(handler, { maxAttempts, retry: description, createdAt: at, updatedAt: at, seenAt: seen ? at : null });
+        byHandler.set(handler, {
+          maxAttempts,
+          retry: description,
+          createdAt: at,
+          updatedAt: at,
+          seenAt: seen ? at : null,
+        });
         continue;
       }
       if (stored.maxAttempts !== maxAttempts || !jsonEqual(stored.retry, description)) stored.updatedAt = at;
@@ -331,19 +386,34 @@ class MemoryStore implements Store<MemoryTransaction> {
       const k = JSON.stringify([d.eventType, d.handler]);
       pending.set(k, (pending.get(k) ?? 0) + 1);
     }
-    return [...this.#subscriptions].sort(([a], [b]) => compareText(a, b)).flatMap(([eventType, byHandler]) =>
-      [...byHandler].sort(([a], [b]) => compareText(a, b)).map(([handler, s]) => ({
-        eventType, handler, maxAttempts: s.maxAttempts, retry: s.retry, createdAt: new Date(s.createdAt),
-        updatedAt: new Date(s.updatedAt), seenAt: s.seenAt === null ? null : new Date(s.seenAt), pending: pending.get(JSON.stringify([eventType, handler])) ?? 0,
-      })));
+    return [...this.#subscriptions]
+      .sort(([a], [b]) => compareText(a, b))
+      .flatMap(([eventType, byHandler]) =>
+        [...byHandler]
+          .sort(([a], [b]) => compareText(a, b))
+          .map(([handler, s]) => ({
+            eventType,
+            handler,
+            maxAttempts: s.maxAttempts,
+            retry: s.retry,
+            createdAt: new Date(s.createdAt),
+            updatedAt: new Date(s.updatedAt),
+            seenAt: s.seenAt === null ? null : new Date(s.seenAt),
+            pending: pending.get(JSON.stringify([eventType, handler])) ?? 0,
+          })),
+      );
   }
 
   async unsubscribe(params: UnsubscribeParams): Promise<UnsubscribeResult> {
     this.#assertOpen();
     validateUnsubscribe(params);
     const at = timeOf(params.now);
-    const pending = [...this.#deliveries.values()].filter((d) => d.status === 'pending' && d.handler === params.handler
-      && (params.eventType === undefined || d.eventType === params.eventType));
+    const pending = [...this.#deliveries.values()].filter(
+      (d) =>
+        d.status === 'pending' &&
+        d.handler === params.handler &&
+        (params.eventType === undefined || d.eventType === params.eventType),
+    );
     const inFlight = pending.filter((d) => this.#lanes[d.lane]!.inFlight.has(d.id)).length;
     const refused = unsubscribeRefusal(params, pending.length, inFlight);
     if (refused !== undefined) throw refused;
@@ -374,22 +444,34 @@ class MemoryStore implements Store<MemoryTransaction> {
     ];
     if (differences.length === 0) return;
     const parts = differences.map((field) =>
-      field === 'type' ? `type ${echoValue(stored.type)} was published again as ${echoValue(event.type)}`
-        : field === 'key' ? `key ${echoValue(stored.key)} was published again as ${echoValue(key)}`
-          : 'the payload differs');
+      field === 'type'
+        ? `type ${echoValue(stored.type)} was published again as ${echoValue(event.type)}`
+        : field === 'key'
+          ? `key ${echoValue(stored.key)} was published again as ${echoValue(key)}`
+          : 'the payload differs',
+    );
     throw new EventConflictError(
-      `Event id ${echoValue(id)} is taken by a different event: ${parts.join('; ')}. An event id names one event; `
-      + 'publish a different event under a new id. Nothing was written; your transaction is still usable.',
-      id, differences,
+      `Event id ${echoValue(id)} is taken by a different event: ${parts.join('; ')}. An event id names one event; ` +
+        'publish a different event under a new id. Nothing was written; your transaction is still usable.',
+      id,
+      differences,
     );
   }
 
   /** Compute the result against committed state plus this transaction's staging, and stage the new deliveries. */
-  #stagePublish(state: TransactionState, id: string, event: PublishParams, payloadJson: string, now: number): PublishResult {
+  #stagePublish(
+    state: TransactionState,
+    id: string,
+    event: PublishParams,
+    payloadJson: string,
+    now: number,
+  ): PublishResult {
     const committed = this.#events.get(id);
     const staged = state.publishes.filter((p) => p.id === id);
     const known = new Set([...(committed?.handlers ?? []), ...staged.flatMap((p) => p.handlers.map((h) => h.name))]);
-    const added = event.handlers.filter((h) => !known.has(h.name)).map((h) => ({ name: h.name, maxAttempts: h.maxAttempts }));
+    const added = event.handlers
+      .filter((h) => !known.has(h.name))
+      .map((h) => ({ name: h.name, maxAttempts: h.maxAttempts }));
     if (added.length > 0) {
       state.publishes.push({
         id,
@@ -402,7 +484,11 @@ class MemoryStore implements Store<MemoryTransaction> {
         now,
       });
     }
-    return { eventId: id, addedHandlers: added.map((h) => h.name), duplicate: committed !== undefined || staged.length > 0 };
+    return {
+      eventId: id,
+      addedHandlers: added.map((h) => h.name),
+      duplicate: committed !== undefined || staged.length > 0,
+    };
   }
 
   /** Commit one staged publish: create the event if needed and one delivery per handler it does not have yet. */
@@ -410,8 +496,13 @@ class MemoryStore implements Store<MemoryTransaction> {
     let event = this.#events.get(staged.id);
     if (!event) {
       event = {
-        id: staged.id, type: staged.type, key: staged.key, payloadJson: staged.payloadJson,
-        headers: staged.headers, handlers: [], createdAt: staged.now,
+        id: staged.id,
+        type: staged.type,
+        key: staged.key,
+        payloadJson: staged.payloadJson,
+        headers: staged.headers,
+        handlers: [],
+        createdAt: staged.now,
       };
       this.#events.set(event.id, event);
     }
@@ -421,10 +512,21 @@ class MemoryStore implements Store<MemoryTransaction> {
     for (const handler of handlers) {
       event.handlers.push(handler.name);
       const delivery: DeliveryRecord = {
-        id: this.#newDeliveryId(), eventId: event.id, eventType: event.type, handler: handler.name,
-        lane: laneOf(event.key, event.id), key: event.key, sequence, status: 'pending', attempts: 0,
-        maxAttempts: handler.maxAttempts, claims: 0, availableAt: staged.availableAt, lastError: null,
-        createdAt: staged.now, updatedAt: staged.now,
+        id: this.#newDeliveryId(),
+        eventId: event.id,
+        eventType: event.type,
+        handler: handler.name,
+        lane: laneOf(event.key, event.id),
+        key: event.key,
+        sequence,
+        status: 'pending',
+        attempts: 0,
+        maxAttempts: handler.maxAttempts,
+        claims: 0,
+        availableAt: staged.availableAt,
+        lastError: null,
+        createdAt: staged.now,
+        updatedAt: staged.now,
       };
       this.#deliveries.set(delivery.id, delivery);
     }
@@ -480,7 +582,9 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   #lanesOwnedBy(owner: string): number[] {
     const owned: number[] = [];
-    this.#lanes.forEach((lane, index) => { if (lane.owner === owner) owned.push(index); });
+    this.#lanes.forEach((lane, index) => {
+      if (lane.owner === owner) owned.push(index);
+    });
     return owned;
   }
 
@@ -504,7 +608,12 @@ class MemoryStore implements Store<MemoryTransaction> {
    * skipping keyed deliveries that are not the head of their (handler, key). Records the picks in
    * the lanes, renews the lease of lanes that got picks, appends to `picks`; returns those lanes.
    */
-  #pickFromHeldLanes(params: ClaimParams, handlers: ReadonlySet<string>, now: number, picks: ClaimedDelivery[]): Set<number> {
+  #pickFromHeldLanes(
+    params: ClaimParams,
+    handlers: ReadonlySet<string>,
+    now: number,
+    picks: ClaimedDelivery[],
+  ): Set<number> {
     const held = new Set(this.#lanesOwnedBy(params.owner));
     const picked = new Set<number>();
     if (held.size === 0 || picks.length >= params.limit) return picked;
@@ -547,7 +656,10 @@ class MemoryStore implements Store<MemoryTransaction> {
       const current = oldest.get(d.lane);
       if (!current || byDueOrder(d, current) < 0) oldest.set(d.lane, d);
     }
-    const lanes = [...oldest.entries()].sort(([, a], [, b]) => byDueOrder(a, b)).slice(0, batch).map(([lane]) => lane);
+    const lanes = [...oldest.entries()]
+      .sort(([, a], [, b]) => byDueOrder(a, b))
+      .slice(0, batch)
+      .map(([lane]) => lane);
     for (const lane of lanes) this.#acquire(lane, params.owner, now, params.leaseDurationMs);
     return lanes.length;
   }
@@ -624,7 +736,8 @@ class MemoryStore implements Store<MemoryTransaction> {
     if (lane.epoch.toString() !== lease.epoch || !lane.inFlight.has(lease.deliveryId)) return undefined;
     if (this.#locked.has(lease.deliveryId)) return undefined;
     const delivery = this.#deliveries.get(lease.deliveryId);
-    if (delivery?.status !== 'pending' || delivery.claims !== lease.claims || delivery.lane !== lease.lane) return undefined;
+    if (delivery?.status !== 'pending' || delivery.claims !== lease.claims || delivery.lane !== lease.lane)
+      return undefined;
     return delivery;
   }
 
@@ -725,9 +838,12 @@ class MemoryStore implements Store<MemoryTransaction> {
     const ids = params.deliveryIds ? new Set(params.deliveryIds) : null;
     const selected = [...this.#deliveries.values()]
       .filter((d) => d.status === 'dead')
-      .filter((d) => (ids === null || ids.has(d.id))
-        && (params.handler === undefined || d.handler === params.handler)
-        && (params.eventId === undefined || d.eventId === params.eventId))
+      .filter(
+        (d) =>
+          (ids === null || ids.has(d.id)) &&
+          (params.handler === undefined || d.handler === params.handler) &&
+          (params.eventId === undefined || d.eventId === params.eventId),
+      )
       // Requeued deliveries of one key keep their relative order at the back of the key.
       .sort((a, b) => compareSequences(a.sequence, b.sequence) || compareIds(a.id, b.id));
     for (const delivery of selected) {
@@ -745,11 +861,14 @@ class MemoryStore implements Store<MemoryTransaction> {
     this.#assertOpen();
     const { limit, cursor } = validateList(params);
     const views = this.#allViews(params.status)
-      .filter((v) => (params.status === undefined || v.status === params.status)
-        && (params.handler === undefined || v.handler === params.handler)
-        && (params.eventId === undefined || v.eventId === params.eventId)
-        && (params.key === undefined || v.key === params.key)
-        && (cursor === null || compareIds(v.id, cursor) > 0))
+      .filter(
+        (v) =>
+          (params.status === undefined || v.status === params.status) &&
+          (params.handler === undefined || v.handler === params.handler) &&
+          (params.eventId === undefined || v.eventId === params.eventId) &&
+          (params.key === undefined || v.key === params.key) &&
+          (cursor === null || compareIds(v.id, cursor) > 0),
+      )
       .sort((a, b) => compareIds(a.id, b.id));
     const items = views.slice(0, limit);
     const nextCursor = views.length > limit ? items[items.length - 1]!.id : null;
@@ -771,10 +890,20 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   #view(d: DeliveryRecord, status: DeliveryStatus): DeliveryView {
     return {
-      id: d.id, eventId: d.eventId, eventType: d.eventType, handler: d.handler, key: d.key,
-      sequence: d.sequence?.toString() ?? null, lane: d.lane, status, attempts: d.attempts,
-      maxAttempts: d.maxAttempts, availableAt: new Date(d.availableAt), lastError: d.lastError,
-      createdAt: new Date(d.createdAt), updatedAt: new Date(d.updatedAt),
+      id: d.id,
+      eventId: d.eventId,
+      eventType: d.eventType,
+      handler: d.handler,
+      key: d.key,
+      sequence: d.sequence?.toString() ?? null,
+      lane: d.lane,
+      status,
+      attempts: d.attempts,
+      maxAttempts: d.maxAttempts,
+      availableAt: new Date(d.availableAt),
+      lastError: d.lastError,
+      createdAt: new Date(d.createdAt),
+      updatedAt: new Date(d.updatedAt),
     };
   }
 
@@ -846,10 +975,13 @@ class MemoryStore implements Store<MemoryTransaction> {
  * persisted; every instance is independent.
  */
 export function memoryStore(options: MemoryStoreOptions = {}): Store<MemoryTransaction> {
-  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('memoryStore() takes an options object, e.g. { completionHistory: true }.');
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidOptionsError('memoryStore() takes an options object, e.g. { completionHistory: true }.');
   const completionHistory = options.completionHistory ?? options.retainCompleted ?? false;
   if (typeof completionHistory !== 'boolean') {
-    throw new InvalidOptionsError(`memoryStore(): completionHistory must be a boolean, got ${JSON.stringify(completionHistory)}.`);
+    throw new InvalidOptionsError(
+      `memoryStore(): completionHistory must be a boolean, got ${JSON.stringify(completionHistory)}.`,
+    );
   }
   return new MemoryStore(completionHistory);
 }

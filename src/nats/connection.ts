@@ -11,7 +11,9 @@ import { BrokerNotFoundError, BrokerUnavailableError, MessageTooLargeError, reda
 export function checkServers(servers: unknown, where: string): string[] {
   const list = typeof servers === 'string' ? [servers] : Array.isArray(servers) ? servers : undefined;
   if (list === undefined || list.length === 0 || list.some((s) => typeof s !== 'string' || s === '')) {
-    throw new InvalidOptionsError(`${where}: \`servers\` is required: a NATS URL such as nats://localhost:4222, or a list of them.`);
+    throw new InvalidOptionsError(
+      `${where}: \`servers\` is required: a NATS URL such as nats://localhost:4222, or a list of them.`,
+    );
   }
   for (const server of list as string[]) {
     const url = /^[a-z]+:\/\//i.test(server) ? server : `nats://${server}`;
@@ -22,7 +24,9 @@ export function checkServers(servers: unknown, where: string): string[] {
       throw new InvalidOptionsError(`${where}: "${redactUrl(url)}" is not a NATS URL; expected nats://host:4222.`);
     }
     if (!['nats:', 'tls:', 'ws:', 'wss:'].includes(parsed.protocol)) {
-      throw new InvalidOptionsError(`${where}: a NATS server URL must start with nats://, tls://, ws:// or wss://, got ${parsed.protocol}//.`);
+      throw new InvalidOptionsError(
+        `${where}: a NATS server URL must start with nats://, tls://, ws:// or wss://, got ${parsed.protocol}//.`,
+      );
     }
   }
   return list as string[];
@@ -34,13 +38,28 @@ export function describeServers(servers: readonly string[]): string {
 }
 
 /** Connect, reconnecting for ever afterwards; `BrokerUnavailableError` when the first connect fails. */
-export async function connectNats(servers: readonly string[], name: string, timeoutMs: number): Promise<NatsConnection> {
+export async function connectNats(
+  servers: readonly string[],
+  name: string,
+  timeoutMs: number,
+): Promise<NatsConnection> {
   try {
-    return await connect({ servers: [...servers], name, timeout: timeoutMs, maxReconnectAttempts: -1, reconnectTimeWait: 250 });
+    return await connect({
+      servers: [...servers],
+      name,
+      timeout: timeoutMs,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 250,
+    });
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     const refused = /authorization|authentication|permissions/i.test(message);
-    return Promise.reject(new BrokerUnavailableError(`NATS at ${describeServers(servers)} ${refused ? 'refused the connection' : 'cannot be reached'}: ${message}`, { cause: error, retryable: !refused }));
+    return Promise.reject(
+      new BrokerUnavailableError(
+        `NATS at ${describeServers(servers)} ${refused ? 'refused the connection' : 'cannot be reached'}: ${message}`,
+        { cause: error, retryable: !refused },
+      ),
+    );
   }
 }
 
@@ -52,7 +71,10 @@ export function jetStreamError(error: unknown, what: string): Error {
     return new BrokerNotFoundError(`${what} does not exist: ${message}`, { cause: error });
   }
   if (/no responders|JetStreamNotEnabled|jetstream is not enabled/i.test(`${name} ${message}`)) {
-    return new BrokerNotFoundError(`${what}: no JetStream stream answered (no stream captures the subject, or JetStream is off): ${message}`, { cause: error });
+    return new BrokerNotFoundError(
+      `${what}: no JetStream stream answered (no stream captures the subject, or JetStream is off): ${message}`,
+      { cause: error },
+    );
   }
   if (/max_payload|maximum payload/i.test(message)) return new MessageTooLargeError(`${what}: ${message}`, 0, 0);
   return new BrokerUnavailableError(`${what}: ${message}`, { cause: error });

@@ -1,5 +1,13 @@
 import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
-import { AckPolicy, jetstream, jetstreamManager, type ConsumerMessages, type JetStreamClient, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
+import {
+  AckPolicy,
+  jetstream,
+  jetstreamManager,
+  type ConsumerMessages,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+} from '@nats-io/jetstream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
@@ -115,7 +123,11 @@ class NatsInbox<TTx> extends InboxLifecycle {
 
   protected async open(): Promise<void> {
     if (this.#options.setupStore !== false) await this.#options.bus.store.setup();
-    const nc = await connectNats(this.#servers, this.#options.connectionName ?? `relaybus inbox ${this.#options.consumer}`, this.#options.connectTimeoutMs ?? INBOX_DEFAULTS.connectTimeoutMs);
+    const nc = await connectNats(
+      this.#servers,
+      this.#options.connectionName ?? `relaybus inbox ${this.#options.consumer}`,
+      this.#options.connectTimeoutMs ?? INBOX_DEFAULTS.connectTimeoutMs,
+    );
     this.#nc = nc;
     try {
       this.#jsm = await jetstreamManager(nc);
@@ -157,7 +169,7 @@ class NatsInbox<TTx> extends InboxLifecycle {
       await this.#nc?.drain();
     } catch {
       await this.#nc?.close().catch(() => {});
-  }
+    }
   }
 
   async #declareOrCheck(): Promise<void> {
@@ -176,15 +188,17 @@ class NatsInbox<TTx> extends InboxLifecycle {
       try {
         await jsm.consumers.info(stream, consumer);
       } catch {
-        await jsm.consumers.add(stream, {
-          durable_name: consumer,
-          ack_policy: AckPolicy.Explicit,
-          max_ack_pending: this.#options.maxAckPending ?? INBOX_DEFAULTS.prefetch,
-          ack_wait: (this.#options.ackWaitMs ?? 30_000) * 1_000_000,
-          ...(declare.filterSubject !== undefined ? { filter_subject: declare.filterSubject } : {}),
-        }).catch((failure: unknown) => {
-          throw jetStreamError(failure, `creating consumer "${consumer}" of stream "${stream}"`);
-        });
+        await jsm.consumers
+          .add(stream, {
+            durable_name: consumer,
+            ack_policy: AckPolicy.Explicit,
+            max_ack_pending: this.#options.maxAckPending ?? INBOX_DEFAULTS.prefetch,
+            ack_wait: (this.#options.ackWaitMs ?? 30_000) * 1_000_000,
+            ...(declare.filterSubject !== undefined ? { filter_subject: declare.filterSubject } : {}),
+          })
+          .catch((failure: unknown) => {
+            throw jetStreamError(failure, `creating consumer "${consumer}" of stream "${stream}"`);
+          });
       }
     }
     try {
@@ -201,13 +215,19 @@ class NatsInbox<TTx> extends InboxLifecycle {
     while (this.state === 'running') {
       try {
         const consumer = await this.#js!.consumers.get(this.#options.stream, this.#options.consumer);
-        const messages = await consumer.consume({ max_messages: Math.min(this.#options.maxAckPending ?? INBOX_DEFAULTS.prefetch, 256), idle_heartbeat: 5_000, expires: 30_000 });
+        const messages = await consumer.consume({
+          max_messages: Math.min(this.#options.maxAckPending ?? INBOX_DEFAULTS.prefetch, 256),
+          idle_heartbeat: 5_000,
+          expires: 30_000,
+        });
         this.#messages = messages;
         backoff.succeeded();
         for await (const message of messages) this.#onMessage(message);
       } catch (error) {
         this.lastError = describeError(error);
-        this.#logger.warn(`consuming ${this.name} failed; consuming again after a backoff`, { error: describeError(error) });
+        this.#logger.warn(`consuming ${this.name} failed; consuming again after a backoff`, {
+          error: describeError(error),
+        });
       }
       if (this.state !== 'running') return;
       try {
@@ -223,7 +243,13 @@ class NatsInbox<TTx> extends InboxLifecycle {
       if (status.type === 'disconnect') {
         this.#connected = false;
         // Hold everything until the gate is computed again after the reconnect.
-        this.#gate ??= { seq: Number.MAX_SAFE_INTEGER, needed: Number.MAX_SAFE_INTEGER, seen: 0, buffer: [], timer: undefined };
+        this.#gate ??= {
+          seq: Number.MAX_SAFE_INTEGER,
+          needed: Number.MAX_SAFE_INTEGER,
+          seen: 0,
+          buffer: [],
+          timer: undefined,
+        };
         this.#emitter.emit('disconnected', { broker: this.#broker, error: new Error('disconnected'), retryInMs: 250 });
         this.#logger.warn(`lost the connection of ${this.name} to ${this.#broker}; the client reconnects`);
       } else if (status.type === 'reconnect') {
@@ -231,7 +257,9 @@ class NatsInbox<TTx> extends InboxLifecycle {
         this.lastError = undefined;
         this.#emitter.emit('connected', { broker: this.#broker, reconnect: true });
         this.#logger.info(`reconnected ${this.name} to ${this.#broker}`);
-        void this.#armGate().catch((error: unknown) => this.#openGate(`the consumer could not be read (${describeError(error)})`, true));
+        void this.#armGate().catch((error: unknown) =>
+          this.#openGate(`the consumer could not be read (${describeError(error)})`, true),
+        );
       }
     }
   }
@@ -255,14 +283,26 @@ class NatsInbox<TTx> extends InboxLifecycle {
       return;
     }
     const gate: Gate = { seq: delivered, needed, seen: 0, buffer: [], timer: undefined };
-    gate.timer = setTimeout(() => this.#openGate(`${gate.needed - gate.seen} of ${gate.needed} outstanding messages did not come back within twice the ack wait`, true), 2 * this.#ackWaitMs + 1_000);
+    gate.timer = setTimeout(
+      () =>
+        this.#openGate(
+          `${gate.needed - gate.seen} of ${gate.needed} outstanding messages did not come back within twice the ack wait`,
+          true,
+        ),
+      2 * this.#ackWaitMs + 1_000,
+    );
     gate.timer.unref();
     this.#gate = gate;
     this.#emitter.emit('held-back', { outstanding: needed, ackWaitMs: this.#ackWaitMs });
-    this.#logger.info(`${this.name}: ${needed} messages delivered earlier are unacknowledged; newer messages wait until they are redelivered (ack wait ${this.#ackWaitMs} ms), then all go in stream order`);
-    this.#gateHeartbeat ??= setInterval(() => {
-      for (const message of this.#gate?.buffer ?? []) message.working();
-    }, Math.max(250, Math.floor(this.#ackWaitMs / 3)));
+    this.#logger.info(
+      `${this.name}: ${needed} messages delivered earlier are unacknowledged; newer messages wait until they are redelivered (ack wait ${this.#ackWaitMs} ms), then all go in stream order`,
+    );
+    this.#gateHeartbeat ??= setInterval(
+      () => {
+        for (const message of this.#gate?.buffer ?? []) message.working();
+      },
+      Math.max(250, Math.floor(this.#ackWaitMs / 3)),
+    );
     this.#gateHeartbeat.unref();
     for (const message of buffered) this.#onMessage(message);
   }
@@ -340,7 +380,10 @@ class NatsInbox<TTx> extends InboxLifecycle {
           dh.set(HEADERS.deadSource, message.source);
           try {
             // The msg id makes a second dead-lettering of the same stream message (after a crash) a duplicate.
-            await this.#js!.publish(deadLetter.subject, raw.data, { msgID: `relaybus-dead:${stream}:${raw.seq}`, headers: dh });
+            await this.#js!.publish(deadLetter.subject, raw.data, {
+              msgID: `relaybus-dead:${stream}:${raw.seq}`,
+              headers: dh,
+            });
           } catch (error) {
             throw jetStreamError(error, `dead-letter subject "${deadLetter.subject}"`);
           }
@@ -364,22 +407,31 @@ class NatsInbox<TTx> extends InboxLifecycle {
  */
 export function natsInbox<TTx>(options: NatsInboxOptions<TTx>): Inbox {
   const where = 'natsInbox';
-  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError(`${where}: options are required: { bus, servers, stream, consumer, events }.`);
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidOptionsError(`${where}: options are required: { bus, servers, stream, consumer, events }.`);
   const servers = checkServers(options.servers, where);
   for (const name of ['stream', 'consumer'] as const) {
     if (typeof options[name] !== 'string' || options[name] === '' || /[\s.*>]/.test(options[name])) {
-      throw new InvalidOptionsError(`${where}: \`${name}\` must be a JetStream name (no spaces, dots or wildcards), got ${JSON.stringify(options[name])}.`);
+      throw new InvalidOptionsError(
+        `${where}: \`${name}\` must be a JetStream name (no spaces, dots or wildcards), got ${JSON.stringify(options[name])}.`,
+      );
     }
   }
   if (typeof options.bus !== 'object' || options.bus === null || typeof options.bus.publishMany !== 'function') {
     throw new InvalidOptionsError(`${where}: \`bus\` is required: the relaybus bus whose store receives the events.`);
   }
   if (options.map === undefined && (options.events === undefined || options.events.length === 0)) {
-    throw new InvalidOptionsError(`${where}: give \`events\` (the event definitions the stream carries) or a \`map\` function.`);
+    throw new InvalidOptionsError(
+      `${where}: give \`events\` (the event definitions the stream carries) or a \`map\` function.`,
+    );
   }
   checkInboxNumbers(where, {
-    maxAckPending: options.maxAckPending, ackWaitMs: options.ackWaitMs, batchSize: options.batchSize, concurrency: options.concurrency,
-    shutdownGraceMs: options.shutdownGraceMs, connectTimeoutMs: options.connectTimeoutMs,
+    maxAckPending: options.maxAckPending,
+    ackWaitMs: options.ackWaitMs,
+    batchSize: options.batchSize,
+    concurrency: options.concurrency,
+    shutdownGraceMs: options.shutdownGraceMs,
+    connectTimeoutMs: options.connectTimeoutMs,
   });
   return new NatsInbox(options, servers);
 }

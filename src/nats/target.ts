@@ -56,17 +56,29 @@ class NatsTarget implements RelayTarget<NatsRoute> {
     if (message.key !== null) h.set(HEADERS.key, message.key);
     const limit = nc.info?.max_payload;
     if (limit !== undefined && message.body.length > limit) {
-      throw new MessageTooLargeError(`event ${message.id} (${message.type}) is ${message.body.length} bytes, more than the ${limit} bytes NATS at ${this.name} accepts (max_payload); it was not sent`, message.body.length, limit);
+      throw new MessageTooLargeError(
+        `event ${message.id} (${message.type}) is ${message.body.length} bytes, more than the ${limit} bytes NATS at ${this.name} accepts (max_payload); it was not sent`,
+        message.body.length,
+        limit,
+      );
     }
-    let ack;
+    let ack: Awaited<ReturnType<typeof js.publish>>;
     try {
-      ack = await js.publish(subject, message.body, { msgID: message.id, headers: h, timeout: this.#options.timeoutMs ?? 10_000 });
+      ack = await js.publish(subject, message.body, {
+        msgID: message.id,
+        headers: h,
+        timeout: this.#options.timeoutMs ?? 10_000,
+      });
     } catch (error) {
       const typed = jetStreamError(error, `publish of event ${message.id} to "${subject}" on NATS at ${this.name}`);
-      if (typed instanceof MessageTooLargeError) throw new MessageTooLargeError(typed.message, message.body.length, limit ?? 0);
+      if (typed instanceof MessageTooLargeError)
+        throw new MessageTooLargeError(typed.message, message.body.length, limit ?? 0);
       throw typed;
     }
-    if (typeof ack?.seq !== 'number') throw new BrokerRejectedError(`NATS at ${this.name} returned no PubAck for event ${message.id}`, { retryable: true });
+    if (typeof ack?.seq !== 'number')
+      throw new BrokerRejectedError(`NATS at ${this.name} returned no PubAck for event ${message.id}`, {
+        retryable: true,
+      });
   }
 
   async close(): Promise<void> {
@@ -82,7 +94,11 @@ class NatsTarget implements RelayTarget<NatsRoute> {
 
   #connect(): Promise<{ nc: NatsConnection; js: JetStreamClient }> {
     if (this.#link !== undefined) return this.#link;
-    const opening = connectNats(this.#servers, this.#options.connectionName ?? 'relaybus relay', this.#options.connectTimeoutMs ?? 5_000).then((nc) => {
+    const opening = connectNats(
+      this.#servers,
+      this.#options.connectionName ?? 'relaybus relay',
+      this.#options.connectTimeoutMs ?? 5_000,
+    ).then((nc) => {
       void nc.closed().then(() => {
         if (this.#link === opening) this.#link = undefined;
       });
@@ -105,11 +121,15 @@ class NatsTarget implements RelayTarget<NatsRoute> {
  * ```
  */
 export function natsTarget(options: NatsTargetOptions): RelayTarget<NatsRoute> {
-  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('natsTarget: options are required: { servers }.');
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidOptionsError('natsTarget: options are required: { servers }.');
   const servers = checkServers(options.servers, 'natsTarget');
   for (const name of ['timeoutMs', 'connectTimeoutMs'] as const) {
     const value = options[name];
-    if (value !== undefined && (!Number.isInteger(value) || value < 1)) throw new InvalidOptionsError(`natsTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`);
+    if (value !== undefined && (!Number.isInteger(value) || value < 1))
+      throw new InvalidOptionsError(
+        `natsTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`,
+      );
   }
   return new NatsTarget(options, servers);
 }

@@ -2,11 +2,34 @@
  * `relaybus/postgres`: the Postgres store, its drivers and the DDL.
  */
 export { postgresStore, type PostgresStore, type PostgresStoreOptions } from './postgres-store.js';
-export { fromPg, type FromPgOptions, type PgClientLike, type PgPoolClientLike, type PgPoolLike } from './drivers/pg-driver.js';
-export { fromPglite, type FromPgliteOptions, type PgliteLike, type PgliteQueryableLike } from './drivers/pglite-driver.js';
 export {
-  fromPostgresJs, type FromPostgresJsOptions, type PostgresJsColumnLike, type PostgresJsQueryableLike, type PostgresJsResultLike,
-  type PostgresJsSqlLike, type PostgresJsTransactionLike, type PostgresJsTransactionOf,
+  fromPg,
+  type FromPgOptions,
+  type PgClientLike,
+  type PgPoolClientLike,
+  type PgPoolLike,
+} from './drivers/pg-driver.js';
+export {
+  fromPglite,
+  type FromPgliteOptions,
+  type PgliteLike,
+  type PgliteQueryableLike,
+} from './drivers/pglite-driver.js';
+export {
+  fromPostgresJs,
+  type FromPostgresJsOptions,
+  type PostgresJsColumnLike,
+  type PostgresJsQueryableLike,
+  type PostgresJsResultLike,
+  type PostgresJsSqlLike,
+  type PostgresJsTransactionLike,
+  type PostgresJsTransactionOf,
 } from './drivers/postgres-js-driver.js';
-export { createPostgresSchemaSql, createPostgresSupplementSql, DEFAULT_SCHEMA, loadMigrations, loadSupplement } from './schema-sql.js';
+export {
+  createPostgresSchemaSql,
+  createPostgresSupplementSql,
+  DEFAULT_SCHEMA,
+  loadMigrations,
+  loadSupplement,
+} from './schema-sql.js';
 export type { PostgresDriver, SqlExecutor, SqlStatement } from './sql-client.js';

@@ -1,19 +1,59 @@
 import { randomInt, randomUUID } from 'node:crypto';
 import {
-  EventConflictError, InvalidInputError, InvalidOptionsError, RelayBusError, SchemaMismatchError, StoreUnavailableError,
+  EventConflictError,
+  InvalidInputError,
+  InvalidOptionsError,
+  RelayBusError,
+  SchemaMismatchError,
+  StoreUnavailableError,
 } from '../core/errors.js';
 import { laneOf, LANE_COUNT } from '../core/lanes.js';
 import { formatLeaseToken } from '../core/lease-token.js';
 import type {
-  BuryParams, ClaimParams, ClaimedDelivery, CompleteAndClaimResult, DeliveryLease, DeliveryView, ExtendLeaseParams,
-  ExtendLeaseResult, HandlerStatistics, ListDeliveriesParams, Page, PublishParams, PublishResult, PurgeParams,
-  PurgeResult, RequeueParams, RescheduleParams, Statistics, Store, SubscribeOptions, Subscription, SubscriptionView, UnsubscribeParams,
+  BuryParams,
+  ClaimParams,
+  ClaimedDelivery,
+  CompleteAndClaimResult,
+  DeliveryLease,
+  DeliveryView,
+  ExtendLeaseParams,
+  ExtendLeaseResult,
+  HandlerStatistics,
+  ListDeliveriesParams,
+  Page,
+  PublishParams,
+  PublishResult,
+  PurgeParams,
+  PurgeResult,
+  RequeueParams,
+  RescheduleParams,
+  Statistics,
+  Store,
+  SubscribeOptions,
+  Subscription,
+  SubscriptionView,
+  UnsubscribeParams,
   UnsubscribeResult,
 } from '../store/contract.js';
 import { acquireRounds, FIRST_LANES_TO_TAKE } from '../store/acquire.js';
 import {
-  assertName, assertOptionalDate, noHandlersError, parseLease, parseLeases, unsubscribeRefusal, validateBury, validateClaim, validateExtendLease,
-  validateList, validatePublish, validatePurge, validateRequeue, validateReschedule, validateSubscriptions, validateUnsubscribe, type ParsedLease,
+  assertName,
+  assertOptionalDate,
+  noHandlersError,
+  parseLease,
+  parseLeases,
+  unsubscribeRefusal,
+  validateBury,
+  validateClaim,
+  validateExtendLease,
+  validateList,
+  validatePublish,
+  validatePurge,
+  validateRequeue,
+  validateReschedule,
+  validateSubscriptions,
+  validateUnsubscribe,
+  type ParsedLease,
 } from '../store/validate.js';
 import { withTotals } from '../store/statistics.js';
 import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
@@ -72,7 +112,10 @@ function toStoreError(error: unknown, statement: string, schema: string): RelayB
   const retryable = isRetryableDatabaseError(error);
   const state = sqlState === undefined ? '' : ` (SQLSTATE ${sqlState})`;
   const advice = retryable ? ' It is safe to retry.' : '';
-  return new StoreUnavailableError(`Postgres statement "${statement}" failed${state}: ${detail}.${advice}`, { cause: error, retryable });
+  return new StoreUnavailableError(`Postgres statement "${statement}" failed${state}: ${detail}.${advice}`, {
+    cause: error,
+    retryable,
+  });
 }
 
 /** The value `publish-guard` sets in the caller's transaction and the publish statements look for. */
@@ -85,13 +128,14 @@ type FullRow = RowOf<'publish'>;
 
 function notInTransaction(): InvalidInputError {
   return new InvalidInputError(
-    'publish() was called with a transaction that is not in a transaction block (it already committed or rolled back, '
-    + 'or it never began): the events would have been written on their own, not atomically with your writes, so '
-    + 'nothing was written. Publish inside the transaction callback, before it returns.',
+    'publish() was called with a transaction that is not in a transaction block (it already committed or rolled back, ' +
+      'or it never began): the events would have been written on their own, not atomically with your writes, so ' +
+      'nothing was written. Publish inside the transaction callback, before it returns.',
   );
 }
 
-const quote = (value: string | null): string => (value === null ? 'null' : JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}...` : value));
+const quote = (value: string | null): string =>
+  value === null ? 'null' : JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}...` : value);
 
 /** The conflict error of the first conflicting row (all of them are named in the message). */
 function conflictError(rows: readonly FullRow[], events: readonly PublishParams[]): EventConflictError {
@@ -99,14 +143,24 @@ function conflictError(rows: readonly FullRow[], events: readonly PublishParams[
   const [first] = conflicting;
   const event = events[first!.ord - 1]!;
   const parts = first!.conflict!.map((field) =>
-    field === 'type' ? `type ${quote(first!.stored_type)} was published again as ${quote(event.type)}`
-      : field === 'key' ? `key ${quote(first!.stored_key)} was published again as ${quote(event.key ?? null)}`
-        : 'the payload differs');
-  const others = conflicting.length > 1 ? ` (and ${conflicting.length - 1} more event id(s) of this call: ${conflicting.slice(1, 6).map((r) => quote(r.id)).join(', ')})` : '';
+    field === 'type'
+      ? `type ${quote(first!.stored_type)} was published again as ${quote(event.type)}`
+      : field === 'key'
+        ? `key ${quote(first!.stored_key)} was published again as ${quote(event.key ?? null)}`
+        : 'the payload differs',
+  );
+  const others =
+    conflicting.length > 1
+      ? ` (and ${conflicting.length - 1} more event id(s) of this call: ${conflicting
+          .slice(1, 6)
+          .map((r) => quote(r.id))
+          .join(', ')})`
+      : '';
   return new EventConflictError(
-    `Event id ${quote(first!.id)} is taken by a different event: ${parts.join('; ')}${others}. An event id names one event; `
-    + 'publish a different event under a new id. Nothing was written; your transaction is still usable.',
-    first!.id, first!.conflict!,
+    `Event id ${quote(first!.id)} is taken by a different event: ${parts.join('; ')}${others}. An event id names one event; ` +
+      'publish a different event under a new id. Nothing was written; your transaction is still usable.',
+    first!.id,
+    first!.conflict!,
   );
 }
 
@@ -121,31 +175,60 @@ type SubscriptionRow = RowOf<'list-subscriptions'>;
 type StatisticsRow = RowOf<'statistics'>;
 
 function leaseArrays(leases: readonly ParsedLease[]): [string[], number[], string[], number[]] {
-  return [leases.map((l) => l.deliveryId), leases.map((l) => l.lane), leases.map((l) => l.epoch), leases.map((l) => l.claims)];
+  return [
+    leases.map((l) => l.deliveryId),
+    leases.map((l) => l.lane),
+    leases.map((l) => l.epoch),
+    leases.map((l) => l.claims),
+  ];
 }
 
 function toClaimed(row: ClaimRow): ClaimedDelivery {
   const claims = toInt(row.claims);
   const lane = toInt(row.lane);
   return {
-    id: row.id, lease: formatLeaseToken({ lane, epoch: row.epoch, claims }), lane, eventId: row.event_id,
-    eventType: row.event_type, handler: row.handler, key: row.key, sequence: row.sequence, payload: row.payload,
-    headers: row.headers ?? {}, attempts: toInt(row.attempts), maxAttempts: toInt(row.max_attempts),
-    availableAt: toDate(row.available_at), createdAt: toDate(row.created_at),
+    id: row.id,
+    lease: formatLeaseToken({ lane, epoch: row.epoch, claims }),
+    lane,
+    eventId: row.event_id,
+    eventType: row.event_type,
+    handler: row.handler,
+    key: row.key,
+    sequence: row.sequence,
+    payload: row.payload,
+    headers: row.headers ?? {},
+    attempts: toInt(row.attempts),
+    maxAttempts: toInt(row.max_attempts),
+    availableAt: toDate(row.available_at),
+    createdAt: toDate(row.created_at),
   };
 }
 
 function toView(row: DeliveryRow): DeliveryView {
   return {
-    id: row.id, eventId: row.event_id, eventType: row.event_type, handler: row.handler, key: row.key,
-    sequence: row.sequence, lane: toInt(row.lane), status: row.status, attempts: toInt(row.attempts),
-    maxAttempts: toInt(row.max_attempts), availableAt: toDate(row.available_at), lastError: row.last_error,
-    createdAt: toDate(row.created_at), updatedAt: toDate(row.updated_at),
+    id: row.id,
+    eventId: row.event_id,
+    eventType: row.event_type,
+    handler: row.handler,
+    key: row.key,
+    sequence: row.sequence,
+    lane: toInt(row.lane),
+    status: row.status,
+    attempts: toInt(row.attempts),
+    maxAttempts: toInt(row.max_attempts),
+    availableAt: toDate(row.available_at),
+    lastError: row.last_error,
+    createdAt: toDate(row.created_at),
+    updatedAt: toDate(row.updated_at),
   };
 }
 
 /** The parameters of publish-new and publish: one array per column, the process's handlers flattened per event. */
-function publishArrays(events: readonly PublishParams[], ids: readonly string[], payloads: readonly string[]): unknown[] {
+function publishArrays(
+  events: readonly PublishParams[],
+  ids: readonly string[],
+  payloads: readonly string[],
+): unknown[] {
   const handlerOrd: number[] = [];
   const handlerName: string[] = [];
   const handlerAttempts: number[] = [];
@@ -157,9 +240,16 @@ function publishArrays(events: readonly PublishParams[], ids: readonly string[],
     }
   });
   return [
-    ids, events.map((event) => event.type), events.map((event) => event.key ?? null), payloads,
-    events.map((event) => JSON.stringify(event.headers ?? {})), events.map((event, index) => laneOf(event.key, ids[index]!)),
-    events.map((event) => iso(event.availableAt)), handlerOrd, handlerName, handlerAttempts,
+    ids,
+    events.map((event) => event.type),
+    events.map((event) => event.key ?? null),
+    payloads,
+    events.map((event) => JSON.stringify(event.headers ?? {})),
+    events.map((event, index) => laneOf(event.key, ids[index]!)),
+    events.map((event) => iso(event.availableAt)),
+    handlerOrd,
+    handlerName,
+    handlerAttempts,
   ];
 }
 
@@ -193,7 +283,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const schema = options.schema ?? DEFAULT_SCHEMA;
   assertSchemaName(schema);
   if (options.completionHistory !== undefined && typeof options.completionHistory !== 'boolean') {
-    throw new InvalidOptionsError(`completionHistory must be a boolean, got ${JSON.stringify(options.completionHistory)}.`);
+    throw new InvalidOptionsError(
+      `completionHistory must be a boolean, got ${JSON.stringify(options.completionHistory)}.`,
+    );
   }
   const { driver } = options;
   const history = options.completionHistory ?? false;
@@ -208,14 +300,19 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const channel = notify ? `relaybus_${schema}`.slice(0, 63) : null;
   const listens = notify && driver.listen !== undefined;
 
-  async function run<Row extends object>(executor: SqlExecutor, name: StatementName, params: readonly unknown[]): Promise<Row[]> {
+  async function run<Row extends object>(
+    executor: SqlExecutor,
+    name: StatementName,
+    params: readonly unknown[],
+  ): Promise<Row[]> {
     try {
       return await executor.run<Row>(statements[name], params);
     } catch (error) {
       throw toStoreError(error, name, schema);
     }
   }
-  const runOwned = <Row extends object>(name: StatementName, params: readonly unknown[]) => run<Row>(driver.executor, name, params);
+  const runOwned = <Row extends object>(name: StatementName, params: readonly unknown[]) =>
+    run<Row>(driver.executor, name, params);
 
   /** Run a fenced single-delivery write; true when the statement returned its row. */
   async function fenced(name: StatementName, lease: ParsedLease, extra: readonly unknown[]): Promise<boolean> {
@@ -223,12 +320,19 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     return rows.length > 0;
   }
 
-  async function fencedMany(name: StatementName, leases: readonly DeliveryLease[], now: Date | undefined): Promise<boolean[]> {
+  async function fencedMany(
+    name: StatementName,
+    leases: readonly DeliveryLease[],
+    now: Date | undefined,
+  ): Promise<boolean[]> {
     const parsed = parseLeases(leases);
     assertOptionalDate(now, 'now');
     if (parsed.length === 0) return [];
     const extra = name === 'complete-many' ? [] : [iso(now)];
-    const rows = await runOwned<RowOf<'complete-many' | 'complete-many-with-history' | 'release'>>(name, [...leaseArrays(parsed), ...extra]);
+    const rows = await runOwned<RowOf<'complete-many' | 'complete-many-with-history' | 'release'>>(name, [
+      ...leaseArrays(parsed),
+      ...extra,
+    ]);
     const done = new Set(rows.map((row) => row.id));
     // A lease listed twice succeeds once, as it would in two calls.
     return parsed.map((lease) => done.delete(lease.deliveryId));
@@ -244,14 +348,32 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     const now = iso(params.now);
     const claimHeld = async (want: number, complete: readonly ParsedLease[]) => {
       const rows = await runOwned<ClaimRow>('claim-held-lanes', [
-        owner, handlers, want, leaseDurationMs, now, ...walks.parameters(owner), ...leaseArrays(complete), history,
+        owner,
+        handlers,
+        want,
+        leaseDurationMs,
+        now,
+        ...walks.parameters(owner),
+        ...leaseArrays(complete),
+        history,
         ...probes.takeDue((params.now ?? new Date()).getTime()),
       ]);
       const claimedRows = rows.filter((row) => row.completed_id === null);
       walks.advance(owner, claimedRows);
-      return { claimedRows, completedIds: new Set(rows.flatMap((row) => (row.completed_id === null ? [] : [row.completed_id]))) };
+      return {
+        claimedRows,
+        completedIds: new Set(rows.flatMap((row) => (row.completed_id === null ? [] : [row.completed_id]))),
+      };
     };
-    const acquire = (take: number) => runOwned<RowOf<'acquire-lanes'>>('acquire-lanes', [owner, handlers, take, randomInt(LANE_COUNT), leaseDurationMs, now]);
+    const acquire = (take: number) =>
+      runOwned<RowOf<'acquire-lanes'>>('acquire-lanes', [
+        owner,
+        handlers,
+        take,
+        randomInt(LANE_COUNT),
+        leaseDurationMs,
+        now,
+      ]);
     const first = await claimHeld(limit, leases);
     const claimed = first.claimedRows;
     // A lease listed twice succeeds once, as it would in two calls.
@@ -316,13 +438,23 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       // saying why it wrote nothing (an id exists already, an event has no handler, or no transaction).
       const params = [...publishArrays(events, ids, payloads), guard, iso(now), channel];
       const [first] = events;
-      const lean = () => (events.length === 1
-        ? run<LeanRow>(executor, 'publish-new-one', [
-          ids[0], first!.type, first!.key ?? null, payloads[0], JSON.stringify(first!.headers ?? {}),
-          first!.handlers.map((h) => h.name), first!.handlers.map((h) => h.maxAttempts), laneOf(first!.key, ids[0]!),
-          iso(first!.availableAt), guard, iso(now), channel,
-        ])
-        : run<LeanRow>(executor, 'publish-new', params));
+      const lean = () =>
+        events.length === 1
+          ? run<LeanRow>(executor, 'publish-new-one', [
+              ids[0],
+              first!.type,
+              first!.key ?? null,
+              payloads[0],
+              JSON.stringify(first!.headers ?? {}),
+              first!.handlers.map((h) => h.name),
+              first!.handlers.map((h) => h.maxAttempts),
+              laneOf(first!.key, ids[0]!),
+              iso(first!.availableAt),
+              guard,
+              iso(now),
+              channel,
+            ])
+          : run<LeanRow>(executor, 'publish-new', params);
       let rows: LeanRow[];
       if (guard === null) {
         rows = await lean();
@@ -357,7 +489,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const retries = validateSubscriptions(subscriptions, now, options);
       if (subscriptions.length === 0) return;
       await runOwned('subscribe', [
-        subscriptions.map((s) => s.eventType), subscriptions.map((s) => s.handler), subscriptions.map((s) => s.maxAttempts), retries, iso(now),
+        subscriptions.map((s) => s.eventType),
+        subscriptions.map((s) => s.handler),
+        subscriptions.map((s) => s.maxAttempts),
+        retries,
+        iso(now),
         options?.seen ?? true,
       ]);
     },
@@ -365,8 +501,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async listSubscriptions(): Promise<SubscriptionView[]> {
       const rows = await runOwned<SubscriptionRow>('list-subscriptions', []);
       return rows.map((row) => ({
-        eventType: row.event_type, handler: row.handler, maxAttempts: toInt(row.max_attempts), retry: row.retry,
-        createdAt: toDate(row.created_at), updatedAt: toDate(row.updated_at), seenAt: row.seen_at === null ? null : toDate(row.seen_at),
+        eventType: row.event_type,
+        handler: row.handler,
+        maxAttempts: toInt(row.max_attempts),
+        retry: row.retry,
+        createdAt: toDate(row.created_at),
+        updatedAt: toDate(row.updated_at),
+        seenAt: row.seen_at === null ? null : toDate(row.seen_at),
         pending: toInt(row.pending),
       }));
     },
@@ -374,7 +515,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async unsubscribe(params: UnsubscribeParams): Promise<UnsubscribeResult> {
       validateUnsubscribe(params);
       const [row] = await runOwned<RowOf<'unsubscribe'>>('unsubscribe', [
-        params.handler, params.eventType ?? null, params.buryPending ?? null, iso(params.now),
+        params.handler,
+        params.eventType ?? null,
+        params.buryPending ?? null,
+        iso(params.now),
       ]);
       const refused = unsubscribeRefusal(params, toInt(row!.pending), toInt(row!.in_flight));
       if (refused !== undefined) throw refused;
@@ -396,7 +540,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       validateExtendLease(params);
       if (params.lanes.length === 0) return { extended: [], lost: [] };
       const rows = await runOwned<RowOf<'extend-lease'>>('extend-lease', [
-        params.owner, params.lanes.map((l) => l.lane), params.lanes.map((l) => l.epoch), params.leaseDurationMs, iso(params.now),
+        params.owner,
+        params.lanes.map((l) => l.lane),
+        params.lanes.map((l) => l.epoch),
+        params.leaseDurationMs,
+        iso(params.now),
       ]);
       const extended = new Set(rows.map((row) => toInt(row.lane)));
       const lanes = params.lanes.map((l) => l.lane);
@@ -412,7 +560,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       assertOptionalDate(now, 'now');
       const name = history ? 'complete-one-with-history' : 'complete-one';
       const extra = history ? [iso(now)] : [];
-      const rows = await run(driver.unwrap(tx), name, [parsed.deliveryId, parsed.lane, parsed.epoch, parsed.claims, ...extra]);
+      const rows = await run(driver.unwrap(tx), name, [
+        parsed.deliveryId,
+        parsed.lane,
+        parsed.epoch,
+        parsed.claims,
+        ...extra,
+      ]);
       return rows.length > 0;
     },
 
@@ -420,7 +574,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const parsed = parseLease(lease);
       const error = validateReschedule(params);
       const [row] = await runOwned<RowOf<'reschedule'>>('reschedule', [
-        parsed.deliveryId, parsed.lane, parsed.epoch, parsed.claims, iso(params.availableAt), error, iso(params.now),
+        parsed.deliveryId,
+        parsed.lane,
+        parsed.epoch,
+        parsed.claims,
+        iso(params.availableAt),
+        error,
+        iso(params.now),
       ]);
       if (row?.key != null) probes.add(toInt(row.lane), row.handler, row.key, params.availableAt);
       return row !== undefined;
@@ -446,7 +606,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async requeue(params: RequeueParams): Promise<number> {
       validateRequeue(params);
       const rows = await runOwned('requeue', [
-        params.deliveryIds ? [...params.deliveryIds] : null, params.handler ?? null, params.eventId ?? null, iso(params.now),
+        params.deliveryIds ? [...params.deliveryIds] : null,
+        params.handler ?? null,
+        params.eventId ?? null,
+        iso(params.now),
       ]);
       return rows.length;
     },
@@ -454,7 +617,12 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async listDeliveries(params: ListDeliveriesParams = {}): Promise<Page<DeliveryView>> {
       const { limit, cursor } = validateList(params);
       const rows = await runOwned<DeliveryRow>('list-deliveries', [
-        params.status ?? null, params.handler ?? null, params.eventId ?? null, params.key ?? null, cursor, limit + 1,
+        params.status ?? null,
+        params.handler ?? null,
+        params.eventId ?? null,
+        params.key ?? null,
+        cursor,
+        limit + 1,
       ]);
       const items = rows.slice(0, limit).map(toView);
       return { items, nextCursor: rows.length > limit ? items[items.length - 1]!.id : null };
@@ -473,8 +641,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         }
         const oldest = row.oldest_due_at === null ? null : toDate(row.oldest_due_at).getTime();
         handlers[row.handler] = {
-          pending: toInt(row.pending), due: toInt(row.due), scheduled: toInt(row.scheduled), inFlight: toInt(row.in_flight),
-          dead: toInt(row.dead), completed: toInt(row.completed), oldestDueAgeMs: oldest === null ? null : Math.max(0, at.getTime() - oldest),
+          pending: toInt(row.pending),
+          due: toInt(row.due),
+          scheduled: toInt(row.scheduled),
+          inFlight: toInt(row.in_flight),
+          dead: toInt(row.dead),
+          completed: toInt(row.completed),
+          oldestDueAgeMs: oldest === null ? null : Math.max(0, at.getTime() - oldest),
         };
       }
       return withTotals(handlers, lanesLeased);
@@ -483,7 +656,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async purgeExpired(params: PurgeParams): Promise<PurgeResult> {
       validatePurge(params);
       const [row] = await runOwned<RowOf<'purge-expired'>>('purge-expired', [
-        params.completedRetentionMs, params.deadRetentionMs, iso(params.now),
+        params.completedRetentionMs,
+        params.deadRetentionMs,
+        iso(params.now),
       ]);
       return { events: toInt(row?.events), deadDeliveries: toInt(row?.dead_deliveries), history: toInt(row?.history) };
     },

@@ -34,10 +34,12 @@ function renderForSchema(sqlText: string, schema: string): string[] {
   const quoted = quoteIdentifier(schema);
   return sqlText
     .split(BREAKPOINT)
-    .map((statement) => statement
-      .replace(/CREATE SCHEMA "relaybus"/g, `CREATE SCHEMA IF NOT EXISTS ${quoted}`)
-      .replace(/"relaybus"\./g, `${quoted}.`)
-      .trim())
+    .map((statement) =>
+      statement
+        .replace(/CREATE SCHEMA "relaybus"/g, `CREATE SCHEMA IF NOT EXISTS ${quoted}`)
+        .replace(/"relaybus"\./g, `${quoted}.`)
+        .trim(),
+    )
     .filter((statement) => statement.replace(/--.*$/gm, '').trim().length > 0);
 }
 
@@ -82,9 +84,11 @@ export function createPostgresSchemaSql(options: { schema?: string } = {}): stri
   const schema = options.schema ?? DEFAULT_SCHEMA;
   const migrations = loadMigrations(schema);
   const parts = schemaScriptParts(schema, loadStatements(schema), migrations, loadSupplement(schema));
-  return `-- relaybus schema "${schema}": migrations ${migrations.map((m) => m.name).join(', ')} (each unless recorded), the upgrade `
-    + 'of a relaybus 0.1 layout, and the supplement. Re-runnable; apply it in one transaction (psql -1).\n'
-    + `${parts.join('\n\n')}\n`;
+  return (
+    `-- relaybus schema "${schema}": migrations ${migrations.map((m) => m.name).join(', ')} (each unless recorded), the upgrade ` +
+    'of a relaybus 0.1 layout, and the supplement. Re-runnable; apply it in one transaction (psql -1).\n' +
+    `${parts.join('\n\n')}\n`
+  );
 }
 
 /**
@@ -106,7 +110,8 @@ export function createPostgresSupplementSql(options: { schema?: string } = {}): 
 
 function migrationRecords(schema: string, migrations: readonly Migration[]): string[] {
   return migrations.map(
-    ({ name }) => `INSERT INTO ${quoteIdentifier(schema)}.relaybus_migrations (name) VALUES ('${name}') ON CONFLICT (name) DO NOTHING`,
+    ({ name }) =>
+      `INSERT INTO ${quoteIdentifier(schema)}.relaybus_migrations (name) VALUES ('${name}') ON CONFLICT (name) DO NOTHING`,
   );
 }
 

@@ -5,7 +5,12 @@ import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import type { Statements } from './statements.js';
 import { inspectLayout, type Layout } from './upgrade/layout.js';
 import {
-  convertRowLease, countRowLease, finishRowLease, leasesHeldError, prepareRowLease, type RowLeaseCounts,
+  convertRowLease,
+  countRowLease,
+  finishRowLease,
+  leasesHeldError,
+  prepareRowLease,
+  type RowLeaseCounts,
 } from './upgrade/row-lease.js';
 
 /**
@@ -53,11 +58,13 @@ function privilegeError(error: unknown, schema: string, changed: boolean): Store
   if (sqlStateOf(error) !== INSUFFICIENT_PRIVILEGE) return undefined;
   const detail = error instanceof Error ? error.message : String(error);
   return new StoreUnavailableError(
-    `setup() of schema "${schema}" lacks a privilege: ${detail}. Creating or upgrading the relaybus tables needs a role that may create the `
-    + 'schema (CREATE on the database) and owns the schema and its tables. Run relaybus setup (or apply relaybus sql) as such a role, and start '
-    + `the bus with setupStore: false under a role that may only read and write the tables. ${changed
-      ? 'The 0.1 upgrade had begun (its first steps committed); running it again as the owner finishes it.'
-      : 'Nothing was changed.'}`,
+    `setup() of schema "${schema}" lacks a privilege: ${detail}. Creating or upgrading the relaybus tables needs a role that may create the ` +
+      'schema (CREATE on the database) and owns the schema and its tables. Run relaybus setup (or apply relaybus sql) as such a role, and start ' +
+      `the bus with setupStore: false under a role that may only read and write the tables. ${
+        changed
+          ? 'The 0.1 upgrade had begun (its first steps committed); running it again as the owner finishes it.'
+          : 'Nothing was changed.'
+      }`,
     { cause: error, retryable: false },
   );
 }
@@ -71,15 +78,18 @@ export function setupError(error: unknown, schema: string, changed: boolean): Re
   const state = sqlStateOf(error);
   const detail = error instanceof Error ? error.message : String(error);
   return new StoreUnavailableError(
-    `setup() of schema "${schema}" failed${state === undefined ? '' : ` (SQLSTATE ${state})`}: ${detail}.`
-    + (retryable ? ' It is safe to retry: setup() finishes what an interrupted run started.' : ''),
+    `setup() of schema "${schema}" failed${state === undefined ? '' : ` (SQLSTATE ${state})`}: ${detail}.` +
+      (retryable ? ' It is safe to retry: setup() finishes what an interrupted run started.' : ''),
     { cause: error, retryable },
   );
 }
 
 /** Create, migrate or upgrade the relaybus tables of `schema` (see the top of this module); throws only `RelayBusError`s. */
 export async function setupPostgres<TTx>(
-  driver: PostgresDriver<TTx>, schema: string, statements: Statements, options: SetupOptions = {},
+  driver: PostgresDriver<TTx>,
+  schema: string,
+  statements: Statements,
+  options: SetupOptions = {},
 ): Promise<SetupResult> {
   const batchSize = options.batchSize ?? DEFAULT_UPGRADE_BATCH_SIZE;
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) {
@@ -88,11 +98,12 @@ export async function setupPostgres<TTx>(
   const migrations = loadMigrations(schema);
   const target = migrations[0]!;
   const supplement = asScript(loadSupplement(schema));
-  const locked = <T>(fn: (executor: SqlExecutor) => Promise<T>): Promise<T> => driver.transaction(async (tx) => {
-    const executor = driver.unwrap(tx);
-    await executor.run(statements['setup-lock'], [schema]);
-    return fn(executor);
-  });
+  const locked = <T>(fn: (executor: SqlExecutor) => Promise<T>): Promise<T> =>
+    driver.transaction(async (tx) => {
+      const executor = driver.unwrap(tx);
+      await executor.run(statements['setup-lock'], [schema]);
+      return fn(executor);
+    });
   /** The migrations `layout` lacks, then the supplement; returns the names applied. */
   const complete = async (executor: SqlExecutor, applied: readonly string[]): Promise<string[]> => {
     const done = new Set(applied);
@@ -113,7 +124,12 @@ export async function setupPostgres<TTx>(
     const first = await locked(async (executor): Promise<{ result: SetupResult } | { counts: RowLeaseCounts }> => {
       const layout = await inspect(executor);
       if (layout.kind !== 'row-lease') {
-        return { result: { from: layout.kind, applied: await complete(executor, layout.kind === 'empty' ? [] : layout.applied) } };
+        return {
+          result: {
+            from: layout.kind,
+            applied: await complete(executor, layout.kind === 'empty' ? [] : layout.applied),
+          },
+        };
       }
       const counts = await countRowLease(executor, statements);
       if (counts.leased > 0) throw leasesHeldError(schema, counts.leased, counts.leaseOwners, counts.leasedUntil);
@@ -145,10 +161,15 @@ export async function setupPostgres<TTx>(
     await options.onProgress?.({ step: 'finish' });
     return locked(async (executor) => {
       const layout = await inspect(executor);
-      if (layout.kind !== 'row-lease') return { from: 'row-lease', applied: await complete(executor, layout.kind === 'empty' ? [] : layout.applied) };
+      if (layout.kind !== 'row-lease')
+        return { from: 'row-lease', applied: await complete(executor, layout.kind === 'empty' ? [] : layout.applied) };
       const finished = await finishRowLease(executor, statements, schema, target);
       const applied = await complete(executor, [target.name]);
-      return { from: 'row-lease', applied: [target.name, ...applied], rowLease: { counts, released: finished.released } };
+      return {
+        from: 'row-lease',
+        applied: [target.name, ...applied],
+        rowLease: { counts, released: finished.released },
+      };
     });
   }
 }

@@ -9,13 +9,46 @@ import type { SqlStatement } from './sql-client.js';
  * prepared statements. The files ship in the package's `sql/` folder.
  */
 export const STATEMENT_NAMES = [
-  'acquire-lanes', 'bury', 'claim-held-lanes', 'complete-many', 'complete-many-with-history', 'complete-one',
-  'complete-one-with-history', 'extend-lease', 'list-deliveries', 'publish', 'publish-guard', 'publish-new', 'publish-new-one', 'purge-expired', 'release',
-  'list-subscriptions', 'relinquish', 'requeue', 'reschedule', 'setup-applied', 'setup-inspect', 'setup-lock', 'setup-record', 'statistics', 'subscribe', 'unsubscribe',
-  'upgrade-drop-lane-function', 'upgrade-lane-function', 'upgrade-row-lease-convert', 'upgrade-row-lease-deliveries-columns',
-  'upgrade-row-lease-deliveries-layout', 'upgrade-row-lease-drop-indexes', 'upgrade-row-lease-events-columns',
-  'upgrade-row-lease-events-handlers', 'upgrade-row-lease-events-layout', 'upgrade-row-lease-key-sequences',
-  'upgrade-row-lease-leases', 'upgrade-row-lease-lock', 'upgrade-row-lease-plan', 'upgrade-row-lease-release',
+  'acquire-lanes',
+  'bury',
+  'claim-held-lanes',
+  'complete-many',
+  'complete-many-with-history',
+  'complete-one',
+  'complete-one-with-history',
+  'extend-lease',
+  'list-deliveries',
+  'publish',
+  'publish-guard',
+  'publish-new',
+  'publish-new-one',
+  'purge-expired',
+  'release',
+  'list-subscriptions',
+  'relinquish',
+  'requeue',
+  'reschedule',
+  'setup-applied',
+  'setup-inspect',
+  'setup-lock',
+  'setup-record',
+  'statistics',
+  'subscribe',
+  'unsubscribe',
+  'upgrade-drop-lane-function',
+  'upgrade-lane-function',
+  'upgrade-row-lease-convert',
+  'upgrade-row-lease-deliveries-columns',
+  'upgrade-row-lease-deliveries-layout',
+  'upgrade-row-lease-drop-indexes',
+  'upgrade-row-lease-events-columns',
+  'upgrade-row-lease-events-handlers',
+  'upgrade-row-lease-events-layout',
+  'upgrade-row-lease-key-sequences',
+  'upgrade-row-lease-leases',
+  'upgrade-row-lease-lock',
+  'upgrade-row-lease-plan',
+  'upgrade-row-lease-release',
   'upgrade-row-lease-rename-unique',
 ] as const;
 
@@ -30,13 +63,18 @@ const INCLUDE_MARKER = /\/\*include ([a-z-]+)\*\//g;
 /** A fragment of `sql/fragments/` without its header comment: CTEs two statements share, written once. */
 function fragmentText(name: string): string {
   return readFileSync(packageFile(`sql/fragments/${name}.sql`), 'utf8')
-    .split('\n').filter((line) => !line.startsWith('--')).join('\n').trim();
+    .split('\n')
+    .filter((line) => !line.startsWith('--'))
+    .join('\n')
+    .trim();
 }
 
 function rawText(name: StatementName): string {
   let text = rawTexts.get(name);
   if (text === undefined) {
-    text = readFileSync(packageFile(`sql/${name}.sql`), 'utf8').replace(INCLUDE_MARKER, (_, fragment: string) => fragmentText(fragment));
+    text = readFileSync(packageFile(`sql/${name}.sql`), 'utf8').replace(INCLUDE_MARKER, (_, fragment: string) =>
+      fragmentText(fragment),
+    );
     rawTexts.set(name, text);
   }
   return text;

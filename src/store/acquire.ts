@@ -16,7 +16,11 @@ export const MAX_ACQUIRE_ROUNDS = 8;
 
 /** The number of lanes to take in each round, doubling from `FIRST_LANES_TO_TAKE` up to every lane. */
 export function* acquireRounds(): Generator<number, void, undefined> {
-  for (let round = 0, take = FIRST_LANES_TO_TAKE; round < MAX_ACQUIRE_ROUNDS; round += 1, take = Math.min(take * 2, LANE_COUNT)) {
+  for (
+    let round = 0, take = FIRST_LANES_TO_TAKE;
+    round < MAX_ACQUIRE_ROUNDS;
+    round += 1, take = Math.min(take * 2, LANE_COUNT)
+  ) {
     yield take;
   }
 }

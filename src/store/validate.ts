@@ -2,8 +2,18 @@ import { InvalidInputError, InvalidPayloadError, InvalidStateError } from '../co
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
 import { MAX_NAME_LENGTH } from '../core/limits.js';
 import type {
-  BuryParams, ClaimParams, DeliveryLease, ExtendLeaseParams, ListDeliveriesParams, PublishParams, PurgeParams, RequeueParams, RescheduleParams,
-  SubscribeOptions, Subscription, UnsubscribeParams,
+  BuryParams,
+  ClaimParams,
+  DeliveryLease,
+  ExtendLeaseParams,
+  ListDeliveriesParams,
+  PublishParams,
+  PurgeParams,
+  RequeueParams,
+  RescheduleParams,
+  SubscribeOptions,
+  Subscription,
+  UnsubscribeParams,
 } from './contract.js';
 
 /**
@@ -40,7 +50,9 @@ export function echo(value: unknown): string {
 export function assertNoNul(value: string, what: string): void {
   const at = value.indexOf('\0');
   if (at !== -1) {
-    fail(`${what} contains a NUL character (\\u0000) at index ${at}, which Postgres cannot store; nothing was written. Got ${echo(value)}.`);
+    fail(
+      `${what} contains a NUL character (\\u0000) at index ${at}, which Postgres cannot store; nothing was written. Got ${echo(value)}.`,
+    );
   }
 }
 
@@ -51,7 +63,11 @@ export function assertName(value: unknown, what: string): asserts value is strin
   assertNoNul(value, what);
 }
 
-export function assertPositiveInteger(value: unknown, what: string, max = Number.MAX_SAFE_INTEGER): asserts value is number {
+export function assertPositiveInteger(
+  value: unknown,
+  what: string,
+  max = Number.MAX_SAFE_INTEGER,
+): asserts value is number {
   if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > max) {
     fail(`${what} must be an integer from 1 to ${max}, got ${echo(value)}.`);
   }
@@ -110,7 +126,10 @@ export function payloadToJson(payload: unknown, what = 'payload'): string {
       return value;
     });
   } catch (error) {
-    throw new InvalidInputError(`The ${what} is not JSON-serialisable (${(error as Error).message}). Publish plain JSON values.`, { cause: error });
+    throw new InvalidInputError(
+      `The ${what} is not JSON-serialisable (${(error as Error).message}). Publish plain JSON values.`,
+      { cause: error },
+    );
   }
   if (text === undefined) fail(`The ${what} is not JSON-serialisable (undefined). Publish plain JSON values.`);
   if (hasNul) {
@@ -118,7 +137,10 @@ export function payloadToJson(payload: unknown, what = 'payload'): string {
     const path = nulPath(JSON.parse(text), '') ?? '';
     const message = 'contains a NUL character (\\u0000), which Postgres jsonb cannot store';
     const shown = path.replaceAll('\0', '\\u0000');
-    throw new InvalidPayloadError(`The ${what} ${path === '' ? 'itself' : `at ${shown}`} ${message}; nothing was written. Remove or replace the character.`, [{ path, message }]);
+    throw new InvalidPayloadError(
+      `The ${what} ${path === '' ? 'itself' : `at ${shown}`} ${message}; nothing was written. Remove or replace the character.`,
+      [{ path, message }],
+    );
   }
   return text;
 }
@@ -141,23 +163,26 @@ export function validatePublish(events: readonly PublishParams[], now: Date | un
     if (typeof event !== 'object' || event === null) fail(`${at} must be an object.`);
     if (event.id !== undefined) {
       assertName(event.id, `${at}.id`);
-      if (ids.has(event.id)) fail(`${at}.id ${echo(event.id)} appears twice in one publish call; publish each event once.`);
+      if (ids.has(event.id))
+        fail(`${at}.id ${echo(event.id)} appears twice in one publish call; publish each event once.`);
       ids.add(event.id);
     }
     assertName(event.type, `${at}.type`);
     if (event.key !== undefined && event.key !== null) assertName(event.key, `${at}.key`);
     const payloadJson = payloadToJson(event.payload, `${at}.payload`);
     if (event.headers !== undefined) {
-      if (typeof event.headers !== 'object' || event.headers === null || Array.isArray(event.headers)) fail(`${at}.headers must be an object of strings.`);
+      if (typeof event.headers !== 'object' || event.headers === null || Array.isArray(event.headers))
+        fail(`${at}.headers must be an object of strings.`);
       for (const [name, value] of Object.entries(event.headers)) {
         assertNoNul(name, `${at}.headers name ${echo(name)}`);
         if (typeof value !== 'string') fail(`${at}.headers.${name} must be a string.`);
         assertNoNul(value, `${at}.headers.${name}`);
       }
     }
-    if (!Array.isArray(event.handlers)) fail(`${at}.handlers must be an array (empty: the subscriptions alone decide).`);
+    if (!Array.isArray(event.handlers))
+      fail(`${at}.handlers must be an array (empty: the subscriptions alone decide).`);
     const names = new Set<string>();
-    event.handlers.forEach((handler: PublishParams["handlers"][number], h: number) => {
+    event.handlers.forEach((handler: PublishParams['handlers'][number], h: number) => {
       assertName(handler?.name, `${at}.handlers[${h}].name`);
       assertPositiveInteger(handler.maxAttempts, `${at}.handlers[${h}].maxAttempts`, 1_000_000);
       if (names.has(handler.name)) fail(`${at}.handlers lists ${echo(handler.name)} twice.`);
@@ -174,7 +199,8 @@ export function validateClaim(params: ClaimParams): void {
   params.handlers.forEach((name, i) => assertName(name, `handlers[${i}]`));
   assertPositiveInteger(params.limit, 'limit', 10_000);
   assertPositiveInteger(params.leaseDurationMs, 'leaseDurationMs', 86_400_000);
-  if (params.takeover !== undefined && typeof params.takeover !== 'boolean') fail(`takeover must be a boolean, got ${echo(params.takeover)}.`);
+  if (params.takeover !== undefined && typeof params.takeover !== 'boolean')
+    fail(`takeover must be a boolean, got ${echo(params.takeover)}.`);
   assertOptionalDate(params.now, 'now');
 }
 
@@ -192,7 +218,8 @@ export interface ParsedLease extends LeaseTokenParts {
 
 /** Check a delivery id: the decimal id of a delivery row. */
 export function assertDeliveryId(value: unknown, what = 'deliveryId'): asserts value is string {
-  if (typeof value !== 'string' || !/^\d{1,19}$/.test(value)) fail(`${what} must be a delivery id (a decimal string), got ${echo(value)}.`);
+  if (typeof value !== 'string' || !/^\d{1,19}$/.test(value))
+    fail(`${what} must be a delivery id (a decimal string), got ${echo(value)}.`);
 }
 
 export function parseLease(lease: DeliveryLease): ParsedLease {
@@ -231,7 +258,8 @@ const STATUSES = new Set(['pending', 'processing', 'dead', 'completed']);
 
 /** Normalised list parameters: the limit defaulted, the cursor checked. */
 export function validateList(params: ListDeliveriesParams = {}): { limit: number; cursor: string | null } {
-  if (params.status !== undefined && !STATUSES.has(params.status)) fail(`status must be one of pending, processing, dead, completed; got ${echo(params.status)}.`);
+  if (params.status !== undefined && !STATUSES.has(params.status))
+    fail(`status must be one of pending, processing, dead, completed; got ${echo(params.status)}.`);
   if (params.handler !== undefined) assertName(params.handler, 'handler');
   if (params.eventId !== undefined) assertName(params.eventId, 'eventId');
   if (params.key !== undefined) assertName(params.key, 'key');
@@ -242,19 +270,30 @@ export function validateList(params: ListDeliveriesParams = {}): { limit: number
 }
 
 export function validatePurge(params: PurgeParams): void {
-  if (typeof params !== 'object' || params === null) fail('purgeExpired() takes { completedRetentionMs, deadRetentionMs }.');
+  if (typeof params !== 'object' || params === null)
+    fail('purgeExpired() takes { completedRetentionMs, deadRetentionMs }.');
   for (const name of ['completedRetentionMs', 'deadRetentionMs'] as const) {
     const value = params[name];
-    if (!Number.isInteger(value) || value < 0) fail(`${name} must be a non-negative integer number of milliseconds, got ${echo(value)}.`);
+    if (!Number.isInteger(value) || value < 0)
+      fail(`${name} must be a non-negative integer number of milliseconds, got ${echo(value)}.`);
   }
   assertOptionalDate(params.now, 'now');
 }
 
 /** Check subscriptions; returns each one's retry description as JSON text (or null). */
-export function validateSubscriptions(subscriptions: readonly Subscription[], now: Date | undefined, options?: SubscribeOptions): (string | null)[] {
+export function validateSubscriptions(
+  subscriptions: readonly Subscription[],
+  now: Date | undefined,
+  options?: SubscribeOptions,
+): (string | null)[] {
   if (!Array.isArray(subscriptions)) fail('subscribe() takes an array of { eventType, handler, maxAttempts, retry? }.');
   assertOptionalDate(now, 'now');
-  if (options !== undefined && (typeof options !== 'object' || options === null || (options.seen !== undefined && typeof options.seen !== 'boolean'))) {
+  if (
+    options !== undefined &&
+    (typeof options !== 'object' ||
+      options === null ||
+      (options.seen !== undefined && typeof options.seen !== 'boolean'))
+  ) {
     fail('subscribe() options must be { seen?: boolean }.');
   }
   const seen = new Set<string>();
@@ -265,11 +304,13 @@ export function validateSubscriptions(subscriptions: readonly Subscription[], no
     assertName(subscription.handler, `${at}.handler`);
     assertPositiveInteger(subscription.maxAttempts, `${at}.maxAttempts`, 1_000_000);
     const pair = JSON.stringify([subscription.eventType, subscription.handler]);
-    if (seen.has(pair)) fail(`${at} subscribes ${echo(subscription.handler)} to ${echo(subscription.eventType)} a second time.`);
+    if (seen.has(pair))
+      fail(`${at} subscribes ${echo(subscription.handler)} to ${echo(subscription.eventType)} a second time.`);
     seen.add(pair);
     const { retry } = subscription;
     if (retry === undefined || retry === null) return null;
-    if (typeof retry !== 'object' || Array.isArray(retry)) fail(`${at}.retry must be an object describing the retry policy, or null.`);
+    if (typeof retry !== 'object' || Array.isArray(retry))
+      fail(`${at}.retry must be an object describing the retry policy, or null.`);
     return payloadToJson(retry, `${at}.retry`);
   });
 }
@@ -279,20 +320,29 @@ export function validateUnsubscribe(params: UnsubscribeParams): void {
   assertName(params.handler, 'handler');
   if (params.eventType !== undefined) assertName(params.eventType, 'eventType');
   if (params.buryPending !== undefined) {
-    if (typeof params.buryPending !== 'string' || params.buryPending.trim() === '') fail('buryPending must be a non-empty reason (it becomes the dead letters\' error).');
+    if (typeof params.buryPending !== 'string' || params.buryPending.trim() === '')
+      fail("buryPending must be a non-empty reason (it becomes the dead letters' error).");
     assertNoNul(params.buryPending, 'buryPending');
   }
   assertOptionalDate(params.now, 'now');
 }
 
 /** Why unsubscribe() changed nothing, from what it found pending (undefined: it went ahead). */
-export function unsubscribeRefusal(params: UnsubscribeParams, pending: number, inFlight: number): InvalidStateError | undefined {
+export function unsubscribeRefusal(
+  params: UnsubscribeParams,
+  pending: number,
+  inFlight: number,
+): InvalidStateError | undefined {
   const what = `handler "${params.handler}"${params.eventType === undefined ? '' : ` of event type "${params.eventType}"`}`;
   if (inFlight > 0) {
-    return new InvalidStateError(`Cannot unsubscribe ${what}: a worker runs ${inFlight} of its deliveries now. Stop the workers that run it (or wait until they finish), then try again. Nothing was changed.`);
+    return new InvalidStateError(
+      `Cannot unsubscribe ${what}: a worker runs ${inFlight} of its deliveries now. Stop the workers that run it (or wait until they finish), then try again. Nothing was changed.`,
+    );
   }
   if (pending > 0 && params.buryPending === undefined) {
-    return new InvalidStateError(`Cannot unsubscribe ${what}: ${pending} of its deliveries are pending, and unsubscribing never drops them silently. Let a worker run them, or pass buryPending: "<reason>" (relaybus subscriptions remove --bury-pending "<reason>") to move them to the dead letters. Nothing was changed.`);
+    return new InvalidStateError(
+      `Cannot unsubscribe ${what}: ${pending} of its deliveries are pending, and unsubscribing never drops them silently. Let a worker run them, or pass buryPending: "<reason>" (relaybus subscriptions remove --bury-pending "<reason>") to move them to the dead letters. Nothing was changed.`,
+    );
   }
   return undefined;
 }
@@ -300,15 +350,16 @@ export function unsubscribeRefusal(params: UnsubscribeParams, pending: number, i
 /** An event with no handler in this process and no subscription: it would be delivered to nobody. */
 export function noHandlersError(event: PublishParams, index: number): InvalidInputError {
   return new InvalidInputError(
-    `events[${index}]: event "${event.type}" has no handler registered in this process and no subscription in the database, `
-    + 'so publishing it would deliver to nobody. Start a worker that registers its handlers (bus.start() records them), '
-    + 'or run relaybus setup --subscriptions <config>. Nothing was written; your transaction is still usable.',
+    `events[${index}]: event "${event.type}" has no handler registered in this process and no subscription in the database, ` +
+      'so publishing it would deliver to nobody. Start a worker that registers its handlers (bus.start() records them), ' +
+      'or run relaybus setup --subscriptions <config>. Nothing was written; your transaction is still usable.',
   );
 }
 
 /** Check reschedule()'s params; returns the error text as it can be recorded. */
 export function validateReschedule(params: RescheduleParams): string {
-  if (typeof params !== 'object' || params === null) fail('reschedule() params must be an object { availableAt, error, now? }.');
+  if (typeof params !== 'object' || params === null)
+    fail('reschedule() params must be an object { availableAt, error, now? }.');
   assertDate(params.availableAt, 'availableAt');
   assertOptionalDate(params.now, 'now');
   return validateError(params.error);

@@ -1,6 +1,14 @@
 import type { RelayBus } from '../bus/bus.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
-import type { ClaimParams, ClaimedDelivery, ExtendLeaseParams, ExtendLeaseResult, HandlerStatistics, Statistics, Store } from '../store/contract.js';
+import type {
+  ClaimParams,
+  ClaimedDelivery,
+  ExtendLeaseParams,
+  ExtendLeaseResult,
+  HandlerStatistics,
+  Statistics,
+  Store,
+} from '../store/contract.js';
 import type { CounterLike, HistogramLike, MeterLike, ObservableCallbackLike, ObservableGaugeLike } from './meter.js';
 
 /**
@@ -37,28 +45,41 @@ export class RelayBusMetrics {
   constructor(meter: MeterLike) {
     this.#meter = meter;
     this.deliveries = meter.createCounter('relaybus.deliveries', {
-      unit: '{delivery}', description: 'Handler runs by outcome: completed, failed (rescheduled) or dead (out of attempts).',
+      unit: '{delivery}',
+      description: 'Handler runs by outcome: completed, failed (rescheduled) or dead (out of attempts).',
     });
     this.handlerDuration = meter.createHistogram('relaybus.handler.duration', {
-      unit: 's', description: 'Time from a handler\'s start to its outcome being written.', advice: { explicitBucketBoundaries: DURATION_BUCKETS },
+      unit: 's',
+      description: "Time from a handler's start to its outcome being written.",
+      advice: { explicitBucketBoundaries: DURATION_BUCKETS },
     });
     this.leasesLost = meter.createCounter('relaybus.leases.lost', {
-      unit: '{delivery}', description: 'Deliveries whose lane lease was lost while they ran (their result was dropped; they run again elsewhere).',
+      unit: '{delivery}',
+      description:
+        'Deliveries whose lane lease was lost while they ran (their result was dropped; they run again elsewhere).',
     });
     this.leaseRenewals = meter.createCounter('relaybus.lease.renewals', {
-      unit: '{lane}', description: 'Lane lease renewals by result: extended or lost.',
+      unit: '{lane}',
+      description: 'Lane lease renewals by result: extended or lost.',
     });
     this.claimSize = meter.createHistogram('relaybus.claim.size', {
-      unit: '{delivery}', description: 'Deliveries returned by one claim.', advice: { explicitBucketBoundaries: CLAIM_SIZE_BUCKETS },
+      unit: '{delivery}',
+      description: 'Deliveries returned by one claim.',
+      advice: { explicitBucketBoundaries: CLAIM_SIZE_BUCKETS },
     });
     this.claimDuration = meter.createHistogram('relaybus.claim.duration', {
-      unit: 's', description: 'Duration of one claim call.', advice: { explicitBucketBoundaries: DURATION_BUCKETS },
+      unit: 's',
+      description: 'Duration of one claim call.',
+      advice: { explicitBucketBoundaries: DURATION_BUCKETS },
     });
     this.publishedEvents = meter.createCounter('relaybus.publish.events', {
-      unit: '{event}', description: 'Events written by bus.publish and bus.publishMany (in transactions that may still roll back).',
+      unit: '{event}',
+      description: 'Events written by bus.publish and bus.publishMany (in transactions that may still roll back).',
     });
     this.publishDuration = meter.createHistogram('relaybus.publish.duration', {
-      unit: 's', description: 'Duration of one publish store call.', advice: { explicitBucketBoundaries: DURATION_BUCKETS },
+      unit: 's',
+      description: 'Duration of one publish store call.',
+      advice: { explicitBucketBoundaries: DURATION_BUCKETS },
     });
   }
 
@@ -117,7 +138,11 @@ const BACKLOG: readonly (readonly [keyof HandlerStatistics, string, string])[] =
  * observation.stop();
  * ```
  */
-export function observeBus<TTx>(bus: ObservedBus<TTx>, meter: MeterLike, options: ObserveBusOptions = {}): BusObservation {
+export function observeBus<TTx>(
+  bus: ObservedBus<TTx>,
+  meter: MeterLike,
+  options: ObserveBusOptions = {},
+): BusObservation {
   const metrics = metricsOf(meter);
   const logger = options.logger ?? noopLogger;
   const disposers: (() => void)[] = [];
@@ -142,41 +167,59 @@ export function observeBus<TTx>(bus: ObservedBus<TTx>, meter: MeterLike, options
   );
 
   const store = bus.store;
-  const restoreClaim = wrapMethod(store, 'claim', (claim: Store<TTx>['claim']) => async (params: ClaimParams): Promise<ClaimedDelivery[]> => {
-    if (stopped) return claim(params);
-    const started = performance.now();
-    try {
-      const claimed = await claim(params);
-      metrics.claimSize.record(claimed.length);
-      metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'ok' });
-      return claimed;
-    } catch (error) {
-      metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'error' });
-      throw error;
-    }
-  });
+  const restoreClaim = wrapMethod(
+    store,
+    'claim',
+    (claim: Store<TTx>['claim']) =>
+      async (params: ClaimParams): Promise<ClaimedDelivery[]> => {
+        if (stopped) return claim(params);
+        const started = performance.now();
+        try {
+          const claimed = await claim(params);
+          metrics.claimSize.record(claimed.length);
+          metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'ok' });
+          return claimed;
+        } catch (error) {
+          metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'error' });
+          throw error;
+        }
+      },
+  );
   // The dispatcher claims with the last batch's completions riding along where the store offers it.
-  type CompleteAndClaim = (leases: unknown, params: ClaimParams) => Promise<{ readonly claimed: readonly ClaimedDelivery[] }>;
-  const restoreRiding = wrapMethod(store, 'completeAndClaim', (completeAndClaim: CompleteAndClaim): CompleteAndClaim => async (leases, params) => {
-    if (stopped) return completeAndClaim(leases, params);
-    const started = performance.now();
-    try {
-      const result = await completeAndClaim(leases, params);
-      metrics.claimSize.record(result.claimed.length);
-      metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'ok' });
-      return result;
-    } catch (error) {
-      metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'error' });
-      throw error;
-    }
-  });
-  const restoreRenewal = wrapMethod(store, 'extendLease', (extend: Store<TTx>['extendLease']) => async (params: ExtendLeaseParams): Promise<ExtendLeaseResult> => {
-    const result = await extend(params);
-    if (stopped) return result;
-    if (result.extended.length > 0) metrics.leaseRenewals.add(result.extended.length, { result: 'extended' });
-    if (result.lost.length > 0) metrics.leaseRenewals.add(result.lost.length, { result: 'lost' });
-    return result;
-  });
+  type CompleteAndClaim = (
+    leases: unknown,
+    params: ClaimParams,
+  ) => Promise<{ readonly claimed: readonly ClaimedDelivery[] }>;
+  const restoreRiding = wrapMethod(
+    store,
+    'completeAndClaim',
+    (completeAndClaim: CompleteAndClaim): CompleteAndClaim =>
+      async (leases, params) => {
+        if (stopped) return completeAndClaim(leases, params);
+        const started = performance.now();
+        try {
+          const result = await completeAndClaim(leases, params);
+          metrics.claimSize.record(result.claimed.length);
+          metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'ok' });
+          return result;
+        } catch (error) {
+          metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'error' });
+          throw error;
+        }
+      },
+  );
+  const restoreRenewal = wrapMethod(
+    store,
+    'extendLease',
+    (extend: Store<TTx>['extendLease']) =>
+      async (params: ExtendLeaseParams): Promise<ExtendLeaseResult> => {
+        const result = await extend(params);
+        if (stopped) return result;
+        if (result.extended.length > 0) metrics.leaseRenewals.add(result.extended.length, { result: 'extended' });
+        if (result.lost.length > 0) metrics.leaseRenewals.add(result.lost.length, { result: 'lost' });
+        return result;
+      },
+  );
   if (restoreClaim === undefined || restoreRenewal === undefined) {
     logger.debug('the store object cannot be wrapped (frozen?); claim and lease renewal metrics are not recorded');
   }
@@ -191,24 +234,36 @@ export function observeBus<TTx>(bus: ObservedBus<TTx>, meter: MeterLike, options
     gauge.addCallback(callback);
     gauges.push([gauge, callback]);
   };
-  const perHandler = (read: (counts: HandlerStatistics) => number | null): ObservableCallbackLike => (result) => {
-    if (lastSample === undefined) return;
-    for (const handler of seen) {
-      const counts = lastSample.statistics.handlers[handler];
-      const value = counts === undefined ? 0 : read(counts);
-      if (value !== null) result.observe(value, { handler });
-    }
-  };
+  const perHandler =
+    (read: (counts: HandlerStatistics) => number | null): ObservableCallbackLike =>
+    (result) => {
+      if (lastSample === undefined) return;
+      for (const handler of seen) {
+        const counts = lastSample.statistics.handlers[handler];
+        const value = counts === undefined ? 0 : read(counts);
+        if (value !== null) result.observe(value, { handler });
+      }
+    };
   for (const [field, name, description] of BACKLOG) {
-    observeGauge(metrics.gauge(name, '{delivery}', description), perHandler((counts) => counts[field] as number));
+    observeGauge(
+      metrics.gauge(name, '{delivery}', description),
+      perHandler((counts) => counts[field] as number),
+    );
   }
   observeGauge(
-    metrics.gauge('relaybus.backlog.oldest_due_age', 's', 'Age of the oldest due delivery (now - available at), per handler; 0 when nothing is due.'),
+    metrics.gauge(
+      'relaybus.backlog.oldest_due_age',
+      's',
+      'Age of the oldest due delivery (now - available at), per handler; 0 when nothing is due.',
+    ),
     perHandler((counts) => (counts.oldestDueAgeMs ?? 0) / 1000),
   );
-  observeGauge(metrics.gauge('relaybus.lanes.leased', '{lane}', 'Lanes leased by a worker with a live lease.'), (result) => {
-    if (lastSample !== undefined) result.observe(lastSample.statistics.lanesLeased);
-  });
+  observeGauge(
+    metrics.gauge('relaybus.lanes.leased', '{lane}', 'Lanes leased by a worker with a live lease.'),
+    (result) => {
+      if (lastSample !== undefined) result.observe(lastSample.statistics.lanesLeased);
+    },
+  );
   disposers.push(() => gauges.forEach(([gauge, callback]) => gauge.removeCallback(callback)));
 
   let sampling: Promise<void> | undefined;
@@ -221,7 +276,10 @@ export function observeBus<TTx>(bus: ObservedBus<TTx>, meter: MeterLike, options
         if (lastSampleError !== undefined) logger.info('backlog sampling works again');
         lastSampleError = undefined;
       } catch (error) {
-        if (lastSampleError === undefined) logger.warn('sampling the backlog (store.statistics) failed; the backlog metrics keep their last values', { error: describeError(error) });
+        if (lastSampleError === undefined)
+          logger.warn('sampling the backlog (store.statistics) failed; the backlog metrics keep their last values', {
+            error: describeError(error),
+          });
         lastSampleError = describeError(error);
       } finally {
         sampling = undefined;
@@ -260,9 +318,13 @@ function noop(): void {}
  * same object), returning the function that undoes it; undefined when the store has no such method
  * or the object refuses the write.
  */
-function wrapMethod<F extends (...args: never[]) => unknown>(store: object, name: string, wrap: (original: F) => F): (() => void) | undefined {
+function wrapMethod<F extends (...args: never[]) => unknown>(
+  store: object,
+  name: string,
+  wrap: (original: F) => F,
+): (() => void) | undefined {
   const target = store as Record<string, unknown>;
-  const own = Object.prototype.hasOwnProperty.call(store, name);
+  const own = Object.hasOwn(store, name);
   const previous = target[name];
   if (typeof previous !== 'function') return undefined;
   const original = previous.bind(store) as F;
@@ -274,7 +336,8 @@ function wrapMethod<F extends (...args: never[]) => unknown>(store: object, name
   }
   return () => {
     if (target[name] !== wrapped) return; // wrapped again since: leave the chain alone
-    if (own) Object.defineProperty(store, name, { value: previous, writable: true, configurable: true, enumerable: true });
+    if (own)
+      Object.defineProperty(store, name, { value: previous, writable: true, configurable: true, enumerable: true });
     else delete target[name];
   };
 }

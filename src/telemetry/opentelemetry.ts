@@ -1,11 +1,30 @@
 import {
-  context, createTraceState, isSpanContextValid, metrics, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace,
-  type Attributes, type Context, type Meter, type Span, type Tracer,
+  context,
+  createTraceState,
+  isSpanContextValid,
+  metrics,
+  propagation,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Meter,
+  type Span,
+  type Tracer,
 } from '@opentelemetry/api';
 import type { HandlerRunInfo, Instrumentation } from '../core/instrumentation.js';
 import type { PublishParams, PublishResult } from '../store/contract.js';
 import type { MeterLike } from './meter.js';
-import { metricsOf, observeBus, type BusObservation, type ObservedBus, type ObserveBusOptions, type RelayBusMetrics } from './metrics.js';
+import {
+  metricsOf,
+  observeBus,
+  type BusObservation,
+  type ObservedBus,
+  type ObserveBusOptions,
+  type RelayBusMetrics,
+} from './metrics.js';
 import { formatTraceParent, parseTraceParent, TRACEPARENT, TRACESTATE } from './trace-context.js';
 
 /**
@@ -47,14 +66,21 @@ export interface OpenTelemetryOptions {
 /** The instrumentation to pass to `createRelayBus`, and `observe` for the bus-level metrics. */
 export interface RelayBusTelemetry extends Required<Instrumentation> {
   /** Record the delivery, claim, lease and backlog metrics of `bus` (see `observeBus`) through this telemetry's meter. */
-  observe<TTx>(bus: ObservedBus<TTx>, options?: ObserveBusOptions & { readonly meter?: Meter | MeterLike }): BusObservation;
+  observe<TTx>(
+    bus: ObservedBus<TTx>,
+    options?: ObserveBusOptions & { readonly meter?: Meter | MeterLike },
+  ): BusObservation;
 }
 
 const SYSTEM = 'relaybus';
 const CONSUMER = Object.freeze({ kind: SpanKind.CONSUMER });
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as PromiseLike<unknown>).then === 'function';
+  return (
+    value !== null &&
+    (typeof value === 'object' || typeof value === 'function') &&
+    typeof (value as PromiseLike<unknown>).then === 'function'
+  );
 }
 
 function errorType(error: unknown): string {
@@ -109,7 +135,12 @@ function commonType(events: readonly PublishParams[]): string | undefined {
   return type;
 }
 
-function recordPublish(metrics: RelayBusMetrics | undefined, events: readonly PublishParams[], seconds: number, ok: boolean): void {
+function recordPublish(
+  metrics: RelayBusMetrics | undefined,
+  events: readonly PublishParams[],
+  seconds: number,
+  ok: boolean,
+): void {
   if (metrics === undefined) return;
   metrics.publishDuration.record(seconds, { result: ok ? 'ok' : 'error' });
   if (!ok) return;
@@ -121,11 +152,15 @@ function recordPublish(metrics: RelayBusMetrics | undefined, events: readonly Pu
 /** Traces and metrics through `@opentelemetry/api`; see the module header. */
 export function openTelemetry(options: OpenTelemetryOptions = {}): RelayBusTelemetry {
   const tracer = options.tracer ?? trace.getTracer('relaybus');
-  const meter: MeterLike | undefined = options.meter === false ? undefined : (options.meter as MeterLike | undefined) ?? metrics.getMeter('relaybus');
+  const meter: MeterLike | undefined =
+    options.meter === false ? undefined : ((options.meter as MeterLike | undefined) ?? metrics.getMeter('relaybus'));
   const publishMetrics = meter === undefined ? undefined : metricsOf(meter);
 
   return {
-    publish(events: readonly PublishParams[], write: (events: readonly PublishParams[]) => Promise<PublishResult[]>): Promise<PublishResult[]> {
+    publish(
+      events: readonly PublishParams[],
+      write: (events: readonly PublishParams[]) => Promise<PublishResult[]>,
+    ): Promise<PublishResult[]> {
       const type = commonType(events);
       const span = tracer.startSpan(type === undefined ? 'send' : `send ${type}`, { kind: SpanKind.PRODUCER });
       const ctx = trace.setSpan(context.active(), span);
@@ -173,7 +208,11 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): RelayBusTelem
     runHandler({ delivery, lane }: HandlerRunInfo, call: () => unknown): unknown {
       const parent = contextFromHeaders(delivery.headers);
       const producer = trace.getSpanContext(parent);
-      const span = tracer.startSpan(`process ${delivery.eventType}`, producer === undefined ? CONSUMER : { kind: SpanKind.CONSUMER, links: [{ context: producer }] }, parent);
+      const span = tracer.startSpan(
+        `process ${delivery.eventType}`,
+        producer === undefined ? CONSUMER : { kind: SpanKind.CONSUMER, links: [{ context: producer }] },
+        parent,
+      );
       if (span.isRecording()) {
         // One object, set once: the SDK validates each attribute, so the set is kept to what a query needs.
         const attributes: Attributes = {

@@ -1,5 +1,11 @@
 import type {
-  CounterLike, HistogramLike, InstrumentOptions, MeterLike, MetricAttributes, ObservableCallbackLike, ObservableGaugeLike,
+  CounterLike,
+  HistogramLike,
+  InstrumentOptions,
+  MeterLike,
+  MetricAttributes,
+  ObservableCallbackLike,
+  ObservableGaugeLike,
 } from './meter.js';
 
 /**
@@ -62,7 +68,9 @@ function keyOf(attributes: MetricAttributes | undefined): string {
 }
 
 function renderLabels(attributes: MetricAttributes | undefined, extra?: readonly [string, string]): string {
-  const parts = Object.keys(attributes ?? {}).sort().map((name) => `${labelName(name)}="${escapeLabel(String(attributes![name]))}"`);
+  const parts = Object.keys(attributes ?? {})
+    .sort()
+    .map((name) => `${labelName(name)}="${escapeLabel(String(attributes![name]))}"`);
   if (extra !== undefined) parts.push(`${extra[0]}="${escapeLabel(extra[1])}"`);
   return parts.length === 0 ? '' : `{${parts.join(',')}}`;
 }
@@ -142,7 +150,10 @@ export class PrometheusRegistry implements MeterLike {
   async render(): Promise<string> {
     const lines: string[] = [];
     for (const family of this.#families.values()) {
-      const points = family.kind === 'gauge' ? await this.#observe(family) : [...family.values].map(([key, value]) => [family.labels.get(key), value] as const);
+      const points =
+        family.kind === 'gauge'
+          ? await this.#observe(family)
+          : [...family.values].map(([key, value]) => [family.labels.get(key), value] as const);
       if (points.length === 0) continue;
       lines.push(`# HELP ${family.name} ${escapeHelp(family.help)}`, `# TYPE ${family.name} ${family.kind}`);
       for (const [labels, value] of points) {
@@ -171,13 +182,15 @@ export class PrometheusRegistry implements MeterLike {
         if (typeof value === 'number') observed.set(keyOf(attributes), [attributes, value]);
       },
     };
-    await Promise.all([...family.callbacks].map(async (callback) => {
-      try {
-        await callback(result);
-      } catch {
-        // one failing callback does not hide the others
-      }
-    }));
+    await Promise.all(
+      [...family.callbacks].map(async (callback) => {
+        try {
+          await callback(result);
+        } catch {
+          // one failing callback does not hide the others
+        }
+      }),
+    );
     return [...observed.values()];
   }
 }

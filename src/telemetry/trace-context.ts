@@ -35,5 +35,10 @@ export function parseTraceParent(headers: Readonly<Record<string, string>>): Tra
   if (version === 'ff' || (version === '00' && value.trim().length !== 55)) return undefined;
   if (traceId === INVALID_TRACE || spanId === INVALID_SPAN) return undefined;
   const state = headers[TRACESTATE];
-  return { traceId, spanId, traceFlags: parseInt(flags, 16), ...(typeof state === 'string' && state !== '' ? { traceState: state } : {}) };
+  return {
+    traceId,
+    spanId,
+    traceFlags: parseInt(flags, 16),
+    ...(typeof state === 'string' && state !== '' ? { traceState: state } : {}),
+  };
 }

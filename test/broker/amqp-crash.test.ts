@@ -39,14 +39,20 @@ describe('amqp inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
     await db?.drop();
   });
 
-  it('ends with each message once as an event, every (event, handler) run exactly once, in per-key order', { timeout: 150_000 } /* 20 s alone; it shares 2 cores with the end-to-end crash test in the suite */, async (t) => {
+  it('ends with each message once as an event, every (event, handler) run exactly once, in per-key order', {
+    timeout: 150_000,
+  } /* 20 s alone; it shares 2 cores with the end-to-end crash test in the suite */, async (t) => {
     const queue = uniqueName('crash');
     for (const name of [queue, `${queue}.dead`]) admin.track('queue', name);
     admin.track('exchange', `${queue}.dlx`);
     const env = { RB_ROLE: 'b', DATABASE_URL: db.url, RB_SCHEMA_B: db.schema, AMQP_URL, RB_QUEUE: queue };
 
     // B's handlers run here, as the inbox feeds them.
-    const bus = createRelayBus({ store: db.store, events: [ItemCreated], dispatcher: { pollIntervalMs: 20, concurrency: 16, batchSize: 32 } });
+    const bus = createRelayBus({
+      store: db.store,
+      events: [ItemCreated],
+      dispatcher: { pollIntervalMs: 20, concurrency: 16, batchSize: 32 },
+    });
     const { pool, schema } = db;
     bus.on(ItemCreated, 'b-plain', async (payload, ctx) => {
       await recordRun(pool, schema, 'b-plain', payload, ctx.delivery);
@@ -59,10 +65,17 @@ describe('amqp inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
     await admin.exchange(`${queue}.dlx`, 'direct');
     await admin.queue(`${queue}.dead`);
     await admin.bind(`${queue}.dead`, `${queue}.dlx`, queue);
-    await admin.queue(queue, { 'x-single-active-consumer': true, 'x-dead-letter-exchange': `${queue}.dlx`, 'x-dead-letter-routing-key': queue });
+    await admin.queue(queue, {
+      'x-single-active-consumer': true,
+      'x-dead-letter-exchange': `${queue}.dlx`,
+      'x-dead-letter-routing-key': queue,
+    });
     let inbox: CliProcess;
     const messages = Array.from({ length: TOTAL }, (_, n) => ({
-      body: JSON.stringify({ n }), messageId: `c-${n}`, type: ItemCreated.type, headers: { [HEADERS.key]: `k-${n % KEYS}` },
+      body: JSON.stringify({ n }),
+      messageId: `c-${n}`,
+      type: ItemCreated.type,
+      headers: { [HEADERS.key]: `k-${n % KEYS}` },
     }));
     for (let from = 0; from < TOTAL; from += 500) await admin.publish(queue, messages.slice(from, from + 500));
     await bus.start();
@@ -72,23 +85,39 @@ describe('amqp inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
     let duplicates = 0;
     for (let run = 1; run <= KILLS + 1; run += 1) {
       const last = run === KILLS + 1;
-      inbox = startCli(`inbox#${run}`, ['inbox', CONFIG, '--verbose'], { ...env, ...(last ? {} : { RB_KILL_AFTER_COMMITS: String(2 + (run % 4)) }) });
+      inbox = startCli(`inbox#${run}`, ['inbox', CONFIG, '--verbose'], {
+        ...env,
+        ...(last ? {} : { RB_KILL_AFTER_COMMITS: String(2 + (run % 4)) }),
+      });
       processes.push(inbox);
       if (!last) {
         const exit = await inbox.waitForExit(30_000);
         assert.equal(exit.signal, 'SIGKILL', `run ${run} killed itself after a commit.\nstderr:\n${inbox.stderr}`);
         kills += 1;
       } else {
-        await until(async () => ((await db.count('relaybus_events')) === TOTAL ? true : undefined), `${TOTAL} events in B`, 30_000);
+        await until(
+          async () => ((await db.count('relaybus_events')) === TOTAL ? true : undefined),
+          `${TOTAL} events in B`,
+          30_000,
+        );
         inbox.signal('SIGTERM');
-        assert.equal((await inbox.waitForExit(15_000)).code, 0, `the last inbox stops gracefully.\nstderr:\n${inbox.stderr}`);
+        assert.equal(
+          (await inbox.waitForExit(15_000)).code,
+          0,
+          `the last inbox stops gracefully.\nstderr:\n${inbox.stderr}`,
+        );
       }
-      for (const match of inbox.stdout.matchAll(/committed \d+ events? \((\d+) duplicate\)/g)) duplicates += Number(match[1]);
+      for (const match of inbox.stdout.matchAll(/committed \d+ events? \((\d+) duplicate\)/g))
+        duplicates += Number(match[1]);
     }
-    await until(async () => {
-      const stats = await bus.store.statistics();
-      return stats.pending + stats.inFlight + stats.dead === 0 ? true : undefined;
-    }, 'B\'s handlers done', 30_000);
+    await until(
+      async () => {
+        const stats = await bus.store.statistics();
+        return stats.pending + stats.inFlight + stats.dead === 0 ? true : undefined;
+      },
+      "B's handlers done",
+      30_000,
+    );
     await bus.stop();
     stopBus = undefined;
 
@@ -98,13 +127,22 @@ describe('amqp inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
     const { rows: counts } = await db.pool.query(
       `SELECT handler, count(*)::int AS runs, count(DISTINCT event_id)::int AS events FROM "${db.schema}".bridge_runs GROUP BY handler ORDER BY handler`,
     );
-    assert.deepEqual(counts, [{ handler: 'b-plain', runs: TOTAL, events: TOTAL }, { handler: 'b-tx', runs: TOTAL, events: TOTAL }], 'every (event, handler) ran exactly once');
+    assert.deepEqual(
+      counts,
+      [
+        { handler: 'b-plain', runs: TOTAL, events: TOTAL },
+        { handler: 'b-tx', runs: TOTAL, events: TOTAL },
+      ],
+      'every (event, handler) ran exactly once',
+    );
     const { rows: order } = await db.pool.query(
       `SELECT count(*)::int AS violations FROM (SELECT n, lag(n) OVER (PARTITION BY handler, key ORDER BY id) AS previous FROM "${db.schema}".bridge_runs) r WHERE n < previous`,
     );
     assert.equal((order[0] as { violations: number }).violations, 0, 'per (handler, key), runs in queue order');
     assert.equal(kills, KILLS);
     assert.ok(duplicates > 0, `redelivered batches were committed as duplicates (${duplicates})`);
-    t.diagnostic(`${kills} SIGKILLs between commit and ack; ${duplicates} redelivered messages committed as duplicates, adding no delivery`);
+    t.diagnostic(
+      `${kills} SIGKILLs between commit and ack; ${duplicates} redelivered messages committed as duplicates, adding no delivery`,
+    );
   });
 });

@@ -11,7 +11,16 @@ import { createRelayBus, defineEvent, Type, type FailedEvent } from '../../src/i
 import { amqpTarget, HEADERS, relayTo, type RelayTarget, type AmqpRoute } from '../../src/amqp/index.js';
 import type { PgClientLike } from '../../src/postgres/index.js';
 import type { Store } from '../../src/store/contract.js';
-import { AMQP_URL, openSchema, RabbitAdmin, rabbitSkip, TcpProxy, uniqueName, until, type TestSchema } from './support.js';
+import {
+  AMQP_URL,
+  openSchema,
+  RabbitAdmin,
+  rabbitSkip,
+  TcpProxy,
+  uniqueName,
+  until,
+  type TestSchema,
+} from './support.js';
 
 const skip = await rabbitSkip();
 const ItemCreated = defineEvent('item.created', Type.Object({ n: Type.Integer(), pad: Type.Optional(Type.String()) }));
@@ -34,7 +43,8 @@ describe('amqp relay', { skip }, () => {
   // A started bus subscribes its handler: retire it after its test, or the next tests' publishes fan out to it too.
   const retire: string[] = [];
   afterEach(async () => {
-    for (const handler of retire.splice(0)) await db.store.unsubscribe({ handler, buryPending: 'the test that ran it is over' });
+    for (const handler of retire.splice(0))
+      await db.store.unsubscribe({ handler, buryPending: 'the test that ran it is over' });
   });
 
   let buses = 0;
@@ -42,7 +52,9 @@ describe('amqp relay', { skip }, () => {
   function relayBus(store: Store<PgClientLike>, target: RelayTarget<AmqpRoute>, route: AmqpRoute, maxAttempts = 10) {
     buses += 1;
     const bus = createRelayBus({
-      store, events: [ItemCreated], backoff: { initialDelayMs: 50, maxDelayMs: 400, jitter: 0 },
+      store,
+      events: [ItemCreated],
+      backoff: { initialDelayMs: 50, maxDelayMs: 400, jitter: 0 },
       dispatcher: { pollIntervalMs: 20, concurrency: 16, batchSize: 32, leaseDurationMs: 5_000 },
     });
     const handler = `relay-${buses}`;
@@ -56,7 +68,11 @@ describe('amqp relay', { skip }, () => {
     for (let from = 0; from < count; from += 100) {
       const items = Array.from({ length: Math.min(100, count - from) }, (_, i) => {
         const n = from + i;
-        return { event: ItemCreated, payload: pad === '' ? { n } : { n, pad }, options: { id: `${prefix}-${n}`, key: `k-${n % 5}`, headers: { tenant: 't-1' } } };
+        return {
+          event: ItemCreated,
+          payload: pad === '' ? { n } : { n, pad },
+          options: { id: `${prefix}-${n}`, key: `k-${n % 5}`, headers: { tenant: 't-1' } },
+        };
       });
       const results = await db.store.transaction((tx) => bus.publishMany(tx, items));
       ids.push(...results.map((r) => r.eventId));
@@ -64,7 +80,9 @@ describe('amqp relay', { skip }, () => {
     return ids;
   }
 
-  it('publishes each event with message id = event id, its type, key and headers, in per-key order, completing after the confirm', { timeout: 30_000 }, async () => {
+  it('publishes each event with message id = event id, its type, key and headers, in per-key order, completing after the confirm', {
+    timeout: 30_000,
+  }, async () => {
     const exchange = uniqueName('relay-x');
     const queue = uniqueName('relay-q');
     await admin.exchange(exchange);
@@ -76,10 +94,14 @@ describe('amqp relay', { skip }, () => {
     const ids = await publish(bus, 300, 'a');
     await bus.start();
     cleanups.push(() => bus.stop());
-    await until(async () => {
-      const stats = await bus.store.statistics();
-      return stats.pending + stats.inFlight === 0 ? true : undefined;
-    }, 'every relay delivery completed', 20_000);
+    await until(
+      async () => {
+        const stats = await bus.store.statistics();
+        return stats.pending + stats.inFlight === 0 ? true : undefined;
+      },
+      'every relay delivery completed',
+      20_000,
+    );
     await bus.stop();
     const messages = await admin.drain(queue);
     assert.equal(messages.length, 300);
@@ -104,13 +126,18 @@ describe('amqp relay', { skip }, () => {
     assert.deepEqual(violations, []);
   });
 
-  it('fails and retries while the broker is down, completes once it is back: nothing lost', { timeout: 30_000 }, async () => {
+  it('fails and retries while the broker is down, completes once it is back: nothing lost', {
+    timeout: 30_000,
+  }, async () => {
     const exchange = uniqueName('relay-down-x');
     const queue = uniqueName('relay-down-q');
     await admin.exchange(exchange);
     await admin.queue(queue);
     await admin.bind(queue, exchange, '#');
-    const proxy = await TcpProxy.start({ host: new URL(AMQP_URL).hostname, port: Number(new URL(AMQP_URL).port || 5672) });
+    const proxy = await TcpProxy.start({
+      host: new URL(AMQP_URL).hostname,
+      port: Number(new URL(AMQP_URL).port || 5672),
+    });
     cleanups.push(() => proxy.down());
     const target = amqpTarget({ url: proxy.url(AMQP_URL), confirmTimeoutMs: 2_000, connectTimeoutMs: 1_000 });
     cleanups.push(() => target.close());
@@ -120,52 +147,83 @@ describe('amqp relay', { skip }, () => {
     await publish(bus, 100, 'b');
     await bus.start();
     cleanups.push(() => bus.stop());
-    await until(async () => ((await admin.depth(queue)).messageCount >= 20 ? true : undefined), 'some relayed', 10_000, 5);
+    await until(
+      async () => ((await admin.depth(queue)).messageCount >= 20 ? true : undefined),
+      'some relayed',
+      10_000,
+      5,
+    );
     await proxy.down(); // the broker "restarts": connections cut, connects refused
-    await until(async () => (failures.length >= 5 ? true : undefined), 'handlers failing while the broker is down', 10_000);
+    await until(
+      async () => (failures.length >= 5 ? true : undefined),
+      'handlers failing while the broker is down',
+      10_000,
+    );
     const pendingWhileDown = (await bus.store.statistics()).pending + (await bus.store.statistics()).inFlight;
     assert.ok(pendingWhileDown > 0, 'deliveries wait while the broker is down');
     assert.match(String(failures.at(-1)?.error), /RabbitMQ at amqp:\/\/guest:\*\*\*@127\.0\.0\.1:\d+/);
     await proxy.up();
-    await until(async () => {
-      const stats = await bus.store.statistics();
-      return stats.pending + stats.inFlight + stats.dead === 0 ? true : undefined;
-    }, 'every delivery completed after the broker came back', 20_000);
+    await until(
+      async () => {
+        const stats = await bus.store.statistics();
+        return stats.pending + stats.inFlight + stats.dead === 0 ? true : undefined;
+      },
+      'every delivery completed after the broker came back',
+      20_000,
+    );
     await bus.stop();
     const messages = await admin.drain(queue);
     const ids = new Set(messages.map((m) => String(m.properties.messageId)));
-    assert.equal(ids.size, 100, 'every event reached the queue (a re-send after a lost confirm is a duplicate message, same id)');
+    assert.equal(
+      ids.size,
+      100,
+      'every event reached the queue (a re-send after a lost confirm is a duplicate message, same id)',
+    );
   });
 
-  it('an unroutable message, a missing exchange and an oversized message fail with typed errors and never complete', { timeout: 30_000 }, async () => {
+  it('an unroutable message, a missing exchange and an oversized message fail with typed errors and never complete', {
+    timeout: 30_000,
+  }, async () => {
     const exchange = uniqueName('relay-unbound-x');
     await admin.exchange(exchange); // no queue bound
     const target = amqpTarget({ url: AMQP_URL, maxMessageBytes: 1_000 });
     cleanups.push(() => target.close());
     const bus = createRelayBus({
-      store: db.store, events: [ItemCreated], backoff: { initialDelayMs: 50, maxDelayMs: 50, jitter: 0 },
+      store: db.store,
+      events: [ItemCreated],
+      backoff: { initialDelayMs: 50, maxDelayMs: 50, jitter: 0 },
       dispatcher: { pollIntervalMs: 20 },
     });
     bus.on(ItemCreated, 'to-unbound', { maxAttempts: 2 }, relayTo(target, { exchange, routingKey: 'nowhere' }));
-    bus.on(ItemCreated, 'to-missing', { maxAttempts: 2 }, relayTo(target, { exchange: uniqueName('no-such-exchange'), routingKey: 'x' }));
+    bus.on(
+      ItemCreated,
+      'to-missing',
+      { maxAttempts: 2 },
+      relayTo(target, { exchange: uniqueName('no-such-exchange'), routingKey: 'x' }),
+    );
     const dead: { handler: string; eventId: string; error: string }[] = [];
-    bus.events.on('dead', ({ delivery, error }) => dead.push({ handler: delivery.handler, eventId: delivery.eventId, error: String(error) }));
-    await db.store.transaction((tx) => bus.publishMany(tx, [
-      { event: ItemCreated, payload: { n: 1 }, options: { id: 'c-1' } },
-    ]));
-    await db.store.transaction((tx) => bus.publishMany(tx, [
-      { event: ItemCreated, payload: { n: 2, pad: 'x'.repeat(2_000) }, options: { id: 'c-2' } },
-    ]));
+    bus.events.on('dead', ({ delivery, error }) =>
+      dead.push({ handler: delivery.handler, eventId: delivery.eventId, error: String(error) }),
+    );
+    await db.store.transaction((tx) =>
+      bus.publishMany(tx, [{ event: ItemCreated, payload: { n: 1 }, options: { id: 'c-1' } }]),
+    );
+    await db.store.transaction((tx) =>
+      bus.publishMany(tx, [{ event: ItemCreated, payload: { n: 2, pad: 'x'.repeat(2_000) }, options: { id: 'c-2' } }]),
+    );
     await bus.start();
     cleanups.push(() => bus.stop());
     await until(async () => (dead.length === 4 ? true : undefined), 'four dead deliveries', 15_000);
     await bus.stop();
-    const of = (handler: string, id: string) => dead.find((d) => d.handler === handler && d.eventId === id)?.error ?? '';
+    const of = (handler: string, id: string) =>
+      dead.find((d) => d.handler === handler && d.eventId === id)?.error ?? '';
     assert.match(of('to-unbound', 'c-1'), /BrokerRejectedError.*no queue is bound/);
     assert.match(of('to-missing', 'c-1'), /BrokerNotFoundError.*does not exist/);
     assert.match(of('to-unbound', 'c-2'), /MessageTooLargeError/);
     assert.match(of('to-missing', 'c-2'), /MessageTooLargeError/);
-    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".relaybus_deliveries WHERE event_id IN ('c-1','c-2') AND status = 'dead'`);
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM "${db.schema}".relaybus_deliveries WHERE event_id IN ('c-1','c-2') AND status = 'dead'`,
+    );
     assert.equal((rows[0] as { n: number }).n, 4, 'kept as dead letters in A (requeue when fixed): nothing lost');
   });
 });

@@ -33,10 +33,13 @@ describe('relaybus inbox', { skip }, () => {
     await db?.drop();
   });
 
-  it('--help lists its flags; a bad flag and a config without an inbox are usage errors (exit 2)', { timeout: 30_000 }, async () => {
+  it('--help lists its flags; a bad flag and a config without an inbox are usage errors (exit 2)', {
+    timeout: 30_000,
+  }, async () => {
     const help = run('help', ['inbox', '--help']);
     assert.equal((await help.waitForExit(15_000)).code, 0);
-    for (const flag of ['--grace', '--log-level', '--log-format', '--verbose']) assert.ok(help.stdout.includes(flag), flag);
+    for (const flag of ['--grace', '--log-level', '--log-format', '--verbose'])
+      assert.ok(help.stdout.includes(flag), flag);
     const bad = run('bad', ['inbox', CONFIG, '--bogus']);
     assert.equal((await bad.waitForExit(15_000)).code, 2);
     const none = run('none', ['inbox', CONFIG], { RB_CLI_CASE: 'no-inbox' });
@@ -44,13 +47,16 @@ describe('relaybus inbox', { skip }, () => {
     assert.match(none.stderr, /exports no inbox/);
   });
 
-  it('a queue that does not exist exits 1 naming it; a broker that is down at start is retried until SIGTERM (exit 0)', { timeout: 30_000 }, async () => {
+  it('a queue that does not exist exits 1 naming it; a broker that is down at start is retried until SIGTERM (exit 0)', {
+    timeout: 30_000,
+  }, async () => {
     const missing = run('missing', ['inbox', CONFIG], { RB_CLI_CASE: 'missing-queue' });
     assert.equal((await missing.waitForExit(15_000)).code, 1);
     assert.match(missing.stderr, /relaybus-test-no-such-queue.*does not exist/);
     const down = run('down', ['inbox', CONFIG], { RB_CLI_CASE: 'down' });
     const deadline = Date.now() + 15_000;
-    while (!/could not start; starting again after a backoff/.test(down.stderr) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+    while (!/could not start; starting again after a backoff/.test(down.stderr) && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 50));
     assert.match(down.stderr, /RabbitMQ at amqp:\/\/guest:\*\*\*@127\.0\.0\.1:1 cannot be reached/);
     down.signal('SIGTERM');
     assert.equal((await down.waitForExit(10_000)).code, 0);

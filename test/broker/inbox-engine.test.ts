@@ -33,8 +33,13 @@ function probe(): Probe {
       const key = options.key === undefined ? `k-${n % 3}` : options.key;
       return {
         message: {
-          id, type: ItemCreated.type, key, headers: {}, body: Buffer.from(options.body ?? JSON.stringify({ n })),
-          redelivered: false, source: 'test',
+          id,
+          type: ItemCreated.type,
+          key,
+          headers: {},
+          body: Buffer.from(options.body ?? JSON.stringify({ n })),
+          redelivered: false,
+          source: 'test',
         },
         ack: () => void log.push(`ack ${id}`),
         requeue: () => void log.push(`requeue ${id}`),
@@ -44,20 +49,49 @@ function probe(): Probe {
   };
 }
 
-function setup(wrap: (store: Store<MemoryTransaction>) => Partial<Store<MemoryTransaction>> = () => ({}), options: { batchSize?: number; concurrency?: number } = {}) {
+function setup(
+  wrap: (store: Store<MemoryTransaction>) => Partial<Store<MemoryTransaction>> = () => ({}),
+  options: { batchSize?: number; concurrency?: number } = {},
+) {
   const base = memoryStore();
   const store = { ...base, ...wrap(base) } as Store<MemoryTransaction>;
   // Methods of the memory store rely on `this`: bind what the wrapper did not replace.
-  for (const name of ['setup', 'publish', 'claim', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury', 'release', 'relinquish', 'requeue', 'listDeliveries', 'statistics', 'purgeExpired', 'transaction', 'close'] as const) {
-    if (!(name in wrap(base))) (store as unknown as Record<string, unknown>)[name] = (base[name] as (...args: unknown[]) => unknown).bind(base);
+  for (const name of [
+    'setup',
+    'publish',
+    'claim',
+    'extendLease',
+    'completeMany',
+    'complete',
+    'reschedule',
+    'bury',
+    'release',
+    'relinquish',
+    'requeue',
+    'listDeliveries',
+    'statistics',
+    'purgeExpired',
+    'transaction',
+    'close',
+  ] as const) {
+    if (!(name in wrap(base)))
+      (store as unknown as Record<string, unknown>)[name] = (base[name] as (...args: unknown[]) => unknown).bind(base);
   }
   const bus = createRelayBus({ store, events: [ItemCreated] });
   bus.on(ItemCreated, 'h', async () => {});
   const emitter = new TypedEmitter<InboxEventMap>(() => noopLogger);
   const committed: string[] = [];
-  emitter.on('committed', ({ messages }) => committed.push(...messages.map((m) => `${m.id}${m.duplicate ? ' dup' : ''}`)));
+  emitter.on('committed', ({ messages }) =>
+    committed.push(...messages.map((m) => `${m.id}${m.duplicate ? ' dup' : ''}`)),
+  );
   const engine = new InboxEngine({
-    bus, map: defaultMapper([ItemCreated]), batchSize: options.batchSize ?? 4, concurrency: options.concurrency ?? 3, logger: noopLogger, emitter, retry: fastRetry(),
+    bus,
+    map: defaultMapper([ItemCreated]),
+    batchSize: options.batchSize ?? 4,
+    concurrency: options.concurrency ?? 3,
+    logger: noopLogger,
+    emitter,
+    retry: fastRetry(),
   });
   return { base, bus, engine, committed };
 }
@@ -91,7 +125,11 @@ describe('inbox engine', () => {
     }
     for (const [key, list] of byKey) {
       const byN = [...list].sort((a, b) => a.n - b.n).map((x) => x.sequence);
-      assert.deepEqual(byN, [...byN].sort((a, b) => a - b), `key ${key} in arrival order`);
+      assert.deepEqual(
+        byN,
+        [...byN].sort((a, b) => a - b),
+        `key ${key} in arrival order`,
+      );
     }
     assert.ok(calls > 15, 'several transactions failed and were retried');
   });
@@ -107,19 +145,28 @@ describe('inbox engine', () => {
     engine.push(p.held(5, { key: null, body: '{"n":"x"}' }));
     engine.push(p.held(6, { key: null, id: '' }));
     await engine.waitIdle();
-    assert.deepEqual(p.log.filter((line) => line.startsWith('dead')).sort(), ['dead  missing-id', 'dead m-1 conflict', 'dead m-5 invalid-payload']);
+    assert.deepEqual(p.log.filter((line) => line.startsWith('dead')).sort(), [
+      'dead  missing-id',
+      'dead m-1 conflict',
+      'dead m-5 invalid-payload',
+    ]);
     assert.ok(committed.includes('m-1 dup'));
     assert.deepEqual(committed.filter((id) => !id.endsWith('dup')).sort(), ['m-1', 'm-2', 'm-3']);
   });
 
   it('retries a failing store in place and, when stopped, requeues what it held: nothing acked without a commit', async () => {
-    const { engine } = setup(() => ({ transaction: () => Promise.reject(new StoreUnavailableError('down', { retryable: true })) }));
+    const { engine } = setup(() => ({
+      transaction: () => Promise.reject(new StoreUnavailableError('down', { retryable: true })),
+    }));
     const p = probe();
     for (let n = 0; n < 5; n += 1) engine.push(p.held(n));
     await new Promise((resolve) => setTimeout(resolve, 30));
     assert.equal(p.log.length, 0, 'held while the store fails');
     await engine.drain(0);
-    assert.deepEqual(p.log.map((line) => line.split(' ')[0]), ['requeue', 'requeue', 'requeue', 'requeue', 'requeue']);
+    assert.deepEqual(
+      p.log.map((line) => line.split(' ')[0]),
+      ['requeue', 'requeue', 'requeue', 'requeue', 'requeue'],
+    );
     engine.push(p.held(9));
     await engine.waitIdle();
     assert.equal(p.log.at(-1), 'requeue m-9', 'a stopped engine takes nothing');
@@ -128,12 +175,15 @@ describe('inbox engine', () => {
   it('settles nothing of a lost connection: the broker redelivers those messages', async () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
-    const { engine, committed } = setup((store) => ({
-      async transaction(fn) {
-        await gate;
-        return store.transaction(fn);
-      },
-    }), { batchSize: 2, concurrency: 1 });
+    const { engine, committed } = setup(
+      (store) => ({
+        async transaction(fn) {
+          await gate;
+          return store.transaction(fn);
+        },
+      }),
+      { batchSize: 2, concurrency: 1 },
+    );
     const p = probe();
     for (let n = 0; n < 6; n += 1) engine.push(p.held(n, { key: 'same' }));
     await new Promise((resolve) => setTimeout(resolve, 10));

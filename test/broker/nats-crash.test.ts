@@ -43,12 +43,19 @@ describe('nats inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
     await db?.drop();
   });
 
-  it('ends with each message once as an event, every (event, handler) run exactly once, in per-key order', { timeout: 60_000 }, async (t) => {
+  it('ends with each message once as an event, every (event, handler) run exactly once, in per-key order', {
+    timeout: 60_000,
+  }, async (t) => {
     stream = uniqueName('natscrash').replace(/\./g, '_');
     const subject = `${stream}.items`;
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: stream, subjects: [subject] });
-    await jsm.consumers.add(stream, { durable_name: 'b', ack_policy: AckPolicy.Explicit, ack_wait: 2e9, max_ack_pending: 300 });
+    await jsm.consumers.add(stream, {
+      durable_name: 'b',
+      ack_policy: AckPolicy.Explicit,
+      ack_wait: 2e9,
+      max_ack_pending: 300,
+    });
     const js = jetstream(nc);
     for (let n = 0; n < TOTAL; n += 1) {
       const h = headers();
@@ -56,11 +63,25 @@ describe('nats inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
       h.set(HEADERS.key, `k-${n % KEYS}`);
       await js.publish(subject, JSON.stringify({ n }), { msgID: `nc-${n}`, headers: h });
     }
-    const env = { RB_ROLE: 'b', RB_BROKER: 'nats', DATABASE_URL: db.url, RB_SCHEMA_B: db.schema, NATS_URL, RB_STREAM: stream, RB_CONSUMER: 'b' };
+    const env = {
+      RB_ROLE: 'b',
+      RB_BROKER: 'nats',
+      DATABASE_URL: db.url,
+      RB_SCHEMA_B: db.schema,
+      NATS_URL,
+      RB_STREAM: stream,
+      RB_CONSUMER: 'b',
+    };
 
-    const bus = createRelayBus({ store: db.store, events: [ItemCreated], dispatcher: { pollIntervalMs: 20, concurrency: 16, batchSize: 32 } });
+    const bus = createRelayBus({
+      store: db.store,
+      events: [ItemCreated],
+      dispatcher: { pollIntervalMs: 20, concurrency: 16, batchSize: 32 },
+    });
     bus.on(ItemCreated, 'b-plain', (payload, ctx) => recordRun(db.pool, db.schema, 'b-plain', payload, ctx.delivery));
-    bus.on(ItemCreated, 'b-tx', { transactional: true }, (payload, ctx) => recordRun(ctx.transaction, db.schema, 'b-tx', payload, ctx.delivery));
+    bus.on(ItemCreated, 'b-tx', { transactional: true }, (payload, ctx) =>
+      recordRun(ctx.transaction, db.schema, 'b-tx', payload, ctx.delivery),
+    );
     await bus.start();
     stopBus = () => bus.stop();
 
@@ -68,36 +89,63 @@ describe('nats inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
     let held = 0;
     for (let run = 1; run <= KILLS + 1; run += 1) {
       const last = run === KILLS + 1;
-      const inbox = startCli(`inbox#${run}`, ['inbox', CONFIG, '--verbose'], { ...env, ...(last ? {} : { RB_KILL_AFTER_COMMITS: String(2 + (run % 3)) }) });
+      const inbox = startCli(`inbox#${run}`, ['inbox', CONFIG, '--verbose'], {
+        ...env,
+        ...(last ? {} : { RB_KILL_AFTER_COMMITS: String(2 + (run % 3)) }),
+      });
       processes.push(inbox);
       if (!last) {
         const exit = await inbox.waitForExit(30_000);
         assert.equal(exit.signal, 'SIGKILL', `run ${run} killed itself after a commit.\nstderr:\n${inbox.stderr}`);
       } else {
-        await until(async () => ((await db.count('relaybus_events')) === TOTAL ? true : undefined), `${TOTAL} events in B`, 30_000);
+        await until(
+          async () => ((await db.count('relaybus_events')) === TOTAL ? true : undefined),
+          `${TOTAL} events in B`,
+          30_000,
+        );
         inbox.signal('SIGTERM');
-        assert.equal((await inbox.waitForExit(15_000)).code, 0, `the last inbox stops gracefully.\nstderr:\n${inbox.stderr}`);
+        assert.equal(
+          (await inbox.waitForExit(15_000)).code,
+          0,
+          `the last inbox stops gracefully.\nstderr:\n${inbox.stderr}`,
+        );
       }
-      for (const match of inbox.stdout.matchAll(/committed \d+ events? \((\d+) duplicate\)/g)) duplicates += Number(match[1]);
+      for (const match of inbox.stdout.matchAll(/committed \d+ events? \((\d+) duplicate\)/g))
+        duplicates += Number(match[1]);
       if (/newer ones wait for their redelivery/.test(inbox.stdout)) held += 1;
     }
-    await until(async () => {
-      const stats = await bus.store.statistics();
-      return stats.pending + stats.inFlight + stats.dead === 0 ? true : undefined;
-    }, 'B\'s handlers done', 30_000);
+    await until(
+      async () => {
+        const stats = await bus.store.statistics();
+        return stats.pending + stats.inFlight + stats.dead === 0 ? true : undefined;
+      },
+      "B's handlers done",
+      30_000,
+    );
     await bus.stop();
     stopBus = undefined;
 
     assert.equal(await db.count('relaybus_events'), TOTAL);
     assert.equal((await jsm.consumers.info(stream, 'b')).num_ack_pending, 0, 'every message acknowledged in the end');
-    const { rows: counts } = await db.pool.query(`SELECT handler, count(*)::int AS runs, count(DISTINCT event_id)::int AS events FROM "${db.schema}".bridge_runs GROUP BY handler ORDER BY handler`);
-    assert.deepEqual(counts, [{ handler: 'b-plain', runs: TOTAL, events: TOTAL }, { handler: 'b-tx', runs: TOTAL, events: TOTAL }], 'every (event, handler) ran exactly once');
+    const { rows: counts } = await db.pool.query(
+      `SELECT handler, count(*)::int AS runs, count(DISTINCT event_id)::int AS events FROM "${db.schema}".bridge_runs GROUP BY handler ORDER BY handler`,
+    );
+    assert.deepEqual(
+      counts,
+      [
+        { handler: 'b-plain', runs: TOTAL, events: TOTAL },
+        { handler: 'b-tx', runs: TOTAL, events: TOTAL },
+      ],
+      'every (event, handler) ran exactly once',
+    );
     const { rows: order } = await db.pool.query(
       `SELECT count(*)::int AS violations FROM (SELECT n, lag(n) OVER (PARTITION BY handler, key ORDER BY id) AS previous FROM "${db.schema}".bridge_runs) r WHERE n < previous`,
     );
     assert.equal((order[0] as { violations: number }).violations, 0, 'per (handler, key), runs in stream order');
     assert.ok(duplicates > 0, `redelivered batches were committed as duplicates (${duplicates})`);
     assert.ok(held >= KILLS, `every restarted inbox held newer messages back until the dead one's came back (${held})`);
-    t.diagnostic(`${KILLS} SIGKILLs between commit and ack; ${duplicates} redelivered messages committed as duplicates; ${held} starts held newer messages back`);
+    t.diagnostic(
+      `${KILLS} SIGKILLs between commit and ack; ${duplicates} redelivered messages committed as duplicates; ${held} starts held newer messages back`,
+    );
   });
 });

@@ -24,10 +24,18 @@ export class CliProcess {
     this.label = label;
     const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env };
     delete childEnv.NODE_TEST_CONTEXT;
-    this.child = spawn(process.execPath, ['--enable-source-maps', '--import', 'tsx', MAIN, ...args], { cwd: REPO, env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = spawn(process.execPath, ['--enable-source-maps', '--import', 'tsx', MAIN, ...args], {
+      cwd: REPO,
+      env: childEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     live.add(this);
-    this.child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (this.stdout = (this.stdout + chunk).slice(-200_000)));
-    this.child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (this.stderr = (this.stderr + chunk).slice(-50_000)));
+    this.child
+      .stdout!.setEncoding('utf8')
+      .on('data', (chunk: string) => (this.stdout = (this.stdout + chunk).slice(-200_000)));
+    this.child
+      .stderr!.setEncoding('utf8')
+      .on('data', (chunk: string) => (this.stderr = (this.stderr + chunk).slice(-50_000)));
     this.exited = new Promise((resolve) => {
       this.child.once('exit', (code, signal) => {
         this.exit = { code, signal };
@@ -45,8 +53,14 @@ export class CliProcess {
   async waitFor(pattern: RegExp, what: string, timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (!pattern.test(this.stdout)) {
-      if (!this.alive) throw new Error(`${this.label} exited (${JSON.stringify(this.exit)}) before ${what}.\nstdout:\n${this.stdout.slice(-3_000)}\nstderr:\n${this.stderr.slice(-3_000)}`);
-      if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${this.label}: ${what}.\nstdout:\n${this.stdout.slice(-3_000)}\nstderr:\n${this.stderr.slice(-3_000)}`);
+      if (!this.alive)
+        throw new Error(
+          `${this.label} exited (${JSON.stringify(this.exit)}) before ${what}.\nstdout:\n${this.stdout.slice(-3_000)}\nstderr:\n${this.stderr.slice(-3_000)}`,
+        );
+      if (Date.now() > deadline)
+        throw new Error(
+          `timed out after ${timeoutMs} ms waiting for ${this.label}: ${what}.\nstdout:\n${this.stdout.slice(-3_000)}\nstderr:\n${this.stderr.slice(-3_000)}`,
+        );
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   }
@@ -61,7 +75,15 @@ export class CliProcess {
       return await Promise.race([
         this.exited,
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`${this.label} did not exit within ${timeoutMs} ms.\nstdout:\n${this.stdout.slice(-3_000)}\nstderr:\n${this.stderr.slice(-3_000)}`)), timeoutMs);
+          timer = setTimeout(
+            () =>
+              reject(
+                new Error(
+                  `${this.label} did not exit within ${timeoutMs} ms.\nstdout:\n${this.stdout.slice(-3_000)}\nstderr:\n${this.stderr.slice(-3_000)}`,
+                ),
+              ),
+            timeoutMs,
+          );
         }),
       ]);
     } finally {

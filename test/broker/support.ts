@@ -61,12 +61,19 @@ export interface TestSchema {
 export async function openSchema(label: string, options: { readonly poolMax?: number } = {}): Promise<TestSchema> {
   const url = await postgresUrlOrEmpty();
   const schema = uniqueSchemaName(label);
-  const pool = new pg.Pool({ connectionString: url, max: options.poolMax ?? 6, application_name: `relaybus-test-${label}` });
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.poolMax ?? 6,
+    application_name: `relaybus-test-${label}`,
+  });
   pool.on('error', () => {});
   const store = postgresStore({ driver: fromPg(pool), schema });
   await store.setup();
   return {
-    url, schema, pool, store,
+    url,
+    schema,
+    pool,
+    store,
     async count(table, where = 'true') {
       const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".${table} WHERE ${where}`);
       return (rows[0] as { n: number }).n;
@@ -102,7 +109,9 @@ export class RabbitAdmin {
   }
 
   static async open(): Promise<RabbitAdmin> {
-    const connection = await amqp.connect(AMQP_URL, { clientProperties: { connection_name: `relaybus-test-admin-${process.pid}` } });
+    const connection = await amqp.connect(AMQP_URL, {
+      clientProperties: { connection_name: `relaybus-test-admin-${process.pid}` },
+    });
     connection.on('error', () => {});
     const channel = await connection.createConfirmChannel();
     channel.on('error', () => {});
@@ -168,20 +177,31 @@ export class RabbitAdmin {
  * broker is shared). Resolves with how many were closed.
  */
 export async function closeRabbitConnections(prefix: string): Promise<number> {
-  const { stdout } = await execFileAsync('rabbitmqctl', ['list_connections', 'pid', 'client_properties', '-q', '--no-table-headers'], { timeout: 30_000 });
+  const { stdout } = await execFileAsync(
+    'rabbitmqctl',
+    ['list_connections', 'pid', 'client_properties', '-q', '--no-table-headers'],
+    { timeout: 30_000 },
+  );
   const pids: string[] = [];
   for (const line of stdout.split('\n')) {
     const match = /^(<[^>]+>)\s.*\{"connection_name","([^"]*)"\}/.exec(line);
     if (match && match[2]!.startsWith(prefix)) pids.push(match[1]!);
   }
   for (const pid of pids) {
-    await execFileAsync('rabbitmqctl', ['close_connection', pid, 'relaybus test: forced close'], { timeout: 30_000 }).catch(() => {});
+    await execFileAsync('rabbitmqctl', ['close_connection', pid, 'relaybus test: forced close'], {
+      timeout: 30_000,
+    }).catch(() => {});
   }
   return pids.length;
 }
 
 /** Poll until `probe` returns a value (not undefined); fail after `timeoutMs` naming `what`. */
-export async function until<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs: number, intervalMs = 50): Promise<T> {
+export async function until<T>(
+  probe: () => Promise<T | undefined>,
+  what: string,
+  timeoutMs: number,
+  intervalMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -191,7 +211,10 @@ export async function until<T>(probe: () => Promise<T | undefined>, what: string
     } catch (error) {
       last = error;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for: ${what}${last ? ` (last error: ${(last as Error).message})` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for: ${what}${last ? ` (last error: ${(last as Error).message})` : ''}`,
+      );
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
@@ -215,7 +238,9 @@ export class TcpProxy {
   static async start(target: { host: string; port: number }): Promise<TcpProxy> {
     const net = await import('node:net');
     const probe = net.createServer();
-    const port = await new Promise<number>((resolve) => probe.listen(0, '127.0.0.1', () => resolve((probe.address() as import('node:net').AddressInfo).port)));
+    const port = await new Promise<number>((resolve) =>
+      probe.listen(0, '127.0.0.1', () => resolve((probe.address() as import('node:net').AddressInfo).port)),
+    );
     await new Promise<void>((resolve) => probe.close(() => resolve()));
     const proxy = new TcpProxy(port, target);
     await proxy.up();
@@ -305,7 +330,9 @@ export class PrivateNats {
   /** Why a private server cannot run here, or undefined. */
   static async unavailable(): Promise<string | undefined> {
     const { existsSync } = await import('node:fs');
-    return existsSync(PrivateNats.BINARY) ? undefined : `no nats-server binary at ${PrivateNats.BINARY} (set NATS_SERVER_BIN) to restart a private server`;
+    return existsSync(PrivateNats.BINARY)
+      ? undefined
+      : `no nats-server binary at ${PrivateNats.BINARY} (set NATS_SERVER_BIN) to restart a private server`;
   }
 
   static async start(): Promise<PrivateNats> {
@@ -314,7 +341,9 @@ export class PrivateNats {
     const { tmpdir } = await import('node:os');
     const { join } = await import('node:path');
     const probe = net.createServer();
-    const port = await new Promise<number>((resolve) => probe.listen(0, '127.0.0.1', () => resolve((probe.address() as import('node:net').AddressInfo).port)));
+    const port = await new Promise<number>((resolve) =>
+      probe.listen(0, '127.0.0.1', () => resolve((probe.address() as import('node:net').AddressInfo).port)),
+    );
     await new Promise<void>((resolve) => probe.close(() => resolve()));
     const server = new PrivateNats(port, mkdtempSync(join(tmpdir(), 'relaybus-nats-')));
     await server.up();
@@ -329,7 +358,9 @@ export class PrivateNats {
   async up(): Promise<void> {
     const { spawn } = await import('node:child_process');
     const net = await import('node:net');
-    this.#process = spawn(PrivateNats.BINARY, ['-js', '-a', '127.0.0.1', '-p', String(this.port), '-sd', this.dir], { stdio: 'ignore' });
+    this.#process = spawn(PrivateNats.BINARY, ['-js', '-a', '127.0.0.1', '-p', String(this.port), '-sd', this.dir], {
+      stdio: 'ignore',
+    });
     const deadline = Date.now() + 10_000;
     for (;;) {
       const ok = await new Promise<boolean>((resolve) => {
@@ -366,7 +397,11 @@ export class PrivateNats {
  * Per key, whether B published the events (`payload.n` ascending in producer order) in that order:
  * reads the pending deliveries of `handler` (the test does not run it) with their key sequence.
  */
-export async function keyOrderViolations(db: TestSchema, idPrefix: string, handler: string): Promise<{ rows: number; violations: string[] }> {
+export async function keyOrderViolations(
+  db: TestSchema,
+  idPrefix: string,
+  handler: string,
+): Promise<{ rows: number; violations: string[] }> {
   const { rows } = await db.pool.query(
     `SELECT d.key, d.sequence::int AS sequence, (e.payload->>'n')::int AS n FROM "${db.schema}".relaybus_deliveries d
      JOIN "${db.schema}".relaybus_events e ON e.id = d.event_id
@@ -376,7 +411,8 @@ export async function keyOrderViolations(db: TestSchema, idPrefix: string, handl
   const violations: string[] = [];
   let previous: { key: string; n: number } | undefined;
   for (const row of rows as { key: string; n: number }[]) {
-    if (previous?.key === row.key && row.n < previous.n) violations.push(`${row.key}: n=${row.n} after n=${previous.n}`);
+    if (previous?.key === row.key && row.n < previous.n)
+      violations.push(`${row.key}: n=${row.n} after n=${previous.n}`);
     previous = row;
   }
   return { rows: rows.length, violations };

@@ -13,7 +13,10 @@ import { IMPORTS, startCli, writeModule, type RunningCli } from '../cli/support.
 export const EVENT_TYPE = 'item.created';
 /** Stored with each delivery at publish: enough that retries during an outage never dead-letter an event. */
 export const MAX_ATTEMPTS = 25;
-export const HANDLERS = [{ name: 'tally', maxAttempts: MAX_ATTEMPTS }, { name: 'record', maxAttempts: MAX_ATTEMPTS }] as const;
+export const HANDLERS = [
+  { name: 'tally', maxAttempts: MAX_ATTEMPTS },
+  { name: 'record', maxAttempts: MAX_ATTEMPTS },
+] as const;
 export const HANDLER_NAMES = HANDLERS.map((h) => h.name);
 
 /**
@@ -96,11 +99,27 @@ export interface HandledRow {
 }
 
 export async function handledRows(pool: pg.Pool, schema: string): Promise<HandledRow[]> {
-  const { rows } = await pool.query<{ id: string; handler: string; event_id: string; key: string | null; n: number; attempt: number; pid: number; published_at: Date; at: Date }>(
-    `SELECT id, handler, event_id, key, n, attempt, pid, published_at, at FROM "${schema}".handled ORDER BY id`);
+  const { rows } = await pool.query<{
+    id: string;
+    handler: string;
+    event_id: string;
+    key: string | null;
+    n: number;
+    attempt: number;
+    pid: number;
+    published_at: Date;
+    at: Date;
+  }>(`SELECT id, handler, event_id, key, n, attempt, pid, published_at, at FROM "${schema}".handled ORDER BY id`);
   return rows.map((r) => ({
-    id: Number(r.id), handler: r.handler, eventId: r.event_id, key: r.key, n: r.n, attempt: r.attempt, pid: r.pid,
-    publishedAt: r.published_at.getTime(), at: r.at.getTime(),
+    id: Number(r.id),
+    handler: r.handler,
+    eventId: r.event_id,
+    key: r.key,
+    n: r.n,
+    attempt: r.attempt,
+    pid: r.pid,
+    publishedAt: r.published_at.getTime(),
+    at: r.at.getTime(),
   }));
 }
 
@@ -108,12 +127,18 @@ export async function handledRows(pool: pg.Pool, schema: string): Promise<Handle
 export const keyOf = (n: number, keys: number): string => `k-${n % keys}`;
 
 /** Publish events n = from..from+count-1 (key `keyOf(n)`), `batch` per transaction; returns their ids in n order. */
-export async function publishKeyed(store: PostgresStore<PgClientLike>, options: { from: number; count: number; keys: number; batch: number }): Promise<string[]> {
+export async function publishKeyed(
+  store: PostgresStore<PgClientLike>,
+  options: { from: number; count: number; keys: number; batch: number },
+): Promise<string[]> {
   const ids: string[] = [];
   const end = options.from + options.count;
   for (let first = options.from; first < end; first += options.batch) {
     const items = Array.from({ length: Math.min(options.batch, end - first) }, (_, i) => ({
-      type: EVENT_TYPE, key: keyOf(first + i, options.keys), payload: { n: first + i }, handlers: HANDLERS,
+      type: EVENT_TYPE,
+      key: keyOf(first + i, options.keys),
+      payload: { n: first + i },
+      handlers: HANDLERS,
     }));
     const results = await store.transaction((tx) => store.publish(tx, items));
     ids.push(...results.map((r) => r.eventId));
@@ -140,7 +165,7 @@ export function analyse(rows: readonly HandledRow[], published: number, handlers
   const orderViolations: string[] = [];
   const latest = new Map<string, HandledRow>(); // (handler, key) -> the run of the latest-published event so far
   for (const row of rows) {
-    const stats = runs[row.handler] ??= { rows: 0, distinct: 0, duplicates: 0 };
+    const stats = (runs[row.handler] ??= { rows: 0, distinct: 0, duplicates: 0 });
     const ns = seen.get(row.handler) ?? new Set<number>();
     seen.set(row.handler, ns);
     stats.rows += 1;
@@ -152,7 +177,9 @@ export function analyse(rows: readonly HandledRow[], published: number, handlers
     const slot = `${row.handler}/${row.key}`;
     const before = latest.get(slot);
     if (before !== undefined && row.n < before.n) {
-      orderViolations.push(`${slot}: event n=${row.n} (pid ${row.pid}, attempt ${row.attempt}, at ${new Date(row.at).toISOString()}) ran after n=${before.n} (pid ${before.pid}, attempt ${before.attempt}, at ${new Date(before.at).toISOString()})`);
+      orderViolations.push(
+        `${slot}: event n=${row.n} (pid ${row.pid}, attempt ${row.attempt}, at ${new Date(row.at).toISOString()}) ran after n=${before.n} (pid ${before.pid}, attempt ${before.attempt}, at ${new Date(before.at).toISOString()})`,
+      );
     }
     if (before === undefined || row.n > before.n) latest.set(slot, row);
   }
@@ -173,8 +200,14 @@ export function percentile(values: readonly number[], p: number): number {
 
 /** The last `lines` lines of `text` (without the `field: undefined,` noise of a printed pg error), indented for a report. */
 export function tail(text: string, lines = 15): string {
-  const useful = (line: string) => line.trim() !== '' && !/^\s+\w+: undefined,$/.test(line) && !line.includes('[... lines matching');
-  return text.split('\n').filter(useful).slice(-lines).map((line) => `    ${line}`).join('\n');
+  const useful = (line: string) =>
+    line.trim() !== '' && !/^\s+\w+: undefined,$/.test(line) && !line.includes('[... lines matching');
+  return text
+    .split('\n')
+    .filter(useful)
+    .slice(-lines)
+    .map((line) => `    ${line}`)
+    .join('\n');
 }
 
 /** The most frequent kinds of line in `text` (digits and ids masked), for a short report of what a worker logged. */
@@ -182,10 +215,16 @@ export function summariseLog(text: string, top = 6): string[] {
   const kinds = new Map<string, number>();
   for (const line of text.split('\n')) {
     if (line.trim() === '') continue;
-    const kind = line.replace(/[0-9a-f]{12,}/g, '<id>').replace(/\d+/g, '#').slice(0, 180);
+    const kind = line
+      .replace(/[0-9a-f]{12,}/g, '<id>')
+      .replace(/\d+/g, '#')
+      .slice(0, 180);
     kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
   }
-  return [...kinds].sort((a, b) => b[1] - a[1]).slice(0, top).map(([kind, n]) => `${n}x ${kind}`);
+  return [...kinds]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)
+    .map(([kind, n]) => `${n}x ${kind}`);
 }
 
 /** A `relaybus worker` process of the fleet. */
@@ -198,7 +237,8 @@ export interface Worker {
   killedByTest: boolean;
 }
 
-export const isAlive = (worker: Worker): boolean => worker.cli.child.exitCode === null && worker.cli.child.signalCode === null;
+export const isAlive = (worker: Worker): boolean =>
+  worker.cli.child.exitCode === null && worker.cli.child.signalCode === null;
 
 /** A worker that exited without the test asking it to. */
 export interface UnexpectedExit {
@@ -239,7 +279,11 @@ export class Fleet {
   }
 
   start(label: string): Worker {
-    const cli = startCli(['worker', this.#config, ...this.#flags], { cwd: this.#dir, env: this.#env, timeoutMs: 900_000 });
+    const cli = startCli(['worker', this.#config, ...this.#flags], {
+      cwd: this.#dir,
+      env: this.#env,
+      timeoutMs: 900_000,
+    });
     const worker: Worker = { label, cli, pid: cli.child.pid ?? -1, startedAt: Date.now(), killedByTest: false };
     this.workers.push(worker);
     everyChild.add(worker);
@@ -267,7 +311,13 @@ export class Fleet {
       if (isAlive(worker) || worker.killedByTest || this.exits.some((e) => e.pid === worker.pid)) continue;
       const { stdout, stderr } = worker.cli.output();
       const exit: UnexpectedExit = {
-        label: worker.label, pid: worker.pid, code: worker.cli.child.exitCode, signal: worker.cli.child.signalCode, during, stderr, stdout,
+        label: worker.label,
+        pid: worker.pid,
+        code: worker.cli.child.exitCode,
+        signal: worker.cli.child.signalCode,
+        during,
+        stderr,
+        stdout,
       };
       this.exits.push(exit);
       found.push(exit);
@@ -287,20 +337,24 @@ export class Fleet {
   }
 
   /** SIGTERM every live worker; SIGKILL what is left after `graceMs`. Returns each worker's exit. */
-  async stopAll(graceMs = 15_000): Promise<{ label: string; code: number | null; signal: NodeJS.Signals | null; ms: number }[]> {
+  async stopAll(
+    graceMs = 15_000,
+  ): Promise<{ label: string; code: number | null; signal: NodeJS.Signals | null; ms: number }[]> {
     const live = this.alive();
     const began = Date.now();
     for (const worker of live) {
       worker.killedByTest = true;
       worker.cli.child.kill('SIGTERM');
     }
-    return Promise.all(live.map(async (worker) => {
-      const timer = setTimeout(() => worker.cli.child.kill('SIGKILL'), graceMs);
-      const result = await worker.cli.exited;
-      clearTimeout(timer);
-      everyChild.delete(worker);
-      return { label: worker.label, code: result.code, signal: result.signal, ms: Date.now() - began };
-    }));
+    return Promise.all(
+      live.map(async (worker) => {
+        const timer = setTimeout(() => worker.cli.child.kill('SIGKILL'), graceMs);
+        const result = await worker.cli.exited;
+        clearTimeout(timer);
+        everyChild.delete(worker);
+        return { label: worker.label, code: result.code, signal: result.signal, ms: Date.now() - began };
+      }),
+    );
   }
 }
 

@@ -34,14 +34,23 @@ const browserSkip = existsSync(CHROMIUM)
   ? undefined
   : `no browser at ${CHROMIUM}: install Debian's chromium package (apt-get install chromium; .ci/run does) or set RELAYBUS_CHROMIUM`;
 const CHROMIUM_FLAGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync',
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
 ];
 const TOKEN = 'test-token-0123456789abcdef';
 const XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">';
 const Order = defineEvent('order.placed', Type.Object({ note: Type.String() }));
 
-async function startDashboard(args: readonly string[], env: Record<string, string | undefined> = {}): Promise<{ cli: RunningCli; url: string }> {
+async function startDashboard(
+  args: readonly string[],
+  env: Record<string, string | undefined> = {},
+): Promise<{ cli: RunningCli; url: string }> {
   const cli = startCli(['dashboard', '--port', '0', ...args], { env });
   await cli.waitFor(/relaybus dashboard on http:\/\/\S+/);
   const url = /relaybus dashboard on (http:\/\/\S+) /.exec(cli.output().stdout)![1]!.replace('0.0.0.0', '127.0.0.1');
@@ -85,13 +94,24 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
     await store.setup();
     const bus = makeBus();
     eventId = `<b>evt</b>-${XSS}`.slice(0, 200);
-    await store.transaction((tx) => bus.publish(tx, Order, { note: XSS }, { id: eventId, key: `<i>key</i>${XSS}`.slice(0, 200) }));
+    await store.transaction((tx) =>
+      bus.publish(tx, Order, { note: XSS }, { id: eventId, key: `<i>key</i>${XSS}`.slice(0, 200) }),
+    );
     await store.transaction((tx) => bus.publish(tx, Order, { note: 'second' }));
     await bus.start();
-    await waitFor(async () => (await store.statistics()).pending === 0 && (await store.statistics()).inFlight === 0, 'the first run is over', 10_000);
+    await waitFor(
+      async () => (await store.statistics()).pending === 0 && (await store.statistics()).inFlight === 0,
+      'the first run is over',
+      10_000,
+    );
     await bus.stop();
     // A backlog for the table and the chart: published, not run.
-    await store.transaction((tx) => bus.publishMany(tx, Array.from({ length: 5 }, (_, n) => ({ event: Order, payload: { note: `later ${n}` } }))));
+    await store.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        Array.from({ length: 5 }, (_, n) => ({ event: Order, payload: { note: `later ${n}` } })),
+      ),
+    );
     assert.equal((await deadIds()).length, 2, 'two dead letters of risky');
   });
   after(async () => {
@@ -105,7 +125,12 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
 
     before(async () => {
       profile = mkdtempSync(join(tmpdir(), 'relaybus-chromium-'));
-      context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1280, height: 1400 } });
+      context = await chromium.launchPersistentContext(profile, {
+        executablePath: CHROMIUM,
+        headless: true,
+        args: CHROMIUM_FLAGS,
+        viewport: { width: 1280, height: 1400 },
+      });
     });
     after(async () => {
       await context?.close();
@@ -117,21 +142,29 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
       await page.waitForSelector('body[data-loaded]');
     }
 
-    it('shows the numbers of relaybus stats --json, shows <script> as text, finds an event, and requeues a dead letter that then runs', { timeout: 60_000 }, async () => {
+    it('shows the numbers of relaybus stats --json, shows <script> as text, finds an event, and requeues a dead letter that then runs', {
+      timeout: 60_000,
+    }, async () => {
       const { cli, url: address } = await startDashboard([...dbFlags, '--sample-interval', '200ms']);
       const page = await context.newPage();
       const problems: string[] = [];
       page.on('pageerror', (error) => problems.push(error.message));
-      page.on('console', (message) => { if (message.type() === 'error') problems.push(message.text()); });
+      page.on('console', (message) => {
+        if (message.type() === 'error') problems.push(message.text());
+      });
       try {
         await load(page, address);
         const stats = await runCli(['stats', '--json', ...dbFlags]);
         assert.equal(stats.code, 0, stats.stderr);
         const expected = JSON.parse(stats.stdout) as { handlers: Record<string, Record<string, number>>; dead: number };
-        const shown = await page.$$eval('#handlers tbody tr[data-handler]', (rows) => rows.map((row) => ({
-          handler: row.getAttribute('data-handler'),
-          cells: Object.fromEntries([...row.querySelectorAll('td[data-field]')].map((td) => [td.getAttribute('data-field'), td.textContent])),
-        })));
+        const shown = await page.$$eval('#handlers tbody tr[data-handler]', (rows) =>
+          rows.map((row) => ({
+            handler: row.getAttribute('data-handler'),
+            cells: Object.fromEntries(
+              [...row.querySelectorAll('td[data-field]')].map((td) => [td.getAttribute('data-field'), td.textContent]),
+            ),
+          })),
+        );
         assert.deepEqual(shown.map((row) => row.handler).sort(), Object.keys(expected.handlers).sort());
         for (const row of shown) {
           for (const field of ['pending', 'due', 'scheduled', 'inFlight', 'dead', 'completed']) {
@@ -143,18 +176,35 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
 
         const errorText = await page.$eval(`#dead tbody tr td[data-field="lastError"]`, (td) => td.textContent);
         assert.ok(errorText?.includes(XSS.replaceAll('"', '\\"')), `the error is shown as text: ${errorText}`);
-        assert.equal(await page.evaluate(() => (globalThis as { __pwned?: unknown }).__pwned), undefined, 'no injected script ran');
+        assert.equal(
+          await page.evaluate(() => (globalThis as { __pwned?: unknown }).__pwned),
+          undefined,
+          'no injected script ran',
+        );
         assert.equal(await page.$$eval('main img', (images) => images.length), 0, 'no injected element exists');
 
         await page.fill('#event-id', eventId);
         await page.click('#search button');
         await page.waitForSelector('#event tbody tr');
-        const rows = await page.$$eval('#event tbody tr', (trs) => trs.map((tr) => ({
-          status: tr.querySelector('[data-field="status"]')?.textContent, text: tr.textContent,
-        })));
-        assert.deepEqual(rows.map((row) => row.status).sort(), ['completed', 'dead'], 'the event\'s deliveries, the completed one from the history');
-        assert.ok(rows.every((row) => row.text?.includes('<i>key</i>')), 'the key is shown as text');
-        assert.equal(await page.$$eval('main i, main b', (nodes) => nodes.filter((node) => node.closest('#event')).length), 0);
+        const rows = await page.$$eval('#event tbody tr', (trs) =>
+          trs.map((tr) => ({
+            status: tr.querySelector('[data-field="status"]')?.textContent,
+            text: tr.textContent,
+          })),
+        );
+        assert.deepEqual(
+          rows.map((row) => row.status).sort(),
+          ['completed', 'dead'],
+          "the event's deliveries, the completed one from the history",
+        );
+        assert.ok(
+          rows.every((row) => row.text?.includes('<i>key</i>')),
+          'the key is shown as text',
+        );
+        assert.equal(
+          await page.$$eval('main i, main b', (nodes) => nodes.filter((node) => node.closest('#event')).length),
+          0,
+        );
 
         const [target] = await deadIds();
         await page.click(`button[data-requeue="${target}"]`);
@@ -166,12 +216,20 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         try {
           await waitFor(() => ran.includes(target!), 'the requeued delivery runs', 10_000);
           // Nothing pending and nothing in flight: a delivery still claimed when the bus stops is released, pending again.
-          await waitFor(async () => { const stats = await store.statistics(); return stats.pending === 0 && stats.inFlight === 0; }, 'the backlog drained', 10_000);
+          await waitFor(
+            async () => {
+              const stats = await store.statistics();
+              return stats.pending === 0 && stats.inFlight === 0;
+            },
+            'the backlog drained',
+            10_000,
+          );
         } finally {
           await bus.stop();
         }
         await page.locator('#handlers tr[data-total] td[data-field="pending"]', { hasText: /^0$/ }).waitFor();
-        if (process.env.RELAYBUS_SCREENSHOTS) await page.screenshot({ path: join(REPO, 'docs/dashboard.png'), fullPage: true });
+        if (process.env.RELAYBUS_SCREENSHOTS)
+          await page.screenshot({ path: join(REPO, 'docs/dashboard.png'), fullPage: true });
         assert.deepEqual(problems, [], 'no script error on the page');
       } finally {
         await page.close();
@@ -180,11 +238,17 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
     });
 
     it('with a token: the page asks for it, and works once logged in', { timeout: 30_000 }, async () => {
-      const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0'], { RELAYBUS_DASHBOARD_TOKEN: TOKEN });
+      const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0'], {
+        RELAYBUS_DASHBOARD_TOKEN: TOKEN,
+      });
       const page = await context.newPage();
       try {
         await page.goto(address);
-        assert.equal(await page.$$eval('form[action="/login"] input[name="token"]', (inputs) => inputs.length), 1, 'the login form');
+        assert.equal(
+          await page.$$eval('form[action="/login"] input[name="token"]', (inputs) => inputs.length),
+          1,
+          'the login form',
+        );
         if (process.env.RELAYBUS_SCREENSHOTS) await page.screenshot({ path: join(REPO, 'docs/dashboard-login.png') });
         await page.fill('#token', 'not-the-token-at-all');
         await page.click('button[type="submit"]');
@@ -204,7 +268,9 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
 
   describe('over HTTP', () => {
     it('refuses a non-local bind without a token, and a short token (exit 2)', { timeout: 30_000 }, async () => {
-      const open = await runCli(['dashboard', '--host', '0.0.0.0', ...dbFlags], { env: { RELAYBUS_DASHBOARD_TOKEN: undefined } });
+      const open = await runCli(['dashboard', '--host', '0.0.0.0', ...dbFlags], {
+        env: { RELAYBUS_DASHBOARD_TOKEN: undefined },
+      });
       assert.equal(open.code, 2);
       assert.match(open.stderr, /--host 0\.0\.0\.0 lets other machines reach the dashboard, so it needs a token/);
       const short = await runCli(['dashboard', '--token', 'abc', ...dbFlags]);
@@ -212,19 +278,29 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
       assert.match(short.stderr, /--token is not a usable token: it has 3 characters; use at least 16/);
     });
 
-    it('with a token, POSTs without it, without the CSRF token or from another origin are refused and change nothing', { timeout: 30_000 }, async () => {
+    it('with a token, POSTs without it, without the CSRF token or from another origin are refused and change nothing', {
+      timeout: 30_000,
+    }, async () => {
       const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0', '--token', TOKEN]);
       try {
         const before = await deadIds();
         assert.ok(before.length > 0);
-        const post = (headers: Record<string, string>) => fetch(`${address}/api/requeue`, {
-          method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ deliveryIds: before }), redirect: 'manual',
-        });
+        const post = (headers: Record<string, string>) =>
+          fetch(`${address}/api/requeue`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', ...headers },
+            body: JSON.stringify({ deliveryIds: before }),
+            redirect: 'manual',
+          });
         assert.equal((await post({})).status, 401, 'no token');
         assert.equal((await post({ authorization: 'Bearer wrong-token-wrong-token' })).status, 401, 'a wrong token');
         assert.equal((await fetch(`${address}/api/overview`)).status, 401, 'reads need the token too');
 
-        const login = await fetch(`${address}/login`, { method: 'POST', body: new URLSearchParams({ token: TOKEN }), redirect: 'manual' });
+        const login = await fetch(`${address}/login`, {
+          method: 'POST',
+          body: new URLSearchParams({ token: TOKEN }),
+          redirect: 'manual',
+        });
         assert.equal(login.status, 303);
         const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
         assert.match(login.headers.get('set-cookie')!, /HttpOnly; SameSite=Strict/);
@@ -232,13 +308,23 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
         assert.equal((await post({ cookie })).status, 403, 'a session without the CSRF token');
         assert.equal((await post({ cookie, 'x-relaybus-csrf': 'forged' })).status, 403, 'a wrong CSRF token');
-        assert.equal((await post({ cookie, 'x-relaybus-csrf': csrf, origin: 'http://evil.example' })).status, 403, 'another origin');
-        const form = await fetch(`${address}/api/requeue`, { method: 'POST', headers: { cookie, 'x-relaybus-csrf': csrf, 'content-type': 'application/x-www-form-urlencoded' }, body: 'deliveryIds=1' });
+        assert.equal(
+          (await post({ cookie, 'x-relaybus-csrf': csrf, origin: 'http://evil.example' })).status,
+          403,
+          'another origin',
+        );
+        const form = await fetch(`${address}/api/requeue`, {
+          method: 'POST',
+          headers: { cookie, 'x-relaybus-csrf': csrf, 'content-type': 'application/x-www-form-urlencoded' },
+          body: 'deliveryIds=1',
+        });
         assert.equal(form.status, 415, 'a form post');
         assert.deepEqual(await deadIds(), before, 'nothing was requeued');
 
         const response = await fetch(`${address}/api/requeue`, {
-          method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` }, body: JSON.stringify({ deliveryIds: [before[0]] }),
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` },
+          body: JSON.stringify({ deliveryIds: [before[0]] }),
         });
         assert.deepEqual(await response.json(), { requeued: 1 }, 'the right token works (scripts)');
         const headers = (await fetch(address, { headers: { cookie } })).headers;
@@ -249,15 +335,26 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
       }
     });
 
-    it('on a loopback bind: no CSRF token or a foreign Host is refused; a port in use is one clear error', { timeout: 30_000 }, async () => {
+    it('on a loopback bind: no CSRF token or a foreign Host is refused; a port in use is one clear error', {
+      timeout: 30_000,
+    }, async () => {
       const { cli, url: address } = await startDashboard(dbFlags);
       try {
         const before = await deadIds();
-        const noCsrf = await fetch(`${address}/api/requeue`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ handler: 'risky' }) });
+        const noCsrf = await fetch(`${address}/api/requeue`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ handler: 'risky' }),
+        });
         assert.equal(noCsrf.status, 403);
         const { request } = await import('node:http');
         const status = await new Promise<number>((resolve, reject) => {
-          request(`${address}/`, { headers: { host: 'rebound.evil.example' } }, (response) => { response.resume(); resolve(response.statusCode!); }).on('error', reject).end();
+          request(`${address}/`, { headers: { host: 'rebound.evil.example' } }, (response) => {
+            response.resume();
+            resolve(response.statusCode!);
+          })
+            .on('error', reject)
+            .end();
         });
         assert.equal(status, 421, 'a DNS-rebinding Host is refused');
         assert.deepEqual(await deadIds(), before);
@@ -270,7 +367,12 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         const { port } = busy.address() as AddressInfo;
         const result = await runCli(['dashboard', '--port', String(port), ...dbFlags]);
         assert.equal(result.code, 1);
-        assert.match(result.stderr, new RegExp(`^relaybus: port ${port} on 127\\.0\\.0\\.1 is in use \\(a worker's --metrics-port, another dashboard\\?\\); pick another --port\\n$`));
+        assert.match(
+          result.stderr,
+          new RegExp(
+            `^relaybus: port ${port} on 127\\.0\\.0\\.1 is in use \\(a worker's --metrics-port, another dashboard\\?\\); pick another --port\\n$`,
+          ),
+        );
       } finally {
         busy.close();
       }

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
-import { parseSamples, valueOf } from '../telemetry/prom-text.js';
+import { parseSamples, sampleValue } from '../telemetry/prom-text.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { IMPORTS, runCli, startCli, tempDir, useBuiltCli, writeModule } from './support.js';
 
@@ -53,7 +53,9 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
   }
 }
 
-describe('relaybus worker --metrics-port (real Postgres, built bin)', { skip: 'skip' in found ? found.skip : undefined }, () => {
+describe('relaybus worker --metrics-port (real Postgres, built bin)', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
   const url = 'url' in found ? found.url : '';
   const schema = uniqueSchemaName('cli_metrics');
   let pool: pg.Pool;
@@ -74,12 +76,21 @@ describe('relaybus worker --metrics-port (real Postgres, built bin)', { skip: 's
   });
 
   async function publish(count: number): Promise<void> {
-    await store.transaction((tx) => store.publish(tx, Array.from({ length: count }, (_, n) => ({
-      type: 'order.placed', payload: { n }, handlers: [{ name: 'record', maxAttempts: 3 }],
-    }))));
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        Array.from({ length: count }, (_, n) => ({
+          type: 'order.placed',
+          payload: { n },
+          handlers: [{ name: 'record', maxAttempts: 3 }],
+        })),
+      ),
+    );
   }
 
-  it('/metrics moves during a drain and the backlog reaches 0; /readyz follows Postgres going away and coming back', { timeout: 60_000 }, async () => {
+  it('/metrics moves during a drain and the backlog reaches 0; /readyz follows Postgres going away and coming back', {
+    timeout: 60_000,
+  }, async () => {
     const total = 150;
     await publish(total);
     const target = new URL(url);
@@ -94,27 +105,44 @@ describe('relaybus worker --metrics-port (real Postgres, built bin)', { skip: 's
 
       const completedSeen: number[] = [];
       const dueSeen: number[] = [];
-      const final = await until('the drain is over and sampled', async () => {
-        const { status, body } = await get(`${base}/metrics`);
-        assert.equal(status, 200);
-        const samples = parseSamples(body);
-        const completed = valueOf(samples, 'relaybus_deliveries_total', { handler: 'record', outcome: 'completed' }) ?? 0;
-        const due = valueOf(samples, 'relaybus_backlog_due', { handler: 'record' });
-        const pending = valueOf(samples, 'relaybus_backlog_pending', { handler: 'record' });
-        completedSeen.push(completed);
-        if (due !== undefined) dueSeen.push(due);
-        return completed === total && due === 0 && pending === 0 ? samples : undefined;
-      }, 30_000);
+      const final = await until(
+        'the drain is over and sampled',
+        async () => {
+          const { status, body } = await get(`${base}/metrics`);
+          assert.equal(status, 200);
+          const samples = parseSamples(body);
+          const completed =
+            sampleValue(samples, 'relaybus_deliveries_total', { handler: 'record', outcome: 'completed' }) ?? 0;
+          const due = sampleValue(samples, 'relaybus_backlog_due', { handler: 'record' });
+          const pending = sampleValue(samples, 'relaybus_backlog_pending', { handler: 'record' });
+          completedSeen.push(completed);
+          if (due !== undefined) dueSeen.push(due);
+          return completed === total && due === 0 && pending === 0 ? samples : undefined;
+        },
+        30_000,
+      );
 
-      assert.deepEqual(completedSeen, [...completedSeen].sort((a, b) => a - b), 'the completed counter never goes down');
-      assert.ok(new Set(completedSeen.filter((n) => n > 0 && n < total)).size >= 3, `the counter was seen moving mid-drain: ${completedSeen.join(',')}`);
+      assert.deepEqual(
+        completedSeen,
+        [...completedSeen].sort((a, b) => a - b),
+        'the completed counter never goes down',
+      );
+      assert.ok(
+        new Set(completedSeen.filter((n) => n > 0 && n < total)).size >= 3,
+        `the counter was seen moving mid-drain: ${completedSeen.join(',')}`,
+      );
       assert.ok(Math.max(...dueSeen) > 0, 'a backlog was seen while draining');
       assert.equal(dueSeen.at(-1), 0, 'and it shrank to 0');
-      assert.equal(valueOf(final, 'relaybus_handler_duration_seconds_count', { handler: 'record', outcome: 'completed' }), total);
-      assert.ok((valueOf(final, 'relaybus_claim_size_sum') ?? 0) >= total, 'claims returned every delivery');
-      assert.ok((valueOf(final, 'relaybus_claim_duration_seconds_count', { result: 'ok' }) ?? 0) > 0);
-      assert.equal(valueOf(final, 'relaybus_ready'), 1);
-      const handled = await pool.query<{ count: number }>(`SELECT count(DISTINCT delivery_id)::int AS count FROM "${schema}".handled`);
+      assert.equal(
+        sampleValue(final, 'relaybus_handler_duration_seconds_count', { handler: 'record', outcome: 'completed' }),
+        total,
+      );
+      assert.ok((sampleValue(final, 'relaybus_claim_size_sum') ?? 0) >= total, 'claims returned every delivery');
+      assert.ok((sampleValue(final, 'relaybus_claim_duration_seconds_count', { result: 'ok' }) ?? 0) > 0);
+      assert.equal(sampleValue(final, 'relaybus_ready'), 1);
+      const handled = await pool.query<{ count: number }>(
+        `SELECT count(DISTINCT delivery_id)::int AS count FROM "${schema}".handled`,
+      );
       assert.equal(handled.rows[0]!.count, total);
 
       assert.equal((await get(`${base}/healthz`)).status, 200);
@@ -130,14 +158,25 @@ describe('relaybus worker --metrics-port (real Postgres, built bin)', { skip: 's
       assert.equal(body.ready, false);
       assert.ok(body.health?.lastError, 'the body says why');
       assert.equal((await get(`${base}/healthz`)).status, 200, 'still alive while the database is away');
-      assert.equal(valueOf(parseSamples((await get(`${base}/metrics`)).body), 'relaybus_ready'), 0, '/metrics still answers, ready 0');
+      assert.equal(
+        sampleValue(parseSamples((await get(`${base}/metrics`)).body), 'relaybus_ready'),
+        0,
+        '/metrics still answers, ready 0',
+      );
 
       await proxy.open();
-      await until('/readyz says ready again', async () => ((await get(`${base}/readyz`)).status === 200 ? true : undefined), 40_000);
+      await until(
+        '/readyz says ready again',
+        async () => ((await get(`${base}/readyz`)).status === 200 ? true : undefined),
+        40_000,
+      );
       await publish(5);
       await until('deliveries run again', async () => {
         const samples = parseSamples((await get(`${base}/metrics`)).body);
-        return valueOf(samples, 'relaybus_deliveries_total', { handler: 'record', outcome: 'completed' }) === total + 5 ? true : undefined;
+        return sampleValue(samples, 'relaybus_deliveries_total', { handler: 'record', outcome: 'completed' }) ===
+          total + 5
+          ? true
+          : undefined;
       });
     } finally {
       worker.child.kill('SIGTERM');
@@ -156,7 +195,12 @@ describe('relaybus worker --metrics-port (real Postgres, built bin)', { skip: 's
     try {
       const result = await runCli(['worker', config, '--once', '--metrics-port', String(port)], { env: env() });
       assert.equal(result.code, 0, result.stderr);
-      assert.match(result.stderr, new RegExp(`metrics server cannot listen on 127\\.0\\.0\\.1:${port}: the port is in use .*The worker keeps delivering`));
+      assert.match(
+        result.stderr,
+        new RegExp(
+          `metrics server cannot listen on 127\\.0\\.0\\.1:${port}: the port is in use .*The worker keeps delivering`,
+        ),
+      );
       assert.equal(result.stderr.trim().split('\n').length, 1, `one line: ${result.stderr}`);
       const handled = await pool.query<{ count: number }>(`SELECT count(*)::int AS count FROM "${schema}".handled`);
       assert.equal(handled.rows[0]!.count, 20);

@@ -40,11 +40,20 @@ export default bus;
 }
 
 interface ListedJson {
-  eventType: string; handler: string; maxAttempts: number; retry: unknown; pending: number;
-  createdAt: string; updatedAt: string; seenAt: string | null; stale: boolean;
+  eventType: string;
+  handler: string;
+  maxAttempts: number;
+  retry: unknown;
+  pending: number;
+  createdAt: string;
+  updatedAt: string;
+  seenAt: string | null;
+  stale: boolean;
 }
 
-describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (real Postgres, built bin)', { skip: 'skip' in found ? found.skip : undefined }, () => {
+describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (real Postgres, built bin)', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
   const url = 'url' in found ? found.url : '';
   const schema = uniqueSchemaName('cli_subs');
   const setupSchema = uniqueSchemaName('cli_subs_setup');
@@ -59,12 +68,18 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     await store.setup();
     const now = new Date();
     // Two handlers a worker runs now, one whose worker was last seen 10 minutes ago, one with no pending delivery.
-    await store.subscribe([
-      { eventType: 'order.placed', handler: 'email', maxAttempts: 5, retry: { backoff: BACKOFF } },
-      { eventType: 'order.placed', handler: 'ledger', maxAttempts: 3 },
-      { eventType: 'order.shipped', handler: 'audit', maxAttempts: 2 },
-    ], now);
-    await store.subscribe([{ eventType: 'order.paid', handler: 'fax', maxAttempts: 1 }], new Date(now.getTime() - 10 * MINUTE));
+    await store.subscribe(
+      [
+        { eventType: 'order.placed', handler: 'email', maxAttempts: 5, retry: { backoff: BACKOFF } },
+        { eventType: 'order.placed', handler: 'ledger', maxAttempts: 3 },
+        { eventType: 'order.shipped', handler: 'audit', maxAttempts: 2 },
+      ],
+      now,
+    );
+    await store.subscribe(
+      [{ eventType: 'order.paid', handler: 'fax', maxAttempts: 1 }],
+      new Date(now.getTime() - 10 * MINUTE),
+    );
     // A publisher that registers no handler: the subscriptions decide the deliveries.
     await publish('order.placed', 2);
     await publish('order.paid', 3);
@@ -75,14 +90,23 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
   });
 
   async function publish(type: string, count: number, handlers: readonly string[] = []): Promise<void> {
-    await store.transaction((tx) => store.publish(tx, Array.from({ length: count }, (_, n) => ({
-      type, payload: { n }, handlers: handlers.map((name) => ({ name, maxAttempts: 2 })),
-    }))));
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        Array.from({ length: count }, (_, n) => ({
+          type,
+          payload: { n },
+          handlers: handlers.map((name) => ({ name, maxAttempts: 2 })),
+        })),
+      ),
+    );
   }
 
   async function deliveries(handler: string): Promise<{ status: string; last_error: string | null }[]> {
     const { rows } = await pool.query<{ status: string; last_error: string | null }>(
-      `SELECT status, last_error FROM "${schema}".relaybus_deliveries WHERE handler = $1 ORDER BY id`, [handler]);
+      `SELECT status, last_error FROM "${schema}".relaybus_deliveries WHERE handler = $1 ORDER BY id`,
+      [handler],
+    );
     return rows;
   }
 
@@ -102,22 +126,40 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     assert.equal(out.length, 7);
   });
 
-  it('list --json has one object per subscription, stale when not seen for 3 refreshes', { timeout: 30_000 }, async () => {
+  it('list --json has one object per subscription, stale when not seen for 3 refreshes', {
+    timeout: 30_000,
+  }, async () => {
     const result = await runCli(['subscriptions', 'list', '--json', ...flags]);
     assert.equal(result.code, 0, result.stderr);
     const listed = JSON.parse(result.stdout) as ListedJson[];
-    assert.deepEqual(listed.map(({ createdAt, updatedAt, seenAt, ...rest }) => rest), [
-      { eventType: 'order.paid', handler: 'fax', maxAttempts: 1, retry: null, pending: 3, stale: true },
-      { eventType: 'order.placed', handler: 'email', maxAttempts: 5, retry: { backoff: BACKOFF }, pending: 2, stale: false },
-      { eventType: 'order.placed', handler: 'ledger', maxAttempts: 3, retry: null, pending: 2, stale: false },
-      { eventType: 'order.shipped', handler: 'audit', maxAttempts: 2, retry: null, pending: 0, stale: false },
-    ]);
+    assert.deepEqual(
+      listed.map(({ createdAt, updatedAt, seenAt, ...rest }) => rest),
+      [
+        { eventType: 'order.paid', handler: 'fax', maxAttempts: 1, retry: null, pending: 3, stale: true },
+        {
+          eventType: 'order.placed',
+          handler: 'email',
+          maxAttempts: 5,
+          retry: { backoff: BACKOFF },
+          pending: 2,
+          stale: false,
+        },
+        { eventType: 'order.placed', handler: 'ledger', maxAttempts: 3, retry: null, pending: 2, stale: false },
+        { eventType: 'order.shipped', handler: 'audit', maxAttempts: 2, retry: null, pending: 0, stale: false },
+      ],
+    );
     const fax = listed[0]!;
-    assert.ok(Date.now() - Date.parse(fax.seenAt!) >= 10 * MINUTE - 5_000, 'seenAt is when the worker said so, as ISO text');
-    for (const entry of listed) assert.ok(!Number.isNaN(Date.parse(entry.createdAt)) && !Number.isNaN(Date.parse(entry.updatedAt)));
+    assert.ok(
+      Date.now() - Date.parse(fax.seenAt!) >= 10 * MINUTE - 5_000,
+      'seenAt is when the worker said so, as ISO text',
+    );
+    for (const entry of listed)
+      assert.ok(!Number.isNaN(Date.parse(entry.createdAt)) && !Number.isNaN(Date.parse(entry.updatedAt)));
   });
 
-  it('stats names the handlers with pending deliveries and no live worker (stale or missing subscription)', { timeout: 30_000 }, async () => {
+  it('stats names the handlers with pending deliveries and no live worker (stale or missing subscription)', {
+    timeout: 30_000,
+  }, async () => {
     await publish('order.placed', 1, ['legacy']); // a handler that was never subscribed: its deliveries wait for nobody too
     const json = await runCli(['stats', '--json', ...flags]);
     assert.equal(json.code, 0, json.stderr);
@@ -130,7 +172,8 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     const out = lines(table.stdout);
     assert.match(out.find((line) => line.startsWith('fax '))!, /\s+3\s+3\s+0\s+0\s+0\s+\S+ \*$/);
     assert.match(out.find((line) => line.startsWith('legacy '))!, / \*$/);
-    for (const handler of ['email', 'ledger', 'total']) assert.doesNotMatch(out.find((line) => line.startsWith(`${handler} `))!, /\*$/, handler);
+    for (const handler of ['email', 'ledger', 'total'])
+      assert.doesNotMatch(out.find((line) => line.startsWith(`${handler} `))!, /\*$/, handler);
     assert.match(table.stdout, /\n\n\* no live worker runs fax, legacy: their deliveries wait/);
     await pool.query(`DELETE FROM "${schema}".relaybus_deliveries WHERE handler = 'legacy'`);
   });
@@ -140,19 +183,33 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     assert.equal(result.code, 1, result.stderr);
     assert.equal(result.stdout, '');
     assert.equal(lines(result.stderr).length, 1, result.stderr);
-    assert.match(result.stderr, /^relaybus: Cannot unsubscribe handler "fax": 3 of its deliveries are pending.+--bury-pending.+Nothing was changed\.\n$/);
+    assert.match(
+      result.stderr,
+      /^relaybus: Cannot unsubscribe handler "fax": 3 of its deliveries are pending.+--bury-pending.+Nothing was changed\.\n$/,
+    );
     assert.ok((await subscribed()).includes('order.paid/fax'));
-    assert.deepEqual((await deliveries('fax')).map((d) => d.status), ['pending', 'pending', 'pending']);
+    assert.deepEqual(
+      (await deliveries('fax')).map((d) => d.status),
+      ['pending', 'pending', 'pending'],
+    );
   });
 
   it('remove is refused while a worker runs a delivery, even with --bury-pending', { timeout: 30_000 }, async () => {
     const before = await deliveries('email');
-    const claimed = await store.claim({ owner: 'cli-subs-test', handlers: ['email'], limit: 1, leaseDurationMs: 60_000 });
+    const claimed = await store.claim({
+      owner: 'cli-subs-test',
+      handlers: ['email'],
+      limit: 1,
+      leaseDurationMs: 60_000,
+    });
     assert.equal(claimed.length, 1);
     try {
       const result = await runCli(['subscriptions', 'remove', 'email', '--bury-pending', 'retired', ...flags]);
       assert.equal(result.code, 1, result.stderr);
-      assert.match(result.stderr, /^relaybus: Cannot unsubscribe handler "email": a worker runs 1 of its deliveries now/);
+      assert.match(
+        result.stderr,
+        /^relaybus: Cannot unsubscribe handler "email": a worker runs 1 of its deliveries now/,
+      );
       assert.ok((await subscribed()).includes('order.placed/email'));
       assert.ok(before.length >= 2);
       assert.deepEqual(await deliveries('email'), before, 'nothing was buried');
@@ -161,48 +218,89 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     }
   });
 
-  it('remove --bury-pending moves the pending deliveries to the dead letters and removes the subscription', { timeout: 30_000 }, async () => {
+  it('remove --bury-pending moves the pending deliveries to the dead letters and removes the subscription', {
+    timeout: 30_000,
+  }, async () => {
     const result = await runCli(['subscriptions', 'remove', 'fax', '--bury-pending', 'fax retired', ...flags]);
     assert.equal(result.code, 0, result.stderr);
-    assert.equal(result.stdout, 'removed 1 subscription of handler "fax" (order.paid); buried 3 pending deliveries with the reason "fax retired" '
-      + '(relaybus dead list --handler fax shows them)\n', 'a stale subscription: no note about a worker subscribing it again');
+    assert.equal(
+      result.stdout,
+      'removed 1 subscription of handler "fax" (order.paid); buried 3 pending deliveries with the reason "fax retired" ' +
+        '(relaybus dead list --handler fax shows them)\n',
+      'a stale subscription: no note about a worker subscribing it again',
+    );
     assert.ok(!(await subscribed()).includes('order.paid/fax'));
-    assert.deepEqual(await deliveries('fax'), Array.from({ length: 3 }, () => ({ status: 'dead', last_error: 'fax retired' })));
+    assert.deepEqual(
+      await deliveries('fax'),
+      Array.from({ length: 3 }, () => ({ status: 'dead', last_error: 'fax retired' })),
+    );
   });
 
-  it('remove --event-type --json of a live subscription without pending deliveries, with a note in text', { timeout: 30_000 }, async () => {
+  it('remove --event-type --json of a live subscription without pending deliveries, with a note in text', {
+    timeout: 30_000,
+  }, async () => {
     await store.subscribe([{ eventType: 'order.paid', handler: 'audit', maxAttempts: 2 }]);
-    const json = await runCli(['subscriptions', 'remove', 'audit', '--event-type', 'order.shipped', '--json', ...flags]);
+    const json = await runCli([
+      'subscriptions',
+      'remove',
+      'audit',
+      '--event-type',
+      'order.shipped',
+      '--json',
+      ...flags,
+    ]);
     assert.equal(json.code, 0, json.stderr);
-    assert.deepEqual(JSON.parse(json.stdout), { handler: 'audit', eventType: 'order.shipped', removed: 1, buried: 0, eventTypes: ['order.shipped'] });
+    assert.deepEqual(JSON.parse(json.stdout), {
+      handler: 'audit',
+      eventType: 'order.shipped',
+      removed: 1,
+      buried: 0,
+      eventTypes: ['order.shipped'],
+    });
     assert.ok((await subscribed()).includes('order.paid/audit'), 'only the named type was removed');
 
     const text = await runCli(['subscriptions', 'remove', 'audit', ...flags]);
     assert.equal(text.code, 0, text.stderr);
     const out = lines(text.stdout);
     assert.equal(out[0], 'removed 1 subscription of handler "audit" (order.paid)');
-    assert.match(out[1]!, /^note: a worker ran this handler within the last 3m; if it still does, it subscribes it again/);
+    assert.match(
+      out[1]!,
+      /^note: a worker ran this handler within the last 3m; if it still does, it subscribes it again/,
+    );
   });
 
-  it('remove of a handler with no subscription says nothing was subscribed and exits 1', { timeout: 30_000 }, async () => {
+  it('remove of a handler with no subscription says nothing was subscribed and exits 1', {
+    timeout: 30_000,
+  }, async () => {
     const before = await subscribed();
     const result = await runCli(['subscriptions', 'remove', 'nobody', ...flags]);
     assert.equal(result.code, 1);
     assert.equal(result.stdout, '');
-    assert.match(result.stderr, /^relaybus: nothing was subscribed: handler "nobody" has no subscription in schema "[^"]+"; nothing changed/);
+    assert.match(
+      result.stderr,
+      /^relaybus: nothing was subscribed: handler "nobody" has no subscription in schema "[^"]+"; nothing changed/,
+    );
     const typed = await runCli(['subscriptions', 'remove', 'email', '--event-type', 'order.paid', ...flags]);
     assert.equal(typed.code, 1);
-    assert.match(typed.stderr, /nothing was subscribed: handler "email" for event type "order.paid" has no subscription/);
+    assert.match(
+      typed.stderr,
+      /nothing was subscribed: handler "email" for event type "order.paid" has no subscription/,
+    );
     assert.deepEqual(await subscribed(), before);
   });
 
-  it('usage: a subcommand and a handler are required, flags belong to their subcommand, --help documents both', { timeout: 30_000 }, async () => {
+  it('usage: a subcommand and a handler are required, flags belong to their subcommand, --help documents both', {
+    timeout: 30_000,
+  }, async () => {
     const cases: [string[], RegExp][] = [
       [['subscriptions'], /needs a subcommand: list or remove/],
       [['subscriptions', 'drop'], /unknown command "subscriptions drop"/],
       [['subscriptions', 'remove'], /needs the handler name/],
       [['subscriptions', 'remove', 'a', 'b'], /unexpected argument "b"/],
-      [['subscriptions', 'list', '--bury-pending', 'x'], /unknown option '--bury-pending' \(see relaybus subscriptions list --help\)/],
+      [
+        ['subscriptions', 'list', '--bury-pending', 'x'],
+        /unknown option '--bury-pending' \(see relaybus subscriptions list --help\)/,
+      ],
       [['subscriptions', 'remove', 'fax', '--bury-pending', ' '], /--bury-pending needs a reason/],
     ];
     for (const [args, pattern] of cases) {
@@ -218,12 +316,17 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     assert.match(out[1]!, /^ {7}relaybus subscriptions remove <handler>/);
     assert.ok(out.includes('Exit codes:'));
     assert.ok(out.some((line) => /^ {2}1 {2}remove refused/.test(line)));
-    assert.ok(out.some((line) => /nothing was subscribed/.test(line)), 'the exit code of an unknown handler is documented');
+    assert.ok(
+      out.some((line) => /nothing was subscribed/.test(line)),
+      'the exit code of an unknown handler is documented',
+    );
     for (const line of out) assert.ok(line.length <= 100, line);
     assert.match((await runCli(['--help'])).stdout, /^ {2}subscriptions\s+\S/m);
   });
 
-  it('setup --subscriptions sets up the schema and records the handlers of the config module', { timeout: 60_000 }, async () => {
+  it('setup --subscriptions sets up the schema and records the handlers of the config module', {
+    timeout: 60_000,
+  }, async () => {
     const dir = tempDir('subs');
     const config = writeModule(dir, 'bus.mjs', configSource());
     const env = { DATABASE_URL: url, TEST_SCHEMA: setupSchema };
@@ -231,26 +334,42 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     assert.equal(result.code, 0, result.stderr);
     const out = lines(result.stdout);
     assert.match(out[0]!, new RegExp(`^relaybus: schema "${setupSchema}" on .+ is set up`));
-    assert.equal(out[1], 'relaybus: recorded 3 subscriptions of the handlers of bus.mjs (order.placed: email, ledger; order.paid: ledger-paid)');
+    assert.equal(
+      out[1],
+      'relaybus: recorded 3 subscriptions of the handlers of bus.mjs (order.placed: email, ledger; order.paid: ledger-paid)',
+    );
     const setupStore = postgresStore({ driver: fromPg(pool), schema: setupSchema });
     const recorded = await setupStore.listSubscriptions();
-    assert.deepEqual(recorded.map(({ eventType, handler, maxAttempts, retry }) => ({ eventType, handler, maxAttempts, retry })), [
-      { eventType: 'order.paid', handler: 'ledger-paid', maxAttempts: 7, retry: { backoff: BACKOFF } },
-      { eventType: 'order.placed', handler: 'email', maxAttempts: 3, retry: { backoff: BACKOFF } },
-      { eventType: 'order.placed', handler: 'ledger', maxAttempts: 7, retry: { backoff: BACKOFF } },
-    ]);
+    assert.deepEqual(
+      recorded.map(({ eventType, handler, maxAttempts, retry }) => ({ eventType, handler, maxAttempts, retry })),
+      [
+        { eventType: 'order.paid', handler: 'ledger-paid', maxAttempts: 7, retry: { backoff: BACKOFF } },
+        { eventType: 'order.placed', handler: 'email', maxAttempts: 3, retry: { backoff: BACKOFF } },
+        { eventType: 'order.placed', handler: 'ledger', maxAttempts: 7, retry: { backoff: BACKOFF } },
+      ],
+    );
     // A publisher with no handler of its own now fans out to them.
-    const [published] = await setupStore.transaction((tx) => setupStore.publish(tx, [{ type: 'order.placed', payload: { n: 1 }, handlers: [] }]));
+    const [published] = await setupStore.transaction((tx) =>
+      setupStore.publish(tx, [{ type: 'order.placed', payload: { n: 1 }, handlers: [] }]),
+    );
     assert.deepEqual([...published!.addedHandlers].sort(), ['email', 'ledger']);
 
     // A module without handlers, or on another schema, is refused before anything changes.
     writeModule(dir, 'empty.mjs', configSource(false));
-    const empty = await runCli(['setup', '--schema', oldSchema, '--subscriptions', 'empty.mjs'], { cwd: dir, env: { ...env, TEST_SCHEMA: oldSchema } });
+    const empty = await runCli(['setup', '--schema', oldSchema, '--subscriptions', 'empty.mjs'], {
+      cwd: dir,
+      env: { ...env, TEST_SCHEMA: oldSchema },
+    });
     assert.equal(empty.code, 1);
     assert.match(empty.stderr, /^relaybus: empty\.mjs registers no handler \(bus\.on\)/);
     const other = await runCli(['setup', '--schema', oldSchema, '--subscriptions', config], { cwd: dir, env });
     assert.equal(other.code, 2);
-    assert.match(other.stderr, new RegExp(`the bus of bus\\.mjs uses schema "${setupSchema}", and this setup works on "${oldSchema}": pass --schema ${setupSchema}`));
+    assert.match(
+      other.stderr,
+      new RegExp(
+        `the bus of bus\\.mjs uses schema "${setupSchema}", and this setup works on "${oldSchema}": pass --schema ${setupSchema}`,
+      ),
+    );
     const missing = await runCli(['setup', '--schema', oldSchema, '--subscriptions', 'nope.mjs'], { cwd: dir, env });
     assert.equal(missing.code, 2);
     assert.match(missing.stderr, /config module not found: nope\.mjs/);
@@ -258,10 +377,14 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     assert.equal(rows.length, 0, 'the refused runs created nothing');
   });
 
-  it('stats works without the mark on a schema that has no subscriptions table (older schema)', { timeout: 30_000 }, async () => {
+  it('stats works without the mark on a schema that has no subscriptions table (older schema)', {
+    timeout: 30_000,
+  }, async () => {
     const old = postgresStore({ driver: fromPg(pool), schema: oldSchema });
     await old.setup();
-    await old.transaction((tx) => old.publish(tx, [{ type: 'order.placed', payload: { n: 1 }, handlers: [{ name: 'email', maxAttempts: 1 }] }]));
+    await old.transaction((tx) =>
+      old.publish(tx, [{ type: 'order.placed', payload: { n: 1 }, handlers: [{ name: 'email', maxAttempts: 1 }] }]),
+    );
     await pool.query(`DROP TABLE "${oldSchema}".relaybus_subscriptions`);
     const oldFlags = ['--database-url', url, '--schema', oldSchema];
     const json = await runCli(['stats', '--json', ...oldFlags]);
@@ -275,7 +398,9 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     assert.match(table.stdout, /^email\s+1\s+1\s+0\s+0\s+0\s+\S+$/m);
   });
 
-  it('stats shows no mark while no subscription is recorded at all (liveness unknown)', { timeout: 30_000 }, async () => {
+  it('stats shows no mark while no subscription is recorded at all (liveness unknown)', {
+    timeout: 30_000,
+  }, async () => {
     await pool.query(`DELETE FROM "${schema}".relaybus_subscriptions`);
     const json = await runCli(['stats', '--json', ...flags]);
     assert.equal(json.code, 0, json.stderr);

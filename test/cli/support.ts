@@ -34,7 +34,10 @@ function newestMtime(path: string): number {
 function isFresh(): boolean {
   const built = statSync(BIN, { throwIfNoEntry: false });
   if (built === undefined) return false;
-  const newest = Math.max(...SOURCES.map((dir) => newestMtime(join(REPO, dir))), ...CONFIGS.map((file) => newestMtime(join(REPO, file))));
+  const newest = Math.max(
+    ...SOURCES.map((dir) => newestMtime(join(REPO, dir))),
+    ...CONFIGS.map((file) => newestMtime(join(REPO, file))),
+  );
   return built.mtimeMs >= newest;
 }
 
@@ -45,7 +48,8 @@ async function acquireLock(): Promise<void> {
       return;
     } catch {
       const stat = statSync(LOCK, { throwIfNoEntry: false });
-      if (stat !== undefined && Date.now() - stat.mtimeMs > STALE_LOCK_MS) rmSync(LOCK, { recursive: true, force: true });
+      if (stat !== undefined && Date.now() - stat.mtimeMs > STALE_LOCK_MS)
+        rmSync(LOCK, { recursive: true, force: true });
       await sleep(200);
     }
   }
@@ -115,12 +119,22 @@ function environment(extra: CliOptions['env']): NodeJS.ProcessEnv {
 /** Start the built bin with `args`. */
 export function startCli(args: readonly string[], options: CliOptions = {}): RunningCli {
   const [command, argv] = options.direct ? [BIN, [...args]] : [process.execPath, [BIN, ...args]];
-  const child = spawn(command, argv, { cwd: options.cwd ?? REPO, env: environment(options.env), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(command, argv, {
+    cwd: options.cwd ?? REPO,
+    env: environment(options.env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   const listeners = new Set<() => void>();
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk; listeners.forEach((listener) => listener()); });
-  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk; listeners.forEach((listener) => listener()); });
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk;
+    listeners.forEach((listener) => listener());
+  });
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+    listeners.forEach((listener) => listener());
+  });
   const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
   const exited = new Promise<CliResult>((resolve, reject) => {
     child.on('error', reject);

@@ -16,7 +16,18 @@ import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { BIN, IMPORTS, lines, REPO, runCli, startCli, tempDir, useBuiltCli, writeModule, type RunningCli } from './support.js';
+import {
+  BIN,
+  IMPORTS,
+  lines,
+  REPO,
+  runCli,
+  startCli,
+  tempDir,
+  useBuiltCli,
+  writeModule,
+  type RunningCli,
+} from './support.js';
 
 const found = await findPostgres();
 useBuiltCli();
@@ -61,7 +72,9 @@ function isRunning(pid: number): boolean {
   }
 }
 
-describe('relaybus worker: database outages, bad settings, containers (real Postgres, built bin)', { skip: 'skip' in found ? found.skip : undefined }, () => {
+describe('relaybus worker: database outages, bad settings, containers (real Postgres, built bin)', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
   const url = 'url' in found ? found.url : 'postgres://postgres@127.0.0.1:5432/test';
   const target = new URL(url);
   const schema = uniqueSchemaName('cli_resilience');
@@ -74,7 +87,10 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
   /** `url` with some parts replaced. */
   function urlWith(parts: { port?: number; database?: string; username?: string; password?: string }): string {
     const next = new URL(url);
-    if (parts.port !== undefined) { next.hostname = '127.0.0.1'; next.port = String(parts.port); }
+    if (parts.port !== undefined) {
+      next.hostname = '127.0.0.1';
+      next.port = String(parts.port);
+    }
     if (parts.database !== undefined) next.pathname = `/${parts.database}`;
     if (parts.username !== undefined) next.username = parts.username;
     if (parts.password !== undefined) next.password = parts.password;
@@ -91,29 +107,48 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
   });
   after(async () => {
     for (const pid of leftovers) {
-      try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
     }
     await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await pool?.end();
   });
 
   async function reset(): Promise<void> {
-    await pool.query(`TRUNCATE "${schema}".handled, "${schema}".relaybus_deliveries, "${schema}".relaybus_events CASCADE`);
+    await pool.query(
+      `TRUNCATE "${schema}".handled, "${schema}".relaybus_deliveries, "${schema}".relaybus_events CASCADE`,
+    );
   }
 
   async function publish(count: number, from = 0): Promise<void> {
-    await store.transaction((tx) => store.publish(tx, Array.from({ length: count }, (_, i) => ({
-      type: 'order.placed', key: `k-${(from + i) % 7}`, payload: { n: from + i }, handlers: HANDLERS,
-    }))));
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        Array.from({ length: count }, (_, i) => ({
+          type: 'order.placed',
+          key: `k-${(from + i) % 7}`,
+          payload: { n: from + i },
+          handlers: HANDLERS,
+        })),
+      ),
+    );
   }
 
   async function handled(): Promise<number> {
-    const { rows } = await pool.query<{ count: number }>(`SELECT count(DISTINCT delivery_id)::int AS count FROM "${schema}".handled`);
+    const { rows } = await pool.query<{ count: number }>(
+      `SELECT count(DISTINCT delivery_id)::int AS count FROM "${schema}".handled`,
+    );
     return rows[0]!.count;
   }
 
   async function lanesOf(owner: string): Promise<number> {
-    const { rows } = await pool.query<{ count: number }>(`SELECT count(*)::int AS count FROM "${schema}".relaybus_lanes WHERE lease_owner = $1`, [owner]);
+    const { rows } = await pool.query<{ count: number }>(
+      `SELECT count(*)::int AS count FROM "${schema}".relaybus_lanes WHERE lease_owner = $1`,
+      [owner],
+    );
     return rows[0]!.count;
   }
 
@@ -134,13 +169,21 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     return { owner, pid };
   }
 
-  const env = (extra: Record<string, string | undefined> = {}) => ({ DATABASE_URL: url, TEST_SCHEMA: schema, ...extra });
+  const env = (extra: Record<string, string | undefined> = {}) => ({
+    DATABASE_URL: url,
+    TEST_SCHEMA: schema,
+    ...extra,
+  });
 
-  it('keeps running while the database is unreachable, logging each retry (JSON), drains once it answers, and rides out an outage', { timeout: 90_000 }, async () => {
+  it('keeps running while the database is unreachable, logging each retry (JSON), drains once it answers, and rides out an outage', {
+    timeout: 90_000,
+  }, async () => {
     await reset();
     await publish(20);
     const proxy = await TcpProxy.create({ host: target.hostname, port: Number(target.port || 5432) });
-    const worker = startCli(['worker', config, '--log-format', 'json'], { env: env({ DATABASE_URL: urlWith({ port: proxy.port }) }) });
+    const worker = startCli(['worker', config, '--log-format', 'json'], {
+      env: env({ DATABASE_URL: urlWith({ port: proxy.port }) }),
+    });
     try {
       await worker.waitFor(/"attempt":2/, 10_000); // two failed starts: 250 ms, then 500 ms of backoff
       assert.equal(worker.child.exitCode, null, 'still running');
@@ -148,7 +191,10 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
 
       await proxy.open();
       await worker.waitFor(/database reachable again; the store is set up/);
-      await waitUntil('the backlog is drained and completed', async () => (await handled()) === 20 && (await store.statistics()).pending === 0);
+      await waitUntil(
+        'the backlog is drained and completed',
+        async () => (await handled()) === 20 && (await store.statistics()).pending === 0,
+      );
 
       await proxy.cut(); // an outage while running: claims fail, the worker waits
       await worker.waitFor(/database unreachable; claiming again after a backoff/);
@@ -167,58 +213,115 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
 
     const records = [...lines(result.stdout), ...lines(result.stderr)].map((line) => {
       const record = JSON.parse(line) as Record<string, unknown>; // every line is one JSON object
-      assert.ok(!Number.isNaN(Date.parse(String(record.time))) && typeof record.level === 'string' && typeof record.msg === 'string', line);
+      assert.ok(
+        !Number.isNaN(Date.parse(String(record.time))) &&
+          typeof record.level === 'string' &&
+          typeof record.msg === 'string',
+        line,
+      );
       return record;
     });
-    const retries = records.filter((record) => /^database (still )?unreachable; starting again/.test(String(record.msg)));
+    const retries = records.filter((record) =>
+      /^database (still )?unreachable; starting again/.test(String(record.msg)),
+    );
     assert.ok(retries.length >= 2);
     retries.forEach((record, i) => {
       assert.equal(record.level, 'warn');
       assert.equal(record.attempt, i + 1, 'one line per failed attempt');
-      assert.ok(Date.parse(String(record.retryAt)) > Date.parse(String(record.time)), 'the next retry time is in the future');
+      assert.ok(
+        Date.parse(String(record.retryAt)) > Date.parse(String(record.time)),
+        'the next retry time is in the future',
+      );
       assert.match(String(record.error), /ECONNREFUSED/);
     });
     const start = records.find((record) => String(record.msg).startsWith('starting 1 handler'));
     assert.match(String(start?.msg), new RegExp(`postgres store, schema ${schema}, DATABASE_URL postgres://`));
-    assert.ok(records.some((record) => record.msg === 'dispatcher stopped' && typeof record.lanesRelinquished === 'number'), 'the library\'s lines come through the same logger');
-    assert.match(String(lines(result.stdout).map((line) => (JSON.parse(line) as { msg: string }).msg).at(-1)), /^stopped; 30 delivered, 0 failed attempts, 0 dead$/);
-    const claimRetries = records.filter((record) => /^database (still )?unreachable; claiming again after a backoff$/.test(String(record.msg)));
+    assert.ok(
+      records.some((record) => record.msg === 'dispatcher stopped' && typeof record.lanesRelinquished === 'number'),
+      "the library's lines come through the same logger",
+    );
+    assert.match(
+      String(
+        lines(result.stdout)
+          .map((line) => (JSON.parse(line) as { msg: string }).msg)
+          .at(-1),
+      ),
+      /^stopped; 30 delivered, 0 failed attempts, 0 dead$/,
+    );
+    const claimRetries = records.filter((record) =>
+      /^database (still )?unreachable; claiming again after a backoff$/.test(String(record.msg)),
+    );
     assert.equal(claimRetries[0]?.level, 'warn', 'the outage mid-run is reported by the dispatcher');
     assert.equal(claimRetries[0]?.attempt, 1);
-    assert.ok(records.some((record) => record.level === 'warn' && /connection failed while idle/.test(String(record.msg))), 'dropped idle connections are reported (store.onConnectionError)');
+    assert.ok(
+      records.some((record) => record.level === 'warn' && /connection failed while idle/.test(String(record.msg))),
+      'dropped idle connections are reported (store.onConnectionError)',
+    );
   });
 
-  it('exits at once with one line on what a retry cannot fix; refuses a DATABASE_URL that is not a URL before importing the config', { timeout: 60_000 }, async () => {
+  it('exits at once with one line on what a retry cannot fix; refuses a DATABASE_URL that is not a URL before importing the config', {
+    timeout: 60_000,
+  }, async () => {
     const mark = join(dir, 'imported');
     const started = Date.now();
     const [database, role, unset, notUrl] = await Promise.all([
-      runCli(['worker', config, '--log-level', 'warn'], { env: env({ DATABASE_URL: urlWith({ database: 'relaybus_no_such_database' }) }) }),
-      runCli(['worker', config], { env: env({ DATABASE_URL: urlWith({ username: 'relaybus_no_such_role', password: 's3cret' }) }) }),
-      runCli(['worker', config], { env: env({ DATABASE_URL: undefined, USER: undefined, PGUSER: undefined, PGPASSWORD: undefined, PGHOST: target.hostname, PGPORT: target.port || '5432' }) }),
+      runCli(['worker', config, '--log-level', 'warn'], {
+        env: env({ DATABASE_URL: urlWith({ database: 'relaybus_no_such_database' }) }),
+      }),
+      runCli(['worker', config], {
+        env: env({ DATABASE_URL: urlWith({ username: 'relaybus_no_such_role', password: 's3cret' }) }),
+      }),
+      runCli(['worker', config], {
+        env: env({
+          DATABASE_URL: undefined,
+          USER: undefined,
+          PGUSER: undefined,
+          PGPASSWORD: undefined,
+          PGHOST: target.hostname,
+          PGPORT: target.port || '5432',
+        }),
+      }),
       runCli(['worker', config], { env: env({ DATABASE_URL: 'not-a-url', MARK_FILE: mark }) }),
     ]);
     assert.ok(Date.now() - started < 15_000, 'no retries');
 
     assert.equal(database.code, 1, database.stderr);
     assert.equal(database.stdout, '', '--log-level warn hides the info lines');
-    assert.match(database.stderr, /^relaybus: the worker could not start: .*database "relaybus_no_such_database" does not exist\.?\n$/);
+    assert.match(
+      database.stderr,
+      /^relaybus: the worker could not start: .*database "relaybus_no_such_database" does not exist\.?\n$/,
+    );
 
     assert.equal(role.code, 1, role.stderr);
-    assert.match(role.stderr, /^relaybus: the worker could not start: .*role "relaybus_no_such_role" does not exist\.?\n$/);
-    assert.match(role.stdout, /^relaybus worker: starting 1 handler \(record\) from bus\.mjs: postgres store, schema \S+, DATABASE_URL postgres:\/\/relaybus_no_such_role:\*\*\*@/m);
+    assert.match(
+      role.stderr,
+      /^relaybus: the worker could not start: .*role "relaybus_no_such_role" does not exist\.?\n$/,
+    );
+    assert.match(
+      role.stdout,
+      /^relaybus worker: starting 1 handler \(record\) from bus\.mjs: postgres store, schema \S+, DATABASE_URL postgres:\/\/relaybus_no_such_role:\*\*\*@/m,
+    );
     assert.doesNotMatch(role.stdout + role.stderr, /s3cret/, 'the password is never printed');
 
     assert.equal(unset.code, 1, unset.stderr);
     assert.match(unset.stdout, /DATABASE_URL is not set$/m);
-    assert.match(unset.stderr, /^relaybus: DATABASE_URL is not set, and the store could not connect without it: .*no PostgreSQL user name specified in startup packet\.?\n$/);
+    assert.match(
+      unset.stderr,
+      /^relaybus: DATABASE_URL is not set, and the store could not connect without it: .*no PostgreSQL user name specified in startup packet\.?\n$/,
+    );
 
     assert.equal(notUrl.code, 2, notUrl.stderr);
     assert.equal(notUrl.stdout, '');
-    assert.equal(notUrl.stderr, 'relaybus: DATABASE_URL is not a valid connection string; expected postgres://user:password@host:5432/database\n');
+    assert.equal(
+      notUrl.stderr,
+      'relaybus: DATABASE_URL is not a valid connection string; expected postgres://user:password@host:5432/database\n',
+    );
     assert.equal(existsSync(mark), false, 'the config module was not imported');
   });
 
-  it('node <bin> worker: SIGTERM stops it gracefully (exit 0) and hands its lanes back at once', { timeout: 60_000 }, async () => {
+  it('node <bin> worker: SIGTERM stops it gracefully (exit 0) and hands its lanes back at once', {
+    timeout: 60_000,
+  }, async () => {
     await reset();
     await publish(40);
     const worker = startCli(['worker', config], { env: env({ HANDLER_DELAY_MS: '100' }) });
@@ -231,12 +334,17 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     assert.equal(await lanesOf(owner), 0, 'every lane was relinquished, none waits out its lease');
   });
 
-  it('npm exec relaybus -- worker: SIGTERM to npm (which exits and orphans the worker) still stops the worker gracefully', { timeout: 60_000 }, async () => {
+  it('npm exec relaybus -- worker: SIGTERM to npm (which exits and orphans the worker) still stops the worker gracefully', {
+    timeout: 60_000,
+  }, async () => {
     await reset();
     await publish(40);
     // A project that depends on this package: node_modules/relaybus and its bin link, as npm install makes them.
     const project = tempDir('npm-exec');
-    writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module', dependencies: { relaybus: '*' } }));
+    writeFileSync(
+      join(project, 'package.json'),
+      JSON.stringify({ name: 'app', private: true, type: 'module', dependencies: { relaybus: '*' } }),
+    );
     mkdirSync(join(project, 'node_modules/.bin'), { recursive: true });
     symlinkSync(REPO, join(project, 'node_modules/relaybus'), 'dir');
     symlinkSync('../relaybus/dist/src/cli/main.js', join(project, 'node_modules/.bin/relaybus'));
@@ -244,18 +352,25 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     assert.ok(existsSync(BIN));
 
     const npm = spawn('npm', ['exec', '--offline', 'relaybus', '--', 'worker', 'bus.mjs'], {
-      cwd: project, env: { ...process.env, ...env({ HANDLER_DELAY_MS: '100' }) }, stdio: ['ignore', 'pipe', 'pipe'],
+      cwd: project,
+      env: { ...process.env, ...env({ HANDLER_DELAY_MS: '100' }) },
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
     let stderr = '';
-    npm.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk; });
-    npm.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk; });
+    npm.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+    });
+    npm.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      stderr += chunk;
+    });
     // The pipes close when their last holder, the worker, exits: long after npm itself.
     const closed = new Promise<void>((resolve) => npm.on('close', () => resolve()));
     const npmExited = new Promise<void>((resolve) => npm.on('exit', () => resolve()));
     const deadline = Date.now() + 30_000;
     while (!/ as owner \S+/.test(stdout)) {
-      if (Date.now() > deadline || npm.exitCode !== null) throw new Error(`the worker did not start under npm exec:\n${stdout}\n${stderr}`);
+      if (Date.now() > deadline || npm.exitCode !== null)
+        throw new Error(`the worker did not start under npm exec:\n${stdout}\n${stderr}`);
       await sleep(50);
     }
     const owner = / as owner (\S+)/.exec(stdout)![1]!;
@@ -267,8 +382,15 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     const signalledAt = Date.now();
     npm.kill('SIGTERM');
     await npmExited;
-    const outcome = await Promise.race([closed.then(() => 'exited' as const), sleep(10_000).then(() => 'running' as const)]);
-    assert.equal(outcome, 'exited', `the orphaned worker stopped within 10 s of npm being signalled\n${stdout}\n${stderr}`);
+    const outcome = await Promise.race([
+      closed.then(() => 'exited' as const),
+      sleep(10_000).then(() => 'running' as const),
+    ]);
+    assert.equal(
+      outcome,
+      'exited',
+      `the orphaned worker stopped within 10 s of npm being signalled\n${stdout}\n${stderr}`,
+    );
     await waitUntil('the worker process is gone', async () => !isRunning(pid), 5_000);
     assert.ok(Date.now() - signalledAt < 15_000);
     assert.match(stdout, /the parent process \(pid \d+\) exited .*; stopping gracefully/);

@@ -16,7 +16,10 @@ import { IMPORTS, startCli, tempDir, useBuiltCli, writeModule, runCli } from './
 const found = await findPostgres();
 useBuiltCli();
 
-const HANDLERS = [{ name: 'email', maxAttempts: 5 }, { name: 'ledger', maxAttempts: 5 }];
+const HANDLERS = [
+  { name: 'email', maxAttempts: 5 },
+  { name: 'ledger', maxAttempts: 5 },
+];
 
 /** A config module: two handlers that record each run in `<schema>.handled`; HANDLER_MODE=hang never finishes. */
 function configSource(typescript = false): string {
@@ -62,7 +65,9 @@ describe('relaybus worker (real Postgres, built bin)', { skip: 'skip' in found ?
     pool = new pg.Pool({ connectionString: url, max: 3 });
     store = postgresStore({ driver: fromPg(pool), schema });
     await store.setup();
-    await pool.query(`CREATE TABLE "${schema}".handled (delivery_id bigint NOT NULL, handler text NOT NULL, n int NOT NULL)`);
+    await pool.query(
+      `CREATE TABLE "${schema}".handled (delivery_id bigint NOT NULL, handler text NOT NULL, n int NOT NULL)`,
+    );
     dir = tempDir('worker');
     config = writeModule(dir, 'bus.mjs', configSource());
   });
@@ -72,20 +77,31 @@ describe('relaybus worker (real Postgres, built bin)', { skip: 'skip' in found ?
   });
 
   async function reset(): Promise<void> {
-    await pool.query(`TRUNCATE "${schema}".handled, "${schema}".relaybus_deliveries, "${schema}".relaybus_events CASCADE`);
+    await pool.query(
+      `TRUNCATE "${schema}".handled, "${schema}".relaybus_deliveries, "${schema}".relaybus_events CASCADE`,
+    );
   }
 
   async function publish(count: number, from = 0): Promise<void> {
     for (let first = from; first < from + count; first += 100) {
-      await store.transaction((tx) => store.publish(tx, Array.from({ length: Math.min(100, from + count - first) }, (_, i) => ({
-        type: 'order.placed', key: `customer-${(first + i) % 13}`, payload: { n: first + i }, handlers: HANDLERS,
-      }))));
+      await store.transaction((tx) =>
+        store.publish(
+          tx,
+          Array.from({ length: Math.min(100, from + count - first) }, (_, i) => ({
+            type: 'order.placed',
+            key: `customer-${(first + i) % 13}`,
+            payload: { n: first + i },
+            handlers: HANDLERS,
+          })),
+        ),
+      );
     }
   }
 
   async function handled(): Promise<{ rows: number; distinct: number }> {
     const { rows } = await pool.query<{ rows: number; distinct: number }>(
-      `SELECT count(*)::int AS rows, count(DISTINCT (delivery_id, handler))::int AS distinct FROM "${schema}".handled`);
+      `SELECT count(*)::int AS rows, count(DISTINCT (delivery_id, handler))::int AS distinct FROM "${schema}".handled`,
+    );
     return rows[0]!;
   }
 
@@ -97,7 +113,9 @@ describe('relaybus worker (real Postgres, built bin)', { skip: 'skip' in found ?
     }
   }
 
-  it('drains what was published; SIGTERM mid-way stops gracefully (exit 0) with nothing lost; a restart finishes the rest', { timeout: 90_000 }, async () => {
+  it('drains what was published; SIGTERM mid-way stops gracefully (exit 0) with nothing lost; a restart finishes the rest', {
+    timeout: 90_000,
+  }, async () => {
     await reset();
     const total = 300 * HANDLERS.length;
     await publish(300);
@@ -131,7 +149,9 @@ describe('relaybus worker (real Postgres, built bin)', { skip: 'skip' in found ?
     assert.equal(finished.code, 0, finished.stderr);
     const all = await handled();
     assert.equal(all.rows, total, 'each delivery ran exactly once across the two workers');
-    const left = await pool.query<{ count: number }>(`SELECT count(*)::int AS count FROM "${schema}".relaybus_deliveries`);
+    const left = await pool.query<{ count: number }>(
+      `SELECT count(*)::int AS count FROM "${schema}".relaybus_deliveries`,
+    );
     assert.equal(left.rows[0]!.count, 0, 'completed deliveries are deleted');
   });
 
@@ -145,7 +165,9 @@ describe('relaybus worker (real Postgres, built bin)', { skip: 'skip' in found ?
     assert.deepEqual(await handled(), { rows: 240, distinct: 240 });
   });
 
-  it('a second SIGTERM forces the stop: exit 143, the stuck delivery is released without an attempt charged', { timeout: 60_000 }, async () => {
+  it('a second SIGTERM forces the stop: exit 143, the stuck delivery is released without an attempt charged', {
+    timeout: 60_000,
+  }, async () => {
     await reset();
     await publish(1);
     const worker = startCli(['worker', config], { env: { ...env(), HANDLER_MODE: 'hang' } });
@@ -160,7 +182,9 @@ describe('relaybus worker (real Postgres, built bin)', { skip: 'skip' in found ?
     assert.equal(result.code, 143, `${result.stdout}\n${result.stderr}`);
     assert.ok(Date.now() - forcedAt < 5_000, 'the forced stop is quick');
     assert.match(result.stderr, /SIGTERM received again; forcing the stop/);
-    const { rows } = await pool.query<{ attempts: number; status: string }>(`SELECT attempts, status FROM "${schema}".relaybus_deliveries`);
+    const { rows } = await pool.query<{ attempts: number; status: string }>(
+      `SELECT attempts, status FROM "${schema}".relaybus_deliveries`,
+    );
     assert.equal(rows.length, 2);
     for (const row of rows) assert.deepEqual(row, { attempts: 0, status: 'pending' });
     assert.equal((await store.statistics()).inFlight, 0, 'the aborted deliveries were released');
@@ -177,23 +201,36 @@ describe('relaybus worker (real Postgres, built bin)', { skip: 'skip' in found ?
     assert.deepEqual(await handled(), { rows: 20, distinct: 20 });
   });
 
-  it('per-run flags: honoured by a bus whose start() takes options, refused with a clear message otherwise', { timeout: 60_000 }, async () => {
+  it('per-run flags: honoured by a bus whose start() takes options, refused with a clear message otherwise', {
+    timeout: 60_000,
+  }, async () => {
     await reset();
     await publish(20);
     const probe = createRelayBus({ store, events: [defineEvent('probe', Type.Object({}))] }); // src and dist are the same code
     const supported = Array.isArray((probe as unknown as { handlers?: unknown }).handlers);
-    const result = await runCli(['worker', config, '--once', '--handlers', 'email', '--concurrency', '2', '--poll-interval', '20ms'], { env: env() });
+    const result = await runCli(
+      ['worker', config, '--once', '--handlers', 'email', '--concurrency', '2', '--poll-interval', '20ms'],
+      { env: env() },
+    );
     if (supported) {
       assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
       assert.match(result.stdout, /running 1 handler \(email\)/);
-      const { rows } = await pool.query<{ handler: string; count: number }>(`SELECT handler, count(*)::int AS count FROM "${schema}".handled GROUP BY handler`);
+      const { rows } = await pool.query<{ handler: string; count: number }>(
+        `SELECT handler, count(*)::int AS count FROM "${schema}".handled GROUP BY handler`,
+      );
       assert.deepEqual(rows, [{ handler: 'email', count: 20 }]);
       const unknown = await runCli(['worker', config, '--handlers', 'nope'], { env: env() });
       assert.equal(unknown.code, 2);
-      assert.match(unknown.stderr, /^relaybus: --handlers: "nope" is not registered on the bus of bus\.mjs; it has email, ledger\n$/);
+      assert.match(
+        unknown.stderr,
+        /^relaybus: --handlers: "nope" is not registered on the bus of bus\.mjs; it has email, ledger\n$/,
+      );
     } else {
       assert.equal(result.code, 2, `${result.stdout}\n${result.stderr}`);
-      assert.match(result.stderr, /^relaybus: --concurrency, --poll-interval, --handlers: this relaybus version cannot override the bus from the command line; set them in bus\.mjs .*\n$/);
+      assert.match(
+        result.stderr,
+        /^relaybus: --concurrency, --poll-interval, --handlers: this relaybus version cannot override the bus from the command line; set them in bus\.mjs .*\n$/,
+      );
       assert.deepEqual(await handled(), { rows: 0, distinct: 0 });
     }
   });

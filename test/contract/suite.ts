@@ -23,7 +23,16 @@ import { shutdownCases } from './cases/shutdown.cases.js';
 import { subscriptionCases } from './cases/subscriptions.cases.js';
 
 export const contractGroups: readonly CaseGroup[] = [
-  publishCases, claimCases, fencingCases, completionCases, retryCases, orderingCases, livenessCases, ridingCases, shutdownCases, adminCases,
+  publishCases,
+  claimCases,
+  fencingCases,
+  completionCases,
+  retryCases,
+  orderingCases,
+  livenessCases,
+  ridingCases,
+  shutdownCases,
+  adminCases,
   subscriptionCases,
 ];
 
@@ -41,15 +50,23 @@ export async function describeStoreContract<TTx>(target: ContractTarget<TTx>): P
       if (!harness) throw new Error(`${target.name}: the harness did not open`);
       return harness;
     };
-    before(async () => { harness = await target.open(); });
-    beforeEach(async () => { await current().reset(); });
-    after(async () => { await harness?.close(); });
+    before(async () => {
+      harness = await target.open();
+    });
+    beforeEach(async () => {
+      await current().reset();
+    });
+    after(async () => {
+      await harness?.close();
+    });
 
     for (const group of contractGroups) {
       describe(group.area, () => {
         for (const testCase of group.cases) {
           const reason = missingCapability(target, testCase);
-          it(testCase.name, reason === undefined ? {} : { skip: reason }, () => testCase.run({ harness: current(), target }));
+          it(testCase.name, reason === undefined ? {} : { skip: reason }, () =>
+            testCase.run({ harness: current(), target }),
+          );
         }
       });
     }

@@ -23,7 +23,8 @@ function invocationOf(tokens: readonly string[]): Invocation | undefined {
   while (rest.length > 0 && /^[A-Z_][A-Z0-9_]*=/.test(rest[0]!)) rest.shift(); // VAR=value prefixes
   if (rest[0] === 'npx') rest.shift();
   if (rest[0] !== undefined && /(^|\/)relaybus$/.test(rest[0])) rest = rest.slice(1);
-  else if (rest[0] === 'node' && rest[1] !== undefined && /(^|\/)relaybus\/dist\/src\/cli\/main\.js$/.test(rest[1])) rest = rest.slice(2);
+  else if (rest[0] === 'node' && rest[1] !== undefined && /(^|\/)relaybus\/dist\/src\/cli\/main\.js$/.test(rest[1]))
+    rest = rest.slice(2);
   else return undefined;
   // A redirection (`> file`, `2>&1`, `< in`) or a comment ends the arguments; a placeholder `<id>` does not.
   const cut = rest.findIndex((token) => /^(\d?>|<(?![\w-]+>)|#)/.test(token));

@@ -70,14 +70,25 @@ function parseMarker(body: string, line: number, problems: string[]): Marker {
     values[match[1]!] = match[2] ?? match[3]!;
     at = ATTRIBUTE.lastIndex;
   }
-  if (body.slice(at).trim() !== '') problems.push(`README.md:${line}: cannot read the marker attributes "${body.trim()}" (write key=value or key="a value")`);
+  if (body.slice(at).trim() !== '')
+    problems.push(
+      `README.md:${line}: cannot read the marker attributes "${body.trim()}" (write key=value or key="a value")`,
+    );
   const unknown = Object.keys(values).filter((key) => !['file', 'prelude', 'skip', 'flags'].includes(key));
-  if (unknown.length > 0) problems.push(`README.md:${line}: unknown marker key ${unknown.join(', ')} (file, prelude, skip, flags)`);
-  if (values.skip !== undefined && values.skip.trim().length < 10) problems.push(`README.md:${line}: skip needs a reason, e.g. skip="needs a running mail server"`);
+  if (unknown.length > 0)
+    problems.push(`README.md:${line}: unknown marker key ${unknown.join(', ')} (file, prelude, skip, flags)`);
+  if (values.skip !== undefined && values.skip.trim().length < 10)
+    problems.push(`README.md:${line}: skip needs a reason, e.g. skip="needs a running mail server"`);
   return {
     line,
     ...(values.file !== undefined ? { file: values.file } : {}),
-    preludes: values.prelude === undefined ? [] : values.prelude.split(',').map((name) => name.trim()).filter(Boolean),
+    preludes:
+      values.prelude === undefined
+        ? []
+        : values.prelude
+            .split(',')
+            .map((name) => name.trim())
+            .filter(Boolean),
     ...(values.skip !== undefined ? { skip: values.skip } : {}),
     ...(values.flags !== undefined ? { flags: values.flags } : {}),
   };
@@ -100,7 +111,13 @@ export function parseReadme(text: string): ReadmeParts {
     const number = index + 1;
     if (open !== undefined) {
       if (raw.trim().startsWith(open.fence) && raw.trim().replace(/[`~]/g, '') === '') {
-        blocks.push({ lang: open.lang, code: open.body.join('\n'), line: open.line, section, ...(open.marker ? { marker: open.marker } : {}) });
+        blocks.push({
+          lang: open.lang,
+          code: open.body.join('\n'),
+          line: open.line,
+          section,
+          ...(open.marker ? { marker: open.marker } : {}),
+        });
         open = undefined;
       } else {
         open.body.push(raw);
@@ -121,14 +138,22 @@ export function parseReadme(text: string): ReadmeParts {
     }
     const marker = MARKER.exec(trimmed);
     if (marker) {
-      if (pending) problems.push(`README.md:${pending.line}: marker is followed by another marker, not by a code block or table`);
+      if (pending)
+        problems.push(`README.md:${pending.line}: marker is followed by another marker, not by a code block or table`);
       pending = parseMarker(marker[1]!, number, problems);
       continue;
     }
     const fence = FENCE.exec(trimmed);
     if (fence) {
-      if (pending?.flags !== undefined) problems.push(`README.md:${pending.line}: a flags= marker must precede a table, not a code block`);
-      open = { fence: fence[1]!, lang: fence[2]!.toLowerCase(), line: number, body: [], ...(pending && pending.flags === undefined ? { marker: pending } : {}) };
+      if (pending?.flags !== undefined)
+        problems.push(`README.md:${pending.line}: a flags= marker must precede a table, not a code block`);
+      open = {
+        fence: fence[1]!,
+        lang: fence[2]!.toLowerCase(),
+        line: number,
+        body: [],
+        ...(pending && pending.flags === undefined ? { marker: pending } : {}),
+      };
       pending = undefined;
       continue;
     }
@@ -138,7 +163,9 @@ export function parseReadme(text: string): ReadmeParts {
         table = { line: number, command: pending.flags, flags: [] };
         index -= 1; // read this header row as a table row above
       } else {
-        problems.push(`README.md:${pending.line}: marker is not followed by ${pending.flags !== undefined ? 'a table' : 'a code block'}`);
+        problems.push(
+          `README.md:${pending.line}: marker is not followed by ${pending.flags !== undefined ? 'a table' : 'a code block'}`,
+        );
       }
       pending = undefined;
       continue;
@@ -152,6 +179,7 @@ export function parseReadme(text: string): ReadmeParts {
   }
   if (table !== undefined) tables.push(table);
   if (open !== undefined) problems.push(`README.md:${open.line}: code block never closed`);
-  if (pending !== undefined) problems.push(`README.md:${pending.line}: marker at the end of the file applies to nothing`);
+  if (pending !== undefined)
+    problems.push(`README.md:${pending.line}: marker at the end of the file applies to nothing`);
   return { blocks, tables, inline, problems };
 }

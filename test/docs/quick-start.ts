@@ -24,11 +24,17 @@ export function quickStartSteps(blocks: readonly CodeBlock[]): Step[] {
   for (const block of blocks) {
     if (block.lang === 'ts') {
       if (block.marker?.skip !== undefined) continue;
-      if (block.marker?.file === undefined) throw new Error(`README.md:${block.line}: a quick-start ts block needs a file= marker (the name the reader saves it as)`);
+      if (block.marker?.file === undefined)
+        throw new Error(
+          `README.md:${block.line}: a quick-start ts block needs a file= marker (the name the reader saves it as)`,
+        );
       steps.push({ kind: 'file', line: block.line, name: block.marker.file, code: block.code });
       continue;
     }
-    if (!SHELL.has(block.lang)) throw new Error(`README.md:${block.line}: the quick-start runner does not know how to run a ${block.lang || 'plain'} block`);
+    if (!SHELL.has(block.lang))
+      throw new Error(
+        `README.md:${block.line}: the quick-start runner does not know how to run a ${block.lang || 'plain'} block`,
+      );
     block.code.split('\n').forEach((text, index) => {
       const line = block.line + 1 + index;
       const command = text.replace(/(^|\s)#.*$/, '').trim();
@@ -44,7 +50,9 @@ export function quickStartSteps(blocks: readonly CodeBlock[]): Step[] {
       }
       const invocations = invocationsInShell(command);
       if (invocations.length > 1 || (invocations.length === 1 && /&&|\|\||[;|]/.test(command))) {
-        throw new Error(`README.md:${line}: write a relaybus command on a line of its own in the quick start: ${command}`);
+        throw new Error(
+          `README.md:${line}: write a relaybus command on a line of its own in the quick start: ${command}`,
+        );
       }
       if (invocations.length === 1) steps.push({ kind: 'relaybus', line, invocation: invocations[0]!, text: command });
       else steps.push({ kind: 'shell', line, text: command });

@@ -20,11 +20,22 @@ describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.s
   usePgStore('concurrent_claims', 10, (opened) => ({ store } = opened));
 
   it('four owners and a doubled claim loop drain 1,200 deliveries exactly once, in per-key order', async () => {
-    const handlers = [{ name: 'a', maxAttempts: 3 }, { name: 'b', maxAttempts: 3 }];
+    const handlers = [
+      { name: 'a', maxAttempts: 3 },
+      { name: 'b', maxAttempts: 3 },
+    ];
     for (let batch = 0; batch < 6; batch += 1) {
-      await store.transaction((tx) => store.publish(tx, Array.from({ length: 100 }, (_, i) => ({
-        type: 'thing.happened', key: i % 4 === 0 ? null : `k-${i % 30}`, payload: { n: batch * 100 + i }, handlers,
-      }))));
+      await store.transaction((tx) =>
+        store.publish(
+          tx,
+          Array.from({ length: 100 }, (_, i) => ({
+            type: 'thing.happened',
+            key: i % 4 === 0 ? null : `k-${i % 30}`,
+            payload: { n: batch * 100 + i },
+            handlers,
+          })),
+        ),
+      );
     }
     const total = 1200;
     const running = new Set<string>();
@@ -37,7 +48,7 @@ describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.s
     let completed = 0;
 
     async function loop(owner: string): Promise<void> {
-      for (let idle = 0; idle < 20 && completed < total;) {
+      for (let idle = 0; idle < 20 && completed < total; ) {
         const batch = await store.claim({ owner, handlers: ['a', 'b'], limit: 25, leaseDurationMs: 60_000 });
         if (batch.length === 0) {
           idle += 1;
@@ -87,7 +98,9 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
     const store = postgresStore({ driver: fromPg(pool), schema });
     try {
       await store.setup();
-      await store.transaction((tx) => store.publish(tx, [{ type: 't', payload: {}, handlers: [{ name: 'h', maxAttempts: 5 }] }]));
+      await store.transaction((tx) =>
+        store.publish(tx, [{ type: 't', payload: {}, handlers: [{ name: 'h', maxAttempts: 5 }] }]),
+      );
       const [first] = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
       assert.ok(first);
       // Hold the reschedule's transaction open so the next claim takes its snapshot first, then waits for the lane.
@@ -95,7 +108,15 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
       const holder = await pool.connect();
       try {
         await holder.query('BEGIN');
-        await holder.query(loadStatements(schema).reschedule.text, [first.id, lane, epoch, claims, new Date(Date.now() + 60_000).toISOString(), 'boom', null]);
+        await holder.query(loadStatements(schema).reschedule.text, [
+          first.id,
+          lane,
+          epoch,
+          claims,
+          new Date(Date.now() + 60_000).toISOString(),
+          'boom',
+          null,
+        ]);
         const racing = store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
         await waitUntilBlocked(pool);
         await holder.query('COMMIT');
@@ -106,8 +127,18 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
       const [view] = (await store.listDeliveries()).items;
       assert.equal(view?.status, 'pending');
       assert.equal(view?.attempts, 1);
-      const later = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000, now: new Date(Date.now() + 61_000) });
-      assert.deepEqual(later.map((d) => d.id), [first.id], 'claimable once its backoff is over, not stuck in flight');
+      const later = await store.claim({
+        owner: 'w',
+        handlers: ['h'],
+        limit: 10,
+        leaseDurationMs: 60_000,
+        now: new Date(Date.now() + 61_000),
+      });
+      assert.deepEqual(
+        later.map((d) => d.id),
+        [first.id],
+        'claimable once its backoff is over, not stuck in flight',
+      );
     } finally {
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
       await pool.end();
@@ -119,7 +150,8 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
 async function waitUntilBlocked(pool: pg.Pool): Promise<void> {
   for (let i = 0; i < 200; i += 1) {
     const { rows } = await pool.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`);
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+    );
     if (rows[0]!.n > 0) return;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
@@ -127,37 +159,62 @@ async function waitUntilBlocked(pool: pg.Pool): Promise<void> {
 }
 
 describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
-  it('a worker whose own lanes fill every claim still takes over a crashed worker\'s expired lane', async () => {
+  it("a worker whose own lanes fill every claim still takes over a crashed worker's expired lane", async () => {
     const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 2 });
     const schema = uniqueSchemaName('busy_takeover');
     const store = postgresStore({ driver: fromPg(pool), schema });
     const idsInLanes = (lanes: readonly number[], count: number, prefix: string) => {
       const ids: string[] = [];
-      for (let i = 0; ids.length < count; i += 1) if (lanes.includes(laneOf(null, `${prefix}${i}`))) ids.push(`${prefix}${i}`);
+      for (let i = 0; ids.length < count; i += 1)
+        if (lanes.includes(laneOf(null, `${prefix}${i}`))) ids.push(`${prefix}${i}`);
       return ids;
     };
     try {
       await store.setup();
       const busyLanes = [10, 11, 12, 13];
       const crashedLane = 200;
-      const event = (id: string, handler: string) => ({ id, type: 't', payload: {}, handlers: [{ name: handler, maxAttempts: 5 }] });
-      await store.transaction((tx) => store.publish(tx, [
-        ...idsInLanes(busyLanes, 40, 'busy-').map((id) => event(id, 'ha')),
-        ...idsInLanes([crashedLane], 2, 'crashed-hb-').map((id) => event(id, 'hb')),
-        ...idsInLanes([crashedLane], 1, 'crashed-ha-').map((id) => event(id, 'ha')),
-      ]));
+      const event = (id: string, handler: string) => ({
+        id,
+        type: 't',
+        payload: {},
+        handlers: [{ name: handler, maxAttempts: 5 }],
+      });
+      await store.transaction((tx) =>
+        store.publish(tx, [
+          ...idsInLanes(busyLanes, 40, 'busy-').map((id) => event(id, 'ha')),
+          ...idsInLanes([crashedLane], 2, 'crashed-hb-').map((id) => event(id, 'hb')),
+          ...idsInLanes([crashedLane], 1, 'crashed-ha-').map((id) => event(id, 'ha')),
+        ]),
+      );
       const t0 = new Date();
       const lease = 10_000;
-      const [lost] = await store.claim({ owner: 'crashes', handlers: ['hb'], limit: 1, leaseDurationMs: lease, now: t0 });
+      const [lost] = await store.claim({
+        owner: 'crashes',
+        handlers: ['hb'],
+        limit: 1,
+        leaseDurationMs: lease,
+        now: t0,
+      });
       assert.equal(lost?.lane, crashedLane);
       const first = await store.claim({ owner: 'busy', handlers: ['ha'], limit: 5, leaseDurationMs: lease, now: t0 });
       assert.equal(first.length, 5);
       // The crashed worker's lease is over; the busy worker's own lanes still fill its batch.
       const later = new Date(t0.getTime() + lease + 1);
-      const again = await store.claim({ owner: 'busy', handlers: ['ha'], limit: 5, leaseDurationMs: lease, now: later, takeover: true });
+      const again = await store.claim({
+        owner: 'busy',
+        handlers: ['ha'],
+        limit: 5,
+        leaseDurationMs: lease,
+        now: later,
+        takeover: true,
+      });
       assert.equal(again.length, 5);
       const [charged] = (await store.listDeliveries({ eventId: lost.eventId })).items;
-      assert.equal(charged?.attempts, 1, 'the crashed worker\'s in-flight delivery was charged: its lane was taken over');
+      assert.equal(
+        charged?.attempts,
+        1,
+        "the crashed worker's in-flight delivery was charged: its lane was taken over",
+      );
       assert.match(charged?.lastError ?? '', /lease expired/);
     } finally {
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);

@@ -30,7 +30,10 @@ const found = await findPostgres();
 const skip = 'skip' in found ? found.skip : undefined;
 const url = 'url' in found ? found.url : '';
 
-const Counted = defineEvent('conn-loss.counted', Type.Object({ mode: Type.Union([Type.Literal('idle'), Type.Literal('busy'), Type.Literal('plain')]) }));
+const Counted = defineEvent(
+  'conn-loss.counted',
+  Type.Object({ mode: Type.Union([Type.Literal('idle'), Type.Literal('busy'), Type.Literal('plain')]) }),
+);
 type Mode = 'idle' | 'busy' | 'plain';
 
 /** A driver under test over fresh connections tagged with `applicationName`, and how to end them. */
@@ -47,8 +50,10 @@ interface Target {
 }
 
 const POOL_MAX = 4;
-const pgPool = (applicationName: string) => new pg.Pool({ connectionString: url, max: POOL_MAX, application_name: applicationName });
-const postgresJs = (applicationName: string) => postgres(url, { max: POOL_MAX, onnotice: () => {}, connection: { application_name: applicationName } });
+const pgPool = (applicationName: string) =>
+  new pg.Pool({ connectionString: url, max: POOL_MAX, application_name: applicationName });
+const postgresJs = (applicationName: string) =>
+  postgres(url, { max: POOL_MAX, onnotice: () => {}, connection: { application_name: applicationName } });
 const widen = <TTx>(driver: PostgresDriver<TTx>) => driver as unknown as PostgresDriver<unknown>;
 
 /** Run `fn` again (up to 3 times) while it fails with a retryable error. */
@@ -98,7 +103,11 @@ const TARGETS: readonly Target[] = [
     name: 'drizzle (postgres-js)',
     connect(applicationName) {
       const sql = postgresJs(applicationName);
-      return { driver: widen(fromDrizzle(drizzlePostgresJs({ client: sql }))), reports: false, end: () => sql.end({ timeout: 1 }) };
+      return {
+        driver: widen(fromDrizzle(drizzlePostgresJs({ client: sql }))),
+        reports: false,
+        end: () => sql.end({ timeout: 1 }),
+      };
     },
   },
 ];
@@ -106,7 +115,9 @@ const TARGETS: readonly Target[] = [
 describe('a dropped connection never crashes the process', { skip }, () => {
   let admin: pg.Pool;
   const schemas: string[] = [];
-  before(() => { admin = new pg.Pool({ connectionString: url, max: 2 }); });
+  before(() => {
+    admin = new pg.Pool({ connectionString: url, max: 2 });
+  });
   after(async () => {
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await admin.end();
@@ -122,7 +133,9 @@ describe('a dropped connection never crashes the process', { skip }, () => {
   }
 
   for (const target of TARGETS) {
-    it(`${target.name}: a terminated backend fails the attempt, the retry counts once, and the bus carries on`, { timeout: 30_000 }, async (t) => {
+    it(`${target.name}: a terminated backend fails the attempt, the retry counts once, and the bus carries on`, {
+      timeout: 30_000,
+    }, async (t) => {
       const schema = uniqueSchemaName(`conn_loss_${target.name}`);
       schemas.push(schema);
       const applicationName = schema; // unique per test: terminateAll touches only this driver's connections
@@ -132,18 +145,27 @@ describe('a dropped connection never crashes the process', { skip }, () => {
       const unsubscribe = store.onConnectionError((error) => connectionErrors.push(error));
       const runs: { mode: Mode; attempt: number; pid: number }[] = [];
       const bus = createRelayBus({
-        store, events: [Counted], setupStore: false, backoff: { initialDelayMs: 50, maxDelayMs: 100, multiplier: 2, jitter: 0 },
+        store,
+        events: [Counted],
+        setupStore: false,
+        backoff: { initialDelayMs: 50, maxDelayMs: 100, multiplier: 2, jitter: 0 },
         dispatcher: { pollIntervalMs: 20, leaseDurationMs: 5_000, concurrency: 2, completionBatchWindowMs: 0 },
       });
       bus.on(Counted, 'count', { transactional: true, maxAttempts: 5 }, async ({ mode }, ctx) => {
         const tx = driver.unwrap(ctx.transaction);
-        const [row] = await tx.run<{ pid: number }>({ name: 'conn_loss_pid', text: 'SELECT pg_backend_pid() AS pid' }, []);
+        const [row] = await tx.run<{ pid: number }>(
+          { name: 'conn_loss_pid', text: 'SELECT pg_backend_pid() AS pid' },
+          [],
+        );
         const pid = Number(row!.pid);
         runs.push({ mode, attempt: ctx.delivery.attempt, pid });
-        await tx.run({
-          name: `conn_loss_count_${schema}`,
-          text: `INSERT INTO "${schema}".counters (event_id, n) VALUES ($1, 1) ON CONFLICT (event_id) DO UPDATE SET n = counters.n + 1`,
-        }, [ctx.delivery.eventId]);
+        await tx.run(
+          {
+            name: `conn_loss_count_${schema}`,
+            text: `INSERT INTO "${schema}".counters (event_id, n) VALUES ($1, 1) ON CONFLICT (event_id) DO UPDATE SET n = counters.n + 1`,
+          },
+          [ctx.delivery.eventId],
+        );
         if (ctx.delivery.attempt > 1 || mode === 'plain') return;
         if (mode === 'idle') {
           // The server's FATAL arrives while no statement runs: pg emits it as an 'error' event only.
@@ -167,19 +189,33 @@ describe('a dropped connection never crashes the process', { skip }, () => {
         const idle = await publish('idle');
         const busy = await publish('busy');
         await bus.start();
-        await waitFor(() => delivered.length === 2, 'both deliveries delivered after their first attempt failed', 15_000);
+        await waitFor(
+          () => delivered.length === 2,
+          'both deliveries delivered after their first attempt failed',
+          15_000,
+        );
 
         assert.deepEqual(
-          failed.map((f: FailedEvent) => f.delivery.eventId).sort(), [idle.eventId, busy.eventId].sort(),
+          failed.map((f: FailedEvent) => f.delivery.eventId).sort(),
+          [idle.eventId, busy.eventId].sort(),
           'each first attempt failed (and was rescheduled) once',
         );
-        assert.deepEqual(delivered.map((d) => d.delivery.attempt), [2, 2], 'each delivery was delivered by its second attempt');
+        assert.deepEqual(
+          delivered.map((d) => d.delivery.attempt),
+          [2, 2],
+          'each delivery was delivered by its second attempt',
+        );
         for (const { error } of failed) {
-          assert.match(String((error as Error).message ?? error), /terminat|connection/i, 'the attempt failed with the connection error, not a later one that hides it');
+          assert.match(
+            String((error as Error).message ?? error),
+            /terminat|connection/i,
+            'the attempt failed with the connection error, not a later one that hides it',
+          );
         }
         const firstPids = runs.filter((r) => r.attempt === 1).map((r) => r.pid);
         assert.equal(firstPids.length, 2);
-        for (const run of runs.filter((r) => r.attempt === 2)) assert.ok(!firstPids.includes(run.pid), 'the retry ran on a new connection');
+        for (const run of runs.filter((r) => r.attempt === 2))
+          assert.ok(!firstPids.includes(run.pid), 'the retry ran on a new connection');
 
         // Now drop every connection of the driver (idle in the pool, or mid-poll) while the bus runs.
         await pause(100);
@@ -189,26 +225,47 @@ describe('a dropped connection never crashes the process', { skip }, () => {
         // postgres.js 3.4 fails the first statement on a connection it reopened after a drop with the
         // old FATAL error (a stale error response): a retryable error, retried as an application would.
         const plain = await retrying(() => publish('plain'));
-        await waitFor(() => delivered.length === 3, 'a delivery published after the connections dropped is delivered', 15_000);
+        await waitFor(
+          () => delivered.length === 3,
+          'a delivery published after the connections dropped is delivered',
+          15_000,
+        );
         assert.equal(delivered[2]!.delivery.eventId, plain.eventId);
 
-        const { rows } = await admin.query<{ event_id: string; n: number }>(`SELECT event_id, n FROM "${schema}".counters ORDER BY event_id`);
+        const { rows } = await admin.query<{ event_id: string; n: number }>(
+          `SELECT event_id, n FROM "${schema}".counters ORDER BY event_id`,
+        );
         assert.deepEqual(
           new Map(rows.map((r) => [r.event_id, r.n])),
-          new Map([[idle.eventId, 1], [busy.eventId, 1], [plain.eventId, 1]]),
+          new Map([
+            [idle.eventId, 1],
+            [busy.eventId, 1],
+            [plain.eventId, 1],
+          ]),
           'every event counted exactly once: the increments of the failed attempts rolled back',
         );
         const stats = await retrying(() => store.statistics());
         assert.deepEqual({ pending: stats.pending, dead: stats.dead }, { pending: 0, dead: 0 });
 
         if (reports) {
-          assert.ok(connectionErrors.length >= 2, `onConnectionError heard the dropped connections (got ${connectionErrors.length})`);
+          assert.ok(
+            connectionErrors.length >= 2,
+            `onConnectionError heard the dropped connections (got ${connectionErrors.length})`,
+          );
           for (const error of connectionErrors) assert.match(error.message, /terminat|ECONNRESET/i); // the FATAL message, or the reset when the socket closed first
         } else {
-          assert.equal(driver.onConnectionError, undefined, 'a driver that never emits connection errors offers no subscription');
+          assert.equal(
+            driver.onConnectionError,
+            undefined,
+            'a driver that never emits connection errors offers no subscription',
+          );
         }
-        t.diagnostic(`first attempts failed with: ${failed.map((f) => String((f.error as Error).message ?? f.error)).join(' | ')}`);
-        t.diagnostic(`${terminated} idle connections terminated; onConnectionError heard ${connectionErrors.length}: ${[...new Set(connectionErrors.map((e) => e.message))].join(' | ')}`);
+        t.diagnostic(
+          `first attempts failed with: ${failed.map((f) => String((f.error as Error).message ?? f.error)).join(' | ')}`,
+        );
+        t.diagnostic(
+          `${terminated} idle connections terminated; onConnectionError heard ${connectionErrors.length}: ${[...new Set(connectionErrors.map((e) => e.message))].join(' | ')}`,
+        );
       } finally {
         unsubscribe();
         await bus.stop({ graceMs: 1_000 });
@@ -217,7 +274,7 @@ describe('a dropped connection never crashes the process', { skip }, () => {
     });
   }
 
-  it('listeners go on a pool once however many drivers wrap it; the application\'s stay; unsubscribe stops delivery', async () => {
+  it("listeners go on a pool once however many drivers wrap it; the application's stay; unsubscribe stops delivery", async () => {
     const applicationName = uniqueSchemaName('conn_loss_shared');
     const pool = pgPool(applicationName);
     const own: Error[] = [];
@@ -242,12 +299,20 @@ describe('a dropped connection never crashes the process', { skip }, () => {
 
       const client = await pool.connect(); // two clients checked out and returned: both idle in the pool
       const other = await pool.connect();
-      assert.equal(client.listenerCount('error'), 1, 'a checked-out client carries relaybus\'s listener (and not the pool\'s idle one)');
+      assert.equal(
+        client.listenerCount('error'),
+        1,
+        "a checked-out client carries relaybus's listener (and not the pool's idle one)",
+      );
       client.release();
       other.release();
       assert.equal(await terminateAll(applicationName), 2);
-      await waitFor(() => own.length === 2, 'the application\'s pool listener heard both idle clients drop');
-      assert.deepEqual(heard.sort(), ['second', 'second', 'third', 'third'], 'each subscriber hears each error once; an unsubscribed one hears none');
+      await waitFor(() => own.length === 2, "the application's pool listener heard both idle clients drop");
+      assert.deepEqual(
+        heard.sort(),
+        ['second', 'second', 'third', 'third'],
+        'each subscriber hears each error once; an unsubscribed one hears none',
+      );
     } finally {
       pool.off('error', onOwn);
       await pool.end();
@@ -263,8 +328,11 @@ describe('a dropped connection never crashes the process', { skip }, () => {
       const heard: Error[] = [];
       driver.onConnectionError!((error) => heard.push(error));
       assert.equal(await terminateAll(applicationName), 1);
-      await waitFor(() => heard.length > 0, 'the lone client\'s error reached onConnectionError');
-      await assert.rejects(driver.executor.run({ name: 'x', text: 'SELECT 1' }, []), 'a statement on the dropped client fails');
+      await waitFor(() => heard.length > 0, "the lone client's error reached onConnectionError");
+      await assert.rejects(
+        driver.executor.run({ name: 'x', text: 'SELECT 1' }, []),
+        'a statement on the dropped client fails',
+      );
     } finally {
       await client.end().catch(() => {});
     }

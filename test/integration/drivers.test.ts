@@ -25,8 +25,15 @@ const skip = 'skip' in found ? found.skip : undefined;
 const url = 'url' in found ? found.url : '';
 
 const event = (id: string): PublishParams => ({
-  id, type: 'order.placed', key: 'k', payload: { orderId: id, note: 'quote " and \\ and {a,b}' }, headers: { trace: 't' },
-  handlers: [{ name: 'h1', maxAttempts: 3 }, { name: 'h2', maxAttempts: 3 }],
+  id,
+  type: 'order.placed',
+  key: 'k',
+  payload: { orderId: id, note: 'quote " and \\ and {a,b}' },
+  headers: { trace: 't' },
+  handlers: [
+    { name: 'h1', maxAttempts: 3 },
+    { name: 'h2', maxAttempts: 3 },
+  ],
 });
 
 /** Expect an InvalidInputError whose message matches. */
@@ -57,7 +64,9 @@ async function roundTrip<TTx>(store: PostgresStore<TTx>, id: string) {
 describe('drivers on real Postgres: wrong objects, finished transactions, client settings', { skip }, () => {
   const schemas: string[] = [];
   let admin: pg.Pool;
-  before(() => { admin = new pg.Pool({ connectionString: url, max: 1 }); });
+  before(() => {
+    admin = new pg.Pool({ connectionString: url, max: 1 });
+  });
   after(async () => {
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await admin.end();
@@ -117,7 +126,10 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
     });
 
     it('binds JSON text, arrays and results the same with fetch_types off and with a client Drizzle also uses', async () => {
-      for (const [label, options] of [['pj_no_types', { fetch_types: false }], ['pj_shared', {}]] as const) {
+      for (const [label, options] of [
+        ['pj_no_types', { fetch_types: false }],
+        ['pj_shared', {}],
+      ] as const) {
         const sql = postgres(url, { max: 2, onnotice: () => {}, ...options });
         try {
           if (label === 'pj_shared') drizzlePostgresJs({ client: sql }); // drizzle replaces the client's JSON and date serializers
@@ -141,12 +153,21 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
       for (const { preparedStatements, client, expected } of cases) {
         const sql = postgres(url, { max: 1, onnotice: () => {}, ...client });
         try {
-          const store = postgresStore({ driver: fromPostgresJs(sql, { preparedStatements }), schema: schemaFor('pj_prep') });
+          const store = postgresStore({
+            driver: fromPostgresJs(sql, { preparedStatements }),
+            schema: schemaFor('pj_prep'),
+          });
           await store.setup();
           await roundTrip(store, 'e1');
           // postgres.js prepares its own BEGIN and COMMIT unless the client has prepare: false: count relaybus's statements only.
-          const [row] = await sql.unsafe(`SELECT count(*)::int AS n FROM pg_prepared_statements WHERE statement LIKE '%relaybus_%'`);
-          assert.equal((row?.n as number) > 0, expected, `relaybus statements prepared with ${JSON.stringify({ preparedStatements, client })}`);
+          const [row] = await sql.unsafe(
+            `SELECT count(*)::int AS n FROM pg_prepared_statements WHERE statement LIKE '%relaybus_%'`,
+          );
+          assert.equal(
+            (row?.n as number) > 0,
+            expected,
+            `relaybus statements prepared with ${JSON.stringify({ preparedStatements, client })}`,
+          );
         } finally {
           await sql.end();
         }
@@ -158,7 +179,10 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
     let db: Kysely<Record<string, never>>;
     let store: PostgresStore<KyselyTransactionLike>;
     before(async () => {
-      db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) }), plugins: [new CamelCasePlugin()] });
+      db = new Kysely({
+        dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) }),
+        plugins: [new CamelCasePlugin()],
+      });
       store = postgresStore({ driver: fromKysely(db), schema: schemaFor('kysely_errors') });
       await store.setup();
     });
@@ -179,10 +203,18 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
 
     it('refuses a committed or rolled-back transaction with a clear error and writes nothing', async () => {
       let committed: KyselyTransactionLike | undefined;
-      await db.transaction().execute(async (trx) => { committed = trx; });
+      await db.transaction().execute(async (trx) => {
+        committed = trx;
+      });
       await rejectsInput(store.publish(committed!, [event('late')]), /already committed: nothing was written/);
       let rolledBack: KyselyTransactionLike | undefined;
-      await assert.rejects(db.transaction().execute(async (trx) => { rolledBack = trx; throw new Error('no'); }), /no/);
+      await assert.rejects(
+        db.transaction().execute(async (trx) => {
+          rolledBack = trx;
+          throw new Error('no');
+        }),
+        /no/,
+      );
       await rejectsInput(store.publish(rolledBack!, [event('late')]), /already rolled back/);
       const claimed = await store.claim({ owner: 'w', handlers: ['h1', 'h2'], limit: 10, leaseDurationMs: 30_000 });
       assert.deepEqual(claimed, []);
@@ -194,13 +226,18 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
       const pool = new pg.Pool({ connectionString: url, max: 2 });
       const sql = postgres(url, { max: 2, onnotice: () => {} });
       try {
-        for (const [label, db] of [['dz_pg', drizzleNodePg({ client: pool })], ['dz_pj', drizzlePostgresJs({ client: sql })]] as const) {
+        for (const [label, db] of [
+          ['dz_pg', drizzleNodePg({ client: pool })],
+          ['dz_pj', drizzlePostgresJs({ client: sql })],
+        ] as const) {
           const store = postgresStore({ driver: fromDrizzle(db), schema: schemaFor(label) });
           await store.setup();
           await rejectsInput(store.publish(db as never, [event('e1')]), /not be atomic/);
           await rejectsInput(store.publish('tx' as never, [event('e1')]), /Drizzle transaction/);
           assert.equal(await countEvents(store), 0);
-          await db.transaction(async (tx) => { assert.throws(() => fromDrizzle(tx), InvalidOptionsError); });
+          await db.transaction(async (tx) => {
+            assert.throws(() => fromDrizzle(tx), InvalidOptionsError);
+          });
         }
       } finally {
         await pool.end();
@@ -208,11 +245,17 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
       }
     });
 
-    it('hands on the driver error with its SQLSTATE, not Drizzle\'s wrapper', async () => {
+    it("hands on the driver error with its SQLSTATE, not Drizzle's wrapper", async () => {
       const pool = new pg.Pool({ connectionString: url, max: 1 });
       try {
-        const store = postgresStore({ driver: fromDrizzle(drizzleNodePg({ client: pool })), schema: schemaFor('dz_never_setup') });
-        await assert.rejects(store.statistics(), (error: unknown) => error instanceof RelayBusError && error.code === 'RELAYBUS_SCHEMA_MISMATCH');
+        const store = postgresStore({
+          driver: fromDrizzle(drizzleNodePg({ client: pool })),
+          schema: schemaFor('dz_never_setup'),
+        });
+        await assert.rejects(
+          store.statistics(),
+          (error: unknown) => error instanceof RelayBusError && error.code === 'RELAYBUS_SCHEMA_MISMATCH',
+        );
       } finally {
         await pool.end();
       }
@@ -229,8 +272,13 @@ describe('drizzle on PGlite: a finished transaction', () => {
       assert.equal(store.capabilities.concurrentConnections, false);
       await store.setup();
       let finished: Parameters<Parameters<typeof db.transaction>[0]>[0] | undefined;
-      await db.transaction(async (tx) => { finished = tx; });
-      await rejectsInput(store.publish(finished!, [event('late')]), /already committed or rolled back: nothing was written/);
+      await db.transaction(async (tx) => {
+        finished = tx;
+      });
+      await rejectsInput(
+        store.publish(finished!, [event('late')]),
+        /already committed or rolled back: nothing was written/,
+      );
       await rejectsInput(store.publish(db as never, [event('e1')]), /not be atomic/);
       assert.equal(await countEvents(store), 0);
     } finally {

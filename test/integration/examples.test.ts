@@ -14,7 +14,17 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -28,12 +38,22 @@ const root = fileURLToPath(new URL('../../', import.meta.url));
 const found = await findPostgres();
 
 /** Run a command; on failure the error carries its output. */
-async function run(command: string, args: readonly string[], cwd: string, env: Record<string, string> = {}): Promise<string> {
+async function run(
+  command: string,
+  args: readonly string[],
+  cwd: string,
+  env: Record<string, string> = {},
+): Promise<string> {
   // npm_* variables of an enclosing `npm test` would leak into the example's npm (its prefix, its scripts).
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.toLowerCase().startsWith('npm_')));
+  const clean = Object.fromEntries(
+    Object.entries(process.env).filter(([name]) => !name.toLowerCase().startsWith('npm_')),
+  );
   try {
     const { stdout, stderr } = await execFileAsync(command, [...args], {
-      cwd, env: { ...clean, ...env, NO_UPDATE_NOTIFIER: '1' }, timeout: 120_000, maxBuffer: 32 * 1024 * 1024,
+      cwd,
+      env: { ...clean, ...env, NO_UPDATE_NOTIFIER: '1' },
+      timeout: 120_000,
+      maxBuffer: 32 * 1024 * 1024,
     });
     return `${stdout}${stderr}`;
   } catch (error) {
@@ -44,14 +64,20 @@ async function run(command: string, args: readonly string[], cwd: string, env: R
 
 /** The last line of `output` that parses as JSON. */
 function lastJson(output: string): Record<string, unknown> {
-  const line = output.trim().split('\n').reverse().find((l) => l.startsWith('{'));
+  const line = output
+    .trim()
+    .split('\n')
+    .reverse()
+    .find((l) => l.startsWith('{'));
   assert.ok(line, `no JSON line in:\n${output}`);
   return JSON.parse(line) as Record<string, unknown>;
 }
 
 const EXPECTED = { notified: ['o-1'], receipts: ['o-1'], orders: ['o-1'], left: { pending: 0, inFlight: 0, dead: 0 } };
 
-describe('example apps, with relaybus packed and installed from the tarball', { skip: 'skip' in found ? found.skip : undefined }, () => {
+describe('example apps, with relaybus packed and installed from the tarball', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
   const url = 'url' in found ? found.url : '';
   const work = mkdtempSync(join(tmpdir(), 'relaybus-examples-'));
   const admin = new pg.Pool({ connectionString: url, max: 1 });
@@ -72,7 +98,9 @@ describe('example apps, with relaybus packed and installed from the tarball', { 
   async function install(app: string): Promise<string> {
     const project = join(work, app);
     cpSync(join(root, 'examples', app), project, { recursive: true, filter: (src) => !src.includes('node_modules') });
-    const manifest = JSON.parse(readFileSync(join(project, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    const manifest = JSON.parse(readFileSync(join(project, 'package.json'), 'utf8')) as {
+      dependencies: Record<string, string>;
+    };
     manifest.dependencies.relaybus = `file:${tarball}`;
     writeFileSync(join(project, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
     await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], project);
@@ -90,18 +118,31 @@ describe('example apps, with relaybus packed and installed from the tarball', { 
     symlinkSync(join(root, 'node_modules'), join(staging, 'node_modules'), 'dir');
     await run('npm', ['run', 'build'], staging);
     assert.ok(existsSync(join(staging, 'dist/src/index.js')), 'npm run build writes dist/');
-    const packed = JSON.parse(await run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work, '--loglevel=error'], staging)) as {
-      filename: string; files: { path: string }[];
+    const packed = JSON.parse(
+      await run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work, '--loglevel=error'], staging),
+    ) as {
+      filename: string;
+      files: { path: string }[];
     }[];
     const files = new Set(packed[0]!.files.map((f) => f.path));
     for (const file of [
-      'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/postgres/index.js', 'dist/src/postgres/drivers/kysely-driver.js',
-      'dist/src/postgres/drivers/drizzle-driver.d.ts', 'dist/schema/index.js', 'sql/publish.sql', 'sql/complete-many.sql',
-      'schema/migrations/meta/_journal.json', 'schema/postgres-supplement.sql',
+      'dist/src/index.js',
+      'dist/src/index.d.ts',
+      'dist/src/postgres/index.js',
+      'dist/src/postgres/drivers/kysely-driver.js',
+      'dist/src/postgres/drivers/drizzle-driver.d.ts',
+      'dist/schema/index.js',
+      'sql/publish.sql',
+      'sql/complete-many.sql',
+      'schema/migrations/meta/_journal.json',
+      'schema/postgres-supplement.sql',
     ]) {
       assert.ok(files.has(file), `the tarball contains ${file}`);
     }
-    assert.ok(![...files].some((f) => f.startsWith('src/') || f.startsWith('test/')), 'no sources or tests in the tarball');
+    assert.ok(
+      ![...files].some((f) => f.startsWith('src/') || f.startsWith('test/')),
+      'no sources or tests in the tarball',
+    );
     tarball = join(work, packed[0]!.filename);
   });
 
@@ -115,12 +156,17 @@ describe('example apps, with relaybus packed and installed from the tarball', { 
     const project = await install('drizzle-app');
     const env = { DATABASE_URL: await database('drizzle') };
     await run('npm', ['run', 'db:generate'], project, env);
-    const migrations = readdirSync(join(project, 'drizzle')).filter((f) => f.endsWith('.sql')).sort();
+    const migrations = readdirSync(join(project, 'drizzle'))
+      .filter((f) => f.endsWith('.sql'))
+      .sort();
     assert.equal(migrations.length, 2, migrations.join(', '));
     const init = readFileSync(join(project, 'drizzle', migrations[0]!), 'utf8');
     assert.match(init, /CREATE TABLE "orders"/);
     assert.match(init, /CREATE TABLE "relaybus"\."relaybus_lanes"/);
-    assert.match(readFileSync(join(project, 'drizzle', migrations[1]!), 'utf8'), /\nALTER TABLE "relaybus"\."relaybus_lanes" SET \(fillfactor = 50\)/);
+    assert.match(
+      readFileSync(join(project, 'drizzle', migrations[1]!), 'utf8'),
+      /\nALTER TABLE "relaybus"\."relaybus_lanes" SET \(fillfactor = 50\)/,
+    );
     await run('npm', ['run', 'db:migrate'], project, env);
     assert.deepEqual(lastJson(await run('npm', ['start', '--silent'], project, env)), EXPECTED);
     await run('npm', ['run', 'typecheck'], project);

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type, type FailedEvent } from '../../src/index.js';
-import { type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { collect, waitFor } from '../support/wait.js';
@@ -25,34 +25,56 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
   /** A bus whose handler fails the first `failures` attempts of the deliveries `fails` picks. */
   function busWith(failures: number, fails: (key: string | null, n: number) => boolean) {
     const bus = createRelayBus({
-      store, events: [Step], backoff: { initialDelayMs: BACKOFF_MS, maxDelayMs: BACKOFF_MS, jitter: 0 },
+      store,
+      events: [Step],
+      backoff: { initialDelayMs: BACKOFF_MS, maxDelayMs: BACKOFF_MS, jitter: 0 },
       dispatcher: { pollIntervalMs: POLL_MS, concurrency: 20, batchSize: 20, leaseDurationMs: 10_000 },
     });
     const runs: { key: string | null; n: number; attempt: number; at: number }[] = [];
     bus.on(Step, 'step', { maxAttempts: failures + 2 }, (payload, ctx) => {
       runs.push({ key: ctx.delivery.key, n: payload.n, attempt: ctx.delivery.attempt, at: performance.now() });
-      if (ctx.delivery.attempt <= failures && fails(ctx.delivery.key, payload.n)) throw new Error(`failing attempt ${ctx.delivery.attempt}`);
+      if (ctx.delivery.attempt <= failures && fails(ctx.delivery.key, payload.n))
+        throw new Error(`failing attempt ${ctx.delivery.attempt}`);
     });
     return { bus, runs };
   }
 
-  async function publish(bus: ReturnType<typeof busWith>['bus'], items: readonly { key: string; n: number }[]): Promise<void> {
+  async function publish(
+    bus: ReturnType<typeof busWith>['bus'],
+    items: readonly { key: string; n: number }[],
+  ): Promise<void> {
     for (let from = 0; from < items.length; from += 1_000) {
-      await store.transaction((tx) => bus.publishMany(tx, items.slice(from, from + 1_000).map(({ key, n }) => ({ event: Step, payload: { n }, options: { key } }))));
+      await store.transaction((tx) =>
+        bus.publishMany(
+          tx,
+          items.slice(from, from + 1_000).map(({ key, n }) => ({ event: Step, payload: { n }, options: { key } })),
+        ),
+      );
     }
   }
 
   it('50 events of one key whose first attempt fails once: all delivered in order, the head retried when due', async () => {
     const { bus, runs } = busWith(1, (_key, n) => n === 0);
     const failed = collect(bus.events, 'failed');
-    await publish(bus, Array.from({ length: 50 }, (_, n) => ({ key: 'solo', n })));
+    await publish(
+      bus,
+      Array.from({ length: 50 }, (_, n) => ({ key: 'solo', n })),
+    );
     await bus.start();
     try {
-      await waitFor(() => runs.filter((r) => r.attempt === 1 || r.n === 0).length >= 51, `all 50 delivered (ran ${runs.length})`, 15_000);
+      await waitFor(
+        () => runs.filter((r) => r.attempt === 1 || r.n === 0).length >= 51,
+        `all 50 delivered (ran ${runs.length})`,
+        15_000,
+      );
     } finally {
       await bus.stop();
     }
-    assert.deepEqual(runs.map((r) => r.n), [0, ...Array.from({ length: 50 }, (_, n) => n)], 'the head, its retry, then the rest in order');
+    assert.deepEqual(
+      runs.map((r) => r.n),
+      [0, ...Array.from({ length: 50 }, (_, n) => n)],
+      'the head, its retry, then the rest in order',
+    );
     assertRetriedWhenDue(failed, runs);
   });
 
@@ -64,24 +86,55 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     const { bus, runs } = busWith(3, (key, n) => key === deep && n === 0);
     const failed = collect(bus.events, 'failed');
     const lost = collect(bus.events, 'lease-lost');
-    await publish(bus, Array.from({ length: 10_000 }, (_, n) => ({ key: deep, n })));
-    await publish(bus, others.flatMap((key) => [{ key, n: 0 }, { key, n: 1 }]));
+    await publish(
+      bus,
+      Array.from({ length: 10_000 }, (_, n) => ({ key: deep, n })),
+    );
+    await publish(
+      bus,
+      others.flatMap((key) => [
+        { key, n: 0 },
+        { key, n: 1 },
+      ]),
+    );
     await bus.start();
     try {
       // The other keys' 1,000 deliveries drain while the deep head backs off three times (at least 4.5 s).
-      await waitFor(() => runs.filter((r) => r.key !== deep).length >= 1_000, `the other keys drained (${runs.filter((r) => r.key !== deep).length}/1000)`, 20_000);
+      await waitFor(
+        () => runs.filter((r) => r.key !== deep).length >= 1_000,
+        `the other keys drained (${runs.filter((r) => r.key !== deep).length}/1000)`,
+        20_000,
+      );
       const headRuns = runs.filter((r) => r.key === deep && r.n === 0);
-      assert.ok(headRuns.length <= 3, `the other keys were done before the deep head's fourth attempt (attempts so far: ${headRuns.length})`);
-      await waitFor(() => runs.some((r) => r.key === deep && r.n === 20), 'the deep key moves on after its head succeeded', 20_000);
+      assert.ok(
+        headRuns.length <= 3,
+        `the other keys were done before the deep head's fourth attempt (attempts so far: ${headRuns.length})`,
+      );
+      await waitFor(
+        () => runs.some((r) => r.key === deep && r.n === 20),
+        'the deep key moves on after its head succeeded',
+        20_000,
+      );
     } finally {
       await bus.stop();
     }
     const deepRuns = runs.filter((r) => r.key === deep);
-    assert.deepEqual(deepRuns.slice(0, 4).map((r) => `${r.n}#${r.attempt}`), ['0#1', '0#2', '0#3', '0#4']);
+    assert.deepEqual(
+      deepRuns.slice(0, 4).map((r) => `${r.n}#${r.attempt}`),
+      ['0#1', '0#2', '0#3', '0#4'],
+    );
     const afterHead = deepRuns.slice(4).map((r) => r.n);
-    assert.deepEqual(afterHead, afterHead.map((_, i) => i + 1), 'the deep key runs in order, one at a time');
+    assert.deepEqual(
+      afterHead,
+      afterHead.map((_, i) => i + 1),
+      'the deep key runs in order, one at a time',
+    );
     for (const key of others) {
-      assert.deepEqual(runs.filter((r) => r.key === key).map((r) => r.n), [0, 1], `${key} ran once each, in order`);
+      assert.deepEqual(
+        runs.filter((r) => r.key === key).map((r) => r.n),
+        [0, 1],
+        `${key} ran once each, in order`,
+      );
     }
     assertRetriedWhenDue(failed, runs);
     assert.equal(lost.length, 0, 'one dispatcher never loses a lane to itself (a lane handed back and taken again)');
@@ -94,23 +147,51 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     for (let i = 0; others.length < 60; i += 1) if (laneOf(`other-${i}`, 'unused') === lane) others.push(`other-${i}`);
     const handlers = [{ name: 'probe', maxAttempts: 5 }];
     const t0 = new Date('2030-01-01T00:00:00Z');
-    await store.transaction((tx) => store.publish(tx, [retried, ...others].flatMap((key) => [0, 1].map((n) => ({
-      type: 'liveness.step', key, payload: { n }, handlers, id: `${key}-${n}`,
-    }))), t0));
-    const claim = (now: Date) => store.claim({ owner: 'probe-owner', handlers: ['probe'], limit: 5, leaseDurationMs: 60_000, now });
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        [retried, ...others].flatMap((key) =>
+          [0, 1].map((n) => ({
+            type: 'liveness.step',
+            key,
+            payload: { n },
+            handlers,
+            id: `${key}-${n}`,
+          })),
+        ),
+        t0,
+      ),
+    );
+    const claim = (now: Date) =>
+      store.claim({ owner: 'probe-owner', handlers: ['probe'], limit: 5, leaseDurationMs: 60_000, now });
     const first = await claim(t0);
     const head = first.find((d) => d.key === retried);
     assert.ok(head, 'the first claim starts the walk at the first key');
-    assert.equal(await store.reschedule({ deliveryId: head.id, lease: head.lease }, { availableAt: new Date(t0.getTime() + 10_000), error: 'once', now: t0 }), true);
-    await store.completeMany(first.filter((d) => d !== head).map((d) => ({ deliveryId: d.id, lease: d.lease })), t0);
+    assert.equal(
+      await store.reschedule(
+        { deliveryId: head.id, lease: head.lease },
+        { availableAt: new Date(t0.getTime() + 10_000), error: 'once', now: t0 },
+      ),
+      true,
+    );
+    await store.completeMany(
+      first.filter((d) => d !== head).map((d) => ({ deliveryId: d.id, lease: d.lease })),
+      t0,
+    );
     const due = new Date(t0.getTime() + 10_000);
     const next = await claim(due);
-    assert.ok(next.some((d) => d.id === head.id), `the retried head is claimed in the first claim after it is due (got ${next.map((d) => d.eventId).join(', ')})`);
+    assert.ok(
+      next.some((d) => d.id === head.id),
+      `the retried head is claimed in the first claim after it is due (got ${next.map((d) => d.eventId).join(', ')})`,
+    );
     assert.equal(next.length, 5);
   });
 
   /** Every failure was retried, starting within a poll interval (plus scheduling slack) of being due. */
-  function assertRetriedWhenDue(failed: readonly FailedEvent[], runs: readonly { n: number; attempt: number; at: number; key: string | null }[]): void {
+  function assertRetriedWhenDue(
+    failed: readonly FailedEvent[],
+    runs: readonly { n: number; attempt: number; at: number; key: string | null }[],
+  ): void {
     const slackMs = 750; // a loaded CI machine: the claim itself takes a head the moment it is due
     for (const failure of failed) {
       const key = failure.delivery.key;
@@ -118,7 +199,10 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
       const retry = runs.find((r) => r.key === key && r.n === 0 && r.attempt === failure.delivery.attempt + 1);
       assert.ok(failing && retry, `attempt ${failure.delivery.attempt + 1} of ${key} ran`);
       const gap = retry.at - failing.at; // the retry is due BACKOFF_MS after the failing attempt (a no-op handler)
-      assert.ok(gap >= BACKOFF_MS - 5 && gap <= BACKOFF_MS + POLL_MS + slackMs, `retry of ${key} started ${gap.toFixed(0)} ms after the failure (due after ${BACKOFF_MS} ms)`);
+      assert.ok(
+        gap >= BACKOFF_MS - 5 && gap <= BACKOFF_MS + POLL_MS + slackMs,
+        `retry of ${key} started ${gap.toFixed(0)} ms after the failure (due after ${BACKOFF_MS} ms)`,
+      );
     }
   }
 });

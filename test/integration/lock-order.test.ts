@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { parseLeaseToken } from '../../src/core/lease-token.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
@@ -24,9 +24,16 @@ describe('lane lock order on real Postgres', { skip: 'skip' in found ? found.ski
     const handlers = [{ name: 'h', maxAttempts: 3 }];
     // Unkeyed events spread over every lane; nothing is completed, so every claimed lane stays held.
     for (let batch = 0; batch < 8; batch += 1) {
-      await store.transaction((tx) => store.publish(tx, Array.from({ length: 500 }, (_, i) => ({
-        type: 'thing.happened', payload: { n: batch * 500 + i }, handlers,
-      }))));
+      await store.transaction((tx) =>
+        store.publish(
+          tx,
+          Array.from({ length: 500 }, (_, i) => ({
+            type: 'thing.happened',
+            payload: { n: batch * 500 + i },
+            handlers,
+          })),
+        ),
+      );
     }
     const owner = 'lock-order-worker';
     const leaseDurationMs = 2_000;
@@ -54,18 +61,20 @@ describe('lane lock order on real Postgres', { skip: 'skip' in found ? found.ski
         }
       }
     };
-    const claimer = () => guard('claim', async () => {
-      record((await store.claim({ owner, handlers: ['h'], limit: 4, leaseDurationMs })).map((d) => d.lease));
-      claims += 1;
-    });
-    const renewer = (order: 'reverse' | 'shuffled') => guard('extendLease', async () => {
-      const lanes = [...epochs].map(([lane, epoch]) => ({ lane, epoch }));
-      if (order === 'reverse') lanes.sort((a, b) => b.lane - a.lane);
-      else lanes.sort(() => Math.random() - 0.5);
-      const result = await store.extendLease({ owner, lanes, leaseDurationMs });
-      lost += result.lost.length;
-      renewals += 1;
-    });
+    const claimer = () =>
+      guard('claim', async () => {
+        record((await store.claim({ owner, handlers: ['h'], limit: 4, leaseDurationMs })).map((d) => d.lease));
+        claims += 1;
+      });
+    const renewer = (order: 'reverse' | 'shuffled') =>
+      guard('extendLease', async () => {
+        const lanes = [...epochs].map(([lane, epoch]) => ({ lane, epoch }));
+        if (order === 'reverse') lanes.sort((a, b) => b.lane - a.lane);
+        else lanes.sort(() => Math.random() - 0.5);
+        const result = await store.extendLease({ owner, lanes, leaseDurationMs });
+        lost += result.lost.length;
+        renewals += 1;
+      });
     await Promise.all([claimer(), claimer(), renewer('reverse'), renewer('shuffled')]);
 
     assert.deepEqual(failures.slice(0, 5), [], `${failures.length} statements failed (deadlocks are 40P01)`);

@@ -5,40 +5,74 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import pg from 'pg';
-import { type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import type pg from 'pg';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements, type StatementName } from '../../src/postgres/statements.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 
 const found = await findPostgres();
 /** The statements every delivery cycle runs. */
-const HOT: readonly StatementName[] = ['claim-held-lanes', 'acquire-lanes', 'complete-many', 'extend-lease', 'publish-new', 'publish-new-one'];
+const HOT: readonly StatementName[] = [
+  'claim-held-lanes',
+  'acquire-lanes',
+  'complete-many',
+  'extend-lease',
+  'publish-new',
+  'publish-new-one',
+];
 
-describe('plan cache of the hot statements on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
+describe('plan cache of the hot statements on real Postgres', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
   // One connection: prepared statements and their plan counters live per connection.
   const schema = usePgStore('plan_cache', 1, (opened) => ({ pool, store } = opened));
 
   it('after warm-up every hot statement runs on its generic plan', async () => {
-    const handlers = [{ name: 'a', maxAttempts: 3 }, { name: 'b', maxAttempts: 3 }];
+    const handlers = [
+      { name: 'a', maxAttempts: 3 },
+      { name: 'b', maxAttempts: 3 },
+    ];
     // A backlog with fresh statistics: plan choices depend on them (the re-planning showed with a real backlog).
     for (let batch = 0; batch < 10; batch += 1) {
-      await store.transaction((tx) => store.publish(tx, Array.from({ length: 100 }, (_, i) => ({
-        type: 't', key: i % 3 === 0 ? null : `k-${i % 40}`, payload: { batch, i }, handlers,
-      }))));
+      await store.transaction((tx) =>
+        store.publish(
+          tx,
+          Array.from({ length: 100 }, (_, i) => ({
+            type: 't',
+            key: i % 3 === 0 ? null : `k-${i % 40}`,
+            payload: { batch, i },
+            handlers,
+          })),
+        ),
+      );
     }
     await pool.query(`ANALYZE "${schema}".relaybus_deliveries, "${schema}".relaybus_lanes`);
     for (let round = 0; round < 30; round += 1) {
-      await store.transaction((tx) => store.publish(tx, [{ type: 't', key: `k-${round % 7}`, payload: { round }, handlers }]));
-      await store.transaction((tx) => store.publish(tx, Array.from({ length: 20 }, (_, i) => ({
-        type: 't', key: i % 2 === 0 ? `k-${i % 5}` : null, payload: { round, i }, handlers,
-      }))));
+      await store.transaction((tx) =>
+        store.publish(tx, [{ type: 't', key: `k-${round % 7}`, payload: { round }, handlers }]),
+      );
+      await store.transaction((tx) =>
+        store.publish(
+          tx,
+          Array.from({ length: 20 }, (_, i) => ({
+            type: 't',
+            key: i % 2 === 0 ? `k-${i % 5}` : null,
+            payload: { round, i },
+            handlers,
+          })),
+        ),
+      );
       const owner = `w-${round % 3}`;
       const batch = await store.claim({ owner, handlers: ['a', 'b'], limit: 25, leaseDurationMs: 30_000 });
       const lanes = new Map(batch.map((d) => [d.lane, d.lease.split(':')[1]!]));
-      await store.extendLease({ owner, lanes: [...lanes].map(([lane, epoch]) => ({ lane, epoch })), leaseDurationMs: 30_000 });
+      await store.extendLease({
+        owner,
+        lanes: [...lanes].map(([lane, epoch]) => ({ lane, epoch })),
+        leaseDurationMs: 30_000,
+      });
       await store.completeMany(batch.map((d) => ({ deliveryId: d.id, lease: d.lease })));
     }
     const names = loadStatements(schema);
@@ -54,7 +88,10 @@ describe('plan cache of the hot statements on real Postgres', { skip: 'skip' in 
     for (const statement of HOT) {
       const row = byName.get(names[statement].name);
       assert.ok(row, `${statement} ran prepared (${report.join('; ')})`);
-      assert.ok(Number(row.custom_plans) <= 5 && Number(row.generic_plans) > 0, `${statement} settled on its generic plan: ${report.join('; ')}`);
+      assert.ok(
+        Number(row.custom_plans) <= 5 && Number(row.generic_plans) > 0,
+        `${statement} settled on its generic plan: ${report.join('; ')}`,
+      );
     }
   });
 });

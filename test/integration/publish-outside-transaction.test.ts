@@ -24,7 +24,13 @@ import { InvalidInputError, RelayBusError } from '../../src/core/errors.js';
 import { fromDrizzle } from '../../src/postgres/drivers/drizzle-driver.js';
 import { fromKysely, type KyselyTransactionLike } from '../../src/postgres/drivers/kysely-driver.js';
 import {
-  fromPg, fromPglite, fromPostgresJs, postgresStore, type PgClientLike, type PostgresDriver, type PostgresStore,
+  fromPg,
+  fromPglite,
+  fromPostgresJs,
+  postgresStore,
+  type PgClientLike,
+  type PostgresDriver,
+  type PostgresStore,
   type SqlExecutor,
 } from '../../src/postgres/index.js';
 import type { PublishParams } from '../../src/store/contract.js';
@@ -35,18 +41,31 @@ const skip = 'skip' in found ? found.skip : undefined;
 const url = 'url' in found ? found.url : '';
 
 const event = (id: string): PublishParams => ({
-  id, type: 'order.placed', key: 'k', payload: { orderId: id }, handlers: [{ name: 'h1', maxAttempts: 3 }, { name: 'h2', maxAttempts: 3 }],
+  id,
+  type: 'order.placed',
+  key: 'k',
+  payload: { orderId: id },
+  handlers: [
+    { name: 'h1', maxAttempts: 3 },
+    { name: 'h2', maxAttempts: 3 },
+  ],
 });
 
 const NOT_IN_TRANSACTION = /not in a transaction block .*nothing was written/s;
 
 /** Events and deliveries in the store's schema, read with the store's own connections. */
-async function counts<TTx>(store: PostgresStore<TTx>, driver: PostgresDriver<TTx>): Promise<{ events: number; deliveries: number }> {
-  const rows = await driver.executor.run<{ events: number; deliveries: number }>({
-    name: `count_${store.schema}`,
-    text: `SELECT (SELECT count(*)::int FROM "${store.schema}".relaybus_events) AS events,
+async function counts<TTx>(
+  store: PostgresStore<TTx>,
+  driver: PostgresDriver<TTx>,
+): Promise<{ events: number; deliveries: number }> {
+  const rows = await driver.executor.run<{ events: number; deliveries: number }>(
+    {
+      name: `count_${store.schema}`,
+      text: `SELECT (SELECT count(*)::int FROM "${store.schema}".relaybus_events) AS events,
                   (SELECT count(*)::int FROM "${store.schema}".relaybus_deliveries) AS deliveries`,
-  }, []);
+    },
+    [],
+  );
   return { events: Number(rows[0]!.events), deliveries: Number(rows[0]!.deliveries) };
 }
 
@@ -55,7 +74,10 @@ async function counts<TTx>(store: PostgresStore<TTx>, driver: PostgresDriver<TTx
  * handler (the dedup path). Each is refused and nothing changes; a proper publish afterwards still works.
  */
 async function refusesLateTransaction<TTx>(
-  store: PostgresStore<TTx>, driver: PostgresDriver<TTx>, late: TTx, expected: (error: unknown) => void,
+  store: PostgresStore<TTx>,
+  driver: PostgresDriver<TTx>,
+  late: TTx,
+  expected: (error: unknown) => void,
 ): Promise<void> {
   await store.transaction((tx) => store.publish(tx, [event('e1')]));
   const before = await counts(store, driver);
@@ -86,7 +108,9 @@ function isRefusal(error: unknown): void {
 describe('publish through a transaction that has ended', { skip, timeout: 120_000 }, () => {
   const schemas: string[] = [];
   let admin: pg.Pool;
-  before(() => { admin = new pg.Pool({ connectionString: url, max: 1 }); });
+  before(() => {
+    admin = new pg.Pool({ connectionString: url, max: 1 });
+  });
   after(async () => {
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await admin.end();
@@ -111,9 +135,16 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
         same.push((await sql.unsafe<{ same: boolean }[]>(text, [n], { prepare: true }))[0]!.same);
         same.push((await sql.unsafe<{ same: boolean }[]>(text, [n], { prepare: false }))[0]!.same);
       }
-      assert.ok(same.includes(false), 'in autocommit, statement_timestamp() moves past transaction_timestamp() at Execute');
+      assert.ok(
+        same.includes(false),
+        'in autocommit, statement_timestamp() moves past transaction_timestamp() at Execute',
+      );
       // The simple protocol (no parameters) does keep them equal: not how relaybus runs its statements.
-      assert.equal((await pool.query<{ same: boolean }>('SELECT transaction_timestamp() = statement_timestamp() AS same')).rows[0]!.same, true);
+      assert.equal(
+        (await pool.query<{ same: boolean }>('SELECT transaction_timestamp() = statement_timestamp() AS same')).rows[0]!
+          .same,
+        true,
+      );
     } finally {
       await pool.end();
       await sql.end();
@@ -127,10 +158,18 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
         const driver = fromPostgresJs(sql, { preparedStatements });
         const store = await storeOn(driver, `late_pj_${preparedStatements}`);
         let late: postgres.TransactionSql | undefined;
-        await sql.begin(async (tx) => { late = tx; });
+        await sql.begin(async (tx) => {
+          late = tx;
+        });
         await refusesLateTransaction(store, driver, late!, isGuardRefusal);
         // A rolled-back one too.
-        await assert.rejects(sql.begin(async (tx) => { late = tx; throw new Error('rollback'); }), /rollback/);
+        await assert.rejects(
+          sql.begin(async (tx) => {
+            late = tx;
+            throw new Error('rollback');
+          }),
+          /rollback/,
+        );
         await assert.rejects(store.publish(late!, [event('late-rolled-back')]), NOT_IN_TRANSACTION);
         assert.equal((await counts(store, driver)).events, 2);
       } finally {
@@ -144,9 +183,13 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
     try {
       const driver = fromPostgresJs(sql);
       const store = await storeOn(driver, 'pj_pipelined');
-      await sql.begin((tx) => Promise.all([
-        store.publish(tx, [event('p1')]), store.publish(tx, [event('p2'), event('p3')]), store.publish(tx, [event('p4')]),
-      ]));
+      await sql.begin((tx) =>
+        Promise.all([
+          store.publish(tx, [event('p1')]),
+          store.publish(tx, [event('p2'), event('p3')]),
+          store.publish(tx, [event('p4')]),
+        ]),
+      );
       assert.deepEqual(await counts(store, driver), { events: 4, deliveries: 8 });
     } finally {
       await sql.end();
@@ -157,11 +200,16 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     const sql = postgres(url, { max: 2, onnotice: () => {} });
     try {
-      for (const [label, db] of [['late_dz_pg', drizzleNodePg({ client: pool })], ['late_dz_pj', drizzlePostgresJs({ client: sql })]] as const) {
+      for (const [label, db] of [
+        ['late_dz_pg', drizzleNodePg({ client: pool })],
+        ['late_dz_pj', drizzlePostgresJs({ client: sql })],
+      ] as const) {
         const driver = fromDrizzle(db);
         const store = await storeOn(driver, label);
         let late: Parameters<Parameters<typeof db.transaction>[0]>[0] | undefined;
-        await db.transaction(async (tx) => { late = tx; });
+        await db.transaction(async (tx) => {
+          late = tx;
+        });
         await refusesLateTransaction(store, driver, late!, isGuardRefusal);
       }
     } finally {
@@ -193,12 +241,16 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
   });
 
   it('Kysely: a finished transaction is refused', async () => {
-    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) }) });
+    const db = new Kysely<Record<string, never>>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) }),
+    });
     try {
       const driver = fromKysely(db);
       const store = await storeOn(driver, 'late_kysely');
       let late: KyselyTransactionLike | undefined;
-      await db.transaction().execute(async (trx) => { late = trx; });
+      await db.transaction().execute(async (trx) => {
+        late = trx;
+      });
       await refusesLateTransaction(store, driver, late!, isRefusal);
     } finally {
       await db.destroy();
@@ -220,7 +272,9 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
             exec: (script) => inner.exec(script),
             async run(statement, params) {
               if (statement.name.startsWith('relaybus_publish_guard')) {
-                await new Promise<void>((resolve) => { held = resolve; });
+                await new Promise<void>((resolve) => {
+                  held = resolve;
+                });
                 return inner.run(statement, params);
               }
               const rows = await inner.run(statement, params);
@@ -257,14 +311,18 @@ describe('publish through a finished PGlite transaction', () => {
       const store = postgresStore({ driver });
       await store.setup();
       let late: Parameters<Parameters<typeof client.transaction>[0]>[0] | undefined;
-      await client.transaction(async (tx) => { late = tx; });
+      await client.transaction(async (tx) => {
+        late = tx;
+      });
       await refusesLateTransaction(store, driver, late!, isRefusal);
       const db = drizzlePglite({ client });
       const drizzleDriver = fromDrizzle(db);
       const drizzleStore = postgresStore({ driver: drizzleDriver, schema: 'drizzle_late' });
       await drizzleStore.setup();
       let lateTx: Parameters<Parameters<typeof db.transaction>[0]>[0] | undefined;
-      await db.transaction(async (tx) => { lateTx = tx; });
+      await db.transaction(async (tx) => {
+        lateTx = tx;
+      });
       await refusesLateTransaction(drizzleStore, drizzleDriver, lateTx!, isRefusal);
     } finally {
       await client.close();

@@ -55,7 +55,9 @@ describe('row types: every statement of sql/ returns the columns src/postgres/ro
     await prepareRowLease(fromPg(pool).executor, upgrade, loadMigrations(oldSchema)[0]!);
     current = loadStatements(schema);
     sql = postgres(url, { max: 1, onnotice: () => {} });
-    const types = await sql<{ oid: number; typname: string }[]>`SELECT oid::int AS oid, typname FROM pg_catalog.pg_type`;
+    const types = await sql<
+      { oid: number; typname: string }[]
+    >`SELECT oid::int AS oid, typname FROM pg_catalog.pg_type`;
     typeNames = new Map(types.map((t) => [t.oid, t.typname]));
   });
 
@@ -78,14 +80,27 @@ describe('row types: every statement of sql/ returns the columns src/postgres/ro
       const described = await describeColumns(name);
       const expected = declared(name);
       if (expected === undefined) {
-        assert.ok(returnsNothing(name), `sql/${name}.sql is neither in ROW_COLUMNS nor in NO_ROWS of src/postgres/rows.ts`);
-        assert.deepEqual(described, [],
-          `sql/${name}.sql returns rows (${described.map(([c, t]) => `${c} ${t}`).join(', ')}) but rows.ts lists it in NO_ROWS: describe its columns in ROW_COLUMNS`);
+        assert.ok(
+          returnsNothing(name),
+          `sql/${name}.sql is neither in ROW_COLUMNS nor in NO_ROWS of src/postgres/rows.ts`,
+        );
+        assert.deepEqual(
+          described,
+          [],
+          `sql/${name}.sql returns rows (${described.map(([c, t]) => `${c} ${t}`).join(', ')}) but rows.ts lists it in NO_ROWS: describe its columns in ROW_COLUMNS`,
+        );
         return;
       }
       assert.ok(!returnsNothing(name), `sql/${name}.sql is both in ROW_COLUMNS and in NO_ROWS`);
-      assert.ok(described.length > 0, `sql/${name}.sql returns no rows, but rows.ts describes columns for it: move it to NO_ROWS`);
-      assert.deepEqual(described, expected, `the columns of sql/${name}.sql (actual) differ from ROW_COLUMNS['${name}'] in src/postgres/rows.ts (expected)`);
+      assert.ok(
+        described.length > 0,
+        `sql/${name}.sql returns no rows, but rows.ts describes columns for it: move it to NO_ROWS`,
+      );
+      assert.deepEqual(
+        described,
+        expected,
+        `the columns of sql/${name}.sql (actual) differ from ROW_COLUMNS['${name}'] in src/postgres/rows.ts (expected)`,
+      );
     });
   }
 
@@ -93,7 +108,13 @@ describe('row types: every statement of sql/ returns the columns src/postgres/ro
     // Guards the check itself: the describe must see the statement's real result, not a cached or empty one.
     const text = `${current['extend-lease'].text}, l.epoch`;
     const { columns } = await sql.unsafe(text).describe();
-    assert.deepEqual(columns.map((c) => [c.name, typeNames.get(c.type)]), [['lane', 'int2'], ['epoch', 'int8']]);
+    assert.deepEqual(
+      columns.map((c) => [c.name, typeNames.get(c.type)]),
+      [
+        ['lane', 'int2'],
+        ['epoch', 'int8'],
+      ],
+    );
   });
 });
 
@@ -101,19 +122,29 @@ describe('row types: every statement of sql/ returns the columns src/postgres/ro
  * Per Postgres type: an expression of that type, and whether a value is what `PgValues` says the drivers hand back
  * (keyed by every PgTypeName, so a new type in rows.ts needs its check here).
  */
-const VALUE_CHECKS: Readonly<Record<PgTypeName, { readonly expression: string; readonly holds: (value: unknown) => boolean }>> = {
+const VALUE_CHECKS: Readonly<
+  Record<PgTypeName, { readonly expression: string; readonly holds: (value: unknown) => boolean }>
+> = {
   bool: { expression: 'true', holds: (v) => v === true },
   int2: { expression: '7::int2', holds: (v) => v === 7 },
   int4: { expression: '7::int4', holds: (v) => v === 7 },
   int8: { expression: '7::int8', holds: (v) => v === '7' || v === 7 },
   text: { expression: `'x'::text`, holds: (v) => v === 'x' },
   jsonb: { expression: `'{"a":[1]}'::jsonb`, holds: (v) => JSON.stringify(v) === '{"a":[1]}' },
-  timestamptz: { expression: `'2024-05-06T07:08:09.123Z'::timestamptz`, holds: (v) => v instanceof Date && v.toISOString() === '2024-05-06T07:08:09.123Z' },
+  timestamptz: {
+    expression: `'2024-05-06T07:08:09.123Z'::timestamptz`,
+    holds: (v) => v instanceof Date && v.toISOString() === '2024-05-06T07:08:09.123Z',
+  },
   // No NULL element: postgres.js 3.4 hands one back as the string 'NULL' (no text[] relaybus reads holds NULLs).
-  _text: { expression: `ARRAY['a', 'c,d', '']::text[]`, holds: (v) => Array.isArray(v) && JSON.stringify(v) === '["a","c,d",""]' },
+  _text: {
+    expression: `ARRAY['a', 'c,d', '']::text[]`,
+    holds: (v) => Array.isArray(v) && JSON.stringify(v) === '["a","c,d",""]',
+  },
 };
 
-const usedTypes = [...new Set(Object.values(ROW_COLUMNS).flatMap((columns) => Object.values(columns) as string[]))].sort();
+const usedTypes = [
+  ...new Set(Object.values(ROW_COLUMNS).flatMap((columns) => Object.values(columns) as string[])),
+].sort();
 
 describe('row types: each Postgres type rows.ts uses comes back through the drivers as PgValues says', { skip }, () => {
   const opened: { name: string; executor: SqlExecutor; close: () => Promise<void> }[] = [];
@@ -134,7 +165,10 @@ describe('row types: each Postgres type rows.ts uses comes back through the driv
   });
 
   it('every type in ROW_COLUMNS has a value check', () => {
-    assert.deepEqual(usedTypes.filter((type) => !(type in VALUE_CHECKS)), []);
+    assert.deepEqual(
+      usedTypes.filter((type) => !(type in VALUE_CHECKS)),
+      [],
+    );
   });
 
   it('pg, postgres.js and PGlite hand back each type as PgValues declares', async () => {
@@ -143,7 +177,11 @@ describe('row types: each Postgres type rows.ts uses comes back through the driv
     for (const { name, executor } of opened) {
       const [row] = await executor.run<Record<string, unknown>>({ name: 'relaybus_row_types_values', text }, []);
       const wrong = types.filter((type) => !VALUE_CHECKS[type].holds(row?.[type]));
-      assert.deepEqual(wrong.map((type) => [type, row?.[type]]), [], `${name} hands back these types differently from PgValues in src/postgres/rows.ts`);
+      assert.deepEqual(
+        wrong.map((type) => [type, row?.[type]]),
+        [],
+        `${name} hands back these types differently from PgValues in src/postgres/rows.ts`,
+      );
     }
   });
 });

@@ -24,7 +24,13 @@ import { promisify } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
-import { createPostgresSupplementSql, fromPg, loadMigrations, loadSupplement, postgresStore } from '../../src/postgres/index.js';
+import {
+  createPostgresSupplementSql,
+  fromPg,
+  loadMigrations,
+  loadSupplement,
+  postgresStore,
+} from '../../src/postgres/index.js';
 import { setupPostgres } from '../../src/postgres/setup.js';
 import { loadStatements } from '../../src/postgres/statements.js';
 import { catalog, drain, seedPending } from '../support/upgrades.js';
@@ -53,15 +59,23 @@ function snapshotFolder(folder: string): Record<string, string> {
  * migrations; returns its output and the folder's files afterwards. drizzle-kit prefixes `out` with
  * './' and exits 0 even when it fails, so paths are relative to the repository and the output is checked.
  */
-async function generate(schemaFiles: readonly string[]): Promise<{ output: string; before: Record<string, string>; after: Record<string, string> }> {
+async function generate(
+  schemaFiles: readonly string[],
+): Promise<{ output: string; before: Record<string, string>; after: Record<string, string> }> {
   const dir = mkdtempSync(join(tmpdir(), 'relaybus-drift-'));
   try {
     const out = join(dir, 'migrations');
     cpSync(join(root, 'schema/migrations'), out, { recursive: true });
     const config = join(dir, 'drizzle.config.ts');
-    writeFileSync(config, `export default ${JSON.stringify({
-      dialect: 'postgresql', schema: schemaFiles.map((file) => `./${relative(root, file)}`), out: `./${relative(root, out)}`, schemaFilter: ['relaybus'],
-    })};\n`);
+    writeFileSync(
+      config,
+      `export default ${JSON.stringify({
+        dialect: 'postgresql',
+        schema: schemaFiles.map((file) => `./${relative(root, file)}`),
+        out: `./${relative(root, out)}`,
+        schemaFilter: ['relaybus'],
+      })};\n`,
+    );
     const before = snapshotFolder(out);
     const { stdout, stderr } = await run(drizzleKit, ['generate', '--config', config], { cwd: root, timeout: 60_000 });
     return { output: `${stdout}\n${stderr}`, before, after: snapshotFolder(out) };
@@ -83,13 +97,19 @@ describe('drizzle-kit generate on the committed schema', () => {
     try {
       // Outside the repository, so drizzle-orm is imported by path (drizzle-kit loads schema files as CommonJS).
       const extra = join(dir, 'extra.ts');
-      writeFileSync(extra, `import { text } from '${join(root, 'node_modules/drizzle-orm/pg-core/index.cjs')}';\n`
-        + `import { relaybusSchema } from '${join(root, 'schema/postgres.ts')}';\n`
-        + `export const driftProbe = relaybusSchema.table('relaybus_drift_probe', { id: text('id').primaryKey() });\n`);
+      writeFileSync(
+        extra,
+        `import { text } from '${join(root, 'node_modules/drizzle-orm/pg-core/index.cjs')}';\n` +
+          `import { relaybusSchema } from '${join(root, 'schema/postgres.ts')}';\n` +
+          `export const driftProbe = relaybusSchema.table('relaybus_drift_probe', { id: text('id').primaryKey() });\n`,
+      );
       const { output, before, after } = await generate([join(root, 'schema/postgres.ts'), extra]);
       const added = Object.keys(after).filter((file) => !(file in before));
       assert.equal(added.filter((file) => file.endsWith('.sql')).length, 1, output);
-      const sql = added.filter((file) => file.endsWith('.sql')).map((file) => after[file]).join('');
+      const sql = added
+        .filter((file) => file.endsWith('.sql'))
+        .map((file) => after[file])
+        .join('');
       assert.match(sql, /CREATE TABLE "relaybus"\."relaybus_drift_probe"/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -99,7 +119,9 @@ describe('drizzle-kit generate on the committed schema', () => {
 
 const found = await findPostgres();
 
-describe('the drizzle-kit migrations plus the supplement build what setup() builds', { skip: 'skip' in found ? found.skip : undefined }, () => {
+describe('the drizzle-kit migrations plus the supplement build what setup() builds', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
   const url = 'url' in found ? found.url : '';
   const databases: string[] = [];
   const admin = new pg.Pool({ connectionString: url, max: 1 });
@@ -165,17 +187,27 @@ describe('the drizzle-kit migrations plus the supplement build what setup() buil
         // The user's database at that version: its migrations, and the supplement of that version (lane rows, records of its migrations).
         await migrate(db, { migrationsFolder: earlier, ...migrateOptions });
         for (const statement of loadSupplement('relaybus')) await pool.query(statement);
-        for (const name of versions.slice(0, count)) await pool.query('INSERT INTO relaybus.relaybus_migrations (name) VALUES ($1)', [name]);
+        for (const name of versions.slice(0, count))
+          await pool.query('INSERT INTO relaybus.relaybus_migrations (name) VALUES ($1)', [name]);
         const events = await seedPending(pool, 'relaybus', 60);
         // The upgrade as a drizzle-kit user does it: the committed migrations, then the supplement of the new version.
         await migrate(db, { migrationsFolder: join(root, 'schema/migrations'), ...migrateOptions });
         await pool.query(createPostgresSupplementSql({ schema: 'relaybus' }));
         await postgresStore({ driver: fromPg(pool), schema: 'via_setup' }).setup();
         assert.deepEqual(await catalog(pool, 'relaybus'), await catalog(pool, 'via_setup'));
-        const applied = await pool.query<{ name: string }>('SELECT name FROM relaybus.relaybus_migrations ORDER BY name');
-        assert.deepEqual(applied.rows.map((r) => r.name), versions);
+        const applied = await pool.query<{ name: string }>(
+          'SELECT name FROM relaybus.relaybus_migrations ORDER BY name',
+        );
+        assert.deepEqual(
+          applied.rows.map((r) => r.name),
+          versions,
+        );
         const store = postgresStore({ driver: fromPg(pool), schema: 'relaybus' });
-        assert.deepEqual((await setupPostgres(fromPg(pool), 'relaybus', loadStatements('relaybus'))).applied, [], 'setup() finds nothing left to do');
+        assert.deepEqual(
+          (await setupPostgres(fromPg(pool), 'relaybus', loadStatements('relaybus'))).applied,
+          [],
+          'setup() finds nothing left to do',
+        );
         assert.deepEqual(await drain(store, ['h']), events, 'every delivery pending before the upgrade runs after it');
       } finally {
         rmSync(earlier, { recursive: true, force: true });

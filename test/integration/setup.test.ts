@@ -23,11 +23,19 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
   async function catalog(schema: string) {
     const tables = await admin.query<{ relname: string; reloptions: string[] | null }>(
       `SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-       WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname`, [schema]);
+       WHERE n.nspname = $1 AND c.relkind = 'r' ORDER BY c.relname`,
+      [schema],
+    );
     const indexes = await admin.query<{ indexname: string; indexdef: string }>(
-      `SELECT indexname, replace(indexdef, $1, 'S') AS indexdef FROM pg_indexes WHERE schemaname = $2 ORDER BY indexname`, [`"${schema}"`, schema]);
+      `SELECT indexname, replace(indexdef, $1, 'S') AS indexdef FROM pg_indexes WHERE schemaname = $2 ORDER BY indexname`,
+      [`"${schema}"`, schema],
+    );
     const lanes = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".relaybus_lanes`);
-    return { tables: tables.rows, indexes: indexes.rows.map((r) => `${r.indexname}: ${r.indexdef.replaceAll(schema, 'S')}`), lanes: lanes.rows[0]!.n };
+    return {
+      tables: tables.rows,
+      indexes: indexes.rows.map((r) => `${r.indexname}: ${r.indexdef.replaceAll(schema, 'S')}`),
+      lanes: lanes.rows[0]!.n,
+    };
   }
 
   it('three concurrent setup() calls on an empty schema all succeed and create everything once', async () => {
@@ -46,7 +54,10 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     assert.deepEqual(options.relaybus_lanes, ['fillfactor=50']);
     assert.deepEqual(options.relaybus_deliveries, ['autovacuum_vacuum_scale_factor=0.02']);
     const migrations = await admin.query(`SELECT name FROM "${schema}".relaybus_migrations`);
-    assert.deepEqual(migrations.rows.map((r) => r.name), loadMigrations(schema).map((m) => m.name));
+    assert.deepEqual(
+      migrations.rows.map((r) => r.name),
+      loadMigrations(schema).map((m) => m.name),
+    );
   });
 
   it('deliveries carry only the indexes of the specification, none on a column the happy path writes', async () => {
@@ -58,14 +69,20 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     const { indexes } = await catalog(schema);
     const onDeliveries = indexes.filter((i) => i.includes('ON S.relaybus_deliveries '));
     // No (event_id, handler) index since 0002: events.handlers keeps one delivery per handler (see publish.sql).
-    assert.deepEqual(onDeliveries.map((i) => i.split(':')[0]), [
-      'relaybus_deliveries_keyed_due_idx',
-      'relaybus_deliveries_lane_handler_key_sequence_idx',
-      'relaybus_deliveries_pkey',
-      'relaybus_deliveries_unkeyed_due_idx',
-      'relaybus_deliveries_updated_at_id_idx',
-    ]);
-    assert.ok(!indexes.some((i) => i.startsWith('relaybus_lanes_') && !i.startsWith('relaybus_lanes_pkey')), 'lanes have no secondary index');
+    assert.deepEqual(
+      onDeliveries.map((i) => i.split(':')[0]),
+      [
+        'relaybus_deliveries_keyed_due_idx',
+        'relaybus_deliveries_lane_handler_key_sequence_idx',
+        'relaybus_deliveries_pkey',
+        'relaybus_deliveries_unkeyed_due_idx',
+        'relaybus_deliveries_updated_at_id_idx',
+      ],
+    );
+    assert.ok(
+      !indexes.some((i) => i.startsWith('relaybus_lanes_') && !i.startsWith('relaybus_lanes_pkey')),
+      'lanes have no secondary index',
+    );
   });
 
   it('createPostgresSchemaSql() builds the same catalog as setup()', async () => {
@@ -85,7 +102,8 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
   async function schemaAtVersion(schema: string, count: number): Promise<void> {
     const migrations = loadMigrations(schema).slice(0, count);
     await admin.query(asScript([...migrations.flatMap((m) => m.statements), ...loadSupplement(schema)]));
-    for (const { name } of migrations) await admin.query(`INSERT INTO "${schema}".relaybus_migrations (name) VALUES ($1)`, [name]);
+    for (const { name } of migrations)
+      await admin.query(`INSERT INTO "${schema}".relaybus_migrations (name) VALUES ($1)`, [name]);
   }
 
   const versions = loadMigrations().map((m) => m.name);
@@ -101,12 +119,29 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
         const store = postgresStore({ driver: fromPg(pool), schema });
         const result = await setupPostgres(fromPg(pool), schema, loadStatements(schema));
         assert.deepEqual(result, { from: 'relaybus', applied: versions.slice(count) });
-        assert.deepEqual(await setupPostgres(fromPg(pool), schema, loadStatements(schema)), { from: 'relaybus', applied: [] }, 'the second run finds nothing to do');
-        const applied = await admin.query<{ name: string }>(`SELECT name FROM "${schema}".relaybus_migrations ORDER BY name`);
-        assert.deepEqual(applied.rows.map((r) => r.name), versions);
+        assert.deepEqual(
+          await setupPostgres(fromPg(pool), schema, loadStatements(schema)),
+          { from: 'relaybus', applied: [] },
+          'the second run finds nothing to do',
+        );
+        const applied = await admin.query<{ name: string }>(
+          `SELECT name FROM "${schema}".relaybus_migrations ORDER BY name`,
+        );
+        assert.deepEqual(
+          applied.rows.map((r) => r.name),
+          versions,
+        );
         await postgresStore({ driver: fromPg(pool), schema: fresh }).setup();
-        assert.deepEqual(await fullCatalog(admin, schema), await fullCatalog(admin, fresh), 'the upgraded catalog equals a fresh install');
-        assert.deepEqual(await drain(store, ['h']), events, 'every delivery pending before the upgrade ran, once, keys in order');
+        assert.deepEqual(
+          await fullCatalog(admin, schema),
+          await fullCatalog(admin, fresh),
+          'the upgraded catalog equals a fresh install',
+        );
+        assert.deepEqual(
+          await drain(store, ['h']),
+          events,
+          'every delivery pending before the upgrade ran, once, keys in order',
+        );
       } finally {
         await pool.end();
       }
@@ -122,8 +157,13 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
       await admin.query(createPostgresSchemaSql({ schema }));
       await admin.query(createPostgresSchemaSql({ schema: fresh }));
       assert.deepEqual(await fullCatalog(admin, schema), await fullCatalog(admin, fresh));
-      const applied = await admin.query<{ name: string }>(`SELECT name FROM "${schema}".relaybus_migrations ORDER BY name`);
-      assert.deepEqual(applied.rows.map((r) => r.name), versions);
+      const applied = await admin.query<{ name: string }>(
+        `SELECT name FROM "${schema}".relaybus_migrations ORDER BY name`,
+      );
+      assert.deepEqual(
+        applied.rows.map((r) => r.name),
+        versions,
+      );
       const pool = new pg.Pool({ connectionString: url, max: 1 });
       try {
         assert.deepEqual(await drain(postgresStore({ driver: fromPg(pool), schema }), ['h']), events);
@@ -140,10 +180,21 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     const events = await seedPending(admin, schema, 30);
     const pools = [0, 1, 2].map(() => new pg.Pool({ connectionString: url, max: 1 }));
     try {
-      const results = await Promise.all(pools.map((pool) => setupPostgres(fromPg(pool), schema, loadStatements(schema))));
-      assert.deepEqual(results.map((r) => r.applied).sort((a, b) => b.length - a.length), [versions.slice(1), [], []], 'one replica applied the migrations');
-      const applied = await admin.query<{ name: string }>(`SELECT name FROM "${schema}".relaybus_migrations ORDER BY name`);
-      assert.deepEqual(applied.rows.map((r) => r.name), versions);
+      const results = await Promise.all(
+        pools.map((pool) => setupPostgres(fromPg(pool), schema, loadStatements(schema))),
+      );
+      assert.deepEqual(
+        results.map((r) => r.applied).sort((a, b) => b.length - a.length),
+        [versions.slice(1), [], []],
+        'one replica applied the migrations',
+      );
+      const applied = await admin.query<{ name: string }>(
+        `SELECT name FROM "${schema}".relaybus_migrations ORDER BY name`,
+      );
+      assert.deepEqual(
+        applied.rows.map((r) => r.name),
+        versions,
+      );
       assert.deepEqual(await drain(postgresStore({ driver: fromPg(pools[0]!), schema }), ['h']), events);
     } finally {
       await Promise.all(pools.map((pool) => pool.end()));
@@ -170,7 +221,10 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     } finally {
       await pool.end();
     }
-    await assert.rejects(admin.query(createPostgresSchemaSql({ schema })), /set up by a newer relaybus: it records migrations this script does not know/);
+    await assert.rejects(
+      admin.query(createPostgresSchemaSql({ schema })),
+      /set up by a newer relaybus: it records migrations this script does not know/,
+    );
     assert.deepEqual(await fullCatalog(admin, schema), before, 'nothing changed');
   });
 
@@ -180,24 +234,42 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     const unrelated = uniqueSchemaName('setup_unrelated');
     schemas.push(foreign, unrecorded, unrelated);
     // An application's own table that happens to be called relaybus_events.
-    await admin.query(`CREATE SCHEMA "${foreign}"; CREATE TABLE "${foreign}".relaybus_events (id serial PRIMARY KEY, note text)`);
+    await admin.query(
+      `CREATE SCHEMA "${foreign}"; CREATE TABLE "${foreign}".relaybus_events (id serial PRIMARY KEY, note text)`,
+    );
     // The relaybus tables with an empty migrations table (drizzle-kit migrations applied without the supplement).
     await admin.query(asScript(loadMigrations(unrecorded).flatMap((m) => m.statements)));
     // Unrelated tables only: relaybus installs beside them.
     await admin.query(`CREATE SCHEMA "${unrelated}"; CREATE TABLE "${unrelated}".orders (id int PRIMARY KEY)`);
     const pool = new pg.Pool({ connectionString: url, max: 1 });
     try {
-      const tablesOf = async (schema: string) => (await admin.query<{ t: string }>(
-        'SELECT table_name AS t FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [schema])).rows.map((r) => r.t);
+      const tablesOf = async (schema: string) =>
+        (
+          await admin.query<{ t: string }>(
+            'SELECT table_name AS t FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1',
+            [schema],
+          )
+        ).rows.map((r) => r.t);
       const foreignBefore = await tablesOf(foreign);
-      await assert.rejects(postgresStore({ driver: fromPg(pool), schema: foreign }).setup(), (error: unknown) =>
-        error instanceof SchemaMismatchError && !error.retryable && /relaybus_events/.test(error.message)
-        && /no relaybus_migrations table/.test(error.message) && /another schema/.test(error.message));
+      await assert.rejects(
+        postgresStore({ driver: fromPg(pool), schema: foreign }).setup(),
+        (error: unknown) =>
+          error instanceof SchemaMismatchError &&
+          !error.retryable &&
+          /relaybus_events/.test(error.message) &&
+          /no relaybus_migrations table/.test(error.message) &&
+          /another schema/.test(error.message),
+      );
       await assert.rejects(admin.query(createPostgresSchemaSql({ schema: foreign })), /no relaybus_migrations table/);
       assert.deepEqual(await tablesOf(foreign), foreignBefore);
       const unrecordedBefore = await fullCatalog(admin, unrecorded);
-      await assert.rejects(postgresStore({ driver: fromPg(pool), schema: unrecorded }).setup(), (error: unknown) =>
-        error instanceof SchemaMismatchError && /records no migration/.test(error.message) && /--supplement/.test(error.message));
+      await assert.rejects(
+        postgresStore({ driver: fromPg(pool), schema: unrecorded }).setup(),
+        (error: unknown) =>
+          error instanceof SchemaMismatchError &&
+          /records no migration/.test(error.message) &&
+          /--supplement/.test(error.message),
+      );
       assert.deepEqual(await fullCatalog(admin, unrecorded), unrecordedBefore);
       await postgresStore({ driver: fromPg(pool), schema: unrelated }).setup();
       assert.ok((await tablesOf(unrelated)).includes('orders'));
@@ -214,7 +286,9 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     await admin.query(`DROP ROLE IF EXISTS ${role}`);
     await admin.query(`CREATE ROLE ${role} LOGIN`);
     await schemaAtVersion(older, 1);
-    await admin.query(`GRANT USAGE ON SCHEMA "${older}" TO ${role}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "${older}" TO ${role}`);
+    await admin.query(
+      `GRANT USAGE ON SCHEMA "${older}" TO ${role}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "${older}" TO ${role}`,
+    );
     const target = new URL(url);
     target.username = role;
     const pool = new pg.Pool({ connectionString: target.toString(), max: 1 });
@@ -243,7 +317,10 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     const pool = new pg.Pool({ connectionString: url, max: 1 });
     try {
       const store = postgresStore({ driver: fromPg(pool), schema: uniqueSchemaName('never_setup') });
-      await assert.rejects(store.statistics(), (error: unknown) => error instanceof SchemaMismatchError && /setup\(\)/.test(error.message));
+      await assert.rejects(
+        store.statistics(),
+        (error: unknown) => error instanceof SchemaMismatchError && /setup\(\)/.test(error.message),
+      );
       for (const schema of ['Relay', 'a-b', '"x"', '', 'x'.repeat(64)]) {
         assert.throws(() => postgresStore({ driver: fromPg(pool), schema }), InvalidOptionsError);
       }

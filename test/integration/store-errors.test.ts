@@ -42,18 +42,25 @@ async function closedPort(): Promise<number> {
 describe('store errors on real Postgres', { skip }, () => {
   const schemas: string[] = [];
   let admin: pg.Pool;
-  before(() => { admin = new pg.Pool({ connectionString: url, max: 1 }); });
+  before(() => {
+    admin = new pg.Pool({ connectionString: url, max: 1 });
+  });
   after(async () => {
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await admin.end();
   });
-  async function storeOn<TTx>(make: (schema: string) => PostgresStore<TTx>, label: string): Promise<PostgresStore<TTx>> {
+  async function storeOn<TTx>(
+    make: (schema: string) => PostgresStore<TTx>,
+    label: string,
+  ): Promise<PostgresStore<TTx>> {
     const schema = uniqueSchemaName(label);
     schemas.push(schema);
     const store = make(schema);
     await store.setup();
     // A table whose unique constraint is checked at commit: a commit that fails with 23505.
-    await admin.query(`CREATE TABLE "${schema}".deferred (id int, CONSTRAINT deferred_id UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`);
+    await admin.query(
+      `CREATE TABLE "${schema}".deferred (id int, CONSTRAINT deferred_id UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`,
+    );
     return store;
   }
 
@@ -62,23 +69,51 @@ describe('store errors on real Postgres', { skip }, () => {
     try {
       const store = await storeOn((schema) => postgresStore({ driver: fromPg(pool), schema }), 'errors_pg');
       const mine = new Error('business rule broken');
-      await assert.rejects(store.transaction(async () => { throw mine; }), (error) => error === mine);
+      await assert.rejects(
+        store.transaction(async () => {
+          throw mine;
+        }),
+        (error) => error === mine,
+      );
       const relaybus = new InvalidInputError('bad');
-      await assert.rejects(store.transaction(async () => { throw relaybus; }), (error) => error === relaybus);
+      await assert.rejects(
+        store.transaction(async () => {
+          throw relaybus;
+        }),
+        (error) => error === relaybus,
+      );
       let own: unknown;
-      await assert.rejects(store.transaction(async (tx) => {
-        own = await tx.query('SELECT 1/0').then(() => undefined, (error: unknown) => error);
-        throw own;
-      }), (error) => error === own && !(error instanceof RelayBusError));
+      await assert.rejects(
+        store.transaction(async (tx) => {
+          own = await tx.query('SELECT 1/0').then(
+            () => undefined,
+            (error: unknown) => error,
+          );
+          throw own;
+        }),
+        (error) => error === own && !(error instanceof RelayBusError),
+      );
 
-      await assert.rejects(store.transaction(async (tx) => {
-        await tx.query(`INSERT INTO "${store.schema}".deferred VALUES (1), (1)`);
-      }), (error) => isStoreError(error, false, '23505'));
+      await assert.rejects(
+        store.transaction(async (tx) => {
+          await tx.query(`INSERT INTO "${store.schema}".deferred VALUES (1), (1)`);
+        }),
+        (error) => isStoreError(error, false, '23505'),
+      );
 
-      const down = new pg.Pool({ host: '127.0.0.1', port: await closedPort(), user: 'x', database: 'x', connectionTimeoutMillis: 2_000 });
+      const down = new pg.Pool({
+        host: '127.0.0.1',
+        port: await closedPort(),
+        user: 'x',
+        database: 'x',
+        connectionTimeoutMillis: 2_000,
+      });
       try {
         const unreachable = postgresStore({ driver: fromPg(down), schema: store.schema });
-        await assert.rejects(unreachable.transaction(async () => 1), (error) => isStoreError(error, true));
+        await assert.rejects(
+          unreachable.transaction(async () => 1),
+          (error) => isStoreError(error, true),
+        );
         await assert.rejects(unreachable.statistics(), (error) => isStoreError(error, true));
       } finally {
         await down.end();
@@ -93,14 +128,25 @@ describe('store errors on real Postgres', { skip }, () => {
     try {
       const store = await storeOn((schema) => postgresStore({ driver: fromPostgresJs(sql), schema }), 'errors_pj');
       const mine = new Error('business rule broken');
-      await assert.rejects(store.transaction(async () => { throw mine; }), (error) => error === mine);
-      await assert.rejects(store.transaction(async (tx) => {
-        await tx.unsafe(`INSERT INTO "${store.schema}".deferred VALUES (1), (1)`);
-      }), (error) => isStoreError(error, false, '23505'));
+      await assert.rejects(
+        store.transaction(async () => {
+          throw mine;
+        }),
+        (error) => error === mine,
+      );
+      await assert.rejects(
+        store.transaction(async (tx) => {
+          await tx.unsafe(`INSERT INTO "${store.schema}".deferred VALUES (1), (1)`);
+        }),
+        (error) => isStoreError(error, false, '23505'),
+      );
       // postgres.js fails sql.begin with a statement that failed inside it even when fn caught that failure.
-      await assert.rejects(store.transaction(async (tx) => {
-        await tx.unsafe('SELECT 1/0').catch(() => undefined);
-      }), (error) => isStoreError(error, false, '22012'));
+      await assert.rejects(
+        store.transaction(async (tx) => {
+          await tx.unsafe('SELECT 1/0').catch(() => undefined);
+        }),
+        (error) => isStoreError(error, false, '22012'),
+      );
     } finally {
       await sql.end();
     }
@@ -110,11 +156,18 @@ describe('store errors on real Postgres', { skip }, () => {
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     try {
       const store = await storeOn((schema) => postgresStore({ driver: fromPg(pool), schema }), 'errors_check');
-      await store.transaction((tx) => store.publish(tx, [{ id: 'e1', type: 't', payload: {}, handlers: [{ name: 'h1', maxAttempts: 3 }] }]));
+      await store.transaction((tx) =>
+        store.publish(tx, [{ id: 'e1', type: 't', payload: {}, handlers: [{ name: 'h1', maxAttempts: 3 }] }]),
+      );
       const [claimed] = await store.claim({ owner: 'w', handlers: ['h1'], limit: 1, leaseDurationMs: 30_000 });
-      await admin.query(`ALTER TABLE "${store.schema}".relaybus_deliveries ADD CONSTRAINT no_poison CHECK (last_error NOT LIKE '%poison%')`);
+      await admin.query(
+        `ALTER TABLE "${store.schema}".relaybus_deliveries ADD CONSTRAINT no_poison CHECK (last_error NOT LIKE '%poison%')`,
+      );
       await assert.rejects(
-        store.reschedule({ deliveryId: claimed!.id, lease: claimed!.lease }, { availableAt: new Date(), error: 'poison' }),
+        store.reschedule(
+          { deliveryId: claimed!.id, lease: claimed!.lease },
+          { availableAt: new Date(), error: 'poison' },
+        ),
         (error) => isStoreError(error, false, '23514'),
       );
     } finally {
@@ -122,7 +175,9 @@ describe('store errors on real Postgres', { skip }, () => {
     }
   });
 
-  it('the dispatcher buries a delivery whose reschedule the database refuses for good, instead of running it forever', { timeout: 20_000 }, async (t) => {
+  it('the dispatcher buries a delivery whose reschedule the database refuses for good, instead of running it forever', {
+    timeout: 20_000,
+  }, async (t) => {
     const pool = new pg.Pool({ connectionString: url, max: 4 });
     let bus: { stop(options?: { graceMs?: number }): Promise<void> } | undefined;
     // The bus first: its dispatcher holds a pool connection (LISTEN) until it stops, and pool.end() waits for it.
@@ -132,18 +187,31 @@ describe('store errors on real Postgres', { skip }, () => {
     });
     const store = await storeOn((schema) => postgresStore({ driver: fromPg(pool), schema }), 'errors_bury');
     // Failure texts that name the handler's error are refused (a stand-in for any data error of that write).
-    await admin.query(`ALTER TABLE "${store.schema}".relaybus_deliveries ADD CONSTRAINT refuse_marked CHECK (last_error NOT LIKE '%XYZZY%')`);
+    await admin.query(
+      `ALTER TABLE "${store.schema}".relaybus_deliveries ADD CONSTRAINT refuse_marked CHECK (last_error NOT LIKE '%XYZZY%')`,
+    );
     const Order = defineEvent('order', Type.Object({ n: Type.Integer() }));
-    const relay = createRelayBus({ store, events: [Order], backoff: { jitter: 0 }, dispatcher: { pollIntervalMs: 20 } });
+    const relay = createRelayBus({
+      store,
+      events: [Order],
+      backoff: { jitter: 0 },
+      dispatcher: { pollIntervalMs: 20 },
+    });
     bus = relay;
     let runs = 0;
-    relay.on(Order, 'poisoned', { maxAttempts: 5 }, () => { runs += 1; throw new Error('XYZZY'); });
+    relay.on(Order, 'poisoned', { maxAttempts: 5 }, () => {
+      runs += 1;
+      throw new Error('XYZZY');
+    });
     await store.transaction((tx) => relay.publish(tx, Order, { n: 1 }));
     const dead = nextEvent(relay.events, 'dead', { timeoutMs: 10_000 });
     await relay.start();
     await dead;
     const [view] = (await store.listDeliveries({ status: 'dead' })).items;
-    assert.match(view!.lastError ?? '', /^relaybus could not record this failure with reschedule \(StoreUnavailableError: .*refuse_marked.*the handler's error is in the worker log$/);
+    assert.match(
+      view!.lastError ?? '',
+      /^relaybus could not record this failure with reschedule \(StoreUnavailableError: .*refuse_marked.*the handler's error is in the worker log$/,
+    );
     assert.equal(view!.attempts, 1);
     assert.equal(runs, 1);
   });

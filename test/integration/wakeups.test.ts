@@ -29,21 +29,24 @@ interface Target {
 
 const TARGETS: readonly Target[] = [
   {
-    name: 'pg', server: true,
+    name: 'pg',
+    server: true,
     async open(applicationName) {
       const pool = new pg.Pool({ connectionString: url, max: 6, application_name: applicationName });
       return { driver: fromPg(pool) as unknown as PostgresDriver<unknown>, end: () => pool.end() };
     },
   },
   {
-    name: 'postgres.js', server: true,
+    name: 'postgres.js',
+    server: true,
     async open(applicationName) {
       const sql = postgres(url, { max: 6, onnotice: () => {}, connection: { application_name: applicationName } });
       return { driver: fromPostgresJs(sql) as unknown as PostgresDriver<unknown>, end: () => sql.end({ timeout: 1 }) };
     },
   },
   {
-    name: 'PGlite', server: false,
+    name: 'PGlite',
+    server: false,
     async open() {
       const db = new PGlite();
       return { driver: fromPglite(db) as unknown as PostgresDriver<unknown>, end: () => db.close() };
@@ -66,7 +69,12 @@ for (const target of TARGETS) {
       await connection.end();
     });
 
-    async function deliveredAfterPublish(bus: ReturnType<typeof createRelayBus>, store: ReturnType<typeof postgresStore>, seen: number[], n: number): Promise<number> {
+    async function deliveredAfterPublish(
+      bus: ReturnType<typeof createRelayBus>,
+      store: ReturnType<typeof postgresStore>,
+      seen: number[],
+      n: number,
+    ): Promise<number> {
       const started = performance.now();
       await store.transaction((tx) => bus.publish(tx as never, Ping, { n }));
       await waitFor(() => seen.includes(n), `event ${n} delivered`, POLL_MS / 2);
@@ -78,7 +86,9 @@ for (const target of TARGETS) {
       assert.equal(store.capabilities.wakeups, 'listen-notify');
       const bus = createRelayBus({ store, events: [Ping], dispatcher: { pollIntervalMs: POLL_MS } });
       const seen: number[] = [];
-      bus.on(Ping, 'ping', (payload) => { seen.push(payload.n); });
+      bus.on(Ping, 'ping', (payload) => {
+        seen.push(payload.n);
+      });
       await bus.start();
       try {
         await new Promise((resolve) => setTimeout(resolve, 300)); // the first claim found nothing: the dispatcher idles
@@ -88,22 +98,35 @@ for (const target of TARGETS) {
           const admin = new pg.Client({ connectionString: url });
           await admin.connect();
           try {
-            const killed = await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE application_name = $1 AND query ILIKE 'LISTEN%'`, [applicationName]);
-            assert.ok(killed.rowCount !== null && killed.rowCount >= 1, 'the listening connection was found and terminated');
+            const killed = await admin.query(
+              `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE application_name = $1 AND query ILIKE 'LISTEN%'`,
+              [applicationName],
+            );
+            assert.ok(
+              killed.rowCount !== null && killed.rowCount >= 1,
+              'the listening connection was found and terminated',
+            );
           } finally {
             await admin.end();
           }
-          await waitFor(async () => {
-            const probe = new pg.Client({ connectionString: url });
-            await probe.connect();
-            try {
-              const { rows } = await probe.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'`, [applicationName]);
-              return rows[0].n >= 1;
-            } finally {
-              await probe.end();
-            }
-          }, 'the listener reconnected', 10_000);
+          await waitFor(
+            async () => {
+              const probe = new pg.Client({ connectionString: url });
+              await probe.connect();
+              try {
+                const { rows } = await probe.query(
+                  `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'`,
+                  [applicationName],
+                );
+                return rows[0].n >= 1;
+              } finally {
+                await probe.end();
+              }
+            },
+            'the listener reconnected',
+            10_000,
+          );
           const again = await deliveredAfterPublish(bus, store, seen, 2);
           assert.ok(again < WAKE_BOUND_MS, `after the reconnect: delivered ${again.toFixed(0)} ms after the publish`);
         }
@@ -117,7 +140,9 @@ for (const target of TARGETS) {
       assert.equal(store.capabilities.wakeups, 'poll');
       const bus = createRelayBus({ store, events: [Ping], dispatcher: { pollIntervalMs: POLL_MS } });
       const seen: number[] = [];
-      bus.on(Ping, 'ping', (payload) => { seen.push(payload.n); });
+      bus.on(Ping, 'ping', (payload) => {
+        seen.push(payload.n);
+      });
       await bus.start();
       try {
         await new Promise((resolve) => setTimeout(resolve, 300));
@@ -136,7 +161,9 @@ describe('the pg listener gives its connection back clean', { skip: 'skip' in fo
     const schema = uniqueSchemaName('wakeups_reuse');
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     const warnings: string[] = [];
-    const onWarning = (warning: Error): void => { warnings.push(`${warning.name}: ${warning.message}`); };
+    const onWarning = (warning: Error): void => {
+      warnings.push(`${warning.name}: ${warning.message}`);
+    };
     process.on('warning', onWarning);
     try {
       const store = postgresStore({ driver: fromPg(pool), schema });
@@ -148,7 +175,10 @@ describe('the pg listener gives its connection back clean', { skip: 'skip' in fo
         await bus.stop();
       }
       await new Promise((resolve) => setImmediate(resolve));
-      assert.deepEqual(warnings.filter((w) => w.includes('MaxListenersExceeded')), []);
+      assert.deepEqual(
+        warnings.filter((w) => w.includes('MaxListenersExceeded')),
+        [],
+      );
     } finally {
       process.off('warning', onWarning);
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);

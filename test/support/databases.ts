@@ -42,7 +42,9 @@ export function findPostgres(): Promise<Found> {
     const fromEnv = process.env.DATABASE_URL;
     if (fromEnv) {
       const problem = await answers(fromEnv);
-      return problem ? { skip: `DATABASE_URL is set but does not answer: ${problem}` } : { url: fromEnv, source: 'DATABASE_URL' };
+      return problem
+        ? { skip: `DATABASE_URL is set but does not answer: ${problem}` }
+        : { url: fromEnv, source: 'DATABASE_URL' };
     }
     const docker = await fromDocker();
     if ('url' in docker) return { url: docker.url, source: 'testcontainers' };
@@ -67,6 +69,9 @@ let counter = 0;
 /** A schema name no other test file or process uses. */
 export function uniqueSchemaName(label: string): string {
   counter += 1;
-  const safe = label.toLowerCase().replace(/[^a-z0-9]+/g, '_').slice(0, 30);
+  const safe = label
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '_')
+    .slice(0, 30);
   return `t_${safe}_${process.pid}_${counter}`;
 }

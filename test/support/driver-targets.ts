@@ -19,7 +19,9 @@ import { pgliteTarget, POOL_SIZE, serverTarget } from './postgres-targets.js';
 const quietPostgresJs = (url: string) => postgres(url, { max: POOL_SIZE, onnotice: () => {} });
 
 /** The store over a postgres.js client (prepared statements unless `preparedStatements: false`). */
-export function postgresJsTarget(options: { preparedStatements?: boolean } = {}): ContractTarget<PostgresJsTransactionLike> {
+export function postgresJsTarget(
+  options: { preparedStatements?: boolean } = {},
+): ContractTarget<PostgresJsTransactionLike> {
   const prepared = options.preparedStatements ?? true;
   return serverTarget(
     prepared ? 'postgres store / postgres.js' : 'postgres store / postgres.js, preparedStatements: false',
@@ -34,7 +36,9 @@ export function postgresJsTarget(options: { preparedStatements?: boolean } = {})
 /** The store over Kysely's PostgresDialect on a pg pool. */
 export function kyselyTarget(): ContractTarget<KyselyTransactionLike> {
   return serverTarget('postgres store / kysely (pg)', 'kysely', (url) => {
-    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: POOL_SIZE }) }) });
+    const db = new Kysely<Record<string, never>>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: POOL_SIZE }) }),
+    });
     return { driver: fromKysely(db), end: () => db.destroy() };
   });
 }
@@ -57,5 +61,7 @@ export function drizzlePostgresJsTarget(): ContractTarget<DrizzleTransactionLike
 
 /** The store over Drizzle's PGlite driver (embedded, one connection; one instance shared by the harnesses). */
 export function drizzlePgliteTarget(): ContractTarget<DrizzleTransactionLike> {
-  return pgliteTarget('postgres store / drizzle (pglite)', 'drizzle_pglite', (client) => fromDrizzle(drizzlePglite({ client })));
+  return pgliteTarget('postgres store / drizzle (pglite)', 'drizzle_pglite', (client) =>
+    fromDrizzle(drizzlePglite({ client })),
+  );
 }

@@ -4,7 +4,14 @@
  */
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { fromPg, fromPglite, postgresStore, type PgClientLike, type PgliteQueryableLike, type PostgresDriver } from '../../src/postgres/index.js';
+import {
+  fromPg,
+  fromPglite,
+  postgresStore,
+  type PgClientLike,
+  type PgliteQueryableLike,
+  type PostgresDriver,
+} from '../../src/postgres/index.js';
 import type { StoreCapabilities } from '../../src/store/contract.js';
 import { findPostgres, uniqueSchemaName } from './databases.js';
 import { StubClock, transactionRunner, type ContractTarget, type Harness, type HarnessOptions } from './harness.js';
@@ -34,7 +41,10 @@ export interface Connection<TTx> {
 
 /** A store in a fresh schema of `driver`'s database, set up; closing drops the schema, then calls `end`. */
 export async function schemaHarness<TTx>(
-  driver: PostgresDriver<TTx>, label: string, options: HarnessOptions, end: () => Promise<void>,
+  driver: PostgresDriver<TTx>,
+  label: string,
+  options: HarnessOptions,
+  end: () => Promise<void>,
 ): Promise<Harness<TTx>> {
   const schema = uniqueSchemaName(label);
   const store = postgresStore({ driver, schema, completionHistory: options.completionHistory ?? false });
@@ -55,7 +65,11 @@ export async function schemaHarness<TTx>(
 }
 
 /** A target on the test Postgres server: a schema per harness, set up by the store, dropped on close. */
-export function serverTarget<TTx>(name: string, label: string, connect: (url: string) => Connection<TTx>): ContractTarget<TTx> {
+export function serverTarget<TTx>(
+  name: string,
+  label: string,
+  connect: (url: string) => Connection<TTx>,
+): ContractTarget<TTx> {
   return {
     name,
     capabilities: capabilities(true),
@@ -77,7 +91,8 @@ export function serverTarget<TTx>(name: string, label: string, connect: (url: st
  * harnesses of one target share one instance, each in a schema of its own.
  */
 export function pgliteTarget<TTx = PgliteQueryableLike>(
-  name = 'postgres store / pglite', label = 'pglite',
+  name = 'postgres store / pglite',
+  label = 'pglite',
   makeDriver: (db: PGlite) => PostgresDriver<TTx> = (db) => fromPglite(db) as unknown as PostgresDriver<TTx>,
 ): ContractTarget<TTx> {
   let shared: { db: Promise<PGlite>; users: number } | undefined;

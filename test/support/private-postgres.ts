@@ -26,13 +26,15 @@ const COMMAND_TIMEOUT_MS = 60_000;
 /** Why a private cluster cannot run here, or undefined when it can. */
 export function privatePostgresSkipReason(): string | undefined {
   for (const binary of ['initdb', 'pg_ctl', 'postgres']) {
-    if (!existsSync(join(PG_BIN, binary))) return `no ${binary} in ${PG_BIN} (install PostgreSQL 15 server binaries or set PRIVATE_PG_BIN)`;
+    if (!existsSync(join(PG_BIN, binary)))
+      return `no ${binary} in ${PG_BIN} (install PostgreSQL 15 server binaries or set PRIVATE_PG_BIN)`;
   }
   if (isRoot) {
     if (!existsSync('/usr/sbin/runuser') && !existsSync('/sbin/runuser') && !existsSync('/usr/bin/runuser')) {
       return 'running as root and runuser is missing (initdb refuses root; the cluster must run as the postgres user)';
     }
-    if (spawnSync('id', ['-u', RUN_AS]).status !== 0) return `running as root and there is no "${RUN_AS}" OS user to run the cluster as`;
+    if (spawnSync('id', ['-u', RUN_AS]).status !== 0)
+      return `running as root and there is no "${RUN_AS}" OS user to run the cluster as`;
   }
   return undefined;
 }
@@ -85,10 +87,15 @@ const ENV: NodeJS.ProcessEnv = { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG
 function run(binary: string, args: readonly string[]): Promise<string> {
   const [command, argv] = commandLine(binary, args);
   return new Promise((resolve, reject) => {
-    execFile(command, argv, { env: ENV, timeout: COMMAND_TIMEOUT_MS, maxBuffer: 4 * 1024 * 1024 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${binary} ${args.join(' ')} failed: ${error.message}\n${stdout}${stderr}`));
-      else resolve(`${stdout}${stderr}`);
-    });
+    execFile(
+      command,
+      argv,
+      { env: ENV, timeout: COMMAND_TIMEOUT_MS, maxBuffer: 4 * 1024 * 1024 },
+      (error, stdout, stderr) => {
+        if (error) reject(new Error(`${binary} ${args.join(' ')} failed: ${error.message}\n${stdout}${stderr}`));
+        else resolve(`${stdout}${stderr}`);
+      },
+    );
   });
 }
 
@@ -112,7 +119,9 @@ function hookProcess(): void {
 }
 
 /** Create a cluster with `initdb` and start it. `settings` are appended to postgresql.conf. */
-export async function startPrivatePostgres(options: { readonly settings?: Readonly<Record<string, string | number>> } = {}): Promise<PrivatePostgres> {
+export async function startPrivatePostgres(
+  options: { readonly settings?: Readonly<Record<string, string | number>> } = {},
+): Promise<PrivatePostgres> {
   const skip = privatePostgresSkipReason();
   if (skip !== undefined) throw new Error(`cannot run a private Postgres: ${skip}`);
   const root = mkdtempSync(join(tmpdir(), 'relaybus-private-pg-'));
@@ -149,7 +158,17 @@ export async function startPrivatePostgres(options: { readonly settings?: Readon
   hookProcess();
 
   try {
-    await run('initdb', ['-D', dataDir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--locale=C', '--no-sync', '--no-instructions']);
+    await run('initdb', [
+      '-D',
+      dataDir,
+      '-U',
+      'postgres',
+      '--auth=trust',
+      '--encoding=UTF8',
+      '--locale=C',
+      '--no-sync',
+      '--no-instructions',
+    ]);
     const port = await freePort();
     const settings: Record<string, string | number> = {
       port,
@@ -161,14 +180,25 @@ export async function startPrivatePostgres(options: { readonly settings?: Readon
       max_connections: 200,
       ...options.settings,
     };
-    appendFileSync(join(dataDir, 'postgresql.conf'), `\n# private-postgres.ts\n${Object.entries(settings).map(([name, value]) => `${name} = ${value}`).join('\n')}\n`);
+    appendFileSync(
+      join(dataDir, 'postgresql.conf'),
+      `\n# private-postgres.ts\n${Object.entries(settings)
+        .map(([name, value]) => `${name} = ${value}`)
+        .join('\n')}\n`,
+    );
 
     // A watchdog that outlives this process only to stop and delete the cluster if the process dies uncleanly.
     const [stopCommand, stopArgs] = commandLine('pg_ctl', ['-D', dataDir, 'stop', '-m', 'immediate', '-w', '-t', '20']);
     const quoted = [stopCommand, ...stopArgs].map((part) => `'${part.replace(/'/g, `'\\''`)}'`).join(' ');
-    const dog = spawn('sh', ['-c', `while kill -0 ${process.pid} 2>/dev/null; do sleep 2; done; ${quoted} >/dev/null 2>&1; rm -rf '${root}'`], {
-      detached: true, stdio: 'ignore', env: ENV,
-    });
+    const dog = spawn(
+      'sh',
+      ['-c', `while kill -0 ${process.pid} 2>/dev/null; do sleep 2; done; ${quoted} >/dev/null 2>&1; rm -rf '${root}'`],
+      {
+        detached: true,
+        stdio: 'ignore',
+        env: ENV,
+      },
+    );
     dog.unref();
     watchdog = dog.pid;
 
@@ -207,7 +237,10 @@ export async function startPrivatePostgres(options: { readonly settings?: Readon
           const pids = rows[0]!.pids;
           const deadline = Date.now() + 10_000;
           while (Date.now() < deadline) {
-            const left = await client.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY($1::int[])', [pids]);
+            const left = await client.query<{ n: number }>(
+              'SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY($1::int[])',
+              [pids],
+            );
             if (left.rows[0]!.n === 0) break;
             await new Promise((resolve) => setTimeout(resolve, 10));
           }
@@ -218,7 +251,10 @@ export async function startPrivatePostgres(options: { readonly settings?: Readon
       },
       logTail(lines = 40) {
         try {
-          return readFileSync(logFile, 'utf8').split('\n').slice(-lines - 1).join('\n');
+          return readFileSync(logFile, 'utf8')
+            .split('\n')
+            .slice(-lines - 1)
+            .join('\n');
         } catch {
           return '(no server log)';
         }
@@ -227,7 +263,8 @@ export async function startPrivatePostgres(options: { readonly settings?: Readon
         if (disposed) return;
         disposed = true;
         live.delete(cleanSync);
-        if (existsSync(join(dataDir, 'postmaster.pid'))) await pgCtl(['stop', '-m', 'immediate', '-w', '-t', '30']).catch(() => {});
+        if (existsSync(join(dataDir, 'postmaster.pid')))
+          await pgCtl(['stop', '-m', 'immediate', '-w', '-t', '30']).catch(() => {});
         running = false;
         cleanSync();
       },

@@ -7,7 +7,10 @@ import { connect, createServer, type AddressInfo, type Server, type Socket } fro
 export class TcpProxy {
   #server: Server | undefined;
   readonly #sockets = new Set<Socket>();
-  constructor(readonly port: number, readonly target: { readonly host: string; readonly port: number }) {}
+  constructor(
+    readonly port: number,
+    readonly target: { readonly host: string; readonly port: number },
+  ) {}
 
   /** A proxy on a free port, forwarding to `target` once opened. */
   static async create(target: { host: string; port: number }): Promise<TcpProxy> {
@@ -32,7 +35,10 @@ export class TcpProxy {
       for (const socket of [client, upstream]) {
         this.#sockets.add(socket);
         socket.on('close', () => this.#sockets.delete(socket));
-        socket.on('error', () => { client.destroy(); upstream.destroy(); });
+        socket.on('error', () => {
+          client.destroy();
+          upstream.destroy();
+        });
       }
       client.pipe(upstream).pipe(client);
     });

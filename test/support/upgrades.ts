@@ -22,7 +22,16 @@ export async function catalog(client: pg.Pool | pg.PoolClient, schema: string) {
     SELECT c.relname AS table, c.reloptions AS options, c.relpersistence AS persistence
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY 1`);
-  const columns = await q<{ table: string; column: string; type: string; not_null: boolean; default: string | null; identity: string; generated: string; position: number }>(`
+  const columns = await q<{
+    table: string;
+    column: string;
+    type: string;
+    not_null: boolean;
+    default: string | null;
+    identity: string;
+    generated: string;
+    position: number;
+  }>(`
     SELECT c.relname AS table, a.attname AS column, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null,
            pg_get_expr(d.adbin, d.adrelid) AS default, a.attidentity AS identity, a.attgenerated AS generated, a.attnum AS position
     FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -80,20 +89,31 @@ export async function seedPending(client: pg.Pool, schema: string, count: number
   const keys = ids.map((_, i) => (i % 2 === 0 ? `key-${i % 5}` : null));
   const sequences = keys.map((key, i) => (key === null ? null : keys.slice(0, i + 1).filter((k) => k === key).length));
   const s = `"${schema}"`;
-  await client.query(`INSERT INTO ${s}.relaybus_events (id, type, key, payload, headers, handlers, created_at)
-    SELECT id, 't', key, '{}', '{}', '{h}', now() FROM unnest($1::text[], $2::text[]) AS x(id, key)`, [ids, keys]);
-  await client.query(`INSERT INTO ${s}.relaybus_deliveries
+  await client.query(
+    `INSERT INTO ${s}.relaybus_events (id, type, key, payload, headers, handlers, created_at)
+    SELECT id, 't', key, '{}', '{}', '{h}', now() FROM unnest($1::text[], $2::text[]) AS x(id, key)`,
+    [ids, keys],
+  );
+  await client.query(
+    `INSERT INTO ${s}.relaybus_deliveries
       (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at)
     SELECT id, 'h', lane, key, sequence, 'pending', 0, 3, 0, now(), now(), now()
     FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[]) AS x(id, key, lane, sequence)`,
-  [ids, keys, ids.map((id, i) => laneOf(keys[i], id)), sequences]);
+    [ids, keys, ids.map((id, i) => laneOf(keys[i], id)), sequences],
+  );
   // The key order as the schema keeps it: key-counter rows before 0002, one sequence from 0002 on.
-  const { rows: [layout] } = await client.query<{ counters: string | null }>(`SELECT to_regclass($1) AS counters`, [`${s}.relaybus_key_sequences`]);
+  const {
+    rows: [layout],
+  } = await client.query<{ counters: string | null }>(`SELECT to_regclass($1) AS counters`, [
+    `${s}.relaybus_key_sequences`,
+  ]);
   if (layout?.counters) {
     await client.query(`INSERT INTO ${s}.relaybus_key_sequences (key, last_sequence)
       SELECT key, max(sequence) FROM ${s}.relaybus_deliveries WHERE key IS NOT NULL GROUP BY key`);
   } else {
-    await client.query(`SELECT setval($1, (SELECT max(sequence) FROM ${s}.relaybus_deliveries))`, [`${s}.relaybus_key_order`]);
+    await client.query(`SELECT setval($1, (SELECT max(sequence) FROM ${s}.relaybus_deliveries))`, [
+      `${s}.relaybus_key_order`,
+    ]);
   }
   return ids.sort();
 }
@@ -115,7 +135,10 @@ export async function drain<TTx>(store: Store<TTx>, handlers: readonly string[])
       if (delivery.key !== null && delivery.sequence !== null) {
         const order = `${delivery.handler}/${delivery.key}`;
         const sequence = BigInt(delivery.sequence);
-        assert.ok((lastSequence.get(order) ?? -1n) < sequence, `${order} ran sequence ${sequence} after ${lastSequence.get(order)}`);
+        assert.ok(
+          (lastSequence.get(order) ?? -1n) < sequence,
+          `${order} ran sequence ${sequence} after ${lastSequence.get(order)}`,
+        );
         lastSequence.set(order, sequence);
       }
     }
@@ -173,7 +196,10 @@ CREATE INDEX relaybus_deliveries_dead_idx ON ${s}.relaybus_deliveries (updated_a
 export const HANDLERS = ['email', 'ledger'] as const;
 
 /** Ordering keys, unicode among them (the lane hashes UTF-8 bytes). */
-export const KEYS = Array.from({ length: 48 }, (_, i) => `${['customer-', 'kunde-ü-', '顧客-', '🎉-', 'Ζ-'][i % 5]}${i}`);
+export const KEYS = Array.from(
+  { length: 48 },
+  (_, i) => `${['customer-', 'kunde-ü-', '顧客-', '🎉-', 'Ζ-'][i % 5]}${i}`,
+);
 
 /**
  * `events` events, each with a delivery for both handlers, in 0.1 states: per (handler, key) the
@@ -183,11 +209,15 @@ export const KEYS = Array.from({ length: 48 }, (_, i) => `${['customer-', 'kunde
  */
 export async function seedRowLease(admin: pg.Pool, schema: string, events: number): Promise<void> {
   const s = `"${schema}"`;
-  await admin.query(`INSERT INTO ${s}.relaybus_events (id, type, key, payload, created_at)
+  await admin.query(
+    `INSERT INTO ${s}.relaybus_events (id, type, key, payload, created_at)
     SELECT 'evt-' || lpad(n::text, 6, '0'), 'order.placed', CASE WHEN n % 3 <> 0 THEN ($1::text[])[1 + n % array_length($1::text[], 1)] END,
            jsonb_build_object('n', n), now() - interval '2 hours' + n * interval '1 ms'
-    FROM generate_series(1, $2::int) AS n`, [KEYS, events]);
-  await admin.query(`
+    FROM generate_series(1, $2::int) AS n`,
+    [KEYS, events],
+  );
+  await admin.query(
+    `
     WITH ev AS (
       SELECT e.id, e.key, (e.payload ->> 'n')::int AS n,
              row_number() OVER (PARTITION BY e.key ORDER BY e.id) AS seq, count(*) OVER (PARTITION BY e.key) AS total
@@ -214,7 +244,9 @@ export async function seedRowLease(admin: pg.Pool, schema: string, events: numbe
            CASE WHEN status = 'dead' OR (status = 'pending' AND n % 3 = 1) THEN 'boom' END,
            CASE WHEN status = 'completed' THEN now() - interval '90 minutes' END,
            now() - interval '2 hours', now() - interval '90 minutes'
-    FROM rows ORDER BY n, handler`, [HANDLERS]);
+    FROM rows ORDER BY n, handler`,
+    [HANDLERS],
+  );
   await admin.query(`UPDATE ${s}.relaybus_deliveries SET attempts = max_attempts
     WHERE id = (SELECT min(id) FROM ${s}.relaybus_deliveries WHERE status = 'processing' AND key IS NULL)`);
 }

@@ -52,7 +52,11 @@ export function collect<TMap, K extends keyof TMap>(events: TypedEvents<TMap>, n
 }
 
 /** Poll `predicate` every few ms until it holds; reject with `message` after `timeoutMs`. */
-export async function waitFor(predicate: () => boolean | Promise<boolean>, message: string, timeoutMs = 3_000): Promise<void> {
+export async function waitFor(
+  predicate: () => boolean | Promise<boolean>,
+  message: string,
+  timeoutMs = 3_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await predicate()) return;
@@ -72,12 +76,32 @@ export interface StoreCall {
 }
 
 /** Wrap a store so every call is recorded; behaviour is unchanged. `overrides` replace methods. */
-export function spyStore<TTx>(store: Store<TTx>, overrides: Partial<Store<TTx>> = {}): { store: Store<TTx>; calls: StoreCall[] } {
+export function spyStore<TTx>(
+  store: Store<TTx>,
+  overrides: Partial<Store<TTx>> = {},
+): { store: Store<TTx>; calls: StoreCall[] } {
   const calls: StoreCall[] = [];
   const target = store as unknown as Record<string, unknown>;
   const methods = [
-    'setup', 'publish', 'claim', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury', 'release', 'relinquish',
-    'requeue', 'listDeliveries', 'statistics', 'purgeExpired', 'transaction', 'close', 'subscribe', 'listSubscriptions', 'unsubscribe',
+    'setup',
+    'publish',
+    'claim',
+    'extendLease',
+    'completeMany',
+    'complete',
+    'reschedule',
+    'bury',
+    'release',
+    'relinquish',
+    'requeue',
+    'listDeliveries',
+    'statistics',
+    'purgeExpired',
+    'transaction',
+    'close',
+    'subscribe',
+    'listSubscriptions',
+    'unsubscribe',
   ] as const;
   const wrapped: Record<string, unknown> = { kind: store.kind, capabilities: store.capabilities };
   for (const method of methods) {

@@ -22,7 +22,8 @@ function capture(): { logger: pino.Logger; lines: Line[] } {
   const lines: Line[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
-      for (const text of chunk.toString('utf8').split('\n')) if (text.trim() !== '') lines.push(JSON.parse(text) as Line);
+      for (const text of chunk.toString('utf8').split('\n'))
+        if (text.trim() !== '') lines.push(JSON.parse(text) as Line);
       done();
     },
   });
@@ -35,8 +36,12 @@ async function runWith(where: 'createRelayBus' | 'start'): Promise<Line[]> {
   const { logger, lines } = capture();
   const store = memoryStore();
   const bus = createRelayBus({
-    store, events: [Order], maxAttempts: 2, backoff: { initialDelayMs: 1, maxDelayMs: 1, jitter: 0 },
-    dispatcher: { pollIntervalMs: 5 }, ...(where === 'createRelayBus' ? { logger } : {}),
+    store,
+    events: [Order],
+    maxAttempts: 2,
+    backoff: { initialDelayMs: 1, maxDelayMs: 1, jitter: 0 },
+    dispatcher: { pollIntervalMs: 5 },
+    ...(where === 'createRelayBus' ? { logger } : {}),
   });
   bus.on(Order, 'ok', () => {});
   bus.on(Order, 'broken', () => {
@@ -44,7 +49,10 @@ async function runWith(where: 'createRelayBus' | 'start'): Promise<Line[]> {
   });
   await store.transaction((tx) => bus.publish(tx, Order, { n: 1 }, { key: 'customer-7' }));
   await bus.start(where === 'start' ? { logger } : {});
-  await waitFor(async () => (await store.statistics()).pending === 0 && (await store.statistics()).inFlight === 0, 'drained');
+  await waitFor(
+    async () => (await store.statistics()).pending === 0 && (await store.statistics()).inFlight === 0,
+    'drained',
+  );
   await bus.stop();
   logger.flush();
   return lines;
@@ -64,7 +72,8 @@ describe('a pino logger', () => {
       const about = lines.filter((line) => line.deliveryId !== undefined);
       assert.ok(about.length >= 3, `lines about deliveries: ${JSON.stringify(lines)}`);
       for (const line of about) {
-        for (const field of ['handler', 'attempt', 'lane']) assert.notEqual(line[field], undefined, `${field} in ${JSON.stringify(line)}`);
+        for (const field of ['handler', 'attempt', 'lane'])
+          assert.notEqual(line[field], undefined, `${field} in ${JSON.stringify(line)}`);
         assert.ok(Number.isInteger(line.lane) && (line.lane as number) >= 0 && (line.lane as number) < 256);
       }
       const dead = lines.find((line) => line.msg.startsWith('handler failed on its last attempt'));
@@ -78,7 +87,10 @@ describe('a pino logger', () => {
       assert.equal(retry?.attempt, 1);
       assert.equal(retry?.error, 'TypeError: card declined');
       const delivered = lines.filter((line) => line.msg === 'delivered');
-      assert.deepEqual(delivered.map((line) => line.handler), ['ok']);
+      assert.deepEqual(
+        delivered.map((line) => line.handler),
+        ['ok'],
+      );
       assert.equal(delivered[0]!.attempt, 1);
       const started = lines.find((line) => line.msg === 'dispatcher started');
       assert.equal(typeof started?.owner, 'string', 'lines that are not about a delivery keep their fields too');

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { PrometheusRegistry, prometheusName } from '../../src/telemetry/prometheus.js';
 import { formatTraceParent, parseTraceParent } from '../../src/telemetry/trace-context.js';
-import { parseSamples, valueOf } from './prom-text.js';
+import { parseSamples, sampleValue } from './prom-text.js';
 
 describe('PrometheusRegistry', () => {
   it('renders counters, histograms and gauges with escaped labels', async () => {
@@ -16,27 +16,38 @@ describe('PrometheusRegistry', () => {
     counter.add(2, { handler: 'a"b\\c\nd', outcome: 'completed' });
     counter.add(1, { handler: 'a"b\\c\nd', outcome: 'completed' });
     counter.add(-5, { handler: 'x' }); // ignored: a counter only grows
-    const histogram = registry.createHistogram('relaybus.handler.duration', { unit: 's', advice: { explicitBucketBoundaries: [0.1, 1] } });
+    const histogram = registry.createHistogram('relaybus.handler.duration', {
+      unit: 's',
+      advice: { explicitBucketBoundaries: [0.1, 1] },
+    });
     for (const value of [0.05, 0.5, 5]) histogram.record(value, { handler: 'h' });
     let level = 7;
-    registry.createObservableGauge('relaybus.backlog.due').addCallback((result) => result.observe(level, { handler: 'h' }));
+    registry
+      .createObservableGauge('relaybus.backlog.due')
+      .addCallback((result) => result.observe(level, { handler: 'h' }));
 
     const text = await registry.render();
     assert.match(text, /^# HELP relaybus_deliveries_total runs\\nby outcome$/m);
     assert.match(text, /^# TYPE relaybus_handler_duration_seconds histogram$/m);
     const samples = parseSamples(text);
-    assert.equal(valueOf(samples, 'relaybus_deliveries_total', { handler: 'a"b\\c\nd', outcome: 'completed' }), 3);
+    assert.equal(sampleValue(samples, 'relaybus_deliveries_total', { handler: 'a"b\\c\nd', outcome: 'completed' }), 3);
     assert.equal(samples.filter((sample) => sample.name === 'relaybus_deliveries_total').length, 1);
     assert.deepEqual(
-      ['0.1', '1', '+Inf'].map((le) => valueOf(samples, 'relaybus_handler_duration_seconds_bucket', { handler: 'h', le })),
+      ['0.1', '1', '+Inf'].map((le) =>
+        sampleValue(samples, 'relaybus_handler_duration_seconds_bucket', { handler: 'h', le }),
+      ),
       [1, 2, 3],
       'buckets are cumulative',
     );
-    assert.equal(valueOf(samples, 'relaybus_handler_duration_seconds_sum', { handler: 'h' }), 5.55);
-    assert.equal(valueOf(samples, 'relaybus_handler_duration_seconds_count', { handler: 'h' }), 3);
-    assert.equal(valueOf(samples, 'relaybus_backlog_due', { handler: 'h' }), 7);
+    assert.equal(sampleValue(samples, 'relaybus_handler_duration_seconds_sum', { handler: 'h' }), 5.55);
+    assert.equal(sampleValue(samples, 'relaybus_handler_duration_seconds_count', { handler: 'h' }), 3);
+    assert.equal(sampleValue(samples, 'relaybus_backlog_due', { handler: 'h' }), 7);
     level = 0;
-    assert.equal(valueOf(parseSamples(await registry.render()), 'relaybus_backlog_due', { handler: 'h' }), 0, 'gauges are read at each scrape');
+    assert.equal(
+      sampleValue(parseSamples(await registry.render()), 'relaybus_backlog_due', { handler: 'h' }),
+      0,
+      'gauges are read at each scrape',
+    );
   });
 
   it('names instruments as the OpenTelemetry Prometheus exporter does', () => {
@@ -53,13 +64,23 @@ describe('W3C trace context in headers', () => {
   it('reads what it writes, with tracestate', () => {
     const traceparent = formatTraceParent({ traceId, spanId, traceFlags: 1 });
     assert.equal(traceparent, `00-${traceId}-${spanId}-01`);
-    assert.deepEqual(parseTraceParent({ traceparent, tracestate: 'vendor=x' }), { traceId, spanId, traceFlags: 1, traceState: 'vendor=x' });
+    assert.deepEqual(parseTraceParent({ traceparent, tracestate: 'vendor=x' }), {
+      traceId,
+      spanId,
+      traceFlags: 1,
+      traceState: 'vendor=x',
+    });
   });
 
   it('refuses malformed or invalid values', () => {
     for (const traceparent of [
-      'garbage', `00-${traceId}-${spanId}`, `ff-${traceId}-${spanId}-01`, `00-${'0'.repeat(32)}-${spanId}-01`,
-      `00-${traceId}-${'0'.repeat(16)}-01`, `00-${traceId.toUpperCase()}-${spanId}-01`, `00-${traceId}-${spanId}-01-extra`,
+      'garbage',
+      `00-${traceId}-${spanId}`,
+      `ff-${traceId}-${spanId}-01`,
+      `00-${'0'.repeat(32)}-${spanId}-01`,
+      `00-${traceId}-${'0'.repeat(16)}-01`,
+      `00-${traceId.toUpperCase()}-${spanId}-01`,
+      `00-${traceId}-${spanId}-01-extra`,
     ]) {
       assert.equal(parseTraceParent({ traceparent }), undefined, traceparent);
     }

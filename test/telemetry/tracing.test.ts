@@ -14,7 +14,14 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { context, SpanKind, trace } from '@opentelemetry/api';
-import { AggregationTemporality, DataPointType, MeterProvider, MetricReader, type HistogramMetricData, type MetricData } from '@opentelemetry/sdk-metrics';
+import {
+  AggregationTemporality,
+  DataPointType,
+  MeterProvider,
+  MetricReader,
+  type HistogramMetricData,
+  type MetricData,
+} from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
@@ -53,7 +60,9 @@ class TestReader extends MetricReader {
   }
 }
 
-describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', { skip: 'skip' in found ? found.skip : undefined }, () => {
+describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
   const url = 'url' in found ? found.url : '';
   const schema = uniqueSchemaName('otel');
   let pool: pg.Pool;
@@ -72,30 +81,45 @@ describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', 
     await pool?.end();
   });
 
-  it('a publish in a request span and its deliveries in a worker process make one trace', { timeout: 30_000 }, async () => {
+  it('a publish in a request span and its deliveries in a worker process make one trace', {
+    timeout: 30_000,
+  }, async () => {
     const exporter = new InMemorySpanExporter();
     const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
     const tracer = provider.getTracer('app');
     const bus = tracedBus(store, openTelemetry({ tracer: provider.getTracer('relaybus'), meter: false }));
 
     const request = await tracer.startActiveSpan('POST /orders', { kind: SpanKind.SERVER }, async (span) => {
-      await store.transaction((tx) => bus.publish(tx, OrderPlaced, { orderId: 'o-1' }, { key: 'customer-7', headers: { tenant: 'acme' } }));
+      await store.transaction((tx) =>
+        bus.publish(tx, OrderPlaced, { orderId: 'o-1' }, { key: 'customer-7', headers: { tenant: 'acme' } }),
+      );
       span.end();
       return span.spanContext();
     });
     const [producer] = exporter.getFinishedSpans().filter((span) => span.kind === SpanKind.PRODUCER);
     assert.ok(producer, 'a producer span');
     assert.equal(producer.name, 'send order.placed');
-    assert.equal(producer.parentSpanContext?.spanId, request.spanId, 'the producer span is a child of the request span');
+    assert.equal(
+      producer.parentSpanContext?.spanId,
+      request.spanId,
+      'the producer span is a child of the request span',
+    );
     assert.equal(producer.attributes['messaging.system'], 'relaybus');
     assert.equal(producer.attributes['messaging.destination.name'], 'order.placed');
     assert.equal(producer.attributes['relaybus.key'], 'customer-7');
     const eventId = producer.attributes['messaging.message.id'];
     assert.equal(typeof eventId, 'string');
 
-    const { rows } = await pool.query<{ headers: Record<string, string> }>(`SELECT headers FROM "${schema}".relaybus_events WHERE id = $1`, [eventId]);
-    assert.equal(rows[0]!.headers.tenant, 'acme', 'the caller\'s headers are kept');
-    assert.equal(rows[0]!.headers.traceparent, `00-${request.traceId}-${producer.spanContext().spanId}-01`, 'the W3C trace context is in the event headers');
+    const { rows } = await pool.query<{ headers: Record<string, string> }>(
+      `SELECT headers FROM "${schema}".relaybus_events WHERE id = $1`,
+      [eventId],
+    );
+    assert.equal(rows[0]!.headers.tenant, 'acme', "the caller's headers are kept");
+    assert.equal(
+      rows[0]!.headers.traceparent,
+      `00-${request.traceId}-${producer.spanContext().spanId}-01`,
+      'the W3C trace context is in the event headers',
+    );
 
     const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', WORKER], {
       env: { ...process.env, DATABASE_URL: url, TEST_SCHEMA: schema, EXPECTED_OUTCOMES: '2' },
@@ -107,8 +131,16 @@ describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', 
     for (const consumer of consumers) {
       assert.equal(consumer.name, 'process order.placed');
       assert.equal(consumer.traceId, request.traceId, 'one trace from the request to every handler');
-      assert.equal(consumer.parentSpanId, producer.spanContext().spanId, 'the consumer span is a child of the producer span');
-      assert.deepEqual(consumer.links, [{ traceId: request.traceId, spanId: producer.spanContext().spanId }], 'and linked to it');
+      assert.equal(
+        consumer.parentSpanId,
+        producer.spanContext().spanId,
+        'the consumer span is a child of the producer span',
+      );
+      assert.deepEqual(
+        consumer.links,
+        [{ traceId: request.traceId, spanId: producer.spanContext().spanId }],
+        'and linked to it',
+      );
       assert.equal(consumer.attributes['messaging.system'], 'relaybus');
       assert.equal(consumer.attributes['messaging.operation.type'], 'process');
       assert.equal(consumer.attributes['messaging.destination.name'], 'order.placed');
@@ -124,7 +156,7 @@ describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', 
     assert.equal(email?.parentSpanId, receipt.spanId, 'a span the handler starts is a child of its consumer span');
     assert.equal(email?.traceId, request.traceId);
     const doomed = consumers.find((span) => span.attributes['relaybus.handler'] === 'doomed')!;
-    assert.equal(doomed.status.code, 2, 'the failed handler\'s span has status ERROR');
+    assert.equal(doomed.status.code, 2, "the failed handler's span has status ERROR");
     assert.equal(doomed.status.message, 'doomed by design');
     assert.equal(doomed.exceptions[0]?.['exception.message'], 'doomed by design', 'and the exception recorded');
     assert.equal(receipt.status.code, 0);
@@ -133,12 +165,17 @@ describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', 
   it('without an SDK, publishing writes no trace headers', async () => {
     const bus = tracedBus(store, openTelemetry());
     const [result] = await store.transaction(async (tx) => [await bus.publish(tx, OrderPlaced, { orderId: 'o-2' })]);
-    const { rows } = await pool.query<{ headers: Record<string, string> }>(`SELECT headers FROM "${schema}".relaybus_events WHERE id = $1`, [result!.eventId]);
+    const { rows } = await pool.query<{ headers: Record<string, string> }>(
+      `SELECT headers FROM "${schema}".relaybus_events WHERE id = $1`,
+      [result!.eventId],
+    );
     assert.deepEqual(rows[0]!.headers, {});
     await pool.query(`DELETE FROM "${schema}".relaybus_deliveries WHERE event_id = $1`, [result!.eventId]);
   });
 
-  it('metric counters equal the deliveries completed, failed and dead in a run with failures', { timeout: 30_000 }, async () => {
+  it('metric counters equal the deliveries completed, failed and dead in a run with failures', {
+    timeout: 30_000,
+  }, async () => {
     await pool.query(`DELETE FROM "${schema}".relaybus_deliveries`); // the dead letter of the first test
     const reader = new TestReader();
     const provider = new MeterProvider({ readers: [reader] });
@@ -147,8 +184,12 @@ describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', 
     const telemetry = openTelemetry({ tracer: trace.getTracer('none'), meter: asMeterLike });
     const Work = defineEvent('work', Type.Object({ n: Type.Integer() }));
     const bus = createRelayBus({
-      store, events: [Work], instrumentation: telemetry, maxAttempts: 2,
-      backoff: { initialDelayMs: 1, maxDelayMs: 5, jitter: 0 }, dispatcher: { pollIntervalMs: 10, concurrency: 8, batchSize: 8 },
+      store,
+      events: [Work],
+      instrumentation: telemetry,
+      maxAttempts: 2,
+      backoff: { initialDelayMs: 1, maxDelayMs: 5, jitter: 0 },
+      dispatcher: { pollIntervalMs: 10, concurrency: 8, batchSize: 8 },
     });
     const runs: { handler: string; ok: boolean }[] = [];
     bus.on(Work, 'ok', () => void runs.push({ handler: 'ok', ok: true }));
@@ -163,13 +204,22 @@ describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', 
     });
     const observation = telemetry.observe(bus, { statisticsIntervalMs: 0 });
     const events = 20;
-    await store.transaction((tx) => bus.publishMany(tx, Array.from({ length: events }, (_, n) => ({ event: Work, payload: { n } }))));
+    await store.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        Array.from({ length: events }, (_, n) => ({ event: Work, payload: { n } })),
+      ),
+    );
     await bus.start();
     try {
-      await waitFor(async () => {
-        const stats = await store.statistics();
-        return stats.pending === 0 && stats.inFlight === 0;
-      }, 'every delivery completed or died', 20_000);
+      await waitFor(
+        async () => {
+          const stats = await store.statistics();
+          return stats.pending === 0 && stats.inFlight === 0;
+        },
+        'every delivery completed or died',
+        20_000,
+      );
     } finally {
       await bus.stop();
     }
@@ -178,26 +228,46 @@ describe('relaybus/opentelemetry (real Postgres, OpenTelemetry SDK in memory)', 
     const { resourceMetrics } = await reader.collect();
     const all: MetricData[] = resourceMetrics.scopeMetrics.flatMap((scope) => scope.metrics);
     const metric = (name: string) => all.find((item) => item.descriptor.name === name);
-    const sum = (name: string, attributes: Record<string, string>): number => (metric(name)?.dataPoints ?? [])
-      .filter((point) => Object.entries(attributes).every(([key, value]) => point.attributes[key] === value))
-      .reduce((total, point) => total + (typeof point.value === 'number' ? point.value : 0), 0);
+    const sum = (name: string, attributes: Record<string, string>): number =>
+      (metric(name)?.dataPoints ?? [])
+        .filter((point) => Object.entries(attributes).every(([key, value]) => point.attributes[key] === value))
+        .reduce((total, point) => total + (typeof point.value === 'number' ? point.value : 0), 0);
 
-    const actual = (handler: string, ok: boolean) => runs.filter((run) => run.handler === handler && run.ok === ok).length;
+    const actual = (handler: string, ok: boolean) =>
+      runs.filter((run) => run.handler === handler && run.ok === ok).length;
     for (const handler of ['ok', 'flaky', 'doomed']) {
       const dead = stats.handlers[handler]?.dead ?? 0;
-      assert.equal(sum('relaybus.deliveries', { handler, outcome: 'completed' }), actual(handler, true), `${handler}: completed`);
-      assert.equal(sum('relaybus.deliveries', { handler, outcome: 'dead' }), dead, `${handler}: dead equals the dead rows`);
-      assert.equal(sum('relaybus.deliveries', { handler, outcome: 'failed' }), actual(handler, false) - dead, `${handler}: failed = throws that were retried`);
+      assert.equal(
+        sum('relaybus.deliveries', { handler, outcome: 'completed' }),
+        actual(handler, true),
+        `${handler}: completed`,
+      );
+      assert.equal(
+        sum('relaybus.deliveries', { handler, outcome: 'dead' }),
+        dead,
+        `${handler}: dead equals the dead rows`,
+      );
+      assert.equal(
+        sum('relaybus.deliveries', { handler, outcome: 'failed' }),
+        actual(handler, false) - dead,
+        `${handler}: failed = throws that were retried`,
+      );
     }
     assert.equal(actual('ok', true), events);
     assert.equal(actual('flaky', false), events / 2);
     assert.equal(stats.handlers.doomed?.dead, events);
-    const completedHistory = await pool.query<{ count: number }>(`SELECT count(*)::int AS count FROM "${schema}".relaybus_completed_deliveries WHERE handler IN ('ok', 'flaky')`);
+    const completedHistory = await pool.query<{ count: number }>(
+      `SELECT count(*)::int AS count FROM "${schema}".relaybus_completed_deliveries WHERE handler IN ('ok', 'flaky')`,
+    );
     assert.equal(completedHistory.rows[0]!.count, 2 * events, 'the completion history agrees');
 
     const durations = metric('relaybus.handler.duration') as HistogramMetricData | undefined;
     assert.equal(durations?.dataPointType, DataPointType.HISTOGRAM);
-    assert.equal(durations!.dataPoints.reduce((total, point) => total + point.value.count, 0), runs.length, 'one duration per handler run');
+    assert.equal(
+      durations!.dataPoints.reduce((total, point) => total + point.value.count, 0),
+      runs.length,
+      'one duration per handler run',
+    );
     assert.equal(sum('relaybus.publish.events', { event_type: 'work' }), events);
     assert.equal(sum('relaybus.backlog.dead', { handler: 'doomed' }), events, 'the sampled backlog');
     assert.equal(sum('relaybus.backlog.pending', { handler: 'ok' }), 0);

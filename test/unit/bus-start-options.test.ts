@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { createRelayBus, defineEvent, InvalidInputError, InvalidOptionsError, memoryStore, Type, UnknownHandlerError } from '../../src/index.js';
+import {
+  createRelayBus,
+  defineEvent,
+  InvalidInputError,
+  InvalidOptionsError,
+  memoryStore,
+  Type,
+  UnknownHandlerError,
+} from '../../src/index.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
 
@@ -8,7 +16,10 @@ function makeBus() {
   const store = memoryStore();
   const bus = createRelayBus({ store, events: [Ping], dispatcher: { pollIntervalMs: 5 } });
   const ran: string[] = [];
-  for (const name of ['a', 'b', 'c']) bus.on(Ping, name, () => { ran.push(name); });
+  for (const name of ['a', 'b', 'c'])
+    bus.on(Ping, name, () => {
+      ran.push(name);
+    });
   return { bus, store, ran };
 }
 
@@ -29,9 +40,16 @@ describe('bus.start(options)', () => {
 
   it('rejects unknown handlers, an empty list and invalid dispatcher options before starting', async () => {
     const { bus } = makeBus();
-    await assert.rejects(bus.start({ handlers: ['nope'] }), (e: unknown) => e instanceof UnknownHandlerError && /"nope" is not registered; this bus has a, b, c/.test(e.message));
+    await assert.rejects(
+      bus.start({ handlers: ['nope'] }),
+      (e: unknown) =>
+        e instanceof UnknownHandlerError && /"nope" is not registered; this bus has a, b, c/.test(e.message),
+    );
     await assert.rejects(bus.start({ handlers: [] }), InvalidInputError);
-    await assert.rejects(bus.start({ dispatcher: { concurrency: 0 } }), (e: unknown) => e instanceof InvalidOptionsError && /dispatcher.concurrency/.test(e.message));
+    await assert.rejects(
+      bus.start({ dispatcher: { concurrency: 0 } }),
+      (e: unknown) => e instanceof InvalidOptionsError && /dispatcher.concurrency/.test(e.message),
+    );
     assert.equal(bus.state, 'idle');
     await bus.start({ dispatcher: { batchSize: 3 } });
     await bus.stop();

@@ -18,11 +18,19 @@ import { nextEvent, spyStore, waitFor } from '../support/wait.js';
 
 const Order = defineEvent('order', Type.Object({ n: Type.Integer() }));
 
-interface Line { readonly level: LogLevel; readonly message: string; readonly fields: LogFields }
+interface Line {
+  readonly level: LogLevel;
+  readonly message: string;
+  readonly fields: LogFields;
+}
 
 function recordingLogger(): Logger & { readonly lines: Line[] } {
   const lines: Line[] = [];
-  const at = (level: LogLevel) => (message: string, fields: LogFields = {}) => { lines.push({ level, message, fields }); };
+  const at =
+    (level: LogLevel) =>
+    (message: string, fields: LogFields = {}) => {
+      lines.push({ level, message, fields });
+    };
   return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }
 
@@ -43,7 +51,13 @@ function failingBus(t: TestContext, failures: number, error: () => Error = down)
   const bus = createRelayBus({ store, events: [Order], logger, dispatcher: { pollIntervalMs: 10 } });
   t.after(() => bus.stop({ graceMs: 0 }));
   bus.on(Order, 'h', () => undefined);
-  return { bus, store, claims, logger, publish: (n: number) => store.transaction((tx) => bus.publish(tx, Order, { n })) };
+  return {
+    bus,
+    store,
+    claims,
+    logger,
+    publish: (n: number) => store.transaction((tx) => bus.publish(tx, Order, { n })),
+  };
 }
 
 describe('RetryBackoff', () => {
@@ -71,7 +85,9 @@ describe('RetryBackoff', () => {
 });
 
 describe('dispatcher: failed claims', () => {
-  it('retries after the backoff, not the poll interval; logs each failure once with the retry time; resets on success', { timeout: 10_000 }, async (t) => {
+  it('retries after the backoff, not the poll interval; logs each failure once with the retry time; resets on success', {
+    timeout: 10_000,
+  }, async (t) => {
     const { bus, claims, logger, publish } = failingBus(t, 3);
     await publish(1);
     const delivered = nextEvent(bus.events, 'delivered', { timeoutMs: 5_000 });
@@ -84,11 +100,14 @@ describe('dispatcher: failed claims', () => {
     assert.ok(gaps[2]! >= 795, `third retry after ${gaps[2]} ms`);
 
     const failures = logger.lines.filter((line) => line.level === 'warn');
-    assert.deepEqual(failures.map((line) => line.message), [
-      'database unreachable; claiming again after a backoff',
-      'database still unreachable; claiming again after a backoff',
-      'database still unreachable; claiming again after a backoff',
-    ]);
+    assert.deepEqual(
+      failures.map((line) => line.message),
+      [
+        'database unreachable; claiming again after a backoff',
+        'database still unreachable; claiming again after a backoff',
+        'database still unreachable; claiming again after a backoff',
+      ],
+    );
     failures.forEach((line, i) => {
       assert.equal(line.fields.attempt, i + 1);
       assert.match(String(line.fields.error), /StoreUnavailableError: connect ECONNREFUSED/);
@@ -105,11 +124,22 @@ describe('dispatcher: failed claims', () => {
   });
 
   it('logs an error a retry cannot fix at error level, and keeps retrying', { timeout: 5_000 }, async (t) => {
-    const { bus, logger } = failingBus(t, 1, () => new StoreUnavailableError('permission denied for table relaybus_lanes'));
+    const { bus, logger } = failingBus(
+      t,
+      1,
+      () => new StoreUnavailableError('permission denied for table relaybus_lanes'),
+    );
     await bus.start();
-    await waitFor(() => logger.lines.some((line) => line.message === 'database reachable again; claiming resumed'), 'recovery', 2_000);
+    await waitFor(
+      () => logger.lines.some((line) => line.message === 'database reachable again; claiming resumed'),
+      'recovery',
+      2_000,
+    );
     const errors = logger.lines.filter((line) => line.level === 'error');
-    assert.deepEqual(errors.map((line) => line.message), ['claiming deliveries failed; claiming again after a backoff']);
+    assert.deepEqual(
+      errors.map((line) => line.message),
+      ['claiming deliveries failed; claiming again after a backoff'],
+    );
   });
 
   it('stop() ends a backoff at once', { timeout: 5_000 }, async (t) => {
@@ -124,7 +154,9 @@ describe('dispatcher: failed claims', () => {
 });
 
 describe('bus.health()', () => {
-  it('is unready before the first claim, unready after a failed claim, ready after a successful one, unready once stopped', { timeout: 5_000 }, async (t) => {
+  it('is unready before the first claim, unready after a failed claim, ready after a successful one, unready once stopped', {
+    timeout: 5_000,
+  }, async (t) => {
     const { bus, claims } = failingBus(t, 1);
     const created = bus.health();
     assert.equal(created.ready, false);
@@ -152,27 +184,41 @@ describe('bus.health()', () => {
     bus.on(Order, 'h', () => undefined);
     await assert.rejects(bus.start(), StoreUnavailableError);
     assert.equal(bus.state, 'idle');
-    assert.deepEqual({ ...bus.health(), since: undefined }, { ready: false, since: undefined, lastError: 'StoreUnavailableError: connect ECONNREFUSED 127.0.0.1:5999' });
+    assert.deepEqual(
+      { ...bus.health(), since: undefined },
+      { ready: false, since: undefined, lastError: 'StoreUnavailableError: connect ECONNREFUSED 127.0.0.1:5999' },
+    );
   });
 });
 
 describe('bus.start({ logger })', () => {
-  it('routes this run\'s setup and dispatcher logs to the given logger instead of the bus\'s', async (t) => {
+  it("routes this run's setup and dispatcher logs to the given logger instead of the bus's", async (t) => {
     const own = recordingLogger();
     const run = recordingLogger();
     const memory = memoryStore();
     let setups = 0;
-    const { store } = spyStore(memory, { setup: async () => { if (setups++ === 0) throw down(); } });
+    const { store } = spyStore(memory, {
+      setup: async () => {
+        if (setups++ === 0) throw down();
+      },
+    });
     const bus = createRelayBus({ store, events: [Order], logger: own, dispatcher: { pollIntervalMs: 10 } });
     t.after(() => bus.stop());
-    bus.on(Order, 'h', () => { throw new Error('boom'); });
-    bus.events.on('failed', () => { throw new Error('a listener that throws'); });
+    bus.on(Order, 'h', () => {
+      throw new Error('boom');
+    });
+    bus.events.on('failed', () => {
+      throw new Error('a listener that throws');
+    });
     await assert.rejects(bus.start({ logger: run }));
     await store.transaction((tx) => bus.publish(tx, Order, { n: 1 }));
     await bus.start({ logger: run });
-    await waitFor(() => run.lines.some((line) => line.message.includes('listener threw')), 'the emitter logs through the run logger');
+    await waitFor(
+      () => run.lines.some((line) => line.message.includes('listener threw')),
+      'the emitter logs through the run logger',
+    );
     await bus.stop();
-    assert.deepEqual(own.lines, [], 'nothing reached the bus\'s own logger');
+    assert.deepEqual(own.lines, [], "nothing reached the bus's own logger");
     const messages = run.lines.map((line) => line.message);
     assert.ok(messages.includes('store setup failed; the bus did not start'));
     assert.ok(messages.includes('dispatcher started'));
@@ -182,8 +228,12 @@ describe('bus.start({ logger })', () => {
   it('rejects a logger without the four methods before starting', async () => {
     const bus = createRelayBus({ store: memoryStore(), events: [Order] });
     bus.on(Order, 'h', () => undefined);
-    await assert.rejects(bus.start({ logger: { info: () => {} } as unknown as Logger }), (error: unknown) =>
-      error instanceof InvalidOptionsError && /bus\.start\(\{ logger \}\) must be an object with methods debug, info, warn, error/.test(error.message));
+    await assert.rejects(
+      bus.start({ logger: { info: () => {} } as unknown as Logger }),
+      (error: unknown) =>
+        error instanceof InvalidOptionsError &&
+        /bus\.start\(\{ logger \}\) must be an object with methods debug, info, warn, error/.test(error.message),
+    );
     assert.equal(bus.state, 'idle');
   });
 });

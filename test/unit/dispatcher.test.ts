@@ -24,13 +24,24 @@ import { collect, deferred, nextEvent, pause, spyStore, waitFor } from '../suppo
 const Order = defineEvent('order', Type.Object({ n: Type.Integer() }));
 const Audit = defineEvent('audit', Type.Object({ of: Type.Integer() }));
 
-function harness(t: TestContext, dispatcher: DispatcherOptions = {}, storeOverrides: Partial<Store<MemoryTransaction>> = {}) {
+function harness(
+  t: TestContext,
+  dispatcher: DispatcherOptions = {},
+  storeOverrides: Partial<Store<MemoryTransaction>> = {},
+) {
   const clock = new StubClock();
   const memory = memoryStore();
   const { store, calls } = spyStore(memory, storeOverrides);
-  const bus = createRelayBus({ store, events: [Order, Audit], clock, backoff: { jitter: 0 }, dispatcher: { pollIntervalMs: 10, ...dispatcher } });
+  const bus = createRelayBus({
+    store,
+    events: [Order, Audit],
+    clock,
+    backoff: { jitter: 0 },
+    dispatcher: { pollIntervalMs: 10, ...dispatcher },
+  });
   t.after(() => bus.stop({ graceMs: 0 }));
-  const publish = (n: number, key?: string) => store.transaction((tx) => bus.publish(tx, Order, { n }, key === undefined ? {} : { key }));
+  const publish = (n: number, key?: string) =>
+    store.transaction((tx) => bus.publish(tx, Order, { n }, key === undefined ? {} : { key }));
   const callsOf = (method: string) => calls.filter((call) => call.method === method);
   return { bus, store, memory, calls, callsOf, clock, publish };
 }
@@ -39,14 +50,26 @@ describe('dispatcher: delivery', () => {
   it('delivers every (event, handler) pair exactly once', async (t) => {
     const { bus, store } = harness(t);
     const seen: string[] = [];
-    bus.on(Order, 'order-a', async (order, ctx) => { seen.push(`order-a:${order.n}:${ctx.delivery.attempt}`); });
-    bus.on(Order, 'order-b', (order) => { seen.push(`order-b:${order.n}:1`); });
-    bus.on(Audit, 'audit-a', async (audit) => { seen.push(`audit-a:${audit.of}:1`); });
+    bus.on(Order, 'order-a', async (order, ctx) => {
+      seen.push(`order-a:${order.n}:${ctx.delivery.attempt}`);
+    });
+    bus.on(Order, 'order-b', (order) => {
+      seen.push(`order-b:${order.n}:1`);
+    });
+    bus.on(Audit, 'audit-a', async (audit) => {
+      seen.push(`audit-a:${audit.of}:1`);
+    });
     const delivered = collect(bus.events, 'delivered');
-    await store.transaction((tx) => bus.publishMany(tx, [
-      ...Array.from({ length: 10 }, (_, n) => ({ event: Order, payload: { n }, options: n % 2 === 0 ? { key: `k${n % 3}` } : {} })),
-      ...Array.from({ length: 5 }, (_, of) => ({ event: Audit, payload: { of } })),
-    ]));
+    await store.transaction((tx) =>
+      bus.publishMany(tx, [
+        ...Array.from({ length: 10 }, (_, n) => ({
+          event: Order,
+          payload: { n },
+          options: n % 2 === 0 ? { key: `k${n % 3}` } : {},
+        })),
+        ...Array.from({ length: 5 }, (_, of) => ({ event: Audit, payload: { of } })),
+      ]),
+    );
     await bus.start();
     await waitFor(() => delivered.length === 25, '25 deliveries');
     const expected = [
@@ -80,7 +103,8 @@ describe('dispatcher: delivery', () => {
     gate.resolve();
     await waitFor(() => delivered.length === 8, 'all 8 delivered');
     assert.equal(peak, 3);
-    for (const call of callsOf('claim')) assert.ok((call.args[0] as ClaimParams).limit <= 3, 'claim limit <= free slots');
+    for (const call of callsOf('claim'))
+      assert.ok((call.args[0] as ClaimParams).limit <= 3, 'claim limit <= free slots');
   });
 
   it('runs the deliveries of one key one at a time, in sequence order', async (t) => {
@@ -108,14 +132,17 @@ describe('dispatcher: delivery', () => {
     assert.deepEqual(order.get('k2'), [100, 101, 102, 103, 104]);
   });
 
-  it('claims a key\'s next delivery as soon as its predecessor completes, not a poll interval later', async (t) => {
+  it("claims a key's next delivery as soon as its predecessor completes, not a poll interval later", async (t) => {
     const { bus, publish } = harness(t, { pollIntervalMs: 60_000 });
     bus.on(Order, 'chained', () => undefined);
     const delivered = collect(bus.events, 'delivered');
     for (let n = 0; n < 5; n += 1) await publish(n, 'one-key');
     await bus.start();
     await waitFor(() => delivered.length === 5, 'the whole key drained without polling', 1_500);
-    assert.deepEqual(delivered.map((event) => event.delivery.sequence), ['1', '2', '3', '4', '5']);
+    assert.deepEqual(
+      delivered.map((event) => event.delivery.sequence),
+      ['1', '2', '3', '4', '5'],
+    );
   });
 
   it('writes completions finishing within the window as one completeMany', async (t) => {
@@ -134,7 +161,11 @@ describe('dispatcher: delivery', () => {
     const { bus, store } = harness(t);
     const seen = deferred<{ payload: { n: number }; ctx: HandlerContext }>();
     bus.on(Order, 'inspect', (payload, ctx) => seen.resolve({ payload, ctx }));
-    const [result] = await store.transaction((tx) => bus.publishMany(tx, [{ event: Order, payload: { n: 7 }, options: { key: 'c-1', id: 'evt-1', headers: { trace: 't-1' } } }]));
+    const [result] = await store.transaction((tx) =>
+      bus.publishMany(tx, [
+        { event: Order, payload: { n: 7 }, options: { key: 'c-1', id: 'evt-1', headers: { trace: 't-1' } } },
+      ]),
+    );
     await bus.start();
     const { payload, ctx } = await seen.promise;
     assert.deepEqual(payload, { n: 7 });
@@ -159,10 +190,15 @@ describe('dispatcher: failures', () => {
     const { bus, publish, store, clock } = harness(t);
     let calls = 0;
     let healthy = false;
-    bus.on(Order, 'flaky', { maxAttempts: 3, backoff: { initialDelayMs: 1_000, maxDelayMs: 1_000 } }, async (_payload, ctx) => {
-      calls += 1;
-      if (!healthy) throw new Error(`boom ${ctx.delivery.attempt}`);
-    });
+    bus.on(
+      Order,
+      'flaky',
+      { maxAttempts: 3, backoff: { initialDelayMs: 1_000, maxDelayMs: 1_000 } },
+      async (_payload, ctx) => {
+        calls += 1;
+        if (!healthy) throw new Error(`boom ${ctx.delivery.attempt}`);
+      },
+    );
     const failed: Date[] = [];
     const failedAt: Date[] = [];
     bus.events.on('failed', (event) => {
@@ -177,7 +213,11 @@ describe('dispatcher: failures', () => {
     assert.equal(delivery.attempt, 3);
     assert.match(String(error), /boom 3/);
     assert.equal(calls, 3);
-    assert.deepEqual(failed.map((at) => at.getTime()), failedAt.map((at) => at.getTime() + 1_000), 'retryAt = now + backoff');
+    assert.deepEqual(
+      failed.map((at) => at.getTime()),
+      failedAt.map((at) => at.getTime() + 1_000),
+      'retryAt = now + backoff',
+    );
     const { items } = await store.listDeliveries({ status: 'dead' });
     assert.equal(items.length, 1);
     assert.equal(items[0]!.attempts, 3);
@@ -211,12 +251,17 @@ describe('dispatcher: failures', () => {
   it('keeps running when a claim fails', async (t) => {
     let failures = 1;
     const memory = memoryStore();
-    const { bus, publish } = harness(t, {}, {
-      claim: (params: ClaimParams) => (failures-- > 0 ? Promise.reject(new StoreUnavailableError('db down')) : memory.claim(params)),
-      transaction: (fn) => memory.transaction(fn),
-      publish: (tx, events, now) => memory.publish(tx, events, now),
-      completeMany: (leases, now) => memory.completeMany(leases, now),
-    });
+    const { bus, publish } = harness(
+      t,
+      {},
+      {
+        claim: (params: ClaimParams) =>
+          failures-- > 0 ? Promise.reject(new StoreUnavailableError('db down')) : memory.claim(params),
+        transaction: (fn) => memory.transaction(fn),
+        publish: (tx, events, now) => memory.publish(tx, events, now),
+        completeMany: (leases, now) => memory.completeMany(leases, now),
+      },
+    );
     bus.on(Order, 'after-outage', () => undefined);
     await publish(1);
     const delivered = nextEvent(bus.events, 'delivered');
@@ -227,7 +272,9 @@ describe('dispatcher: failures', () => {
   it('a throwing lifecycle listener does not disturb the dispatcher', async (t) => {
     const { bus, publish } = harness(t);
     bus.on(Order, 'ok', () => undefined);
-    bus.events.on('delivered', () => { throw new Error('metrics are broken'); });
+    bus.events.on('delivered', () => {
+      throw new Error('metrics are broken');
+    });
     const delivered = collect(bus.events, 'delivered');
     await publish(1);
     await publish(2);
@@ -246,19 +293,28 @@ describe('dispatcher: transactional handlers', () => {
     });
     const audited = deferred<number>();
     bus.on(Audit, 'audit-sink', (audit) => audited.resolve(audit.of));
-    const delivered = nextEvent(bus.events, 'delivered', { filter: (event) => event.delivery.handler === 'tx-handler' });
+    const delivered = nextEvent(bus.events, 'delivered', {
+      filter: (event) => event.delivery.handler === 'tx-handler',
+    });
     await publish(42);
     await bus.start();
     await delivered;
-    assert.equal(await audited.promise, 42, 'the handler\'s write committed');
+    assert.equal(await audited.promise, 42, "the handler's write committed");
     const completes = callsOf('complete');
     assert.equal(completes.length, 1);
-    assert.equal(completes[0]!.args[1], handlerTx, 'complete() ran in the handler\'s transaction');
-    assert.equal(callsOf('completeMany').filter((call) => (call.args[0] as DeliveryLease[]).some((lease) => lease.deliveryId === (completes[0]!.args[0] as DeliveryLease).deliveryId)).length, 0);
+    assert.equal(completes[0]!.args[1], handlerTx, "complete() ran in the handler's transaction");
+    assert.equal(
+      callsOf('completeMany').filter((call) =>
+        (call.args[0] as DeliveryLease[]).some(
+          (lease) => lease.deliveryId === (completes[0]!.args[0] as DeliveryLease).deliveryId,
+        ),
+      ).length,
+      0,
+    );
     assert.equal((await store.listDeliveries({ handler: 'tx-handler' })).items.length, 0);
   });
 
-  it('rolls back the handler\'s writes when it throws, and retries', async (t) => {
+  it("rolls back the handler's writes when it throws, and retries", async (t) => {
     const { bus, publish, store } = harness(t);
     bus.on(Order, 'tx-fails', { transactional: true }, async (order, ctx) => {
       await bus.publish(ctx.transaction, Audit, { of: order.n });
@@ -291,14 +347,24 @@ describe('dispatcher: transactional handlers', () => {
     await bus.start();
     await started.promise;
     clock.advance(60_000); // the 30 s lease expired; the renewer (every 10 s of real time) has not run
-    const stolen = await store.claim({ owner: 'thief', handlers: ['tx-slow'], limit: 10, leaseDurationMs: 60_000, now: clock.now() });
+    const stolen = await store.claim({
+      owner: 'thief',
+      handlers: ['tx-slow'],
+      limit: 10,
+      leaseDurationMs: 60_000,
+      now: clock.now(),
+    });
     assert.equal(stolen.length, 1);
     gate.resolve();
     const event = await lost;
     assert.equal(event.detectedBy, 'outcome');
     await pause(20);
     assert.equal(failures.length, 0);
-    assert.equal((await store.listDeliveries({ handler: 'audit-sink' })).items.length, 0, 'the handler\'s write was rolled back');
+    assert.equal(
+      (await store.listDeliveries({ handler: 'audit-sink' })).items.length,
+      0,
+      "the handler's write was rolled back",
+    );
     const [delivery] = (await store.listDeliveries({ handler: 'tx-slow' })).items;
     assert.equal(delivery?.status, 'processing', 'held by the thief');
     assert.equal(delivery?.attempts, 1, 'charged once, by the takeover');
@@ -322,7 +388,13 @@ describe('dispatcher: lost leases', () => {
     await bus.start();
     await started.promise;
     clock.advance(1_000);
-    const [stolen] = await store.claim({ owner: 'thief', handlers: ['slow'], limit: 10, leaseDurationMs: 60_000, now: clock.now() });
+    const [stolen] = await store.claim({
+      owner: 'thief',
+      handlers: ['slow'],
+      limit: 10,
+      leaseDurationMs: 60_000,
+      now: clock.now(),
+    });
     assert.ok(stolen);
     const event = await lost; // the renewer runs every 100 ms
     assert.equal(event.detectedBy, 'renewal');
@@ -332,7 +404,11 @@ describe('dispatcher: lost leases', () => {
     await pause(30);
     assert.equal(delivered.length, 0);
     assert.equal(callsOf('completeMany').length, 0, 'the late result was never written');
-    assert.deepEqual(await store.completeMany([{ deliveryId: stolen.id, lease: stolen.lease }], clock.now()), [true], 'the thief still holds it');
+    assert.deepEqual(
+      await store.completeMany([{ deliveryId: stolen.id, lease: stolen.lease }], clock.now()),
+      [true],
+      'the thief still holds it',
+    );
   });
 
   it('drops the result when the completion is fenced', async (t) => {
@@ -349,7 +425,13 @@ describe('dispatcher: lost leases', () => {
     await bus.start();
     await started.promise;
     clock.advance(60_000);
-    const [stolen] = await store.claim({ owner: 'thief', handlers: ['slow'], limit: 10, leaseDurationMs: 60_000, now: clock.now() });
+    const [stolen] = await store.claim({
+      owner: 'thief',
+      handlers: ['slow'],
+      limit: 10,
+      leaseDurationMs: 60_000,
+      now: clock.now(),
+    });
     gate.resolve();
     assert.equal((await lost).detectedBy, 'outcome');
     assert.equal(delivered.length, 0);
@@ -362,7 +444,11 @@ describe('dispatcher: lost leases', () => {
     const lost: string[] = [];
     const renewer = new LeaseRenewer({
       store: { extendLease: async () => ({ extended: [], lost: [] }) },
-      owner: 'o', leaseDurationMs: 1_000, intervalMs: 1_000, now: () => undefined, logger: noopLogger,
+      owner: 'o',
+      leaseDurationMs: 1_000,
+      intervalMs: 1_000,
+      now: () => undefined,
+      logger: noopLogger,
       onLost: (lane, epoch, detectedBy) => lost.push(`${lane}@${epoch}:${detectedBy}`),
     });
     assert.equal(renewer.track(7, '3'), true);
@@ -382,8 +468,17 @@ describe('dispatcher: lost leases', () => {
     const sent: unknown[] = [];
     const lost: string[] = [];
     const renewer = new LeaseRenewer({
-      store: { extendLease: async (params) => { sent.push(params.lanes); return { extended: [1], lost: [2] }; } },
-      owner: 'o', leaseDurationMs: 1_000, intervalMs: 1_000, now: () => undefined, logger: noopLogger,
+      store: {
+        extendLease: async (params) => {
+          sent.push(params.lanes);
+          return { extended: [1], lost: [2] };
+        },
+      },
+      owner: 'o',
+      leaseDurationMs: 1_000,
+      intervalMs: 1_000,
+      now: () => undefined,
+      logger: noopLogger,
       onLost: (lane, epoch, detectedBy) => lost.push(`${lane}@${epoch}:${detectedBy}`),
     });
     await renewer.renew();
@@ -391,7 +486,12 @@ describe('dispatcher: lost leases', () => {
     renewer.track(1, '5');
     renewer.track(2, '9');
     await renewer.renew();
-    assert.deepEqual(sent, [[{ lane: 1, epoch: '5' }, { lane: 2, epoch: '9' }]]);
+    assert.deepEqual(sent, [
+      [
+        { lane: 1, epoch: '5' },
+        { lane: 2, epoch: '9' },
+      ],
+    ]);
     assert.deepEqual(lost, ['2@9:renewal']);
     assert.deepEqual([...renewer.lanes.keys()], [1]);
   });
@@ -410,9 +510,16 @@ describe('dispatcher: completion batcher', () => {
           return leases.map((item) => item.deliveryId !== '2');
         },
       },
-      windowMs: 5, retryDelaysMs: [1], now: () => undefined, logger: noopLogger,
+      windowMs: 5,
+      retryDelaysMs: [1],
+      now: () => undefined,
+      logger: noopLogger,
     });
-    const results = await Promise.all([batcher.complete(lease('1')), batcher.complete(lease('2')), batcher.complete(lease('3'))]);
+    const results = await Promise.all([
+      batcher.complete(lease('1')),
+      batcher.complete(lease('2')),
+      batcher.complete(lease('3')),
+    ]);
     assert.deepEqual(results, [true, false, true]);
     assert.equal(attempts, 2);
   });
@@ -420,8 +527,16 @@ describe('dispatcher: completion batcher', () => {
   it('rejects every caller when the write keeps failing, without retrying input errors', async () => {
     let attempts = 0;
     const batcher = new CompletionBatcher({
-      store: { completeMany: async () => { attempts += 1; throw new StoreUnavailableError('down'); } },
-      windowMs: 0, retryDelaysMs: [1, 1], now: () => undefined, logger: noopLogger,
+      store: {
+        completeMany: async () => {
+          attempts += 1;
+          throw new StoreUnavailableError('down');
+        },
+      },
+      windowMs: 0,
+      retryDelaysMs: [1, 1],
+      now: () => undefined,
+      logger: noopLogger,
     });
     await assert.rejects(batcher.complete(lease('1')), StoreUnavailableError);
     assert.equal(attempts, 3);
@@ -452,9 +567,13 @@ describe('dispatcher: graceful stop', () => {
     await bus.stop();
 
     assert.equal(bus.state, 'stopped');
-    assert.deepEqual(delivered.map((event) => event.delivery.handler), ['finishes'], 'finished within the grace period');
+    assert.deepEqual(
+      delivered.map((event) => event.delivery.handler),
+      ['finishes'],
+      'finished within the grace period',
+    );
     assert.equal(stuckSignal?.aborted, true);
-    assert.equal((stuckSignal?.reason as DOMException).name, 'AbortError');
+    assert.equal((stuckSignal?.reason as DOMException | undefined)?.name, 'AbortError');
     assert.equal(failed.length, 0, 'an abort by stop() is not a failure');
     const [left] = (await store.listDeliveries({})).items;
     assert.equal(left?.handler, 'stuck');
@@ -462,10 +581,19 @@ describe('dispatcher: graceful stop', () => {
     assert.equal(left?.attempts, 0, 'no attempt charged');
     assert.equal(left?.lastError, null);
     assert.equal(callsOf('release').length, 1);
-    assert.deepEqual(callsOf('relinquish').map((call) => call.args[0]), [owner]);
+    assert.deepEqual(
+      callsOf('relinquish').map((call) => call.args[0]),
+      [owner],
+    );
     assert.equal((await store.statistics(clock.now())).lanesLeased, 0, 'every lane handed back');
     // another worker takes it at once, without waiting for the lease to expire
-    const [taken] = await store.claim({ owner: 'next-worker', handlers: ['stuck'], limit: 1, leaseDurationMs: 1_000, now: clock.now() });
+    const [taken] = await store.claim({
+      owner: 'next-worker',
+      handlers: ['stuck'],
+      limit: 1,
+      leaseDurationMs: 1_000,
+      now: clock.now(),
+    });
     assert.equal(taken?.attempts, 0);
   });
 
@@ -491,22 +619,28 @@ describe('dispatcher: graceful stop', () => {
     const gate = deferred();
     const memory = memoryStore();
     let first = true;
-    const { bus, store, callsOf } = harness(t, {}, {
-      claim: async (params: ClaimParams) => {
-        if (first) {
-          first = false;
-          await gate.promise;
-        }
-        return memory.claim(params);
+    const { bus, store, callsOf } = harness(
+      t,
+      {},
+      {
+        claim: async (params: ClaimParams) => {
+          if (first) {
+            first = false;
+            await gate.promise;
+          }
+          return memory.claim(params);
+        },
+        transaction: (fn) => memory.transaction(fn),
+        publish: (tx, events, now) => memory.publish(tx, events, now),
+        release: (leases, now) => memory.release(leases, now),
+        relinquish: (owner, now) => memory.relinquish(owner, now),
+        listDeliveries: (params) => memory.listDeliveries(params),
       },
-      transaction: (fn) => memory.transaction(fn),
-      publish: (tx, events, now) => memory.publish(tx, events, now),
-      release: (leases, now) => memory.release(leases, now),
-      relinquish: (owner, now) => memory.relinquish(owner, now),
-      listDeliveries: (params) => memory.listDeliveries(params),
-    });
+    );
     let ran = 0;
-    bus.on(Order, 'never', () => { ran += 1; });
+    bus.on(Order, 'never', () => {
+      ran += 1;
+    });
     await store.transaction((tx) => bus.publish(tx, Order, { n: 1 }));
     await bus.start();
     await waitFor(() => callsOf('claim').length === 1, 'the first claim is in progress');
@@ -521,7 +655,7 @@ describe('dispatcher: graceful stop', () => {
   });
 });
 
-describe('dispatcher: takeover of crashed workers\' lanes', () => {
+describe("dispatcher: takeover of crashed workers' lanes", () => {
   /** A bus over a memory store whose claims (claim and completeAndClaim alike) are recorded. */
   function takeoverHarness(t: TestContext, dispatcher: DispatcherOptions) {
     const clock = new StubClock();
@@ -532,7 +666,13 @@ describe('dispatcher: takeover of crashed workers\' lanes', () => {
       claims.push(params);
       return claim(params);
     };
-    const bus = createRelayBus({ store: memory, events: [Order, Audit], clock, backoff: { jitter: 0 }, dispatcher: { pollIntervalMs: 5, ...dispatcher } });
+    const bus = createRelayBus({
+      store: memory,
+      events: [Order, Audit],
+      clock,
+      backoff: { jitter: 0 },
+      dispatcher: { pollIntervalMs: 5, ...dispatcher },
+    });
     t.after(() => bus.stop({ graceMs: 0 }));
     const takeovers = () => claims.filter((params) => params.takeover === true).length;
     return { bus, memory, clock, claims, takeovers };
@@ -558,7 +698,7 @@ describe('dispatcher: takeover of crashed workers\' lanes', () => {
     assert.equal(takeovers(), 2, 'once per lease duration');
   });
 
-  it('re-runs a crashed worker\'s delivery while its own lane still fills every claim', async (t) => {
+  it("re-runs a crashed worker's delivery while its own lane still fills every claim", async (t) => {
     const { bus, memory, clock } = takeoverHarness(t, { concurrency: 2, batchSize: 2 });
     const crashedId = 'crashed-0';
     const busyLane = (laneOf(null, crashedId) + 1) % 256;
@@ -576,16 +716,30 @@ describe('dispatcher: takeover of crashed workers\' lanes', () => {
     });
     // The crashed worker holds its lane with the delivery in flight, then never claims again.
     await memory.transaction((tx) => bus.publish(tx, Order, { n: 0 }, { id: crashedId }));
-    const [lost] = await memory.claim({ owner: 'crashed', handlers: ['worker'], limit: 1, leaseDurationMs: 30_000, now: clock.now() });
+    const [lost] = await memory.claim({
+      owner: 'crashed',
+      handlers: ['worker'],
+      limit: 1,
+      leaseDurationMs: 30_000,
+      now: clock.now(),
+    });
     assert.equal(lost?.eventId, crashedId);
     clock.advance(1);
-    await memory.transaction((tx) => bus.publishMany(tx, backlog.map((id, n) => ({ event: Order, payload: { n }, options: { id } }))));
+    await memory.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        backlog.map((id, n) => ({ event: Order, payload: { n }, options: { id } })),
+      ),
+    );
     await bus.start();
     await waitFor(() => backlogDone >= 10, 'the busy worker runs its own lane');
     clock.advance(30_001); // the crashed worker's lease is over
-    await waitFor(() => rerun !== undefined, 'the crashed worker\'s delivery runs again', 10_000);
+    await waitFor(() => rerun !== undefined, "the crashed worker's delivery runs again", 10_000);
     assert.equal(rerun!.attempt, 2, 'the takeover charged the lost attempt');
     // Without the takeover it would run only once the backlog ran short (a claim that comes back short takes lanes).
-    assert.ok(rerun!.backlogDone < backlog.length / 2, `re-run while the busy worker's own lane still fills its claims (${rerun!.backlogDone} of ${backlog.length} done)`);
+    assert.ok(
+      rerun!.backlogDone < backlog.length / 2,
+      `re-run while the busy worker's own lane still fills its claims (${rerun!.backlogDone} of ${backlog.length} done)`,
+    );
   });
 });

@@ -14,7 +14,21 @@ const withCode = (code: string, message = 'failed'): Error => Object.assign(new 
 
 describe('isRetryableDatabaseError', () => {
   it('retries what a later attempt can get past', () => {
-    for (const code of ['40001', '40P01', '55P03', '08006', '08003', '08001', '57P01', '57P02', '57P03', '53300', '53100', '58030', 'XX000']) {
+    for (const code of [
+      '40001',
+      '40P01',
+      '55P03',
+      '08006',
+      '08003',
+      '08001',
+      '57P01',
+      '57P02',
+      '57P03',
+      '53300',
+      '53100',
+      '58030',
+      'XX000',
+    ]) {
       assert.equal(isRetryableDatabaseError(withCode(code)), true, code);
     }
   });
@@ -24,9 +38,12 @@ describe('isRetryableDatabaseError', () => {
       '22021', // invalid byte sequence (a NUL in text)
       '22P05', // untranslatable character (\u0000 in jsonb)
       '22008', // datetime field overflow
-      '23505', '23503', '23514', // unique, foreign key, check
+      '23505',
+      '23503',
+      '23514', // unique, foreign key, check
       '42501', // insufficient privilege
-      '42P01', '42703', // undefined table, column
+      '42P01',
+      '42703', // undefined table, column
       '25P02', // in a failed transaction: the caller must roll back
       '25006', // read-only transaction
       '57014', // statement_timeout
@@ -39,7 +56,15 @@ describe('isRetryableDatabaseError', () => {
   });
 
   it('retries dropped and refused connections by socket code or driver message', () => {
-    for (const code of ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECT_TIMEOUT']) {
+    for (const code of [
+      'ECONNREFUSED',
+      'ECONNRESET',
+      'EPIPE',
+      'ETIMEDOUT',
+      'CONNECTION_CLOSED',
+      'CONNECTION_ENDED',
+      'CONNECT_TIMEOUT',
+    ]) {
       assert.equal(isRetryableDatabaseError(withCode(code)), true, code);
     }
     assert.equal(isRetryableDatabaseError(new Error('Connection terminated unexpectedly')), true);
@@ -69,12 +94,18 @@ describe('isRetryableDatabaseError', () => {
     const { port } = server.address() as { port: number };
     await new Promise<void>((resolve) => server.close(() => resolve()));
     const client = new pg.Client({ host: '127.0.0.1', port, user: 'x', database: 'x', connectionTimeoutMillis: 2_000 });
-    const pgError = await client.connect().then(() => undefined, (error: unknown) => error);
+    const pgError = await client.connect().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     assert.ok(pgError, 'pg failed to connect');
     assert.equal(isRetryableDatabaseError(pgError), true, String(pgError));
     const sql = postgres({ host: '127.0.0.1', port, user: 'x', database: 'x', connect_timeout: 2, max: 1 });
     try {
-      const pjError = await sql`select 1`.then(() => undefined, (error: unknown) => error);
+      const pjError = await sql`select 1`.then(
+        () => undefined,
+        (error: unknown) => error,
+      );
       assert.ok(pjError, 'postgres.js failed to connect');
       assert.equal(isRetryableDatabaseError(pjError), true, String(pjError));
     } finally {
@@ -85,8 +116,17 @@ describe('isRetryableDatabaseError', () => {
     await new Promise<void>((resolve) => rude.listen(0, '127.0.0.1', resolve));
     try {
       const rudePort = (rude.address() as { port: number }).port;
-      const dropped = new pg.Client({ host: '127.0.0.1', port: rudePort, user: 'x', database: 'x', connectionTimeoutMillis: 2_000 });
-      const droppedError = await dropped.connect().then(() => undefined, (error: unknown) => error);
+      const dropped = new pg.Client({
+        host: '127.0.0.1',
+        port: rudePort,
+        user: 'x',
+        database: 'x',
+        connectionTimeoutMillis: 2_000,
+      });
+      const droppedError = await dropped.connect().then(
+        () => undefined,
+        (error: unknown) => error,
+      );
       assert.ok(droppedError, 'pg failed on the dropped connection');
       assert.equal(isRetryableDatabaseError(droppedError), true, String(droppedError));
     } finally {

@@ -4,12 +4,18 @@ import { Type } from '@sinclair/typebox';
 import { InvalidOptionsError, InvalidPayloadError } from '../../src/core/errors.js';
 import { defineEvent, isEventDefinition, type EventPayload } from '../../src/core/events.js';
 
-const OrderPlaced = defineEvent('order.placed', Type.Object({
-  orderId: Type.String({ minLength: 1 }),
-  totalCents: Type.Integer({ minimum: 0 }),
-  lines: Type.Array(Type.Object({ sku: Type.String(), qty: Type.Integer({ minimum: 1 }) })),
-  note: Type.Optional(Type.String()),
-}, { additionalProperties: false }));
+const OrderPlaced = defineEvent(
+  'order.placed',
+  Type.Object(
+    {
+      orderId: Type.String({ minLength: 1 }),
+      totalCents: Type.Integer({ minimum: 0 }),
+      lines: Type.Array(Type.Object({ sku: Type.String(), qty: Type.Integer({ minimum: 1 }) })),
+      note: Type.Optional(Type.String()),
+    },
+    { additionalProperties: false },
+  ),
+);
 
 const valid = { orderId: 'o-1', totalCents: 1200, lines: [{ sku: 'a', qty: 2 }] };
 
@@ -47,7 +53,9 @@ describe('defineEvent', () => {
   });
 
   it('names the path and the rule of every broken rule', () => {
-    const error = thrown(() => OrderPlaced.validate({ orderId: '', totalCents: -1, lines: [{ sku: 'a', qty: 0 }], extra: true }));
+    const error = thrown(() =>
+      OrderPlaced.validate({ orderId: '', totalCents: -1, lines: [{ sku: 'a', qty: 0 }], extra: true }),
+    );
     assert.equal(error.code, 'RELAYBUS_INVALID_PAYLOAD');
     const byPath = new Map(error.issues.map((issue) => [issue.path, issue.message]));
     assert.match(byPath.get('/orderId') ?? '', /length greater or equal to 1/);
@@ -89,14 +97,28 @@ describe('defineEvent', () => {
   });
 
   it('hints at FormatRegistry for an unregistered format', () => {
-    const WithFormat = defineEvent('with.format', Type.Object({ id: Type.String({ format: 'relaybus-test-unregistered' }) }));
+    const WithFormat = defineEvent(
+      'with.format',
+      Type.Object({ id: Type.String({ format: 'relaybus-test-unregistered' }) }),
+    );
     const error = thrown(() => WithFormat.validate({ id: 'x' }));
     assert.match(error.message, /Unknown format/);
     assert.match(error.message, /FormatRegistry\.Set/);
   });
 
   it('caps the issues listed in the message', () => {
-    const Many = defineEvent('many', Type.Object({ a: Type.String(), b: Type.String(), c: Type.String(), d: Type.String(), e: Type.String(), f: Type.String(), g: Type.String() }));
+    const Many = defineEvent(
+      'many',
+      Type.Object({
+        a: Type.String(),
+        b: Type.String(),
+        c: Type.String(),
+        d: Type.String(),
+        e: Type.String(),
+        f: Type.String(),
+        g: Type.String(),
+      }),
+    );
     const error = thrown(() => Many.validate({}));
     assert.ok(error.issues.length >= 7);
     assert.match(error.message, /and \d+ more/);

@@ -20,7 +20,9 @@ const FORBIDDEN: Readonly<Record<string, readonly string[]>> = {
 };
 
 function sources(folder: string): string[] {
-  return readdirSync(join(SRC, folder), { recursive: true, encoding: 'utf8' }).filter((file) => file.endsWith('.ts')).map((file) => join(folder, file));
+  return readdirSync(join(SRC, folder), { recursive: true, encoding: 'utf8' })
+    .filter((file) => file.endsWith('.ts'))
+    .map((file) => join(folder, file));
 }
 
 /** Type-only imports a layer may make of a lower-level folder's declarations. */
@@ -44,7 +46,11 @@ function importedFolders(file: string): string[] {
 describe('src/ layers', () => {
   for (const [layer, forbidden] of Object.entries(FORBIDDEN)) {
     it(`${layer}/ imports nothing from ${forbidden.join(', ')}`, () => {
-      const offending = sources(layer).flatMap((file) => importedFolders(file).filter((folder) => forbidden.includes(folder)).map((folder) => `${file} -> ${folder}/`));
+      const offending = sources(layer).flatMap((file) =>
+        importedFolders(file)
+          .filter((folder) => forbidden.includes(folder))
+          .map((folder) => `${file} -> ${folder}/`),
+      );
       assert.deepEqual(offending, []);
     });
   }

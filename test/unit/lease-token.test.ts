@@ -10,9 +10,23 @@ describe('lease tokens', () => {
     assert.deepEqual(parseLeaseToken('255:9007199254740993:7'), parts);
   });
 
-  for (const bad of ['', '1:2', '1:2:3:4', 'a:1:1', '-1:1:1', '256:1:1', '300:0:0', '1:1:99999999999', ' 1:1:1', '1.5:1:1']) {
+  for (const bad of [
+    '',
+    '1:2',
+    '1:2:3:4',
+    'a:1:1',
+    '-1:1:1',
+    '256:1:1',
+    '300:0:0',
+    '1:1:99999999999',
+    ' 1:1:1',
+    '1.5:1:1',
+  ]) {
     it(`rejects ${JSON.stringify(bad)} with RELAYBUS_INVALID_LEASE`, () => {
-      assert.throws(() => parseLeaseToken(bad), (error: unknown) => error instanceof InvalidLeaseError && error.code === 'RELAYBUS_INVALID_LEASE');
+      assert.throws(
+        () => parseLeaseToken(bad),
+        (error: unknown) => error instanceof InvalidLeaseError && error.code === 'RELAYBUS_INVALID_LEASE',
+      );
     });
   }
 

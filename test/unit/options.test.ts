@@ -5,9 +5,19 @@ import { InvalidOptionsError } from '../../src/core/errors.js';
 import { defineEvent } from '../../src/core/events.js';
 import { noopLogger } from '../../src/core/logger.js';
 import {
-  DEFAULT_BACKOFF, DEFAULT_BATCH_SIZE, DEFAULT_COMPLETION_BATCH_WINDOW_MS, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIMEOUT_MS,
-  DEFAULT_LEASE_DURATION_MS, DEFAULT_MAX_ATTEMPTS, DEFAULT_POLL_INTERVAL_MS, DEFAULT_SHUTDOWN_GRACE_MS,
-  resolveDispatcherOptions, resolveHandlerOptions, resolveRelayBusOptions, type RelayBusOptions,
+  DEFAULT_BACKOFF,
+  DEFAULT_BATCH_SIZE,
+  DEFAULT_COMPLETION_BATCH_WINDOW_MS,
+  DEFAULT_CONCURRENCY,
+  DEFAULT_HANDLER_TIMEOUT_MS,
+  DEFAULT_LEASE_DURATION_MS,
+  DEFAULT_MAX_ATTEMPTS,
+  DEFAULT_POLL_INTERVAL_MS,
+  DEFAULT_SHUTDOWN_GRACE_MS,
+  resolveDispatcherOptions,
+  resolveHandlerOptions,
+  resolveRelayBusOptions,
+  type RelayBusOptions,
 } from '../../src/core/options.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 
@@ -36,9 +46,13 @@ describe('resolveRelayBusOptions', () => {
     assert.equal(options.handlerTimeoutMs, DEFAULT_HANDLER_TIMEOUT_MS);
     assert.deepEqual(options.backoff, DEFAULT_BACKOFF);
     assert.deepEqual(options.dispatcher, {
-      concurrency: DEFAULT_CONCURRENCY, batchSize: DEFAULT_BATCH_SIZE, pollIntervalMs: DEFAULT_POLL_INTERVAL_MS,
-      leaseDurationMs: DEFAULT_LEASE_DURATION_MS, completionBatchWindowMs: DEFAULT_COMPLETION_BATCH_WINDOW_MS,
-      shutdownGraceMs: DEFAULT_SHUTDOWN_GRACE_MS, ownerPrefix: undefined,
+      concurrency: DEFAULT_CONCURRENCY,
+      batchSize: DEFAULT_BATCH_SIZE,
+      pollIntervalMs: DEFAULT_POLL_INTERVAL_MS,
+      leaseDurationMs: DEFAULT_LEASE_DURATION_MS,
+      completionBatchWindowMs: DEFAULT_COMPLETION_BATCH_WINDOW_MS,
+      shutdownGraceMs: DEFAULT_SHUTDOWN_GRACE_MS,
+      ownerPrefix: undefined,
     });
     assert.equal(options.events.get('ping'), Ping);
     assert.ok(Object.isFrozen(options));
@@ -52,7 +66,13 @@ describe('resolveRelayBusOptions', () => {
   });
 
   it('keeps given values and merges a partial backoff over the default', () => {
-    const options = resolveRelayBusOptions({ ...base, setupStore: false, maxAttempts: 3, backoff: { initialDelayMs: 10 }, dispatcher: { concurrency: 50, completionBatchWindowMs: 0 } });
+    const options = resolveRelayBusOptions({
+      ...base,
+      setupStore: false,
+      maxAttempts: 3,
+      backoff: { initialDelayMs: 10 },
+      dispatcher: { concurrency: 50, completionBatchWindowMs: 0 },
+    });
     assert.equal(options.setupStore, false);
     assert.equal(options.maxAttempts, 3);
     assert.deepEqual(options.backoff, { ...DEFAULT_BACKOFF, initialDelayMs: 10 });
@@ -62,10 +82,16 @@ describe('resolveRelayBusOptions', () => {
   });
 
   it('names the option, the rule and the value of an out-of-range option', () => {
-    invalid({ ...base, dispatcher: { concurrency: 0 } }, /dispatcher\.concurrency: Expected integer to be greater or equal to 1 \(got 0\)/);
+    invalid(
+      { ...base, dispatcher: { concurrency: 0 } },
+      /dispatcher\.concurrency: Expected integer to be greater or equal to 1 \(got 0\)/,
+    );
     invalid({ ...base, dispatcher: { leaseDurationMs: 10 } }, /dispatcher\.leaseDurationMs: .*greater or equal to 100/);
     invalid({ ...base, dispatcher: { pollIntervalMs: 1.5 } }, /dispatcher\.pollIntervalMs: Expected integer/);
-    invalid({ ...base, dispatcher: { completionBatchWindowMs: 5_000 } }, /completionBatchWindowMs: .*less or equal to 1000/);
+    invalid(
+      { ...base, dispatcher: { completionBatchWindowMs: 5_000 } },
+      /completionBatchWindowMs: .*less or equal to 1000/,
+    );
     invalid({ ...base, maxAttempts: 0 }, /maxAttempts: .*greater or equal to 1/);
     invalid({ ...base, handlerTimeoutMs: Number.POSITIVE_INFINITY }, /handlerTimeoutMs: .*\(got Infinity\)/);
     invalid({ ...base, backoff: { jitter: 2 } }, /backoff\.jitter: .*less or equal to 1/);
@@ -80,12 +106,18 @@ describe('resolveRelayBusOptions', () => {
   });
 
   it('rejects a backoff whose cap is below its first delay', () => {
-    invalid({ ...base, backoff: { initialDelayMs: 5_000, maxDelayMs: 1_000 } }, /maxDelayMs \(1000\) is below initialDelayMs \(5000\)/);
+    invalid(
+      { ...base, backoff: { initialDelayMs: 5_000, maxDelayMs: 1_000 } },
+      /maxDelayMs \(1000\) is below initialDelayMs \(5000\)/,
+    );
   });
 
   it('requires a store that implements the contract', () => {
     invalid({ events: [Ping] }, /`store` is required/);
-    invalid({ ...base, store: { publish() {} } }, /does not implement the Store contract \(missing methods setup, claim/);
+    invalid(
+      { ...base, store: { publish() {} } },
+      /does not implement the Store contract \(missing methods setup, claim/,
+    );
   });
 
   it('requires at least one event definition, each once', () => {
@@ -115,16 +147,28 @@ describe('resolveDispatcherOptions', () => {
 });
 
 describe('resolveHandlerOptions', () => {
-  const defaults = resolveRelayBusOptions({ ...base, maxAttempts: 4, handlerTimeoutMs: 500, backoff: { initialDelayMs: 100, maxDelayMs: 1_000 } });
+  const defaults = resolveRelayBusOptions({
+    ...base,
+    maxAttempts: 4,
+    handlerTimeoutMs: 500,
+    backoff: { initialDelayMs: 100, maxDelayMs: 1_000 },
+  });
 
   it('fills missing options from the bus defaults', () => {
     assert.deepEqual(resolveHandlerOptions({}, defaults, 'h'), {
-      transactional: false, maxAttempts: 4, timeoutMs: 500, backoff: { ...DEFAULT_BACKOFF, initialDelayMs: 100, maxDelayMs: 1_000 },
+      transactional: false,
+      maxAttempts: 4,
+      timeoutMs: 500,
+      backoff: { ...DEFAULT_BACKOFF, initialDelayMs: 100, maxDelayMs: 1_000 },
     });
   });
 
   it('overrides per handler, merging backoff fields over the bus backoff', () => {
-    const resolved = resolveHandlerOptions({ transactional: true, maxAttempts: 1, timeoutMs: 50, backoff: { jitter: 0 } }, defaults, 'h');
+    const resolved = resolveHandlerOptions(
+      { transactional: true, maxAttempts: 1, timeoutMs: 50, backoff: { jitter: 0 } },
+      defaults,
+      'h',
+    );
     assert.equal(resolved.transactional, true);
     assert.equal(resolved.maxAttempts, 1);
     assert.equal(resolved.timeoutMs, 50);
@@ -132,8 +176,17 @@ describe('resolveHandlerOptions', () => {
   });
 
   it('names the handler in errors', () => {
-    assert.throws(() => resolveHandlerOptions({ maxAttempts: -1 }, defaults, 'send-mail'), /options of handler "send-mail": maxAttempts/);
-    assert.throws(() => resolveHandlerOptions({ retries: 3 } as never, defaults, 'send-mail'), /retries: Unexpected property/);
-    assert.throws(() => resolveHandlerOptions({ backoff: { initialDelayMs: 5_000 } }, defaults, 'h'), /maxDelayMs \(1000\) is below initialDelayMs/);
+    assert.throws(
+      () => resolveHandlerOptions({ maxAttempts: -1 }, defaults, 'send-mail'),
+      /options of handler "send-mail": maxAttempts/,
+    );
+    assert.throws(
+      () => resolveHandlerOptions({ retries: 3 } as never, defaults, 'send-mail'),
+      /retries: Unexpected property/,
+    );
+    assert.throws(
+      () => resolveHandlerOptions({ backoff: { initialDelayMs: 5_000 } }, defaults, 'h'),
+      /maxDelayMs \(1000\) is below initialDelayMs/,
+    );
   });
 });

@@ -8,8 +8,16 @@ describe('placeholders', () => {
   it('finds $N outside comments, strings, quoted identifiers and dollar quotes', () => {
     const text = `-- params: $1 owner, $2 lanes
 SELECT $1::text, '$3', E'\\'$4', "a$5", $tag$ $6 $tag$, /* $7 /* nested $8 */ $9 */ x$10, coalesce($2::int[], '{}') -- $11`;
-    assert.deepEqual(placeholderChunks(text).filter((c) => typeof c === 'number'), [1, 2]);
-    assert.equal(placeholderChunks(text).map((c) => (typeof c === 'number' ? `$${c}` : c)).join(''), text);
+    assert.deepEqual(
+      placeholderChunks(text).filter((c) => typeof c === 'number'),
+      [1, 2],
+    );
+    assert.equal(
+      placeholderChunks(text)
+        .map((c) => (typeof c === 'number' ? `$${c}` : c))
+        .join(''),
+      text,
+    );
   });
 
   it('numbers every occurrence in order, repeats included', () => {
@@ -17,7 +25,7 @@ SELECT $1::text, '$3', E'\\'$4', "a$5", $tag$ $6 $tag$, /* $7 /* nested $8 */ $9
   });
 
   it('knows which parameters are cast to json or jsonb', () => {
-    assert.deepEqual([...jsonCastParams('select $1::jsonb, $2 :: JSON, $3::text, $4::jsonb[], \'$5::jsonb\'')], [1, 2]);
+    assert.deepEqual([...jsonCastParams("select $1::jsonb, $2 :: JSON, $3::text, $4::jsonb[], '$5::jsonb'")], [1, 2]);
   });
 
   it('splits scripts at top-level semicolons only', () => {
@@ -39,7 +47,11 @@ INSERT INTO a VALUES ('a;b')`;
       const text = readFileSync(new URL(file, folder), 'utf8');
       const used = new Set(placeholderChunks(text).filter((c): c is number => typeof c === 'number'));
       const max = Math.max(0, ...used);
-      assert.deepEqual([...used].sort((a, b) => a - b), Array.from({ length: max }, (_, i) => i + 1), file);
+      assert.deepEqual(
+        [...used].sort((a, b) => a - b),
+        Array.from({ length: max }, (_, i) => i + 1),
+        file,
+      );
       assert.equal(splitStatements(text).length, 1, `${file} is one statement`);
     }
   });
@@ -50,7 +62,10 @@ describe('array literals', () => {
     const values = ['a', 'b"c', 'd\\e', 'f,g', '', 'NULL', null, '{x}'];
     const literal = toArrayLiteral(values);
     assert.equal(literal, '{"a","b\\"c","d\\\\e","f,g","","NULL",NULL,"{x}"}');
-    assert.deepEqual(parseArrayLiteral(literal), values.map((v) => v));
+    assert.deepEqual(
+      parseArrayLiteral(literal),
+      values.map((v) => v),
+    );
   });
 
   it('writes numbers, bigints and nested arrays bare', () => {

@@ -7,7 +7,10 @@ const now = new Date('2030-01-01T00:00:00.000Z');
 
 describe('backoffDelayMs', () => {
   it('grows exponentially from the first failed attempt', () => {
-    assert.deepEqual([1, 2, 3, 4, 5].map((attempt) => backoffDelayMs(attempt, exact)), [1_000, 2_000, 4_000, 8_000, 16_000]);
+    assert.deepEqual(
+      [1, 2, 3, 4, 5].map((attempt) => backoffDelayMs(attempt, exact)),
+      [1_000, 2_000, 4_000, 8_000, 16_000],
+    );
   });
 
   it('is capped at maxDelayMs, even for huge attempts', () => {
@@ -21,11 +24,26 @@ describe('backoffDelayMs', () => {
 
   it('spreads by +-jitter and never exceeds the cap', () => {
     const jittered = { ...exact, jitter: 0.2 };
-    assert.equal(backoffDelayMs(1, jittered, () => 0), 800);
-    assert.equal(backoffDelayMs(1, jittered, () => 0.5), 1_000);
-    assert.equal(backoffDelayMs(1, jittered, () => 0.999999), 1_200);
-    assert.equal(backoffDelayMs(20, jittered, () => 0.999999), 60_000);
-    assert.equal(backoffDelayMs(20, jittered, () => 0), 48_000);
+    assert.equal(
+      backoffDelayMs(1, jittered, () => 0),
+      800,
+    );
+    assert.equal(
+      backoffDelayMs(1, jittered, () => 0.5),
+      1_000,
+    );
+    assert.equal(
+      backoffDelayMs(1, jittered, () => 0.999999),
+      1_200,
+    );
+    assert.equal(
+      backoffDelayMs(20, jittered, () => 0.999999),
+      60_000,
+    );
+    assert.equal(
+      backoffDelayMs(20, jittered, () => 0),
+      48_000,
+    );
     for (let i = 0; i < 200; i += 1) {
       const delay = backoffDelayMs(3, jittered);
       assert.ok(delay >= 3_200 && delay <= 4_800, `delay ${delay} within +-20% of 4000`);
@@ -53,7 +71,13 @@ describe('decideRetry', () => {
   });
 
   it('uses the injected random source', () => {
-    const decision = decideRetry({ attempt: 1, maxAttempts: 5, backoff: { ...exact, jitter: 0.5 }, now, random: () => 0 });
+    const decision = decideRetry({
+      attempt: 1,
+      maxAttempts: 5,
+      backoff: { ...exact, jitter: 0.5 },
+      now,
+      random: () => 0,
+    });
     assert.equal(decision.action === 'reschedule' && decision.delayMs, 500);
   });
 });

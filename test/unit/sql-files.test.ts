@@ -4,7 +4,9 @@ import { describe, it } from 'node:test';
 import { loadStatements, STATEMENT_NAMES } from '../../src/postgres/statements.js';
 
 const directory = new URL('../../sql/', import.meta.url);
-const files = readdirSync(directory).filter((file) => file.endsWith('.sql')).sort();
+const files = readdirSync(directory)
+  .filter((file) => file.endsWith('.sql'))
+  .sort();
 
 describe('sql/ statement files', () => {
   it('the statement registry lists exactly the files on disk', () => {
@@ -14,10 +16,21 @@ describe('sql/ statement files', () => {
   for (const file of files) {
     it(`${file} opens with a header naming itself, its index, params and returns`, () => {
       const text = readFileSync(new URL(file, directory), 'utf8');
-      const header = text.split('\n').filter((line) => line.startsWith('--')).join('\n');
-      assert.match(header, new RegExp(`^-- ${file.replace(/\.sql$/, '')}: \\S`), 'first line is "-- <name>: what it does"');
-      for (const field of ['index:', 'params:', 'returns:']) assert.ok(header.includes(`-- ${field}`), `header has "${field}"`);
-      const body = text.split('\n').filter((line) => !line.trimStart().startsWith('--')).join('\n');
+      const header = text
+        .split('\n')
+        .filter((line) => line.startsWith('--'))
+        .join('\n');
+      assert.match(
+        header,
+        new RegExp(`^-- ${file.replace(/\.sql$/, '')}: \\S`),
+        'first line is "-- <name>: what it does"',
+      );
+      for (const field of ['index:', 'params:', 'returns:'])
+        assert.ok(header.includes(`-- ${field}`), `header has "${field}"`);
+      const body = text
+        .split('\n')
+        .filter((line) => !line.trimStart().startsWith('--'))
+        .join('\n');
       assert.ok(!/;\s*\S/.test(body.replace(/;\s*$/, '')), 'one statement per file');
     });
   }
@@ -29,10 +42,18 @@ describe('sql/ statement files', () => {
     for (const file of fragments) {
       const name = file.replace(/\.sql$/, '');
       const text = readFileSync(new URL(`fragments/${file}`, directory), 'utf8');
-      assert.match(text, new RegExp(`^-- fragment ${name}: \\S`), `${file}: first line is "-- fragment <name>: what it holds"`);
-      assert.ok(sources.some((source) => source.includes(`/*include ${name}*/`)), `${file} is included by a statement`);
+      assert.match(
+        text,
+        new RegExp(`^-- fragment ${name}: \\S`),
+        `${file}: first line is "-- fragment <name>: what it holds"`,
+      );
+      assert.ok(
+        sources.some((source) => source.includes(`/*include ${name}*/`)),
+        `${file} is included by a statement`,
+      );
     }
-    for (const name of STATEMENT_NAMES) assert.ok(!loaded[name].text.includes('/*include'), `${name}: every include resolved`);
+    for (const name of STATEMENT_NAMES)
+      assert.ok(!loaded[name].text.includes('/*include'), `${name}: every include resolved`);
   });
 
   it('qualifies every table with the configured schema and names statements per schema', () => {
@@ -40,7 +61,10 @@ describe('sql/ statement files', () => {
     const b = loadStatements('other_schema');
     for (const name of STATEMENT_NAMES) {
       assert.ok(!a[name].text.includes('/*schema*/'), `${name}: marker replaced`);
-      assert.ok(!/\b(?:FROM|JOIN|UPDATE|INTO)\s+relaybus_/i.test(a[name].text), `${name}: no unqualified relaybus table`);
+      assert.ok(
+        !/\b(?:FROM|JOIN|UPDATE|INTO)\s+relaybus_/i.test(a[name].text),
+        `${name}: no unqualified relaybus table`,
+      );
       assert.notEqual(a[name].name, b[name].name);
       assert.match(a[name].name, /^relaybus_[a-z_]+_[0-9a-f]{8}$/);
     }

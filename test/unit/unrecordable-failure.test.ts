@@ -19,17 +19,32 @@ import { nextEvent, spyStore } from '../support/wait.js';
 
 const Order = defineEvent('order', Type.Object({ n: Type.Integer() }));
 
-const refused = (what: string) => new StoreUnavailableError(`Postgres statement "${what}" failed (SQLSTATE 22008): timestamp out of range.`, { retryable: false });
-const unreachable = () => new StoreUnavailableError('Postgres statement failed: Connection terminated unexpectedly. It is safe to retry.', { retryable: true });
+const refused = (what: string) =>
+  new StoreUnavailableError(`Postgres statement "${what}" failed (SQLSTATE 22008): timestamp out of range.`, {
+    retryable: false,
+  });
+const unreachable = () =>
+  new StoreUnavailableError('Postgres statement failed: Connection terminated unexpectedly. It is safe to retry.', {
+    retryable: true,
+  });
 
 function harness(t: TestContext, overrides: Partial<Store<MemoryTransaction>>) {
   const clock = new StubClock();
   const memory = memoryStore();
   const { store, calls } = spyStore(memory, overrides);
   const lines: { message: string; fields?: LogFields }[] = [];
-  const record = (message: string, fields?: LogFields) => { lines.push({ message, fields }); };
+  const record = (message: string, fields?: LogFields) => {
+    lines.push({ message, fields });
+  };
   const logger: Logger = { debug: () => {}, info: () => {}, warn: record, error: record };
-  const bus = createRelayBus({ store, events: [Order], clock, logger, backoff: { jitter: 0 }, dispatcher: { pollIntervalMs: 10 } });
+  const bus = createRelayBus({
+    store,
+    events: [Order],
+    clock,
+    logger,
+    backoff: { jitter: 0 },
+    dispatcher: { pollIntervalMs: 10 },
+  });
   t.after(() => bus.stop({ graceMs: 0 }));
   const publish = (n: number) => store.transaction((tx) => bus.publish(tx, Order, { n }));
   return { bus, memory, calls, clock, lines, publish };
@@ -38,10 +53,15 @@ function harness(t: TestContext, overrides: Partial<Store<MemoryTransaction>>) {
 describe('a failure whose outcome cannot be recorded', () => {
   it('a reschedule refused for good buries the delivery with both errors, once', async (t) => {
     const { bus, memory, calls, lines, publish } = harness(t, {
-      reschedule(): Promise<boolean> { return Promise.reject(refused('reschedule')); },
+      reschedule(): Promise<boolean> {
+        return Promise.reject(refused('reschedule'));
+      },
     });
     let runs = 0;
-    bus.on(Order, 'fails', { maxAttempts: 5 }, () => { runs += 1; throw new Error('handler broke'); });
+    bus.on(Order, 'fails', { maxAttempts: 5 }, () => {
+      runs += 1;
+      throw new Error('handler broke');
+    });
     const dead = nextEvent(bus.events, 'dead');
     await publish(1);
     await bus.start();
@@ -49,9 +69,15 @@ describe('a failure whose outcome cannot be recorded', () => {
     assert.match(String(error), /handler broke/);
     const { items } = await memory.listDeliveries({ status: 'dead' });
     assert.equal(items.length, 1);
-    assert.match(items[0]!.lastError ?? '', /^Error: handler broke \[relaybus could not record this failure with reschedule \(StoreUnavailableError: .*timestamp out of range/);
+    assert.match(
+      items[0]!.lastError ?? '',
+      /^Error: handler broke \[relaybus could not record this failure with reschedule \(StoreUnavailableError: .*timestamp out of range/,
+    );
     assert.equal(runs, 1, 'not run again');
-    assert.deepEqual(calls.filter((c) => c.method === 'release'), []);
+    assert.deepEqual(
+      calls.filter((c) => c.method === 'release'),
+      [],
+    );
     assert.ok(lines.some((line) => /buried it instead/.test(line.message) && line.fields?.write === 'reschedule'));
   });
 
@@ -63,20 +89,27 @@ describe('a failure whose outcome cannot be recorded', () => {
         return memory.bury(lease, params);
       },
     });
-    bus.on(Order, 'poisoned', { maxAttempts: 1 }, () => { throw new Error('poison'); });
+    bus.on(Order, 'poisoned', { maxAttempts: 1 }, () => {
+      throw new Error('poison');
+    });
     const dead = nextEvent(bus.events, 'dead');
     await publish(1);
     await bus.start();
     await dead;
     const { items } = await memory.listDeliveries({ status: 'dead' });
-    assert.match(items[0]!.lastError ?? '', /^relaybus could not record this failure with bury .*the handler's error is in the worker log$/);
+    assert.match(
+      items[0]!.lastError ?? '',
+      /^relaybus could not record this failure with bury .*the handler's error is in the worker log$/,
+    );
   });
 
   it('when nothing can be recorded it releases the delivery and logs that the error is not retryable', async (t) => {
     // Every bury of the first run fails (both texts); from the second run on, bury works again.
     let buryFailures = 2;
     const { bus, memory, calls, lines, publish } = harness(t, {
-      reschedule(): Promise<boolean> { return Promise.reject(refused('reschedule')); },
+      reschedule(): Promise<boolean> {
+        return Promise.reject(refused('reschedule'));
+      },
       bury(this: Store<MemoryTransaction>, lease: DeliveryLease, params: BuryParams): Promise<boolean> {
         if (buryFailures > 0) {
           buryFailures -= 1;
@@ -86,14 +119,21 @@ describe('a failure whose outcome cannot be recorded', () => {
       },
     });
     let runs = 0;
-    bus.on(Order, 'fails', { maxAttempts: 5 }, () => { runs += 1; throw new Error('handler broke'); });
+    bus.on(Order, 'fails', { maxAttempts: 5 }, () => {
+      runs += 1;
+      throw new Error('handler broke');
+    });
     const dead = nextEvent(bus.events, 'dead');
     await publish(1);
     await bus.start();
     await dead;
     assert.equal(runs, 2, 'released after the first run, buried after the second');
     assert.equal(calls.filter((c) => c.method === 'release').length, 1);
-    assert.equal(calls.filter((c) => c.method === 'bury').length, 3, 'both texts, then the first one on the second run');
+    assert.equal(
+      calls.filter((c) => c.method === 'bury').length,
+      3,
+      'both texts, then the first one on the second run',
+    );
     const line = lines.find((l) => /could not record the outcome/.test(l.message));
     assert.ok(line);
     assert.match(line.message, /not retryable/);

@@ -6,7 +6,10 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createPostgresSupplementSql } from 'relaybus/postgres';
 
-const file = readdirSync('drizzle').filter((name) => name.endsWith('_relaybus_supplement.sql')).sort().at(-1);
+const file = readdirSync('drizzle')
+  .filter((name) => name.endsWith('_relaybus_supplement.sql'))
+  .sort()
+  .at(-1);
 if (!file) throw new Error('Run `drizzle-kit generate --custom --name relaybus_supplement` first.');
 const path = `drizzle/${file}`;
 const current = readFileSync(path, 'utf8');

@@ -4,7 +4,10 @@ import { postgresStore } from 'relaybus/postgres';
 import { db } from './db.js';
 import { receipts } from './schema.js';
 
-export const OrderPlaced = defineEvent('order.placed', Type.Object({ orderId: Type.String(), totalCents: Type.Integer() }));
+export const OrderPlaced = defineEvent(
+  'order.placed',
+  Type.Object({ orderId: Type.String(), totalCents: Type.Integer() }),
+);
 
 // The tables come from the app's drizzle-kit migrations, so the bus does not run relaybus's own setup.
 export const bus = createRelayBus({

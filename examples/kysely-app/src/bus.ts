@@ -3,7 +3,10 @@ import { fromKysely } from 'relaybus/kysely';
 import { postgresStore } from 'relaybus/postgres';
 import { db, pool } from './db.js';
 
-export const OrderPlaced = defineEvent('order.placed', Type.Object({ orderId: Type.String(), totalCents: Type.Integer() }));
+export const OrderPlaced = defineEvent(
+  'order.placed',
+  Type.Object({ orderId: Type.String(), totalCents: Type.Integer() }),
+);
 
 // bus.start() runs relaybus's own setup: it creates the tables in the "relaybus" schema (idempotent, safe to race).
 export const bus = createRelayBus({

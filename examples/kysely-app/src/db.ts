@@ -14,10 +14,16 @@ export const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) 
 
 /** The app's own tables (a real app would use its migrations). */
 export async function createAppTables(): Promise<void> {
-  await db.schema.createTable('orders').ifNotExists()
+  await db.schema
+    .createTable('orders')
+    .ifNotExists()
     .addColumn('id', 'text', (c) => c.primaryKey())
     .addColumn('customer_id', 'text', (c) => c.notNull())
     .addColumn('total_cents', 'integer', (c) => c.notNull())
     .execute();
-  await db.schema.createTable('receipts').ifNotExists().addColumn('order_id', 'text', (c) => c.primaryKey()).execute();
+  await db.schema
+    .createTable('receipts')
+    .ifNotExists()
+    .addColumn('order_id', 'text', (c) => c.primaryKey())
+    .execute();
 }

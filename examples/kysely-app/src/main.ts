@@ -15,13 +15,16 @@ await db.transaction().execute(async (trx) => {
 });
 
 // A transaction that fails takes its event with it.
-await db.transaction().execute(async (trx) => {
-  await trx.insertInto('orders').values({ id: 'o-2', customer_id: 'c-7', total_cents: 100 }).execute();
-  await bus.publish(trx, OrderPlaced, { orderId: 'o-2', totalCents: 100 }, { key: 'c-7' });
-  throw new Error('payment declined');
-}).catch(() => {});
+await db
+  .transaction()
+  .execute(async (trx) => {
+    await trx.insertInto('orders').values({ id: 'o-2', customer_id: 'c-7', total_cents: 100 }).execute();
+    await bus.publish(trx, OrderPlaced, { orderId: 'o-2', totalCents: 100 }, { key: 'c-7' });
+    throw new Error('payment declined');
+  })
+  .catch(() => {});
 
-for (const deadline = Date.now() + 20_000; Date.now() < deadline;) {
+for (const deadline = Date.now() + 20_000; Date.now() < deadline; ) {
   const { pending, inFlight } = await bus.store.statistics();
   if (pending + inFlight === 0 && notified.length > 0) break;
   await new Promise((resolve) => setTimeout(resolve, 50));
@@ -29,10 +32,12 @@ for (const deadline = Date.now() + 20_000; Date.now() < deadline;) {
 await bus.stop();
 
 const stats = await bus.store.statistics();
-console.log(JSON.stringify({
-  notified,
-  receipts: (await db.selectFrom('receipts').select('order_id').execute()).map((r) => r.order_id),
-  orders: (await db.selectFrom('orders').select('id').execute()).map((o) => o.id),
-  left: { pending: stats.pending, inFlight: stats.inFlight, dead: stats.dead },
-}));
+console.log(
+  JSON.stringify({
+    notified,
+    receipts: (await db.selectFrom('receipts').select('order_id').execute()).map((r) => r.order_id),
+    orders: (await db.selectFrom('orders').select('id').execute()).map((o) => o.id),
+    left: { pending: stats.pending, inFlight: stats.inFlight, dead: stats.dead },
+  }),
+);
 await db.destroy();

@@ -1,5 +1,14 @@
 import { withAdminStore } from '../admin-store.js';
-import { DATABASE_FLAGS, durationFlag, HELP_FLAG, integerFlag, parseFlags, renderHelp, VERBOSE_FLAG, type FlagSpecs } from '../args.js';
+import {
+  DATABASE_FLAGS,
+  durationFlag,
+  HELP_FLAG,
+  integerFlag,
+  parseFlags,
+  renderHelp,
+  VERBOSE_FLAG,
+  type FlagSpecs,
+} from '../args.js';
 import { CliFailure, ExitCode, UsageError, writeLine, type Command } from '../command.js';
 import { startDashboard, type Dashboard } from '../dashboard/server.js';
 import { isLoopbackHost, MIN_TOKEN_LENGTH, TOKEN_ENV, tokenProblem } from '../dashboard/security.js';
@@ -16,10 +25,26 @@ const DEFAULT_HOST = '127.0.0.1';
 
 const FLAGS = {
   ...DATABASE_FLAGS,
-  port: { type: 'string', value: 'port', description: `Port to listen on (0: any free port, printed). Default: ${DEFAULT_DASHBOARD_PORT}.` },
-  host: { type: 'string', value: 'host', description: `Address to bind. Default: ${DEFAULT_HOST} (this machine only). Any other address needs a token.` },
-  token: { type: 'string', value: 'secret', description: `Require this token (at least ${MIN_TOKEN_LENGTH} characters) to log in; default: the ${TOKEN_ENV} environment variable. Required when --host is not a loopback address.` },
-  'sample-interval': { type: 'string', value: 'time', description: 'How often the backlog chart is sampled, e.g. 2s. Default: 2s.' },
+  port: {
+    type: 'string',
+    value: 'port',
+    description: `Port to listen on (0: any free port, printed). Default: ${DEFAULT_DASHBOARD_PORT}.`,
+  },
+  host: {
+    type: 'string',
+    value: 'host',
+    description: `Address to bind. Default: ${DEFAULT_HOST} (this machine only). Any other address needs a token.`,
+  },
+  token: {
+    type: 'string',
+    value: 'secret',
+    description: `Require this token (at least ${MIN_TOKEN_LENGTH} characters) to log in; default: the ${TOKEN_ENV} environment variable. Required when --host is not a loopback address.`,
+  },
+  'sample-interval': {
+    type: 'string',
+    value: 'time',
+    description: 'How often the backlog chart is sampled, e.g. 2s. Default: 2s.',
+  },
   ...VERBOSE_FLAG,
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
@@ -30,7 +55,8 @@ export const dashboardCommand: Command = {
   summary: 'Admin page in a browser: statistics, backlog chart, dead letters, requeue.',
   help: renderHelp({
     usage: ['relaybus dashboard [--port <port>] [--host <host>] [--token <secret>]'],
-    description: 'Serve the admin page: per-handler statistics (the numbers of relaybus stats) with a backlog-over-time chart, the dead letters with their last error and a requeue button, the lanes with work in flight, and a search by event id that shows the event\'s deliveries (and their completion history when the store keeps one). Everything goes through the store API of --database-url / --schema. Ctrl-C stops it.',
+    description:
+      "Serve the admin page: per-handler statistics (the numbers of relaybus stats) with a backlog-over-time chart, the dead letters with their last error and a requeue button, the lanes with work in flight, and a search by event id that shows the event's deliveries (and their completion history when the store keeps one). Everything goes through the store API of --database-url / --schema. Ctrl-C stops it.",
     flags: FLAGS,
     sections: [
       {
@@ -42,7 +68,14 @@ export const dashboardCommand: Command = {
           'checks the session or the token and a CSRF token. Data is always shown as text, never as HTML.',
         ],
       },
-      { title: 'Exit codes', lines: ['0  stopped with Ctrl-C', '1  the database failed, or the port is in use', '2  usage error (a non-local --host without a token, a bad token)'] },
+      {
+        title: 'Exit codes',
+        lines: [
+          '0  stopped with Ctrl-C',
+          '1  the database failed, or the port is in use',
+          '2  usage error (a non-local --host without a token, a bad token)',
+        ],
+      },
       {
         title: 'Examples',
         lines: [
@@ -61,11 +94,14 @@ export const dashboardCommand: Command = {
     const token = values.token ?? (fromEnv === undefined || fromEnv === '' ? undefined : fromEnv);
     if (token !== undefined) {
       const problem = tokenProblem(token);
-      if (problem !== undefined) throw new UsageError(`${values.token !== undefined ? '--token' : TOKEN_ENV} is not a usable token: ${problem}`);
+      if (problem !== undefined)
+        throw new UsageError(`${values.token !== undefined ? '--token' : TOKEN_ENV} is not a usable token: ${problem}`);
     }
     const loopback = isLoopbackHost(host);
     if (!loopback && token === undefined) {
-      throw new UsageError(`--host ${host} lets other machines reach the dashboard, so it needs a token: --token <secret> or ${TOKEN_ENV} (at least ${MIN_TOKEN_LENGTH} characters, e.g. openssl rand -hex 24). Or keep ${DEFAULT_HOST} and tunnel (ssh -L).`);
+      throw new UsageError(
+        `--host ${host} lets other machines reach the dashboard, so it needs a token: --token <secret> or ${TOKEN_ENV} (at least ${MIN_TOKEN_LENGTH} characters, e.g. openssl rand -hex 24). Or keep ${DEFAULT_HOST} and tunnel (ssh -L).`,
+      );
     }
     return withAdminStore(values, context, async ({ store, schema, target }) => {
       await store.statistics(); // fail now, with the admin commands' message, when the database or the tables are missing
@@ -74,14 +110,29 @@ export const dashboardCommand: Command = {
         dashboard = await startDashboard({ store, schema, target, host, port, token, loopback, sampleIntervalMs });
       } catch (error) {
         const code = (error as { code?: unknown }).code;
-        if (code === 'EADDRINUSE') throw new CliFailure(`port ${port} on ${host} is in use (a worker's --metrics-port, another dashboard?); pick another --port`, { cause: error });
-        if (code === 'EADDRNOTAVAIL') throw new CliFailure(`${host} is not an address of this machine; check --host`, { cause: error });
-        if (code === 'EACCES') throw new CliFailure(`port ${port} needs privileges here; pick a port above 1023`, { cause: error });
+        if (code === 'EADDRINUSE')
+          throw new CliFailure(
+            `port ${port} on ${host} is in use (a worker's --metrics-port, another dashboard?); pick another --port`,
+            { cause: error },
+          );
+        if (code === 'EADDRNOTAVAIL')
+          throw new CliFailure(`${host} is not an address of this machine; check --host`, { cause: error });
+        if (code === 'EACCES')
+          throw new CliFailure(`port ${port} needs privileges here; pick a port above 1023`, { cause: error });
         throw error;
       }
-      writeLine(context.stdout, `relaybus dashboard on ${dashboard.url} (schema "${schema}" on ${target}${token === undefined ? '' : '; token required'}); Ctrl-C stops`);
+      writeLine(
+        context.stdout,
+        `relaybus dashboard on ${dashboard.url} (schema "${schema}" on ${target}${token === undefined ? '' : '; token required'}); Ctrl-C stops`,
+      );
       await new Promise<void>((resolve) => {
-        const dispose = onShutdownSignals({ graceful: () => { dispose(); resolve(); }, force: () => resolve() });
+        const dispose = onShutdownSignals({
+          graceful: () => {
+            dispose();
+            resolve();
+          },
+          force: () => resolve(),
+        });
       });
       await dashboard.close();
       return ExitCode.ok;

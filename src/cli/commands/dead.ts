@@ -1,5 +1,14 @@
 import type { DeliveryView } from '../../index.js';
-import { DATABASE_FLAGS, HELP_FLAG, integerFlag, JSON_FLAG, parseFlags, renderHelp, VERBOSE_FLAG, type FlagSpecs } from '../args.js';
+import {
+  DATABASE_FLAGS,
+  HELP_FLAG,
+  integerFlag,
+  JSON_FLAG,
+  parseFlags,
+  renderHelp,
+  VERBOSE_FLAG,
+  type FlagSpecs,
+} from '../args.js';
 import { withAdminStore } from '../admin-store.js';
 import { ExitCode, UsageError, writeLine, type CliContext, type Command } from '../command.js';
 import { formatDuration } from '../duration.js';
@@ -46,7 +55,12 @@ const COLUMNS: readonly Column<DeliveryView & { readonly now: number }>[] = [
 ];
 
 function viewJson(delivery: DeliveryView): Record<string, unknown> {
-  return { ...delivery, availableAt: delivery.availableAt.toISOString(), createdAt: delivery.createdAt.toISOString(), updatedAt: delivery.updatedAt.toISOString() };
+  return {
+    ...delivery,
+    availableAt: delivery.availableAt.toISOString(),
+    createdAt: delivery.createdAt.toISOString(),
+    updatedAt: delivery.updatedAt.toISOString(),
+  };
 }
 
 async function list(args: readonly string[], context: CliContext): Promise<number> {
@@ -58,7 +72,11 @@ async function list(args: readonly string[], context: CliContext): Promise<numbe
     let more = false;
     do {
       const page = await store.listDeliveries({
-        status: 'dead', handler: values.handler, eventId: values['event-id'], limit: Math.min(PAGE, limit - items.length), cursor,
+        status: 'dead',
+        handler: values.handler,
+        eventId: values['event-id'],
+        limit: Math.min(PAGE, limit - items.length),
+        cursor,
       });
       items.push(...page.items);
       cursor = page.nextCursor ?? undefined;
@@ -69,17 +87,28 @@ async function list(args: readonly string[], context: CliContext): Promise<numbe
       return ExitCode.ok;
     }
     if (items.length === 0) {
-      writeLine(context.stdout, `no dead deliveries in schema "${schema}"${values.handler || values['event-id'] ? ' matching the filters' : ''}`);
+      writeLine(
+        context.stdout,
+        `no dead deliveries in schema "${schema}"${values.handler || values['event-id'] ? ' matching the filters' : ''}`,
+      );
       return ExitCode.ok;
     }
     const now = Date.now();
     const columns = context.stdout.columns;
     const width = context.stdout.isTTY && columns !== undefined && columns >= 40 ? columns : 160;
-    for (const line of renderTable(COLUMNS, items.map((item) => ({ ...item, now })), width)) writeLine(context.stdout, line);
+    for (const line of renderTable(
+      COLUMNS,
+      items.map((item) => ({ ...item, now })),
+      width,
+    ))
+      writeLine(context.stdout, line);
     writeLine(context.stdout, '');
-    writeLine(context.stdout, more
-      ? `showing the first ${items.length} dead deliveries; more exist (raise --limit, or filter with --handler / --event-id)`
-      : `${items.length} dead deliver${items.length === 1 ? 'y' : 'ies'}; requeue with: relaybus dead requeue --id <id> | --handler <name> | --event-id <id> | --all`);
+    writeLine(
+      context.stdout,
+      more
+        ? `showing the first ${items.length} dead deliveries; more exist (raise --limit, or filter with --handler / --event-id)`
+        : `${items.length} dead deliver${items.length === 1 ? 'y' : 'ies'}; requeue with: relaybus dead requeue --id <id> | --handler <name> | --event-id <id> | --all`,
+    );
     return ExitCode.ok;
   });
 }
@@ -87,11 +116,14 @@ async function list(args: readonly string[], context: CliContext): Promise<numbe
 async function requeue(args: readonly string[], context: CliContext): Promise<number> {
   const { values } = parseFlags('dead requeue', args, REQUEUE_FLAGS);
   const ids = values.id?.map((id) => {
-    if (!/^[1-9]\d{0,18}$/.test(id)) throw new UsageError(`--id must be a delivery id (digits, as relaybus dead list prints), got "${id}"`);
+    if (!/^[1-9]\d{0,18}$/.test(id))
+      throw new UsageError(`--id must be a delivery id (digits, as relaybus dead list prints), got "${id}"`);
     return id;
   });
   if (ids === undefined && values.handler === undefined && values['event-id'] === undefined && !values.all) {
-    throw new UsageError('dead requeue needs a selector: --id <delivery-id>, --handler <name>, --event-id <id>, or --all');
+    throw new UsageError(
+      'dead requeue needs a selector: --id <delivery-id>, --handler <name>, --event-id <id>, or --all',
+    );
   }
   return withAdminStore(values, context, async ({ store }) => {
     const count = await store.requeue({
@@ -101,9 +133,13 @@ async function requeue(args: readonly string[], context: CliContext): Promise<nu
       ...(values.all ? { all: true } : {}),
     });
     if (values.json) writeLine(context.stdout, JSON.stringify({ requeued: count }));
-    else writeLine(context.stdout, count === 0
-      ? 'no dead delivery matched; nothing requeued'
-      : `requeued ${count} dead deliver${count === 1 ? 'y' : 'ies'}: pending again with a fresh attempt budget (keyed ones go to the end of their key's order)`);
+    else
+      writeLine(
+        context.stdout,
+        count === 0
+          ? 'no dead delivery matched; nothing requeued'
+          : `requeued ${count} dead deliver${count === 1 ? 'y' : 'ies'}: pending again with a fresh attempt budget (keyed ones go to the end of their key's order)`,
+      );
     return ExitCode.ok;
   });
 }
@@ -116,11 +152,15 @@ export const deadListCommand: Command = {
   summary: 'List dead deliveries (out of attempts) with their last error.',
   help: renderHelp({
     usage: ['relaybus dead list [options]'],
-    description: 'List dead deliveries in delivery id order (the order they were published in): deliveries whose handler failed its last attempt. They stay until requeued (relaybus dead requeue) or purged (relaybus purge --dead-retention).',
+    description:
+      'List dead deliveries in delivery id order (the order they were published in): deliveries whose handler failed its last attempt. They stay until requeued (relaybus dead requeue) or purged (relaybus purge --dead-retention).',
     flags: LIST_FLAGS,
     sections: [
       { title: 'Exit codes', lines: EXIT_LINES },
-      { title: 'Examples', lines: ['relaybus dead list --handler send-receipt', 'relaybus dead list --json --limit 1000 > dead.json'] },
+      {
+        title: 'Examples',
+        lines: ['relaybus dead list --handler send-receipt', 'relaybus dead list --json --limit 1000 > dead.json'],
+      },
     ],
   }),
   run: list,
@@ -131,12 +171,23 @@ export const deadRequeueCommand: Command = {
   name: 'dead requeue',
   summary: 'Move dead deliveries back to pending with a fresh attempt budget.',
   help: renderHelp({
-    usage: ['relaybus dead requeue --id <delivery-id> [--id ...] [options]', 'relaybus dead requeue --handler <name> | --event-id <id> | --all [options]'],
-    description: 'Move dead deliveries back to pending, due now, with a fresh attempt budget. Selectors combine with AND (--handler a --event-id e requeues the dead deliveries of handler a for event e); --all alone requeues every dead delivery. A keyed delivery goes to the end of its key\'s order. Deploy the fix first: a requeued delivery runs again at once.',
+    usage: [
+      'relaybus dead requeue --id <delivery-id> [--id ...] [options]',
+      'relaybus dead requeue --handler <name> | --event-id <id> | --all [options]',
+    ],
+    description:
+      "Move dead deliveries back to pending, due now, with a fresh attempt budget. Selectors combine with AND (--handler a --event-id e requeues the dead deliveries of handler a for event e); --all alone requeues every dead delivery. A keyed delivery goes to the end of its key's order. Deploy the fix first: a requeued delivery runs again at once.",
     flags: REQUEUE_FLAGS,
     sections: [
       { title: 'Exit codes', lines: EXIT_LINES },
-      { title: 'Examples', lines: ['relaybus dead requeue --id 1234 --id 1235', 'relaybus dead requeue --handler send-receipt', 'relaybus dead requeue --all'] },
+      {
+        title: 'Examples',
+        lines: [
+          'relaybus dead requeue --id 1234 --id 1235',
+          'relaybus dead requeue --handler send-receipt',
+          'relaybus dead requeue --all',
+        ],
+      },
     ],
   }),
   run: requeue,

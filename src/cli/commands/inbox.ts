@@ -26,9 +26,17 @@ import { oneLine } from '../table.js';
 const DAY_MS = 86_400_000;
 
 const FLAGS = {
-  grace: { type: 'string', value: 'time', description: 'How long held messages may take to finish on stop, e.g. 10s. Default: each inbox\'s shutdownGraceMs (10s).' },
+  grace: {
+    type: 'string',
+    value: 'time',
+    description:
+      "How long held messages may take to finish on stop, e.g. 10s. Default: each inbox's shutdownGraceMs (10s).",
+  },
   ...LOG_FLAGS,
-  verbose: { type: 'boolean', description: 'Log a line per committed batch (at info), and print stack traces on errors.' },
+  verbose: {
+    type: 'boolean',
+    description: 'Log a line per committed batch (at info), and print stack traces on errors.',
+  },
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
 
@@ -80,8 +88,13 @@ const HELP = renderHelp({
 function isInbox(value: unknown): value is Inbox {
   if (typeof value !== 'object' || value === null) return false;
   const candidate = value as Record<string, unknown>;
-  return typeof candidate.start === 'function' && typeof candidate.stop === 'function' && typeof candidate.name === 'string'
-    && typeof candidate.events === 'object' && candidate.events !== null;
+  return (
+    typeof candidate.start === 'function' &&
+    typeof candidate.stop === 'function' &&
+    typeof candidate.name === 'string' &&
+    typeof candidate.events === 'object' &&
+    candidate.events !== null
+  );
 }
 
 /** The `inbox` export of the (already loaded) config module: one inbox or a list. */
@@ -90,10 +103,15 @@ async function loadInboxes(path: string): Promise<Inbox[]> {
   const exported = module.inbox ?? module.default?.inbox;
   const list = Array.isArray(exported) ? (exported as unknown[]) : exported === undefined ? [] : [exported];
   if (list.length === 0) {
-    throw new UsageError(`${basename(path)} exports no inbox; add export const inbox = amqpInbox({ bus, url, queue, events }) (relaybus/amqp) or natsInbox(...) (relaybus/nats)`);
+    throw new UsageError(
+      `${basename(path)} exports no inbox; add export const inbox = amqpInbox({ bus, url, queue, events }) (relaybus/amqp) or natsInbox(...) (relaybus/nats)`,
+    );
   }
   const bad = list.findIndex((item) => !isInbox(item));
-  if (bad >= 0) throw new UsageError(`${basename(path)}: inbox${list.length > 1 ? `[${bad}]` : ''} is not an inbox made by amqpInbox or natsInbox`);
+  if (bad >= 0)
+    throw new UsageError(
+      `${basename(path)}: inbox${list.length > 1 ? `[${bad}]` : ''} is not an inbox made by amqpInbox or natsInbox`,
+    );
   return list as Inbox[];
 }
 
@@ -104,13 +122,18 @@ async function startWithBackoff(inbox: Inbox, log: Logger, signal: AbortSignal):
     if (signal.aborted) return 'stopped';
     try {
       await inbox.start();
-      if (backoff.failures > 0) log.info(`${inbox.name} started after ${backoff.failures} failed attempt${backoff.failures === 1 ? '' : 's'}`);
+      if (backoff.failures > 0)
+        log.info(`${inbox.name} started after ${backoff.failures} failed attempt${backoff.failures === 1 ? '' : 's'}`);
       return 'started';
     } catch (error) {
       if (signal.aborted) return 'stopped';
       if (!isRetryableError(error)) throw error;
       const delayMs = backoff.failed();
-      log.warn(`${inbox.name} could not start; starting again after a backoff`, { attempt: backoff.failures, retryInMs: delayMs, error: oneLine(describeError(error)) });
+      log.warn(`${inbox.name} could not start; starting again after a backoff`, {
+        attempt: backoff.failures,
+        retryInMs: delayMs,
+        error: oneLine(describeError(error)),
+      });
       try {
         await sleep(delayMs, undefined, { signal });
       } catch {
@@ -128,19 +151,34 @@ function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
       counts.committed += messages.length;
       const duplicates = messages.filter((m) => m.duplicate).length;
       counts.duplicates += duplicates;
-      (verbose ? log.info : log.debug)(`${inbox.name}: committed ${messages.length} event${messages.length === 1 ? '' : 's'}${duplicates > 0 ? ` (${duplicates} duplicate)` : ''}`);
+      (verbose ? log.info : log.debug)(
+        `${inbox.name}: committed ${messages.length} event${messages.length === 1 ? '' : 's'}${duplicates > 0 ? ` (${duplicates} duplicate)` : ''}`,
+      );
     }),
     inbox.events.on('dead-lettered', ({ message, reason, detail }) => {
       counts.dead += 1;
-      log.error(`${inbox.name}: dead-lettered message ${message.id ?? '(no id)'} from ${message.source}: ${reason}: ${oneLine(detail)}`);
+      log.error(
+        `${inbox.name}: dead-lettered message ${message.id ?? '(no id)'} from ${message.source}: ${reason}: ${oneLine(detail)}`,
+      );
     }),
     inbox.events.on('retrying', ({ error, delayMs, attempt, messages }) => {
-      log.warn(`${inbox.name}: the database failed a batch of ${messages}; retrying it in place (unacknowledged)`, { attempt, retryInMs: delayMs, error: oneLine(describeError(error)) });
+      log.warn(`${inbox.name}: the database failed a batch of ${messages}; retrying it in place (unacknowledged)`, {
+        attempt,
+        retryInMs: delayMs,
+        error: oneLine(describeError(error)),
+      });
     }),
     inbox.events.on('held-back', ({ outstanding, ackWaitMs }) => {
-      log.info(`${inbox.name}: ${outstanding} messages delivered before are unacknowledged; newer ones wait for their redelivery (ack wait ${ackWaitMs} ms), then all go in stream order`);
+      log.info(
+        `${inbox.name}: ${outstanding} messages delivered before are unacknowledged; newer ones wait for their redelivery (ack wait ${ackWaitMs} ms), then all go in stream order`,
+      );
     }),
-    inbox.events.on('disconnected', ({ error, retryInMs }) => log.warn(`${inbox.name}: lost the broker connection; reconnecting`, { retryInMs, error: oneLine(describeError(error)) })),
+    inbox.events.on('disconnected', ({ error, retryInMs }) =>
+      log.warn(`${inbox.name}: lost the broker connection; reconnecting`, {
+        retryInMs,
+        error: oneLine(describeError(error)),
+      }),
+    ),
     inbox.events.on('connected', ({ reconnect }) => {
       if (reconnect) log.info(`${inbox.name}: reconnected`);
     }),
@@ -170,7 +208,8 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
   const stopAsked = new AbortController();
   let stopping: Promise<unknown> | undefined;
   let forcedBy: ShutdownSignal | undefined;
-  const stopAll = (grace: number | undefined) => Promise.all(inboxes.map((inbox) => inbox.stop(grace === undefined ? {} : { graceMs: grace })));
+  const stopAll = (grace: number | undefined) =>
+    Promise.all(inboxes.map((inbox) => inbox.stop(grace === undefined ? {} : { graceMs: grace })));
   const stopGracefully = (why: string): void => {
     if (stopping !== undefined) return;
     stopAsked.abort();
@@ -187,9 +226,12 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS).unref();
     },
   });
-  const stopWatchingParent = watchParent((was, now) => {
-    stopGracefully(`the parent process (pid ${was}) exited and left the inbox to pid ${now}`);
-  }, { initial: parentAtStart });
+  const stopWatchingParent = watchParent(
+    (was, now) => {
+      stopGracefully(`the parent process (pid ${was}) exited and left the inbox to pid ${now}`);
+    },
+    { initial: parentAtStart },
+  );
 
   try {
     for (const inbox of inboxes) {
@@ -197,13 +239,19 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
         if ((await startWithBackoff(inbox, log, stopAsked.signal)) === 'stopped') break;
       } catch (error) {
         if (stopping !== undefined) break;
-        throw new CliFailure(`${inbox.name} could not start: ${oneLine(error instanceof Error ? error.message : String(error))}`, { cause: error });
+        throw new CliFailure(
+          `${inbox.name} could not start: ${oneLine(error instanceof Error ? error.message : String(error))}`,
+          { cause: error },
+        );
       }
     }
-    if (stopping === undefined) log.info(`running ${inboxes.length} inbox${inboxes.length === 1 ? '' : 'es'} from ${configName}`);
+    if (stopping === undefined)
+      log.info(`running ${inboxes.length} inbox${inboxes.length === 1 ? '' : 'es'} from ${configName}`);
     const code = await finished;
     const { committed, duplicates, dead } = outcomes.counts;
-    log.info(`stopped; ${committed} committed (${duplicates} duplicate${duplicates === 1 ? '' : 's'}), ${dead} dead-lettered`);
+    log.info(
+      `stopped; ${committed} committed (${duplicates} duplicate${duplicates === 1 ? '' : 's'}), ${dead} dead-lettered`,
+    );
     return code;
   } finally {
     disposeSignals();

@@ -11,7 +11,11 @@ import { ExitCode, UsageError, type Command } from '../command.js';
 
 const FLAGS = {
   schema: { type: 'string', value: 'name', description: 'Postgres schema of the relaybus tables. Default: relaybus.' },
-  supplement: { type: 'boolean', description: 'Print only the supplement (storage parameters, the 256 lane rows, the record of the relaybus migrations), with drizzle-kit statement breakpoints.' },
+  supplement: {
+    type: 'boolean',
+    description:
+      'Print only the supplement (storage parameters, the 256 lane rows, the record of the relaybus migrations), with drizzle-kit statement breakpoints.',
+  },
   ...VERBOSE_FLAG,
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
@@ -22,7 +26,8 @@ export const sqlCommand: Command = {
   summary: 'Print the relaybus DDL (or only the drizzle-kit supplement).',
   help: renderHelp({
     usage: ['relaybus sql [--schema name] [--supplement]'],
-    description: 'Print SQL to stdout; no database is needed. Without flags: the whole relaybus DDL as one script (the migrations, the supplement, and the rows that record the migrations as applied) for psql or your migration tool; start the bus with setupStore: false when you apply it yourself. With --supplement: only what drizzle-kit cannot express, for an application whose drizzle.config.ts includes the relaybus tables (schema: [..., "relaybus/schema"]).',
+    description:
+      'Print SQL to stdout; no database is needed. Without flags: the whole relaybus DDL as one script (the migrations, the supplement, and the rows that record the migrations as applied) for psql or your migration tool; start the bus with setupStore: false when you apply it yourself. With --supplement: only what drizzle-kit cannot express, for an application whose drizzle.config.ts includes the relaybus tables (schema: [..., "relaybus/schema"]).',
     flags: FLAGS,
     sections: [
       {
@@ -34,15 +39,23 @@ export const sqlCommand: Command = {
           'npx drizzle-kit migrate',
         ],
       },
-      { title: 'Exit codes', lines: ['0  printed', '1  the package files (schema/migrations) could not be read', '2  usage error'] },
-      { title: 'Examples', lines: ['relaybus sql | psql "$DATABASE_URL"', 'relaybus sql --schema events > relaybus.sql'] },
+      {
+        title: 'Exit codes',
+        lines: ['0  printed', '1  the package files (schema/migrations) could not be read', '2  usage error'],
+      },
+      {
+        title: 'Examples',
+        lines: ['relaybus sql | psql "$DATABASE_URL"', 'relaybus sql --schema events > relaybus.sql'],
+      },
     ],
   }),
   async run(args, context) {
     const { values } = parseFlags('sql', args, FLAGS);
     const schema = values.schema ?? DEFAULT_SCHEMA;
     try {
-      context.stdout.write(values.supplement ? createPostgresSupplementSql({ schema }) : createPostgresSchemaSql({ schema }));
+      context.stdout.write(
+        values.supplement ? createPostgresSupplementSql({ schema }) : createPostgresSchemaSql({ schema }),
+      );
     } catch (error) {
       if (error instanceof InvalidOptionsError) throw new UsageError(`--schema: ${error.message}`);
       throw error;

@@ -1,6 +1,23 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { SchemaMismatchError, type HandlerStatistics, type Statistics, type Store, type SubscriptionView } from '../../index.js';
-import { DATABASE_FLAGS, durationFlag, HELP_FLAG, JSON_FLAG, optionalValue, parseFlags, renderHelp, VERBOSE_FLAG, wrap, type FlagSpecs } from '../args.js';
+import {
+  SchemaMismatchError,
+  type HandlerStatistics,
+  type Statistics,
+  type Store,
+  type SubscriptionView,
+} from '../../index.js';
+import {
+  DATABASE_FLAGS,
+  durationFlag,
+  HELP_FLAG,
+  JSON_FLAG,
+  optionalValue,
+  parseFlags,
+  renderHelp,
+  VERBOSE_FLAG,
+  wrap,
+  type FlagSpecs,
+} from '../args.js';
 import { withAdminStore } from '../admin-store.js';
 import { ExitCode, writeLine, type Command, type OutputStream } from '../command.js';
 import { formatDuration, parseDuration } from '../duration.js';
@@ -19,7 +36,11 @@ export const DEFAULT_WATCH_MS = 2_000;
 const FLAGS = {
   ...DATABASE_FLAGS,
   ...JSON_FLAG,
-  watch: { type: 'string', value: 'interval', description: `Refresh every interval until Ctrl-C (the value is optional: --watch alone refreshes every ${DEFAULT_WATCH_MS / 1000}s; --watch 500ms), within 100 columns, with a warning when deliveries are due and no lane is leased (no worker is claiming). With --json: one JSON line per refresh, with "warning" then.` },
+  watch: {
+    type: 'string',
+    value: 'interval',
+    description: `Refresh every interval until Ctrl-C (the value is optional: --watch alone refreshes every ${DEFAULT_WATCH_MS / 1000}s; --watch 500ms), within 100 columns, with a warning when deliveries are due and no lane is leased (no worker is claiming). With --json: one JSON line per refresh, with "warning" then.`,
+  },
   ...VERBOSE_FLAG,
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
@@ -33,7 +54,11 @@ const COLUMNS: readonly Column<Row>[] = [
   { header: 'scheduled', align: 'right', value: (row) => String(row.scheduled) },
   { header: 'in flight', align: 'right', value: (row) => String(row.inFlight) },
   { header: 'dead', align: 'right', value: (row) => String(row.dead) },
-  { header: 'oldest due', align: 'right', value: (row) => (row.oldestDueAgeMs === null ? '-' : formatDuration(row.oldestDueAgeMs)) },
+  {
+    header: 'oldest due',
+    align: 'right',
+    value: (row) => (row.oldestDueAgeMs === null ? '-' : formatDuration(row.oldestDueAgeMs)),
+  },
 ];
 
 /** Width `--watch` keeps every line within. */
@@ -56,7 +81,11 @@ const NO_LIVE_WORKER_MARK = '*';
  * The statistics as table lines: one row per handler, then a total row when there are several; the handler column is
  * cut to fit `maxWidth`. The rows of the `marked` handlers end in a mark (see `noLiveWorker`).
  */
-export function statisticsTable(stats: Statistics, maxWidth?: number, marked: ReadonlySet<string> = new Set()): string[] {
+export function statisticsTable(
+  stats: Statistics,
+  maxWidth?: number,
+  marked: ReadonlySet<string> = new Set(),
+): string[] {
   const rows: Row[] = Object.entries(stats.handlers)
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([handler, counts]) => ({ handler, ...counts }));
@@ -66,7 +95,11 @@ export function statisticsTable(stats: Statistics, maxWidth?: number, marked: Re
   if (rows.length > 1) rows.push({ handler: 'total', ...stats });
   const isMarked = (line: number) => line >= 1 && line <= handlers && marked.has(rows[line - 1]!.handler);
   const mark = rows.some((_, i) => isMarked(i + 1));
-  const lines = renderTable(COLUMNS, rows, mark && maxWidth !== undefined ? maxWidth - NO_LIVE_WORKER_MARK.length - 1 : maxWidth);
+  const lines = renderTable(
+    COLUMNS,
+    rows,
+    mark && maxWidth !== undefined ? maxWidth - NO_LIVE_WORKER_MARK.length - 1 : maxWidth,
+  );
   // Every line of the table has the same length (the last column is right-aligned), so the marks line up.
   return lines.map((line, i) => (isMarked(i) ? `${line} ${NO_LIVE_WORKER_MARK}` : line));
 }
@@ -76,9 +109,15 @@ export function statisticsTable(stats: Statistics, maxWidth?: number, marked: Re
  * `STALE_AFTER_MS` of `now`, or they have none. Undefined when that cannot be told: no subscription at all
  * (no worker of a relaybus that records them has started, e.g. during a rolling upgrade).
  */
-export function noLiveWorker(stats: Statistics, subscriptions: readonly SubscriptionView[], now: number): string[] | undefined {
+export function noLiveWorker(
+  stats: Statistics,
+  subscriptions: readonly SubscriptionView[],
+  now: number,
+): string[] | undefined {
   if (subscriptions.length === 0) return undefined;
-  const live = new Set(subscriptions.filter((subscription) => !isStale(subscription, now)).map((subscription) => subscription.handler));
+  const live = new Set(
+    subscriptions.filter((subscription) => !isStale(subscription, now)).map((subscription) => subscription.handler),
+  );
   return Object.entries(stats.handlers)
     .filter(([handler, counts]) => counts.pending > 0 && !live.has(handler))
     .map(([handler]) => handler)
@@ -89,12 +128,16 @@ export function noLiveWorker(stats: Statistics, subscriptions: readonly Subscrip
 export function noLiveWorkerNote(handlers: readonly string[] | undefined): string | undefined {
   if (handlers === undefined || handlers.length === 0) return undefined;
   const one = handlers.length === 1;
-  return `${NO_LIVE_WORKER_MARK} no live worker runs ${handlers.join(', ')}: ${one ? 'its' : 'their'} deliveries wait, and no worker has refreshed a subscription of ${one ? 'it' : 'them'} `
-    + `in the last ${formatDuration(STALE_AFTER_MS)} (relaybus subscriptions list shows them). Start a worker that registers ${one ? 'it' : 'them'}.`;
+  return (
+    `${NO_LIVE_WORKER_MARK} no live worker runs ${handlers.join(', ')}: ${one ? 'its' : 'their'} deliveries wait, and no worker has refreshed a subscription of ${one ? 'it' : 'them'} ` +
+    `in the last ${formatDuration(STALE_AFTER_MS)} (relaybus subscriptions list shows them). Start a worker that registers ${one ? 'it' : 'them'}.`
+  );
 }
 
 /** The subscriptions, or undefined for a schema older than the subscriptions table: stats then shows no mark. */
-async function recordedSubscriptions(store: Pick<Store<unknown>, 'listSubscriptions'>): Promise<SubscriptionView[] | undefined> {
+async function recordedSubscriptions(
+  store: Pick<Store<unknown>, 'listSubscriptions'>,
+): Promise<SubscriptionView[] | undefined> {
   try {
     return await store.listSubscriptions();
   } catch (error) {
@@ -134,11 +177,15 @@ export const statsCommand: Command = {
   summary: 'Per handler: pending, due, in flight, dead, oldest due age.',
   help: renderHelp({
     usage: ['relaybus stats [options]', 'relaybus stats --watch [interval] [--json]'],
-    description: 'Count the deliveries of every handler: pending (not in flight: due now or scheduled for later, e.g. backing off), due, scheduled, in flight (claimed by a worker), dead (out of attempts, waiting for relaybus dead requeue) and the age of the oldest due delivery, the lag to watch. The header names the leased lanes (workers holding live leases). '
-      + `A handler with pending deliveries whose subscriptions are all stale (no worker refreshed them in the last ${formatDuration(STALE_AFTER_MS)}) or missing is marked ${NO_LIVE_WORKER_MARK}: no live worker runs it (with --json: its name in "noLiveWorker"). There is no mark, and no "noLiveWorker", while no subscription at all is recorded.`,
+    description:
+      'Count the deliveries of every handler: pending (not in flight: due now or scheduled for later, e.g. backing off), due, scheduled, in flight (claimed by a worker), dead (out of attempts, waiting for relaybus dead requeue) and the age of the oldest due delivery, the lag to watch. The header names the leased lanes (workers holding live leases). ' +
+      `A handler with pending deliveries whose subscriptions are all stale (no worker refreshed them in the last ${formatDuration(STALE_AFTER_MS)}) or missing is marked ${NO_LIVE_WORKER_MARK}: no live worker runs it (with --json: its name in "noLiveWorker"). There is no mark, and no "noLiveWorker", while no subscription at all is recorded.`,
     flags: FLAGS,
     sections: [
-      { title: 'Exit codes', lines: ['0  printed (or --watch stopped with Ctrl-C)', '1  the database failed', '2  usage error'] },
+      {
+        title: 'Exit codes',
+        lines: ['0  printed (or --watch stopped with Ctrl-C)', '1  the database failed', '2  usage error'],
+      },
       {
         title: 'Examples',
         lines: ['relaybus stats', 'relaybus stats --json | jq .handlers', 'relaybus stats --watch 1s'],
@@ -158,7 +205,9 @@ export const statsCommand: Command = {
         if (values.json) {
           const warning = watchMs === undefined ? undefined : noWorkerWarning(stats);
           const json = {
-            ...statisticsJson(stats, schema, at), ...(unrun === undefined ? {} : { noLiveWorker: unrun }), ...(warning === undefined ? {} : { warning }),
+            ...statisticsJson(stats, schema, at),
+            ...(unrun === undefined ? {} : { noLiveWorker: unrun }),
+            ...(warning === undefined ? {} : { warning }),
           };
           writeLine(context.stdout, JSON.stringify(json, null, watchMs === undefined ? 2 : undefined));
           return;
@@ -167,7 +216,9 @@ export const statsCommand: Command = {
         const note = noLiveWorkerNote(unrun);
         if (watchMs === undefined) {
           show([
-            `relaybus stats  schema "${schema}" on ${target}  ${at.toISOString()}  lanes leased: ${stats.lanesLeased}`, '', ...statisticsTable(stats, undefined, marked),
+            `relaybus stats  schema "${schema}" on ${target}  ${at.toISOString()}  lanes leased: ${stats.lanesLeased}`,
+            '',
+            ...statisticsTable(stats, undefined, marked),
             ...(note === undefined ? [] : ['', ...wrap(note, WATCH_WIDTH)]),
           ]);
           return;

@@ -1,11 +1,25 @@
 import { InvalidOptionsError, RelayBusError } from '../../index.js';
-import { DEFAULT_SCHEMA, fromPg, type PgClientLike, type PgPoolLike, type PostgresDriver } from '../../postgres/index.js';
+import {
+  DEFAULT_SCHEMA,
+  fromPg,
+  type PgClientLike,
+  type PgPoolLike,
+  type PostgresDriver,
+} from '../../postgres/index.js';
 import { assertSchemaName } from '../../postgres/schema-sql.js';
 import { DEFAULT_UPGRADE_BATCH_SIZE, setupPostgres, type SetupResult } from '../../postgres/setup.js';
 import { loadStatements } from '../../postgres/statements.js';
 import { planPostgresSetup } from '../../postgres/upgrade/plan.js';
 import { describeTarget } from '../admin-store.js';
-import { DATABASE_FLAGS, HELP_FLAG, integerFlag, parseFlags, renderHelp, VERBOSE_FLAG, type FlagSpecs } from '../args.js';
+import {
+  DATABASE_FLAGS,
+  HELP_FLAG,
+  integerFlag,
+  parseFlags,
+  renderHelp,
+  VERBOSE_FLAG,
+  type FlagSpecs,
+} from '../args.js';
 import { CliFailure, ExitCode, UsageError, writeLine, type CliContext, type Command } from '../command.js';
 import { createProgress, type Progress } from '../progress.js';
 
@@ -18,8 +32,15 @@ import { createProgress, type Progress } from '../progress.js';
  */
 
 const FLAGS = {
-  'dry-run': { type: 'boolean', description: 'Print what would be done (the layout found, the migrations, the rows to convert) and change nothing.' },
-  'batch-size': { type: 'string', value: 'n', description: `Deliveries converted per transaction when upgrading a relaybus 0.1 schema. Default: ${DEFAULT_UPGRADE_BATCH_SIZE}.` },
+  'dry-run': {
+    type: 'boolean',
+    description: 'Print what would be done (the layout found, the migrations, the rows to convert) and change nothing.',
+  },
+  'batch-size': {
+    type: 'string',
+    value: 'n',
+    description: `Deliveries converted per transaction when upgrading a relaybus 0.1 schema. Default: ${DEFAULT_UPGRADE_BATCH_SIZE}.`,
+  },
   ...DATABASE_FLAGS,
   ...VERBOSE_FLAG,
   ...HELP_FLAG,
@@ -32,15 +53,25 @@ interface Connection {
 }
 
 interface PgModule {
-  readonly Pool: new (config: { connectionString: string; max: number; connectionTimeoutMillis: number; application_name: string }) => PgPoolLike & {
+  readonly Pool: new (config: {
+    connectionString: string;
+    max: number;
+    connectionTimeoutMillis: number;
+    application_name: string;
+  }) => PgPoolLike & {
     on(event: 'error', listener: (error: Error) => void): unknown;
   };
 }
 
 /** Run `fn` with a driver on `--database-url` (or DATABASE_URL) and `--schema`; closes the pool afterwards. */
-async function withDriver<T>(flags: { readonly 'database-url'?: string; readonly schema?: string }, context: CliContext, fn: (connection: Connection) => Promise<T>): Promise<T> {
+async function withDriver<T>(
+  flags: { readonly 'database-url'?: string; readonly schema?: string },
+  context: CliContext,
+  fn: (connection: Connection) => Promise<T>,
+): Promise<T> {
   const url = flags['database-url'] ?? context.env.DATABASE_URL;
-  if (url === undefined || url.trim() === '') throw new UsageError('no database: pass --database-url postgres://user@host:5432/db or set DATABASE_URL');
+  if (url === undefined || url.trim() === '')
+    throw new UsageError('no database: pass --database-url postgres://user@host:5432/db or set DATABASE_URL');
   const schema = flags.schema ?? DEFAULT_SCHEMA;
   try {
     assertSchemaName(schema);
@@ -53,16 +84,25 @@ async function withDriver<T>(flags: { readonly 'database-url'?: string; readonly
     const imported = (await import('pg')) as unknown as { default?: PgModule } & PgModule;
     module = imported.default ?? imported;
   } catch {
-    throw new CliFailure('relaybus setup and upgrade connect with the pg package, which is not installed here: npm install pg');
+    throw new CliFailure(
+      'relaybus setup and upgrade connect with the pg package, which is not installed here: npm install pg',
+    );
   }
-  const pool = new module.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 10_000, application_name: 'relaybus-cli' });
+  const pool = new module.Pool({
+    connectionString: url,
+    max: 1,
+    connectionTimeoutMillis: 10_000,
+    application_name: 'relaybus-cli',
+  });
   pool.on('error', () => {}); // an idle client dropped by the server: the next query reports it
   const driver = fromPg(pool, { ownsPool: true });
   try {
     return await fn({ driver, schema, target: describeTarget(url) });
   } catch (error) {
     if (error instanceof RelayBusError || error instanceof UsageError || error instanceof CliFailure) throw error;
-    throw new CliFailure(`the database failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    throw new CliFailure(`the database failed: ${error instanceof Error ? error.message : String(error)}`, {
+      cause: error,
+    });
   } finally {
     await driver.close().catch(() => {});
   }
@@ -74,15 +114,21 @@ function summary(result: SetupResult): string {
   const applied = result.applied.length === 0 ? 'no migration was missing' : `applied ${result.applied.join(', ')}`;
   if (result.rowLease === undefined) return applied;
   const { counts, released } = result.rowLease;
-  return `upgraded from the relaybus 0.1 layout: ${n(counts.deliveries)} deliveries converted (${n(counts.completed)} completed ones moved to the `
-    + `completion history, ${n(released.pending)} in-flight ones back to pending${released.dead > 0 ? `, ${n(released.dead)} on their last attempt now dead` : ''}); ${applied}`;
+  return (
+    `upgraded from the relaybus 0.1 layout: ${n(counts.deliveries)} deliveries converted (${n(counts.completed)} completed ones moved to the ` +
+    `completion history, ${n(released.pending)} in-flight ones back to pending${released.dead > 0 ? `, ${n(released.dead)} on their last attempt now dead` : ''}); ${applied}`
+  );
 }
 
 /**
  * Set up `schema` as `relaybus setup` and `relaybus upgrade` do, reporting the 0.1 conversion's
  * progress on stderr. Resolves with the result and the time taken.
  */
-export async function runSetup(connection: Connection, context: CliContext, batchSize: number): Promise<{ result: SetupResult; ms: number }> {
+export async function runSetup(
+  connection: Connection,
+  context: CliContext,
+  batchSize: number,
+): Promise<{ result: SetupResult; ms: number }> {
   const started = performance.now();
   let progress: Progress | undefined;
   const result = await setupPostgres(connection.driver, connection.schema, loadStatements(connection.schema), {
@@ -94,7 +140,10 @@ export async function runSetup(connection: Connection, context: CliContext, batc
         return;
       }
       progress?.finish();
-      writeLine(context.stderr, 'relaybus: final step: releasing in-flight deliveries, the new layout, the migrations (one transaction)');
+      writeLine(
+        context.stderr,
+        'relaybus: final step: releasing in-flight deliveries, the new layout, the migrations (one transaction)',
+      );
     },
   });
   return { result, ms: Math.round(performance.now() - started) };
@@ -106,11 +155,25 @@ export const upgradeCommand: Command = {
   summary: 'Show (--dry-run) and apply the schema upgrade, a relaybus 0.1 schema included.',
   help: renderHelp({
     usage: ['relaybus upgrade [--dry-run] [--batch-size n] [options]'],
-    description: 'Bring the relaybus tables to this version, as relaybus setup and bus.start() do: install them, apply the relaybus migrations they lack, or convert a relaybus 0.1 schema (the row-lease layout) in place, in batches of their own transactions and then one final transaction; an interrupted upgrade is finished by running it again. With --dry-run: print the plan and the rows to convert, and change nothing. Stop every relaybus 0.1 worker first: while one holds a lease, both refuse. A schema of a newer relaybus is refused, never downgraded.',
+    description:
+      'Bring the relaybus tables to this version, as relaybus setup and bus.start() do: install them, apply the relaybus migrations they lack, or convert a relaybus 0.1 schema (the row-lease layout) in place, in batches of their own transactions and then one final transaction; an interrupted upgrade is finished by running it again. With --dry-run: print the plan and the rows to convert, and change nothing. Stop every relaybus 0.1 worker first: while one holds a lease, both refuse. A schema of a newer relaybus is refused, never downgraded.',
     flags: FLAGS,
     sections: [
-      { title: 'Exit codes', lines: ['0  planned (--dry-run) or upgraded', '1  refused (0.1 workers hold leases, a newer or unknown schema) or the database failed', '2  usage error'] },
-      { title: 'Examples', lines: ['relaybus upgrade --dry-run', 'relaybus upgrade --database-url postgres://app@db:5432/app --schema events --batch-size 20000'] },
+      {
+        title: 'Exit codes',
+        lines: [
+          '0  planned (--dry-run) or upgraded',
+          '1  refused (0.1 workers hold leases, a newer or unknown schema) or the database failed',
+          '2  usage error',
+        ],
+      },
+      {
+        title: 'Examples',
+        lines: [
+          'relaybus upgrade --dry-run',
+          'relaybus upgrade --database-url postgres://app@db:5432/app --schema events --batch-size 20000',
+        ],
+      },
     ],
   }),
   async run(args, context) {
@@ -120,16 +183,22 @@ export const upgradeCommand: Command = {
       const { driver, schema, target } = connection;
       if (values['dry-run']) {
         const plan = await planPostgresSetup(driver, schema, loadStatements(schema), { batchSize });
-        const found = plan.layout === 'empty' ? 'no relaybus tables'
-          : plan.layout === 'row-lease' ? 'the row-lease layout of relaybus 0.1 (deliveries.lease_token)'
-            : `relaybus tables at ${plan.applied[plan.applied.length - 1]}`;
+        const found =
+          plan.layout === 'empty'
+            ? 'no relaybus tables'
+            : plan.layout === 'row-lease'
+              ? 'the row-lease layout of relaybus 0.1 (deliveries.lease_token)'
+              : `relaybus tables at ${plan.applied[plan.applied.length - 1]}`;
         writeLine(context.stdout, `relaybus: schema "${schema}" on ${target}: ${found}`);
         const counts = plan.rowLease;
         if (counts !== undefined) {
           const n = (value: number) => value.toLocaleString('en-US');
-          writeLine(context.stdout, `  ${n(counts.deliveries)} deliveries (${n(counts.pending)} pending, ${n(counts.processing)} processing, `
-            + `${n(counts.completed)} completed, ${n(counts.dead)} dead), ${n(counts.toConvert)} to convert; ${n(counts.events)} events; `
-            + `${n(counts.leased)} under a live 0.1 lease`);
+          writeLine(
+            context.stdout,
+            `  ${n(counts.deliveries)} deliveries (${n(counts.pending)} pending, ${n(counts.processing)} processing, ` +
+              `${n(counts.completed)} completed, ${n(counts.dead)} dead), ${n(counts.toConvert)} to convert; ${n(counts.events)} events; ` +
+              `${n(counts.leased)} under a live 0.1 lease`,
+          );
         }
         writeLine(context.stdout, 'plan:');
         plan.steps.forEach((step, i) => writeLine(context.stdout, `  ${i + 1}. ${step}`));

@@ -1,13 +1,25 @@
 import { basename } from 'node:path';
 import {
-  DEFAULT_POLL_INTERVAL_MS, RelayBusError, UnknownHandlerError, type DeadEvent, type FailedEvent, type Logger,
+  DEFAULT_POLL_INTERVAL_MS,
+  RelayBusError,
+  UnknownHandlerError,
+  type DeadEvent,
+  type FailedEvent,
+  type Logger,
 } from '../../index.js';
 import type { DeliveryInfo } from '../../core/handlers.js';
 import { laneOf } from '../../core/lanes.js';
 import { describeError } from '../../core/logger.js';
 import { durationFlag, HELP_FLAG, integerFlag, listFlag, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
 import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
-import { acceptsStartOptions, DEFAULT_CONFIG_NAMES, loadBus, resolveConfigPath, type WorkerBus, type WorkerStartOptions } from '../config-loader.js';
+import {
+  acceptsStartOptions,
+  DEFAULT_CONFIG_NAMES,
+  loadBus,
+  resolveConfigPath,
+  type WorkerBus,
+  type WorkerStartOptions,
+} from '../config-loader.js';
 import { checkDatabaseUrl, DATABASE_URL, describeDatabaseUrl } from '../database-url.js';
 import { waitUntilDrained } from '../drain-watch.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
@@ -36,17 +48,53 @@ const DRAIN_CHECK_MS = 200;
 const DRAIN_STALL_MIN_MS = 5_000;
 const DAY_MS = 86_400_000;
 const FLAGS = {
-  concurrency: { type: 'string', value: 'n', description: 'Handlers running at once, 1..1000. Default: the config\'s dispatcher.concurrency (10).' },
-  'batch-size': { type: 'string', value: 'n', description: 'Most deliveries per claim, 1..1000. Default: the config\'s (10).' },
-  'poll-interval': { type: 'string', value: 'time', description: 'Idle wait between claims, e.g. 500ms or 2s. Default: the config\'s (1s).' },
-  'lease-duration': { type: 'string', value: 'time', description: 'Lane lease, at least 100ms, e.g. 30s. Default: the config\'s (30s).' },
-  handlers: { type: 'string', value: 'names', description: 'Run only these handlers (comma separated names given to bus.on). Default: all.' },
+  concurrency: {
+    type: 'string',
+    value: 'n',
+    description: "Handlers running at once, 1..1000. Default: the config's dispatcher.concurrency (10).",
+  },
+  'batch-size': {
+    type: 'string',
+    value: 'n',
+    description: "Most deliveries per claim, 1..1000. Default: the config's (10).",
+  },
+  'poll-interval': {
+    type: 'string',
+    value: 'time',
+    description: "Idle wait between claims, e.g. 500ms or 2s. Default: the config's (1s).",
+  },
+  'lease-duration': {
+    type: 'string',
+    value: 'time',
+    description: "Lane lease, at least 100ms, e.g. 30s. Default: the config's (30s).",
+  },
+  handlers: {
+    type: 'string',
+    value: 'names',
+    description: 'Run only these handlers (comma separated names given to bus.on). Default: all.',
+  },
   once: { type: 'boolean', description: 'Drain what is due now, then stop and exit 0 (cron jobs, CI, backfills).' },
   ...LOG_FLAGS,
-  verbose: { type: 'boolean', description: 'Log a line per delivered event (at info), and print stack traces on errors.' },
-  'metrics-port': { type: 'string', value: 'port', description: 'Serve /metrics (Prometheus), /healthz and /readyz on this port (0: any free port, logged). Default: off.' },
-  'metrics-host': { type: 'string', value: 'host', description: 'Address the metrics server binds. Default: 127.0.0.1 (this machine only); 0.0.0.0 for a container.' },
-  'metrics-interval': { type: 'string', value: 'time', description: 'How often the backlog metrics are sampled from the statistics, e.g. 5s. Default: 5s.' },
+  verbose: {
+    type: 'boolean',
+    description: 'Log a line per delivered event (at info), and print stack traces on errors.',
+  },
+  'metrics-port': {
+    type: 'string',
+    value: 'port',
+    description:
+      'Serve /metrics (Prometheus), /healthz and /readyz on this port (0: any free port, logged). Default: off.',
+  },
+  'metrics-host': {
+    type: 'string',
+    value: 'host',
+    description: 'Address the metrics server binds. Default: 127.0.0.1 (this machine only); 0.0.0.0 for a container.',
+  },
+  'metrics-interval': {
+    type: 'string',
+    value: 'time',
+    description: 'How often the backlog metrics are sampled from the statistics, e.g. 5s. Default: 5s.',
+  },
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
 
@@ -59,8 +107,8 @@ const HELP = renderHelp({
       title: 'Stopping',
       lines: [
         'SIGINT (Ctrl-C) or SIGTERM stops gracefully: no new claims, running handlers get the',
-        'bus\'s shutdownGraceMs (10s by default) to finish, unfinished ones are released without',
-        'charging an attempt, and the worker\'s lanes are handed back to other workers at once.',
+        "bus's shutdownGraceMs (10s by default) to finish, unfinished ones are released without",
+        "charging an attempt, and the worker's lanes are handed back to other workers at once.",
         `A second signal forces the stop: handlers are aborted now, and the worker exits within ${FORCE_DEADLINE_MS / 1000}s.`,
         '--once stops by itself when no delivery of its handlers is due or in flight (deliveries',
         'scheduled for later are left for the next run).',
@@ -79,9 +127,9 @@ const HELP = renderHelp({
     {
       title: 'Logs',
       lines: [
-        'debug and info lines go to stdout, warn and error lines to stderr; the library\'s own lines',
+        "debug and info lines go to stdout, warn and error lines to stderr; the library's own lines",
         '(dispatcher, setup, retries) use the same format. In containers, run the bin directly',
-        '(node_modules/.bin/relaybus worker) so the runtime\'s SIGTERM reaches the worker; under',
+        "(node_modules/.bin/relaybus worker) so the runtime's SIGTERM reaches the worker; under",
         'npx the worker notices that npx is gone and stops gracefully.',
       ],
     },
@@ -109,7 +157,10 @@ const HELP = renderHelp({
   ],
 });
 
-function overridesOf(values: ReturnType<typeof parseFlags<typeof FLAGS>>['values']): { options: WorkerStartOptions; flags: string[] } {
+function overridesOf(values: ReturnType<typeof parseFlags<typeof FLAGS>>['values']): {
+  options: WorkerStartOptions;
+  flags: string[];
+} {
   const dispatcher = {
     concurrency: integerFlag('concurrency', values.concurrency, 1, 1_000),
     batchSize: integerFlag('batch-size', values['batch-size'], 1, 1_000),
@@ -118,7 +169,9 @@ function overridesOf(values: ReturnType<typeof parseFlags<typeof FLAGS>>['values
   };
   const given = Object.fromEntries(Object.entries(dispatcher).filter(([, value]) => value !== undefined));
   const handlers = listFlag('handlers', values.handlers);
-  const flags = (['concurrency', 'batch-size', 'poll-interval', 'lease-duration', 'handlers'] as const).filter((flag) => values[flag] !== undefined);
+  const flags = (['concurrency', 'batch-size', 'poll-interval', 'lease-duration', 'handlers'] as const).filter(
+    (flag) => values[flag] !== undefined,
+  );
   return {
     options: { ...(Object.keys(given).length > 0 ? { dispatcher: given } : {}), ...(handlers ? { handlers } : {}) },
     flags: flags.map((flag) => `--${flag}`),
@@ -126,38 +179,68 @@ function overridesOf(values: ReturnType<typeof parseFlags<typeof FLAGS>>['values
 }
 
 /** Refuse per-run flags a bus cannot honour, and handler names it does not have. */
-function checkOverrides(bus: WorkerBus, options: WorkerStartOptions, flags: readonly string[], configName: string): void {
+function checkOverrides(
+  bus: WorkerBus,
+  options: WorkerStartOptions,
+  flags: readonly string[],
+  configName: string,
+): void {
   if (flags.length === 0) return;
   if (!acceptsStartOptions(bus)) {
-    throw new UsageError(`${flags.join(', ')}: this relaybus version cannot override the bus from the command line; set them in ${configName} (createRelayBus({ dispatcher: { ... } }))`);
+    throw new UsageError(
+      `${flags.join(', ')}: this relaybus version cannot override the bus from the command line; set them in ${configName} (createRelayBus({ dispatcher: { ... } }))`,
+    );
   }
   const unknown = (options.handlers ?? []).filter((name) => !bus.handlers.includes(name));
   if (unknown.length > 0) {
-    throw new UsageError(`--handlers: ${unknown.map((name) => `"${name}"`).join(', ')} ${unknown.length === 1 ? 'is' : 'are'} not registered on the bus of ${configName}; it has ${bus.handlers.join(', ')}`);
+    throw new UsageError(
+      `--handlers: ${unknown.map((name) => `"${name}"`).join(', ')} ${unknown.length === 1 ? 'is' : 'are'} not registered on the bus of ${configName}; it has ${bus.handlers.join(', ')}`,
+    );
   }
 }
 
 /** A line per failed attempt (warn) and per dead letter (error), per delivery at debug (info with --verbose); a count of every outcome. */
-function reportOutcomes(bus: WorkerBus, log: Logger, verbose: boolean, structured: boolean): { readonly counts: { delivered: number; failed: number; dead: number }; dispose(): void } {
+function reportOutcomes(
+  bus: WorkerBus,
+  log: Logger,
+  verbose: boolean,
+  structured: boolean,
+): { readonly counts: { delivered: number; failed: number; dead: number }; dispose(): void } {
   const counts = { delivered: 0, failed: 0, dead: 0 };
   const describe = (error: unknown) => oneLine(describeError(error));
   // Structured too with --log-format json (the pretty line says it all already): delivery, handler, attempt, lane, error.
-  const fieldsOf = (delivery: DeliveryInfo, error?: unknown) => (!structured ? undefined : {
-    deliveryId: delivery.id, handler: delivery.handler, attempt: delivery.attempt, lane: laneOf(delivery.key, delivery.eventId), eventId: delivery.eventId,
-    ...(error === undefined ? {} : { error: describe(error) }),
-  });
+  const fieldsOf = (delivery: DeliveryInfo, error?: unknown) =>
+    !structured
+      ? undefined
+      : {
+          deliveryId: delivery.id,
+          handler: delivery.handler,
+          attempt: delivery.attempt,
+          lane: laneOf(delivery.key, delivery.eventId),
+          eventId: delivery.eventId,
+          ...(error === undefined ? {} : { error: describe(error) }),
+        };
   const offs = [
     bus.events.on('delivered', ({ delivery }) => {
       counts.delivered += 1;
-      (verbose ? log.info : log.debug)(`${delivery.handler} delivered ${delivery.eventType} ${delivery.eventId} (delivery ${delivery.id})`, fieldsOf(delivery));
+      (verbose ? log.info : log.debug)(
+        `${delivery.handler} delivered ${delivery.eventType} ${delivery.eventId} (delivery ${delivery.id})`,
+        fieldsOf(delivery),
+      );
     }),
     bus.events.on('failed', ({ delivery, error, retryAt }: FailedEvent) => {
       counts.failed += 1;
-      log.warn(`${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`, fieldsOf(delivery, error));
+      log.warn(
+        `${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`,
+        fieldsOf(delivery, error),
+      );
     }),
     bus.events.on('dead', ({ delivery, error }: DeadEvent) => {
       counts.dead += 1;
-      log.error(`${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`, fieldsOf(delivery, error));
+      log.error(
+        `${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`,
+        fieldsOf(delivery, error),
+      );
     }),
     bus.events.on('lease-lost', ({ delivery }) => {
       log.warn(`lost the lane lease of delivery ${delivery.id}; it runs again on another worker`, fieldsOf(delivery));
@@ -171,7 +254,9 @@ function reportConnectionErrors(bus: WorkerBus, log: Logger): () => void {
   const store = bus.store as { onConnectionError?: unknown };
   if (typeof store.onConnectionError !== 'function') return () => {};
   const off: unknown = store.onConnectionError.call(store, (error: unknown) => {
-    log.warn('a database connection failed while idle; the pool opens a new one when needed', { error: describeError(error) });
+    log.warn('a database connection failed while idle; the pool opens a new one when needed', {
+      error: describeError(error),
+    });
   });
   return typeof off === 'function' ? () => void off() : () => {};
 }
@@ -191,8 +276,15 @@ function describeStore(bus: WorkerBus, env: CliContext['env']): string {
 function startFailure(error: unknown, bus: WorkerBus, env: CliContext['env']): CliFailure {
   const message = oneLine(error instanceof Error ? error.message : String(error));
   const unset = env[DATABASE_URL] === undefined || env[DATABASE_URL] === '';
-  if (unset && bus.store.kind === 'postgres' && error instanceof RelayBusError && error.code === 'RELAYBUS_STORE_UNAVAILABLE') {
-    return new CliFailure(`${DATABASE_URL} is not set, and the store could not connect without it: ${message}`, { cause: error });
+  if (
+    unset &&
+    bus.store.kind === 'postgres' &&
+    error instanceof RelayBusError &&
+    error.code === 'RELAYBUS_STORE_UNAVAILABLE'
+  ) {
+    return new CliFailure(`${DATABASE_URL} is not set, and the store could not connect without it: ${message}`, {
+      cause: error,
+    });
   }
   return new CliFailure(`the worker could not start: ${message}`, { cause: error });
 }
@@ -215,10 +307,19 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   const handlers = options.handlers ?? (acceptsStartOptions(bus) ? bus.handlers : undefined);
   const outcomes = reportOutcomes(bus, log, values.verbose === true, values['log-format'] === 'json');
   const stopReportingConnections = reportConnectionErrors(bus, log);
-  const metrics: WorkerMetrics | undefined = metricsPort === undefined ? undefined
-    : serveWorkerMetrics(bus, { port: metricsPort, host: values['metrics-host'] ?? '127.0.0.1', statisticsIntervalMs: metricsIntervalMs, logger: log });
+  const metrics: WorkerMetrics | undefined =
+    metricsPort === undefined
+      ? undefined
+      : serveWorkerMetrics(bus, {
+          port: metricsPort,
+          host: values['metrics-host'] ?? '127.0.0.1',
+          statisticsIntervalMs: metricsIntervalMs,
+          logger: log,
+        });
   await metrics?.started;
-  const running = handlers ? `${handlers.length} handler${handlers.length === 1 ? '' : 's'} (${handlers.join(', ')})` : 'the bus';
+  const running = handlers
+    ? `${handlers.length} handler${handlers.length === 1 ? '' : 's'} (${handlers.join(', ')})`
+    : 'the bus';
   log.info(`starting ${running} from ${configName}: ${describeStore(bus, context.env)}`);
 
   let settle!: (code: number) => void;
@@ -248,13 +349,20 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS);
     },
   });
-  const stopWatchingParent = watchParent((was, now) => {
-    stopGracefully(`the parent process (pid ${was}) exited and left the worker to pid ${now}, as npx does when it is signalled`);
-  }, { initial: parentAtStart });
+  const stopWatchingParent = watchParent(
+    (was, now) => {
+      stopGracefully(
+        `the parent process (pid ${was}) exited and left the worker to pid ${now}, as npx does when it is signalled`,
+      );
+    },
+    { initial: parentAtStart },
+  );
 
   try {
     // Per-run flags and the CLI's logger go to a bus whose start() takes options (see acceptsStartOptions).
-    const startOptions: WorkerStartOptions | undefined = acceptsStartOptions(bus) ? { ...options, logger: log } : undefined;
+    const startOptions: WorkerStartOptions | undefined = acceptsStartOptions(bus)
+      ? { ...options, logger: log }
+      : undefined;
     const unset = bus.store.kind !== 'memory' && describeDatabaseUrl(context.env) === undefined;
     try {
       await startWithRetry({
@@ -269,7 +377,9 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
       throw startFailure(error, bus, context.env);
     }
     if (stopping === undefined) {
-      log.info(`running ${running} from ${configName} as owner ${bus.owner ?? '?'}${values.once ? '; --once: stops when nothing is due' : ''}`);
+      log.info(
+        `running ${running} from ${configName} as owner ${bus.owner ?? '?'}${values.once ? '; --once: stops when nothing is due' : ''}`,
+      );
     }
 
     if (values.once && stopping === undefined) {
@@ -284,7 +394,8 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
       }).then(
         (result) => {
           if (result === 'drained') stopGracefully('--once: nothing is due');
-          if (result === 'stalled') stopGracefully('--once: the deliveries still due wait behind a key that is backing off');
+          if (result === 'stalled')
+            stopGracefully('--once: the deliveries still due wait behind a key that is backing off');
         },
         (error: unknown) => {
           drainError = error;

@@ -30,7 +30,9 @@ ${body}
 
 /** The login form of a token-protected dashboard. */
 export function loginPage(problem?: string): string {
-  return layout('relaybus dashboard: log in', `<main class="login">
+  return layout(
+    'relaybus dashboard: log in',
+    `<main class="login">
 <h1>relaybus</h1>
 <form method="post" action="/login">
 <label for="token">Dashboard token</label>
@@ -38,13 +40,21 @@ export function loginPage(problem?: string): string {
 <button type="submit">Log in</button>
 ${problem === undefined ? '' : `<p class="error" role="alert">${escapeHtml(problem)}</p>`}
 </form>
-</main>`);
+</main>`,
+  );
 }
 
 /** The dashboard itself; the script fills it in. */
-export function mainPage(options: { readonly csrf: string; readonly schema: string; readonly target: string; readonly loggedIn: boolean }): string {
+export function mainPage(options: {
+  readonly csrf: string;
+  readonly schema: string;
+  readonly target: string;
+  readonly loggedIn: boolean;
+}): string {
   const head = `<meta name="relaybus-csrf" content="${escapeHtml(options.csrf)}">\n<script src="/app.js" defer></script>`;
-  return layout(`relaybus: ${options.schema}`, `<header>
+  return layout(
+    `relaybus: ${options.schema}`,
+    `<header>
 <h1>relaybus</h1>
 <p class="where">schema <b>${escapeHtml(options.schema)}</b> on ${escapeHtml(options.target)}</p>
 <p id="updated" class="muted">loading…</p>
@@ -87,7 +97,9 @@ ${options.loggedIn ? '<form method="post" action="/logout"><button type="submit"
 <tbody></tbody>
 </table>
 </section>
-</main>`, head);
+</main>`,
+    head,
+  );
 }
 
 export const APP_CSS = `
@@ -122,7 +134,7 @@ svg#chart text { font-size: 11px; fill: var(--muted); }
 `;
 
 /* The script avoids template literals: it lives in one. */
-export const APP_JS = String.raw`'use strict';
+export const APP_JS = `'use strict';
 (function () {
   var csrf = document.querySelector('meta[name="relaybus-csrf"]').getAttribute('content');
   var COLORS = ['#2f6fde', '#d92d20', '#039855', '#dc6803', '#7a5af8', '#0e9384', '#c11574', '#475467'];

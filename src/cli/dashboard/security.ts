@@ -38,7 +38,8 @@ export function isLoopbackHost(host: string): boolean {
 
 /** Why `token` is not acceptable, or undefined when it is. */
 export function tokenProblem(token: string): string | undefined {
-  if (token.length < MIN_TOKEN_LENGTH) return `it has ${token.length} characters; use at least ${MIN_TOKEN_LENGTH} (e.g. openssl rand -hex 24)`;
+  if (token.length < MIN_TOKEN_LENGTH)
+    return `it has ${token.length} characters; use at least ${MIN_TOKEN_LENGTH} (e.g. openssl rand -hex 24)`;
   if (/[\s\p{Cc}]/u.test(token)) return 'it holds whitespace or control characters';
   return undefined;
 }
@@ -62,7 +63,10 @@ export function cookiesOf(request: IncomingMessage): Map<string, string> {
 
 /** Headers every response carries. */
 export function securityHeaders(response: ServerResponse): void {
-  response.setHeader('content-security-policy', "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'");
+  response.setHeader(
+    'content-security-policy',
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  );
   response.setHeader('x-content-type-options', 'nosniff');
   response.setHeader('x-frame-options', 'DENY');
   response.setHeader('referrer-policy', 'same-origin'); // not no-referrer: Chromium then sends `Origin: null` with same-origin form posts
@@ -118,7 +122,8 @@ export class Gate {
   login(token: string): string | undefined {
     if (this.#token === undefined || !sameSecret(token, this.#token)) return undefined;
     const now = Date.now();
-    for (const [id, session] of this.#sessions) if (session.expires < now || this.#sessions.size >= MAX_SESSIONS) this.#sessions.delete(id);
+    for (const [id, session] of this.#sessions)
+      if (session.expires < now || this.#sessions.size >= MAX_SESSIONS) this.#sessions.delete(id);
     const id = randomBytes(24).toString('base64url');
     this.#sessions.set(id, { csrf: randomBytes(24).toString('base64url'), expires: now + SESSION_TTL_MS });
     return `${SESSION_COOKIE}=${id}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${SESSION_TTL_MS / 1000}`;
@@ -134,14 +139,21 @@ export class Gate {
    * Why a data-changing POST by `access` is refused (the status and the reason), or undefined when
    * it may go on: authenticated, JSON, same origin, and the CSRF token unless it came with a bearer.
    */
-  refusePost(request: IncomingMessage, access: Access): { readonly status: number; readonly reason: string } | undefined {
-    if (access.kind === 'anonymous') return { status: 401, reason: 'a token is required: log in, or send Authorization: Bearer <token>' };
-    if (!/^application\/json\b/i.test(request.headers['content-type'] ?? '')) return { status: 415, reason: 'send JSON (content-type: application/json)' };
+  refusePost(
+    request: IncomingMessage,
+    access: Access,
+  ): { readonly status: number; readonly reason: string } | undefined {
+    if (access.kind === 'anonymous')
+      return { status: 401, reason: 'a token is required: log in, or send Authorization: Bearer <token>' };
+    if (!/^application\/json\b/i.test(request.headers['content-type'] ?? ''))
+      return { status: 415, reason: 'send JSON (content-type: application/json)' };
     const origin = request.headers.origin;
-    if (origin !== undefined && origin !== `http://${request.headers.host ?? ''}`) return { status: 403, reason: `cross-origin request from ${origin} refused` };
+    if (origin !== undefined && origin !== `http://${request.headers.host ?? ''}`)
+      return { status: 403, reason: `cross-origin request from ${origin} refused` };
     if (access.kind === 'bearer') return undefined;
     const sent = request.headers[CSRF_HEADER];
-    if (typeof sent !== 'string' || !sameSecret(sent, access.csrf)) return { status: 403, reason: `missing or wrong ${CSRF_HEADER} header (reload the page)` };
+    if (typeof sent !== 'string' || !sameSecret(sent, access.csrf))
+      return { status: 403, reason: `missing or wrong ${CSRF_HEADER} header (reload the page)` };
     return undefined;
   }
 }

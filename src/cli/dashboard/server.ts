@@ -52,18 +52,30 @@ interface Sample {
 }
 
 class HttpError extends Error {
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
   }
 }
 
 function sendJson(response: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
-  response.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  response.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+  });
   response.end(text);
 }
 
-function sendText(response: ServerResponse, status: number, type: string, text: string, headers: Record<string, string> = {}): void {
+function sendText(
+  response: ServerResponse,
+  status: number,
+  type: string,
+  text: string,
+  headers: Record<string, string> = {},
+): void {
   response.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(text), ...headers });
   response.end(text);
 }
@@ -80,7 +92,12 @@ async function readBody(request: IncomingMessage): Promise<string> {
 }
 
 function deliveryJson(view: DeliveryView): Record<string, unknown> {
-  return { ...view, availableAt: view.availableAt.toISOString(), createdAt: view.createdAt.toISOString(), updatedAt: view.updatedAt.toISOString() };
+  return {
+    ...view,
+    availableAt: view.availableAt.toISOString(),
+    createdAt: view.createdAt.toISOString(),
+    updatedAt: view.updatedAt.toISOString(),
+  };
 }
 
 /** The requeue selector of a POST body: `{ deliveryIds: string[] }` or `{ handler: string }`. */
@@ -88,11 +105,17 @@ function requeueParams(body: unknown): { deliveryIds: string[] } | { handler: st
   if (typeof body === 'object' && body !== null && !Array.isArray(body)) {
     const { deliveryIds, handler } = body as { deliveryIds?: unknown; handler?: unknown };
     const keys = Object.keys(body);
-    if (keys.length === 1 && Array.isArray(deliveryIds) && deliveryIds.length > 0 && deliveryIds.length <= 1_000
-      && deliveryIds.every((id) => typeof id === 'string' && id.length > 0 && id.length <= 200)) {
+    if (
+      keys.length === 1 &&
+      Array.isArray(deliveryIds) &&
+      deliveryIds.length > 0 &&
+      deliveryIds.length <= 1_000 &&
+      deliveryIds.every((id) => typeof id === 'string' && id.length > 0 && id.length <= 200)
+    ) {
       return { deliveryIds: deliveryIds as string[] };
     }
-    if (keys.length === 1 && typeof handler === 'string' && handler.length > 0 && handler.length <= 200) return { handler };
+    if (keys.length === 1 && typeof handler === 'string' && handler.length > 0 && handler.length <= 200)
+      return { handler };
   }
   throw new HttpError(400, 'the body must be {"deliveryIds": ["<id>", ...]} (1 to 1000 ids) or {"handler": "<name>"}');
 }
@@ -131,9 +154,17 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     let cursor: string | null = null;
     let pages = 0;
     do {
-      const page = await store.listDeliveries({ status: 'processing', limit: 1_000, ...(cursor === null ? {} : { cursor }) });
+      const page = await store.listDeliveries({
+        status: 'processing',
+        limit: 1_000,
+        ...(cursor === null ? {} : { cursor }),
+      });
       for (const item of page.items) {
-        const lane = byLane.get(item.lane) ?? { inFlight: 0, handlers: new Set<string>(), oldestCreatedAt: item.createdAt };
+        const lane = byLane.get(item.lane) ?? {
+          inFlight: 0,
+          handlers: new Set<string>(),
+          oldestCreatedAt: item.createdAt,
+        };
         lane.inFlight += 1;
         lane.handlers.add(item.handler);
         if (item.createdAt < lane.oldestCreatedAt) lane.oldestCreatedAt = item.createdAt;
@@ -142,13 +173,24 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       cursor = page.nextCursor;
       pages += 1;
     } while (cursor !== null && pages < LANE_SCAN_PAGES);
-    const list = [...byLane].sort(([a], [b]) => a - b).map(([lane, info]) => ({
-      lane, inFlight: info.inFlight, handlers: [...info.handlers].sort(), oldestCreatedAt: info.oldestCreatedAt.toISOString(),
-    }));
+    const list = [...byLane]
+      .sort(([a], [b]) => a - b)
+      .map(([lane, info]) => ({
+        lane,
+        inFlight: info.inFlight,
+        handlers: [...info.handlers].sort(),
+        oldestCreatedAt: info.oldestCreatedAt.toISOString(),
+      }));
     return { lanes: list, truncated: cursor !== null };
   }
 
-  async function api(path: string, query: URLSearchParams, request: IncomingMessage, access: Access, response: ServerResponse): Promise<void> {
+  async function api(
+    path: string,
+    query: URLSearchParams,
+    request: IncomingMessage,
+    access: Access,
+    response: ServerResponse,
+  ): Promise<void> {
     if (request.method === 'POST') {
       if (path !== '/api/requeue') throw new HttpError(404, `no route POST ${path}`);
       const refused = gate.refusePost(request, access);
@@ -172,19 +214,33 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       record(stats, at);
       const lanesView = await lanes();
       sendJson(response, 200, {
-        schema: options.schema, target: options.target, completionHistory: store.capabilities.completionHistory,
-        stats: statisticsJson(stats, options.schema, at), history, ...lanesView,
+        schema: options.schema,
+        target: options.target,
+        completionHistory: store.capabilities.completionHistory,
+        stats: statisticsJson(stats, options.schema, at),
+        history,
+        ...lanesView,
       });
     } else if (path === '/api/dead') {
       const handler = query.get('handler') ?? undefined;
       const cursor = query.get('cursor') ?? undefined;
-      const page = await store.listDeliveries({ status: 'dead', limit: DEAD_PAGE, ...(handler ? { handler } : {}), ...(cursor ? { cursor } : {}) });
+      const page = await store.listDeliveries({
+        status: 'dead',
+        limit: DEAD_PAGE,
+        ...(handler ? { handler } : {}),
+        ...(cursor ? { cursor } : {}),
+      });
       sendJson(response, 200, { items: page.items.map(deliveryJson), nextCursor: page.nextCursor });
     } else if (path === '/api/event') {
       const eventId = query.get('id') ?? '';
-      if (eventId === '' || eventId.length > 200) throw new HttpError(400, 'give an event id: /api/event?id=<event id>');
+      if (eventId === '' || eventId.length > 200)
+        throw new HttpError(400, 'give an event id: /api/event?id=<event id>');
       const page = await store.listDeliveries({ eventId, limit: 1_000 });
-      sendJson(response, 200, { eventId, completionHistory: store.capabilities.completionHistory, items: page.items.map(deliveryJson) });
+      sendJson(response, 200, {
+        eventId,
+        completionHistory: store.capabilities.completionHistory,
+        items: page.items.map(deliveryJson),
+      });
     } else {
       throw new HttpError(404, `no route GET ${path}`);
     }
@@ -192,7 +248,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
 
   async function handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     securityHeaders(response);
-    if (!gate.hostAllowed(request)) throw new HttpError(421, 'this dashboard answers to localhost, 127.0.0.1 and [::1] only');
+    if (!gate.hostAllowed(request))
+      throw new HttpError(421, 'this dashboard answers to localhost, 127.0.0.1 and [::1] only');
     const url = new URL(request.url ?? '/', 'http://dashboard.invalid');
     const path = url.pathname;
     if (path === '/app.js') return sendText(response, 200, 'text/javascript; charset=utf-8', APP_JS);
@@ -200,24 +257,43 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     if (path === '/favicon.ico') return sendText(response, 204, 'text/plain', '');
     if (path === '/login' && request.method === 'POST') {
       const origin = request.headers.origin;
-      if (origin !== undefined && origin !== `http://${request.headers.host ?? ''}`) throw new HttpError(403, `cross-origin login from ${origin} refused`);
+      if (origin !== undefined && origin !== `http://${request.headers.host ?? ''}`)
+        throw new HttpError(403, `cross-origin login from ${origin} refused`);
       const token = new URLSearchParams(await readBody(request)).get('token') ?? '';
       const cookie = gate.login(token);
-      if (cookie === undefined) return sendText(response, 401, 'text/html; charset=utf-8', loginPage('That token is not the dashboard\'s token.'));
-      return sendText(response, 303, 'text/plain; charset=utf-8', 'logged in\n', { location: '/', 'set-cookie': cookie });
+      if (cookie === undefined)
+        return sendText(
+          response,
+          401,
+          'text/html; charset=utf-8',
+          loginPage("That token is not the dashboard's token."),
+        );
+      return sendText(response, 303, 'text/plain; charset=utf-8', 'logged in\n', {
+        location: '/',
+        'set-cookie': cookie,
+      });
     }
     if (path === '/logout' && request.method === 'POST') {
-      return sendText(response, 303, 'text/plain; charset=utf-8', 'logged out\n', { location: '/', 'set-cookie': gate.logout(request) });
+      return sendText(response, 303, 'text/plain; charset=utf-8', 'logged out\n', {
+        location: '/',
+        'set-cookie': gate.logout(request),
+      });
     }
     const access = gate.access(request);
     if (path.startsWith('/api/')) {
-      if (access.kind === 'anonymous' && request.method !== 'POST') throw new HttpError(401, 'a token is required: log in, or send Authorization: Bearer <token>');
+      if (access.kind === 'anonymous' && request.method !== 'POST')
+        throw new HttpError(401, 'a token is required: log in, or send Authorization: Bearer <token>');
       return api(path, url.searchParams, request, access, response);
     }
     if (path !== '/' || request.method !== 'GET') throw new HttpError(404, 'not found');
     if (access.kind === 'anonymous') return sendText(response, 200, 'text/html; charset=utf-8', loginPage());
     const csrf = access.kind === 'bearer' ? '' : access.csrf;
-    return sendText(response, 200, 'text/html; charset=utf-8', mainPage({ csrf, schema: options.schema, target: options.target, loggedIn: access.kind === 'session' }));
+    return sendText(
+      response,
+      200,
+      'text/html; charset=utf-8',
+      mainPage({ csrf, schema: options.schema, target: options.target, loggedIn: access.kind === 'session' }),
+    );
   }
 
   const server: Server = createServer((request, response) => {
@@ -229,7 +305,10 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       if (error instanceof HttpError) return sendJson(response, error.status, { error: error.message });
       if (error instanceof InvalidInputError) return sendJson(response, 400, { error: error.message });
       const status = error instanceof RelayBusError && error.retryable ? 503 : 500;
-      sendJson(response, status, { error: `the store failed: ${describeError(error)}`, ...(lastError ? { lastSampleError: lastError } : {}) });
+      sendJson(response, status, {
+        error: `the store failed: ${describeError(error)}`,
+        ...(lastError ? { lastSampleError: lastError } : {}),
+      });
     });
   });
   await new Promise<void>((resolve, reject) => {

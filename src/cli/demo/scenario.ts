@@ -1,4 +1,12 @@
-import { createRelayBus, defineEvent, Type, type HandlerContext, type Logger, type RelayBus, type Store } from '../../index.js';
+import {
+  createRelayBus,
+  defineEvent,
+  Type,
+  type HandlerContext,
+  type Logger,
+  type RelayBus,
+  type Store,
+} from '../../index.js';
 
 /**
  * The demo's sample domain: keyed `order.placed` events (the key is the customer) with three
@@ -9,11 +17,14 @@ import { createRelayBus, defineEvent, Type, type HandlerContext, type Logger, ty
  */
 
 /** The sample event. */
-export const OrderPlaced = defineEvent('order.placed', Type.Object({
-  orderId: Type.String({ minLength: 1 }),
-  customerId: Type.String({ minLength: 1 }),
-  totalCents: Type.Integer({ minimum: 0 }),
-}));
+export const OrderPlaced = defineEvent(
+  'order.placed',
+  Type.Object({
+    orderId: Type.String({ minLength: 1 }),
+    customerId: Type.String({ minLength: 1 }),
+    totalCents: Type.Integer({ minimum: 0 }),
+  }),
+);
 
 /** Handler names, in the order they are registered. */
 export const DEMO_HANDLERS = ['send-receipt', 'reserve-stock', 'update-ledger'] as const;
@@ -51,7 +62,11 @@ export function demoPlan(events: number): DemoPlan {
 
 /** The `index`th order of the plan. */
 export function demoOrder(plan: DemoPlan, index: number): { orderId: string; customerId: string; totalCents: number } {
-  return { orderId: orderId(index), customerId: `customer-${String(index % plan.customers).padStart(4, '0')}`, totalCents: 500 + ((index * 7919) % 20_000) };
+  return {
+    orderId: orderId(index),
+    customerId: `customer-${String(index % plan.customers).padStart(4, '0')}`,
+    totalCents: 500 + ((index * 7919) % 20_000),
+  };
 }
 
 /** True for the orders whose ledger update fails twice before it succeeds. */
@@ -63,14 +78,24 @@ function isFlaky(order: string): boolean {
  * The demo bus over `store`, with fast retries (100 ms, 200 ms, ...) and a dispatcher sized for a
  * single-connection embedded database.
  */
-export function createDemoBus<TTx>(store: Store<TTx>, plan: DemoPlan, logger: Logger): { bus: RelayBus<TTx, typeof OrderPlaced>; tally: DemoTally } {
+export function createDemoBus<TTx>(
+  store: Store<TTx>,
+  plan: DemoPlan,
+  logger: Logger,
+): { bus: RelayBus<TTx, typeof OrderPlaced>; tally: DemoTally } {
   const bus = createRelayBus({
     store,
     events: [OrderPlaced],
     setupStore: false,
     logger,
     backoff: { initialDelayMs: 100, maxDelayMs: 400, multiplier: 2, jitter: 0 },
-    dispatcher: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, completionBatchWindowMs: 5, shutdownGraceMs: 2_000 },
+    dispatcher: {
+      concurrency: 200,
+      batchSize: 200,
+      pollIntervalMs: 50,
+      completionBatchWindowMs: 5,
+      shutdownGraceMs: 2_000,
+    },
   });
   const tally: DemoTally = { attempts: 0, orderViolations: 0 };
   const lastDone = new Map<string, bigint>();
@@ -91,12 +116,22 @@ export function createDemoBus<TTx>(store: Store<TTx>, plan: DemoPlan, logger: Lo
     }
   };
 
-  bus.on(OrderPlaced, 'send-receipt', { maxAttempts: 3 }, (order, context) => ordered('send-receipt', context, () => {
-    if (order.orderId === plan.poisonOrder) throw new Error(`the mail server rejected the receipt of ${order.orderId}: mailbox of ${order.customerId} does not exist`);
-  }));
-  bus.on(OrderPlaced, 'reserve-stock', { maxAttempts: 5 }, (_order, context) => ordered('reserve-stock', context, () => undefined));
-  bus.on(OrderPlaced, 'update-ledger', { maxAttempts: 5 }, (order, context) => ordered('update-ledger', context, () => {
-    if (isFlaky(order.orderId) && context.delivery.attempt <= 2) throw new Error(`ledger is busy (simulated timeout) for ${order.orderId}; retrying`);
-  }));
+  bus.on(OrderPlaced, 'send-receipt', { maxAttempts: 3 }, (order, context) =>
+    ordered('send-receipt', context, () => {
+      if (order.orderId === plan.poisonOrder)
+        throw new Error(
+          `the mail server rejected the receipt of ${order.orderId}: mailbox of ${order.customerId} does not exist`,
+        );
+    }),
+  );
+  bus.on(OrderPlaced, 'reserve-stock', { maxAttempts: 5 }, (_order, context) =>
+    ordered('reserve-stock', context, () => undefined),
+  );
+  bus.on(OrderPlaced, 'update-ledger', { maxAttempts: 5 }, (order, context) =>
+    ordered('update-ledger', context, () => {
+      if (isFlaky(order.orderId) && context.delivery.attempt <= 2)
+        throw new Error(`ledger is busy (simulated timeout) for ${order.orderId}; retrying`);
+    }),
+  );
   return { bus, tally };
 }

@@ -29,20 +29,28 @@ export async function readTableWrites(query: QueryFn, schema: string): Promise<T
      ORDER BY relname`,
     [schema],
   );
-  return rows.map((row) => ({ table: row.relname, inserted: Number(row.ins), updated: Number(row.upd), hotUpdated: Number(row.hot), deleted: Number(row.del) }));
+  return rows.map((row) => ({
+    table: row.relname,
+    inserted: Number(row.ins),
+    updated: Number(row.upd),
+    hotUpdated: Number(row.hot),
+    deleted: Number(row.del),
+  }));
 }
 
 /** `after - before` per table (tables missing in `before` count from zero). */
 export function writesSince(before: readonly TableWrites[], after: readonly TableWrites[]): TableWrites[] {
   return after.map((row) => {
     const base = before.find((candidate) => candidate.table === row.table);
-    return base === undefined ? row : {
-      table: row.table,
-      inserted: row.inserted - base.inserted,
-      updated: row.updated - base.updated,
-      hotUpdated: row.hotUpdated - base.hotUpdated,
-      deleted: row.deleted - base.deleted,
-    };
+    return base === undefined
+      ? row
+      : {
+          table: row.table,
+          inserted: row.inserted - base.inserted,
+          updated: row.updated - base.updated,
+          hotUpdated: row.hotUpdated - base.hotUpdated,
+          deleted: row.deleted - base.deleted,
+        };
   });
 }
 

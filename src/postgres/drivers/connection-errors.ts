@@ -65,7 +65,12 @@ function listenOnClient(client: unknown, guard: Guard): void {
 
 /** A `pg.Pool` (anything with pool counters), as opposed to a lone `pg.Client`. */
 export function isPgPool(value: unknown): boolean {
-  return isEmitter(value) && 'totalCount' in value && 'idleCount' in value && typeof (value as { connect?: unknown }).connect === 'function';
+  return (
+    isEmitter(value) &&
+    'totalCount' in value &&
+    'idleCount' in value &&
+    typeof (value as { connect?: unknown }).connect === 'function'
+  );
 }
 
 /**
@@ -109,7 +114,8 @@ export function guardCheckedOut(pool: unknown, client: unknown): void {
 
 function subscriber(guard: Guard): (listener: ConnectionErrorListener) => () => void {
   return (listener) => {
-    if (typeof listener !== 'function') throw new InvalidInputError(`onConnectionError() needs a function, got ${typeof listener}.`);
+    if (typeof listener !== 'function')
+      throw new InvalidInputError(`onConnectionError() needs a function, got ${typeof listener}.`);
     const own = (error: Error): void => listener(error); // a listener subscribed twice gets two independent unsubscribes
     guard.listeners.add(own);
     return () => {

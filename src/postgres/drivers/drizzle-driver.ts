@@ -49,7 +49,9 @@ export interface DrizzleDatabaseLike extends DrizzleExecutorLike {
  * The transaction type of a Drizzle database (its `PgTransaction<...>`), so `ctx.transaction` of a
  * transactional handler has the application's typed query builder.
  */
-export type DrizzleTransactionOf<TDb> = TDb extends { transaction<T>(fn: (tx: infer Tx) => Promise<T>, ...rest: never[]): Promise<T> }
+export type DrizzleTransactionOf<TDb> = TDb extends {
+  transaction<T>(fn: (tx: infer Tx) => Promise<T>, ...rest: never[]): Promise<T>;
+}
   ? Tx
   : DrizzleTransactionLike;
 
@@ -74,14 +76,18 @@ function kindsOf(value: object): string[] {
 /** A `DrizzleQueryError` wraps the driver's error (and repeats the statement and its parameters): hand on the driver's. */
 function unwrapError(error: unknown): unknown {
   const wrapped = error as { query?: unknown; params?: unknown; cause?: unknown } | null;
-  const cause = wrapped !== null && typeof wrapped === 'object' && typeof wrapped.query === 'string' && Array.isArray(wrapped.params)
-    ? wrapped.cause
-    : undefined;
+  const cause =
+    wrapped !== null &&
+    typeof wrapped === 'object' &&
+    typeof wrapped.query === 'string' &&
+    Array.isArray(wrapped.params)
+      ? wrapped.cause
+      : undefined;
   const underlying = cause ?? error;
   if (underlying instanceof Error && underlying.message === 'Transaction is closed') {
     return new InvalidInputError(
-      'The Drizzle transaction is already committed or rolled back: nothing was written. Call relaybus inside '
-      + 'db.transaction(async (tx) => ...), before the callback returns.',
+      'The Drizzle transaction is already committed or rolled back: nothing was written. Call relaybus inside ' +
+        'db.transaction(async (tx) => ...), before the callback returns.',
       { cause: underlying },
     );
   }
@@ -96,7 +102,11 @@ function rowsOf(result: unknown): unknown[] {
 
 /** The statement as Drizzle SQL: literal text as `sql.raw`, each `$N` as `sql.param(params[N - 1])`. */
 function statementToSql(text: string, params: readonly unknown[]): SQL {
-  return sql.join(placeholderChunks(text).map((chunk) => (typeof chunk === 'string' ? sql.raw(chunk) : sql.param(params[chunk - 1] ?? null))));
+  return sql.join(
+    placeholderChunks(text).map((chunk) =>
+      typeof chunk === 'string' ? sql.raw(chunk) : sql.param(params[chunk - 1] ?? null),
+    ),
+  );
 }
 
 /**
@@ -104,9 +114,8 @@ function statementToSql(text: string, params: readonly unknown[]): SQL {
  * some (an array of nulls); a Postgres array literal is read right by every statement's `$N::type[]` cast.
  */
 function executorOf(db: DrizzleExecutorLike, arraysAsLiterals: boolean): SqlExecutor {
-  const prepare = (params: readonly unknown[]) => (arraysAsLiterals
-    ? params.map((value) => (Array.isArray(value) ? toArrayLiteral(value) : value))
-    : params);
+  const prepare = (params: readonly unknown[]) =>
+    arraysAsLiterals ? params.map((value) => (Array.isArray(value) ? toArrayLiteral(value) : value)) : params;
   return {
     async run<Row extends object>(statement: SqlStatement, params: readonly unknown[]): Promise<Row[]> {
       try {
@@ -137,9 +146,12 @@ function guardNodePg(db: DrizzleDatabaseLike): ((listener: ConnectionErrorListen
 function listenerOf(db: DrizzleDatabaseLike): Pick<PostgresDriver<unknown>, 'listen'> {
   const client: unknown = (db as { $client?: unknown }).$client;
   const kinds = kindsOf(db);
-  if (kinds.includes('NodePgDatabase') && isPgPool(client)) return { listen: (channel, onNotify) => listenOnPgPool(client, channel, onNotify) };
-  if (kinds.includes('PostgresJsDatabase')) return { listen: (channel, onNotify) => listenOnPostgresJs(client, channel, onNotify) };
-  if (kinds.includes('PgliteDatabase')) return { listen: (channel, onNotify) => listenOnPglite(client, channel, onNotify) };
+  if (kinds.includes('NodePgDatabase') && isPgPool(client))
+    return { listen: (channel, onNotify) => listenOnPgPool(client, channel, onNotify) };
+  if (kinds.includes('PostgresJsDatabase'))
+    return { listen: (channel, onNotify) => listenOnPostgresJs(client, channel, onNotify) };
+  if (kinds.includes('PgliteDatabase'))
+    return { listen: (channel, onNotify) => listenOnPglite(client, channel, onNotify) };
   return {};
 }
 
@@ -167,7 +179,10 @@ function describe(value: unknown): string {
  * });
  * ```
  */
-export function fromDrizzle<TDb extends DrizzleDatabaseLike>(db: TDb, options: FromDrizzleOptions = {}): PostgresDriver<DrizzleTransactionOf<TDb>> {
+export function fromDrizzle<TDb extends DrizzleDatabaseLike>(
+  db: TDb,
+  options: FromDrizzleOptions = {},
+): PostgresDriver<DrizzleTransactionOf<TDb>> {
   return drizzleDriver(db, options) as unknown as PostgresDriver<DrizzleTransactionOf<TDb>>;
 }
 
@@ -179,10 +194,14 @@ function nodePgStatusOf(tx: DrizzleTransactionLike): string | null | undefined {
 
 function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): PostgresDriver<DrizzleTransactionLike> {
   if (typeof db?.execute !== 'function' || typeof db.transaction !== 'function') {
-    throw new InvalidOptionsError(`fromDrizzle() needs a Drizzle Postgres database (drizzle(...)), got ${describe(db)}.`);
+    throw new InvalidOptionsError(
+      `fromDrizzle() needs a Drizzle Postgres database (drizzle(...)), got ${describe(db)}.`,
+    );
   }
   if (is(db, PgTransaction)) {
-    throw new InvalidOptionsError('fromDrizzle() needs the Drizzle database itself, not a transaction: relaybus opens its own transactions on it.');
+    throw new InvalidOptionsError(
+      'fromDrizzle() needs the Drizzle database itself, not a transaction: relaybus opens its own transactions on it.',
+    );
   }
   const single = kindsOf(db).includes('PgliteDatabase');
   const subscribe = guardNodePg(db);
@@ -195,12 +214,14 @@ function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): Po
     concurrentConnections: options.concurrentConnections ?? !single,
     unwrap(tx: DrizzleTransactionLike): SqlExecutor {
       if (typeof (tx as Partial<DrizzleTransactionLike> | null)?.execute !== 'function') {
-        throw new InvalidInputError(`Expected a Drizzle transaction (the tx of db.transaction(async (tx) => ...)), got ${describe(tx)}.`);
+        throw new InvalidInputError(
+          `Expected a Drizzle transaction (the tx of db.transaction(async (tx) => ...)), got ${describe(tx)}.`,
+        );
       }
       if (!is(tx, PgTransaction)) {
         throw new InvalidInputError(
-          `Expected a Drizzle transaction, got ${describe(tx)}: a publish outside a transaction would not be atomic with your writes. `
-          + 'Call it inside db.transaction(async (tx) => ...) and pass tx.',
+          `Expected a Drizzle transaction, got ${describe(tx)}: a publish outside a transaction would not be atomic with your writes. ` +
+            'Call it inside db.transaction(async (tx) => ...) and pass tx.',
         );
       }
       return { ...executorOf(tx, postgresJs), transactionChecked: single || nodePgStatusOf(tx) === 'T' };

@@ -47,7 +47,9 @@ export interface KyselyLike extends KyselyExecutorLike {
  * The transaction type of a Kysely instance: `Transaction<DB>` for a `Kysely<DB>`, so
  * `ctx.transaction` of a transactional handler has the application's typed query builder.
  */
-export type KyselyTransactionOf<TDb> = TDb extends { transaction(): { execute<T>(fn: (trx: infer Tx) => Promise<T>): Promise<T> } }
+export type KyselyTransactionOf<TDb> = TDb extends {
+  transaction(): { execute<T>(fn: (trx: infer Tx) => Promise<T>): Promise<T> };
+}
   ? Tx
   : KyselyTransactionLike;
 
@@ -71,8 +73,8 @@ function wrapFinished(error: unknown): unknown {
   const match = error instanceof Error ? FINISHED.exec(error.message) : null;
   if (!match) return error;
   return new InvalidInputError(
-    `The Kysely transaction is already ${match[1]}: nothing was written. Call relaybus inside db.transaction().execute(async (trx) => ...), `
-    + 'before the callback returns.',
+    `The Kysely transaction is already ${match[1]}: nothing was written. Call relaybus inside db.transaction().execute(async (trx) => ...), ` +
+      'before the callback returns.',
     { cause: error },
   );
 }
@@ -123,36 +125,53 @@ function describe(value: unknown): string {
  * });
  * ```
  */
-export function fromKysely<TDb extends KyselyLike>(db: TDb, options: FromKyselyOptions = {}): PostgresDriver<KyselyTransactionOf<TDb>> {
+export function fromKysely<TDb extends KyselyLike>(
+  db: TDb,
+  options: FromKyselyOptions = {},
+): PostgresDriver<KyselyTransactionOf<TDb>> {
   return kyselyDriver(db, options) as unknown as PostgresDriver<KyselyTransactionOf<TDb>>;
 }
 
 function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDriver<KyselyTransactionLike> {
-  if (typeof db?.executeQuery !== 'function' || typeof db.transaction !== 'function' || typeof db.withoutPlugins !== 'function') {
-    throw new InvalidOptionsError(`fromKysely() needs a Kysely instance (new Kysely({ dialect })), got ${describe(db)}.`);
+  if (
+    typeof db?.executeQuery !== 'function' ||
+    typeof db.transaction !== 'function' ||
+    typeof db.withoutPlugins !== 'function'
+  ) {
+    throw new InvalidOptionsError(
+      `fromKysely() needs a Kysely instance (new Kysely({ dialect })), got ${describe(db)}.`,
+    );
   }
   if (db.isTransaction) {
-    throw new InvalidOptionsError('fromKysely() needs the Kysely instance itself, not a transaction: relaybus opens its own transactions on it.');
+    throw new InvalidOptionsError(
+      'fromKysely() needs the Kysely instance itself, not a transaction: relaybus opens its own transactions on it.',
+    );
   }
   if (options.pool !== undefined && !isPgPool(options.pool)) {
-    throw new InvalidOptionsError(`fromKysely(db, { pool }) needs the pg.Pool of the PostgresDialect, got ${describe(options.pool)}.`);
+    throw new InvalidOptionsError(
+      `fromKysely(db, { pool }) needs the pg.Pool of the PostgresDialect, got ${describe(options.pool)}.`,
+    );
   }
   const subscribe = options.pool === undefined ? undefined : guardPgPool(options.pool);
   const owned = db.withoutPlugins();
   return {
     ...(subscribe ? { onConnectionError: subscribe } : {}),
-    ...(options.pool === undefined ? {} : { listen: (channel: string, onNotify: () => void) => listenOnPgPool(options.pool, channel, onNotify) }),
+    ...(options.pool === undefined
+      ? {}
+      : { listen: (channel: string, onNotify: () => void) => listenOnPgPool(options.pool, channel, onNotify) }),
     executor: executorOf(owned),
     concurrentConnections: options.concurrentConnections ?? true,
     unwrap(tx: KyselyTransactionLike): SqlExecutor {
       const candidate = tx as Partial<KyselyTransactionLike> | null | undefined;
       if (typeof candidate?.executeQuery !== 'function' || typeof candidate.withoutPlugins !== 'function') {
-        throw new InvalidInputError(`Expected a Kysely transaction (the trx of db.transaction().execute(trx => ...)), got ${describe(tx)}.`);
+        throw new InvalidInputError(
+          `Expected a Kysely transaction (the trx of db.transaction().execute(trx => ...)), got ${describe(tx)}.`,
+        );
       }
       if (candidate.isTransaction !== true) {
         throw new InvalidInputError(
-          'Expected a Kysely transaction, got a Kysely instance that is not one: a publish outside a transaction would not be atomic '
-          + 'with your writes. Call it inside db.transaction().execute(async (trx) => ...) and pass trx.',
+          'Expected a Kysely transaction, got a Kysely instance that is not one: a publish outside a transaction would not be atomic ' +
+            'with your writes. Call it inside db.transaction().execute(async (trx) => ...) and pass trx.',
         );
       }
       // A Kysely transaction refuses statements once it ended: no guard statement needed.

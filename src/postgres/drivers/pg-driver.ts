@@ -77,7 +77,9 @@ function executorOf(client: PgClientLike, prepared: boolean): SqlExecutor {
  */
 export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresDriver<PgClientLike> {
   if (!isPgClient(pool) || typeof (pool as { connect?: unknown }).connect !== 'function') {
-    throw new InvalidInputError('fromPg() needs a pg.Pool (an object with query() and connect()). For PGlite use fromPglite().');
+    throw new InvalidInputError(
+      'fromPg() needs a pg.Pool (an object with query() and connect()). For PGlite use fromPglite().',
+    );
   }
   const prepared = options.preparedStatements ?? true;
   const subscribe = guardPgPool(pool);
@@ -86,14 +88,21 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
     concurrentConnections: true,
     unwrap(tx: PgClientLike): SqlExecutor {
       if (!isPgClient(tx)) {
-        throw new InvalidInputError('Expected a pg client inside an open transaction (a pg.PoolClient after BEGIN), got ' + typeof tx + '.');
+        throw new InvalidInputError(
+          'Expected a pg client inside an open transaction (a pg.PoolClient after BEGIN), got ' + typeof tx + '.',
+        );
       }
-      if ('totalCount' in tx) { // a pg.Pool: each query would run on whichever connection is free
-        throw new InvalidInputError('Expected a pg client in an open transaction, got a pool: check a client out with pool.connect() and run BEGIN.');
+      if ('totalCount' in tx) {
+        // a pg.Pool: each query would run on whichever connection is free
+        throw new InvalidInputError(
+          'Expected a pg client in an open transaction, got a pool: check a client out with pool.connect() and run BEGIN.',
+        );
       }
       const status = tx.getTransactionStatus?.();
       if (status === 'I') {
-        throw new InvalidInputError('The pg client is not in a transaction (no BEGIN, or it already committed or rolled back); nothing was written.');
+        throw new InvalidInputError(
+          'The pg client is not in a transaction (no BEGIN, or it already committed or rolled back); nothing was written.',
+        );
       }
       if (status === 'E') {
         throw new InvalidInputError("The pg client's transaction has failed: roll it back; nothing was written.");

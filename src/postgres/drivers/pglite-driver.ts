@@ -54,7 +54,9 @@ export function fromPglite(db: PgliteLike, options: FromPgliteOptions = {}): Pos
     concurrentConnections: false,
     unwrap(tx: PgliteQueryableLike): SqlExecutor {
       if (typeof tx?.query !== 'function') {
-        throw new InvalidInputError('Expected a PGlite transaction (the argument of db.transaction(fn)), got ' + typeof tx + '.');
+        throw new InvalidInputError(
+          'Expected a PGlite transaction (the argument of db.transaction(fn)), got ' + typeof tx + '.',
+        );
       }
       // A PGlite transaction refuses statements once it ended: no guard statement needed.
       return { ...executorOf(tx), transactionChecked: true };

@@ -36,7 +36,8 @@ function endOfQuoted(text: string, start: number, quote: string, backslashEscape
     if (backslashEscapes && c === '\\') {
       i += 2;
     } else if (c === quote) {
-      if (text[i + 1] === quote) i += 2; // a doubled quote stands for itself
+      if (text[i + 1] === quote)
+        i += 2; // a doubled quote stands for itself
       else return i + 1;
     } else {
       i += 1;
@@ -77,9 +78,9 @@ function* tokens(text: string): Generator<Token> {
       i = newline === -1 ? text.length : newline + 1;
     } else if (c === '/' && text[i + 1] === '*') {
       i = endOfBlockComment(text, i);
-    } else if (c === '\'') {
+    } else if (c === "'") {
       const escaped = (previous === 'E' || previous === 'e') && (i < 2 || !IDENTIFIER_CHAR.test(text[i - 2]!));
-      i = endOfQuoted(text, i, '\'', escaped);
+      i = endOfQuoted(text, i, "'", escaped);
     } else if (c === '"') {
       i = endOfQuoted(text, i, '"', false);
     } else if (c === '$' && !IDENTIFIER_CHAR.test(previous)) {
@@ -142,7 +143,8 @@ export function jsonCastParams(text: string): ReadonlySet<number> {
   if (found === undefined) {
     const numbers = new Set<number>();
     for (const token of tokens(text)) {
-      if (token.kind === 'placeholder' && /^\s*::\s*jsonb?(?![\w[])/i.test(text.slice(token.end, token.end + 16))) numbers.add(token.index!);
+      if (token.kind === 'placeholder' && /^\s*::\s*jsonb?(?![\w[])/i.test(text.slice(token.end, token.end + 16)))
+        numbers.add(token.index!);
     }
     found = numbers;
     jsonCache.set(text, found);
@@ -156,7 +158,13 @@ export function splitStatements(script: string): string[] {
   let start = 0;
   const push = (end: number) => {
     const statement = script.slice(start, end).trim();
-    if (statement.replace(/--.*$/gm, '').replace(/\/\*[\s\S]*?\*\//g, '').trim().length > 0) statements.push(statement);
+    if (
+      statement
+        .replace(/--.*$/gm, '')
+        .replace(/\/\*[\s\S]*?\*\//g, '')
+        .trim().length > 0
+    )
+      statements.push(statement);
   };
   for (const token of tokens(script)) {
     if (token.kind !== 'semicolon') continue;

@@ -67,7 +67,9 @@ export interface PostgresJsSqlLike extends PostgresJsQueryableLike {
 }
 
 /** The transaction type of a postgres.js client: `TransactionSql<Types>` for a `Sql<Types>`. */
-export type PostgresJsTransactionOf<TSql> = TSql extends { begin<T>(options: string, fn: (tx: infer Tx) => T | Promise<T>): unknown }
+export type PostgresJsTransactionOf<TSql> = TSql extends {
+  begin<T>(options: string, fn: (tx: infer Tx) => T | Promise<T>): unknown;
+}
   ? Tx
   : PostgresJsTransactionLike;
 
@@ -105,7 +107,10 @@ function normalise(result: PostgresJsResultLike): object[] {
       const value = row[column.name];
       if (typeof value !== 'string') continue;
       const parsed = parseArrayLiteral(value);
-      if (parsed) row[column.name] = NUMERIC_ARRAYS.has(column.type) ? parsed.map((x) => (x === null ? null : Number(x))) : parsed;
+      if (parsed)
+        row[column.name] = NUMERIC_ARRAYS.has(column.type)
+          ? parsed.map((x) => (x === null ? null : Number(x)))
+          : parsed;
     }
   }
   return rows;
@@ -125,16 +130,21 @@ function executorOf(db: PostgresJsQueryableLike, prepare: boolean): SqlExecutor 
 
 function isQueryable(value: unknown): value is PostgresJsQueryableLike {
   const candidate = value as Partial<PostgresJsQueryableLike> | null;
-  return typeof value === 'function' && typeof candidate?.unsafe === 'function' && typeof candidate.typed === 'function';
+  return (
+    typeof value === 'function' && typeof candidate?.unsafe === 'function' && typeof candidate.typed === 'function'
+  );
 }
 
 /** Why `tx` is not a postgres.js transaction, or undefined when it is one. */
 function notATransaction(tx: unknown): string | undefined {
-  if (!isQueryable(tx)) return `Expected a postgres.js transaction (the tx of sql.begin(tx => ...)), got ${tx === null ? 'null' : typeof tx}.`;
+  if (!isQueryable(tx))
+    return `Expected a postgres.js transaction (the tx of sql.begin(tx => ...)), got ${tx === null ? 'null' : typeof tx}.`;
   const candidate = tx as { savepoint?: unknown; begin?: unknown };
   if (typeof candidate.begin === 'function' || typeof candidate.savepoint !== 'function') {
-    return 'Expected a postgres.js transaction (the tx of sql.begin(tx => ...)), got the postgres.js client itself: '
-      + 'a publish outside a transaction would not be atomic with your writes. Call bus.publish(tx, ...) inside sql.begin(async (tx) => ...).';
+    return (
+      'Expected a postgres.js transaction (the tx of sql.begin(tx => ...)), got the postgres.js client itself: ' +
+      'a publish outside a transaction would not be atomic with your writes. Call bus.publish(tx, ...) inside sql.begin(async (tx) => ...).'
+    );
   }
   return undefined;
 }
@@ -159,24 +169,32 @@ function notATransaction(tx: unknown): string | undefined {
  * ```
  */
 export function fromPostgresJs<TSql extends PostgresJsSqlLike>(
-  sql: TSql, options: FromPostgresJsOptions = {},
+  sql: TSql,
+  options: FromPostgresJsOptions = {},
 ): PostgresDriver<PostgresJsTransactionOf<TSql>> {
   return postgresJsDriver(sql, options) as unknown as PostgresDriver<PostgresJsTransactionOf<TSql>>;
 }
 
-function postgresJsDriver(sql: PostgresJsSqlLike, options: FromPostgresJsOptions): PostgresDriver<PostgresJsTransactionLike> {
+function postgresJsDriver(
+  sql: PostgresJsSqlLike,
+  options: FromPostgresJsOptions,
+): PostgresDriver<PostgresJsTransactionLike> {
   if (!isQueryable(sql) || typeof sql.begin !== 'function') {
-    throw new InvalidOptionsError('fromPostgresJs() needs a postgres.js client (the value of postgres(url)). For node-postgres use fromPg().');
+    throw new InvalidOptionsError(
+      'fromPostgresJs() needs a postgres.js client (the value of postgres(url)). For node-postgres use fromPg().',
+    );
   }
   const transform = sql.options?.transform;
   if (transform?.column?.from || transform?.value?.from || transform?.row?.from) {
     throw new InvalidOptionsError(
-      'fromPostgresJs() needs a postgres.js client without result transforms (transform: postgres.camel, ...): relaybus reads its own '
-      + 'rows by column name. Make a second client for relaybus: postgres(url, { max: 4 }).',
+      'fromPostgresJs() needs a postgres.js client without result transforms (transform: postgres.camel, ...): relaybus reads its own ' +
+        'rows by column name. Make a second client for relaybus: postgres(url, { max: 4 }).',
     );
   }
   if (options.preparedStatements !== undefined && typeof options.preparedStatements !== 'boolean') {
-    throw new InvalidOptionsError(`preparedStatements must be a boolean, got ${JSON.stringify(options.preparedStatements)}.`);
+    throw new InvalidOptionsError(
+      `preparedStatements must be a boolean, got ${JSON.stringify(options.preparedStatements)}.`,
+    );
   }
   const prepare = options.preparedStatements ?? true;
   return {
@@ -199,7 +217,11 @@ function postgresJsDriver(sql: PostgresJsSqlLike, options: FromPostgresJsOptions
 
 /** What relaybus uses of postgres.js's `sql.listen`. */
 interface PostgresJsListener {
-  listen(channel: string, onnotify: (value: string) => void, onlisten?: () => void): PromiseLike<{ unlisten(): Promise<void> }>;
+  listen(
+    channel: string,
+    onnotify: (value: string) => void,
+    onlisten?: () => void,
+  ): PromiseLike<{ unlisten(): Promise<void> }>;
 }
 
 /**
@@ -207,6 +229,10 @@ interface PostgresJsListener {
  * (re)connect, where a notification may have been missed.
  */
 export async function listenOnPostgresJs(sql: unknown, channel: string, onNotify: () => void): Promise<Unlisten> {
-  const { unlisten } = await (sql as PostgresJsListener).listen(channel, () => onNotify(), () => onNotify());
+  const { unlisten } = await (sql as PostgresJsListener).listen(
+    channel,
+    () => onNotify(),
+    () => onNotify(),
+  );
   return () => unlisten();
 }

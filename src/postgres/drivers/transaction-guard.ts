@@ -17,8 +17,8 @@ interface Gate {
 
 function refuse(): never {
   throw new InvalidStateError(
-    'This transaction has ended (relaybus committed or rolled it back after the handler returned, timed out or lost its lease, '
-    + 'or its connection dropped); a statement through it afterwards was refused. Stop using ctx.transaction once ctx.signal is aborted.',
+    'This transaction has ended (relaybus committed or rolled it back after the handler returned, timed out or lost its lease, ' +
+      'or its connection dropped); a statement through it afterwards was refused. Stop using ctx.transaction once ctx.signal is aborted.',
   );
 }
 
@@ -57,18 +57,26 @@ export function runGuarded<Tx extends object, T>(tx: Tx, fn: (tx: Tx) => Promise
  * then, and it is collected).
  */
 export async function inTransaction<Tx extends object, T>(
-  begin: (body: (tx: Tx) => Promise<T>) => Promise<T>, fn: (tx: Tx) => Promise<T>,
+  begin: (body: (tx: Tx) => Promise<T>) => Promise<T>,
+  fn: (tx: Tx) => Promise<T>,
 ): Promise<T> {
   const gate: Gate = { open: true };
   let ended = false;
   // Settle one macrotask later: a dropped connection fails the statement `fn` awaits and ends the
   // transaction in the same I/O callback, and `fn` may settle first by a few microtasks.
-  const body = (tx: Tx): Promise<T> => new Promise<T>((resolve, reject) => {
-    runThrough(tx, fn, gate).then(
-      (value) => setImmediate(() => { if (!ended) resolve(value); }),
-      (error: unknown) => setImmediate(() => { if (!ended) reject(error); }),
-    );
-  });
+  const body = (tx: Tx): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      runThrough(tx, fn, gate).then(
+        (value) =>
+          setImmediate(() => {
+            if (!ended) resolve(value);
+          }),
+        (error: unknown) =>
+          setImmediate(() => {
+            if (!ended) reject(error);
+          }),
+      );
+    });
   try {
     return await begin(body);
   } finally {

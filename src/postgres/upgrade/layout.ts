@@ -38,18 +38,22 @@ const list = (names: readonly string[]): string => names.join(', ');
  * must not touch. Runs catalog queries and, when the migrations table exists, reads it.
  */
 export async function inspectLayout(
-  executor: SqlExecutor, statements: Statements, schema: string, migrations: readonly Migration[],
+  executor: SqlExecutor,
+  statements: Statements,
+  schema: string,
+  migrations: readonly Migration[],
 ): Promise<Layout> {
   const [row] = await executor.run<InspectRow>(statements['setup-inspect'], [schema, relaybusTableNames(migrations)]);
   const state = row!;
-  const readApplied = async () => (await executor.run<RowOf<'setup-applied'>>(statements['setup-applied'], [])).map((r) => r.name);
+  const readApplied = async () =>
+    (await executor.run<RowOf<'setup-applied'>>(statements['setup-applied'], [])).map((r) => r.name);
   if (state.row_lease) {
     // The 0.1 upgrade creates the migrations table early (empty) and records 0000_init when it is done.
     const applied = state.migrations_table ? await readApplied() : [];
     if (applied.length > 0) {
       throw new SchemaMismatchError(
-        `Schema "${schema}" has both the row-lease deliveries of relaybus 0.1 (column lease_token) and recorded relaybus migrations (${list(applied)}): `
-        + 'a layout no relaybus version writes. setup() changed nothing; restore the schema from a backup or point relaybus at another schema.',
+        `Schema "${schema}" has both the row-lease deliveries of relaybus 0.1 (column lease_token) and recorded relaybus migrations (${list(applied)}): ` +
+          'a layout no relaybus version writes. setup() changed nothing; restore the schema from a backup or point relaybus at another schema.',
       );
     }
     if (!state.tables.includes('relaybus_events')) {
@@ -62,26 +66,26 @@ export async function inspectLayout(
   if (!state.migrations_table) {
     if (state.tables.length === 0) return { kind: 'empty', schemaExists: state.schema_exists };
     throw new SchemaMismatchError(
-      `Schema "${schema}" already has tables named like relaybus's (${list(state.tables)}) but no relaybus_migrations table, so they were not `
-      + 'created by relaybus setup() (another application\'s tables, or a copy made by hand), and they are not the 0.1 layout either (no lease_token column). '
-      + 'setup() changed nothing. Use another schema for relaybus (the schema option, --schema on the command line), or move those tables away.',
+      `Schema "${schema}" already has tables named like relaybus's (${list(state.tables)}) but no relaybus_migrations table, so they were not ` +
+        "created by relaybus setup() (another application's tables, or a copy made by hand), and they are not the 0.1 layout either (no lease_token column). " +
+        'setup() changed nothing. Use another schema for relaybus (the schema option, --schema on the command line), or move those tables away.',
     );
   }
   const applied = await readApplied();
   if (applied.length === 0) {
     throw new SchemaMismatchError(
-      `Schema "${schema}" has relaybus tables (${list(state.tables)}) but its relaybus_migrations table records no migration, so setup() cannot tell `
-      + 'which version they are. If drizzle-kit created them, apply the supplement too (relaybus sql --supplement, or createPostgresSupplementSql()), '
-      + 'which records the migrations the tables match. setup() changed nothing.',
+      `Schema "${schema}" has relaybus tables (${list(state.tables)}) but its relaybus_migrations table records no migration, so setup() cannot tell ` +
+        'which version they are. If drizzle-kit created them, apply the supplement too (relaybus sql --supplement, or createPostgresSupplementSql()), ' +
+        'which records the migrations the tables match. setup() changed nothing.',
     );
   }
   const known = new Set(migrations.map((m) => m.name));
   const unknown = applied.filter((name) => !known.has(name));
   if (unknown.length > 0) {
     throw new SchemaMismatchError(
-      `Schema "${schema}" was set up by a newer relaybus: it records migration${unknown.length === 1 ? '' : 's'} ${list(unknown)}, which this version `
-      + `does not know (it knows ${list(migrations.map((m) => m.name))}). setup() never downgrades a schema and changed nothing: run the relaybus `
-      + 'version that wrote it (or newer), or restore a backup taken before that upgrade.',
+      `Schema "${schema}" was set up by a newer relaybus: it records migration${unknown.length === 1 ? '' : 's'} ${list(unknown)}, which this version ` +
+        `does not know (it knows ${list(migrations.map((m) => m.name))}). setup() never downgrades a schema and changed nothing: run the relaybus ` +
+        'version that wrote it (or newer), or restore a backup taken before that upgrade.',
     );
   }
   return { kind: 'relaybus', applied };

@@ -30,50 +30,74 @@ const n = (value: number): string => value.toLocaleString('en-US');
 
 /** The plan of setup() for `schema`, changing nothing. */
 export async function planPostgresSetup<TTx>(
-  driver: PostgresDriver<TTx>, schema: string, statements: Statements, options: { readonly batchSize: number },
+  driver: PostgresDriver<TTx>,
+  schema: string,
+  statements: Statements,
+  options: { readonly batchSize: number },
 ): Promise<SetupPlan> {
   const migrations = loadMigrations(schema);
   const names = migrations.map((m) => m.name);
-  return driver.transaction(async (tx): Promise<SetupPlan> => {
-    const executor = driver.unwrap(tx);
-    await executor.exec('SET TRANSACTION READ ONLY');
-    const layout = await inspectLayout(executor, statements, schema, migrations);
-    const supplement = 'set the storage parameters and make sure the 256 lane rows exist (idempotent)';
-    if (layout.kind === 'empty') {
+  return driver
+    .transaction(async (tx): Promise<SetupPlan> => {
+      const executor = driver.unwrap(tx);
+      await executor.exec('SET TRANSACTION READ ONLY');
+      const layout = await inspectLayout(executor, statements, schema, migrations);
+      const supplement = 'set the storage parameters and make sure the 256 lane rows exist (idempotent)';
+      if (layout.kind === 'empty') {
+        return {
+          schema,
+          layout: layout.kind,
+          applied: [],
+          migrations: names,
+          steps: [
+            `${layout.schemaExists ? '' : `create schema "${schema}", then `}apply migrations ${names.join(', ')} (one transaction)`,
+            supplement,
+          ],
+        };
+      }
+      if (layout.kind === 'relaybus') {
+        const missing = names.filter((name) => !layout.applied.includes(name));
+        return {
+          schema,
+          layout: layout.kind,
+          applied: layout.applied,
+          migrations: missing,
+          steps: [
+            missing.length === 0
+              ? `nothing to migrate: the schema is at ${layout.applied[layout.applied.length - 1]}`
+              : `apply migration${missing.length === 1 ? '' : 's'} ${missing.join(', ')} (one transaction, with the next step)`,
+            supplement,
+          ],
+        };
+      }
+      const counts = await countRowLease(executor, statements);
+      const [target, ...later] = names;
+      const refusal =
+        counts.leased > 0
+          ? leasesHeldError(schema, counts.leased, counts.leaseOwners, counts.leasedUntil).message
+          : undefined;
       return {
-        schema, layout: layout.kind, applied: [], migrations: names,
-        steps: [`${layout.schemaExists ? '' : `create schema "${schema}", then `}apply migrations ${names.join(', ')} (one transaction)`, supplement],
-      };
-    }
-    if (layout.kind === 'relaybus') {
-      const missing = names.filter((name) => !layout.applied.includes(name));
-      return {
-        schema, layout: layout.kind, applied: layout.applied, migrations: missing,
+        schema,
+        layout: layout.kind,
+        applied: [],
+        migrations: names,
+        rowLease: counts,
+        ...(refusal === undefined ? {} : { refusal }),
         steps: [
-          missing.length === 0
-            ? `nothing to migrate: the schema is at ${layout.applied[layout.applied.length - 1]}`
-            : `apply migration${missing.length === 1 ? '' : 's'} ${missing.join(', ')} (one transaction, with the next step)`,
-          supplement,
+          'add events.handlers, deliveries.lane and deliveries.claims; drop the eight 0.1 indexes of deliveries; create the new tables ' +
+            'and the SQL lane function (one short transaction)',
+          `convert ${n(counts.toConvert)} of ${n(counts.deliveries)} deliveries in batches of ${n(options.batchSize)} (a transaction each): their lane, ` +
+            `their events' handlers; the ${n(counts.completed)} completed ones move to the completion history (listed and counted until retention purges them)`,
+          `final transaction, deliveries and events locked: convert what is left, ${n(counts.processing)} processing deliveries back to pending ` +
+            `(attempts kept), drop the lease columns, the constraints and indexes of ${target}, the key counters, record ${target}`,
+          ...(later.length > 0
+            ? [`apply migration${later.length === 1 ? '' : 's'} ${later.join(', ')} (same transaction)`]
+            : []),
+          `${supplement} (same transaction)`,
         ],
       };
-    }
-    const counts = await countRowLease(executor, statements);
-    const [target, ...later] = names;
-    const refusal = counts.leased > 0 ? leasesHeldError(schema, counts.leased, counts.leaseOwners, counts.leasedUntil).message : undefined;
-    return {
-      schema, layout: layout.kind, applied: [], migrations: names, rowLease: counts, ...(refusal === undefined ? {} : { refusal }),
-      steps: [
-        'add events.handlers, deliveries.lane and deliveries.claims; drop the eight 0.1 indexes of deliveries; create the new tables '
-          + 'and the SQL lane function (one short transaction)',
-        `convert ${n(counts.toConvert)} of ${n(counts.deliveries)} deliveries in batches of ${n(options.batchSize)} (a transaction each): their lane, `
-          + `their events' handlers; the ${n(counts.completed)} completed ones move to the completion history (listed and counted until retention purges them)`,
-        `final transaction, deliveries and events locked: convert what is left, ${n(counts.processing)} processing deliveries back to pending `
-          + `(attempts kept), drop the lease columns, the constraints and indexes of ${target}, the key counters, record ${target}`,
-        ...(later.length > 0 ? [`apply migration${later.length === 1 ? '' : 's'} ${later.join(', ')} (same transaction)`] : []),
-        `${supplement} (same transaction)`,
-      ],
-    };
-  }).catch((error: unknown) => {
-    throw setupError(error, schema, false);
-  });
+    })
+    .catch((error: unknown) => {
+      throw setupError(error, schema, false);
+    });
 }

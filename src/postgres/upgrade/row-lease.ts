@@ -40,39 +40,59 @@ export interface RowLeaseCounts {
 
 type PlanRow = RowOf<'upgrade-row-lease-plan'>;
 
-const toDate = (value: Date | string | null): Date | null => (value === null ? null : value instanceof Date ? value : new Date(value));
+const toDate = (value: Date | string | null): Date | null =>
+  value === null ? null : value instanceof Date ? value : new Date(value);
 
 /** Count what the upgrade of a 0.1 schema has to do. */
 export async function countRowLease(executor: SqlExecutor, statements: Statements): Promise<RowLeaseCounts> {
   const [row] = await executor.run<PlanRow>(statements['upgrade-row-lease-plan'], [null]);
   const r = row!;
   return {
-    deliveries: Number(r.deliveries), pending: Number(r.pending), processing: Number(r.processing), completed: Number(r.completed),
-    dead: Number(r.dead), toConvert: Number(r.to_convert), events: Number(r.events), leased: Number(r.leased),
-    leaseOwners: r.lease_owners ?? [], leasedUntil: toDate(r.leased_until),
+    deliveries: Number(r.deliveries),
+    pending: Number(r.pending),
+    processing: Number(r.processing),
+    completed: Number(r.completed),
+    dead: Number(r.dead),
+    toConvert: Number(r.to_convert),
+    events: Number(r.events),
+    leased: Number(r.leased),
+    leaseOwners: r.lease_owners ?? [],
+    leasedUntil: toDate(r.leased_until),
   };
 }
 
 /** The refusal while 0.1 workers hold leases: they would fail on the dropped columns, and their deliveries would run twice. */
 export function leasesHeldError(
-  schema: string, leased: number, owners: readonly string[], until: Date | null, started = false,
+  schema: string,
+  leased: number,
+  owners: readonly string[],
+  until: Date | null,
+  started = false,
 ): SchemaMismatchError {
-  const who = owners.length === 0 ? '' : ` (owner${owners.length === 1 ? '' : 's'} ${owners.slice(0, 5).join(', ')}${owners.length > 5 ? ', ...' : ''})`;
+  const who =
+    owners.length === 0
+      ? ''
+      : ` (owner${owners.length === 1 ? '' : 's'} ${owners.slice(0, 5).join(', ')}${owners.length > 5 ? ', ...' : ''})`;
   const when = until === null ? '' : `, the last one until ${until.toISOString()}`;
   return new SchemaMismatchError(
-    `Schema "${schema}" has the layout of relaybus 0.1 and its workers hold leases on ${leased} deliver${leased === 1 ? 'y' : 'ies'}${who}${when}: `
-    + 'stop every relaybus 0.1 worker first, then run the upgrade again (relaybus upgrade, or setup()). '
-    + (started
-      ? 'The upgrade stopped before its final step (the 0.1 tables keep their data; their secondary indexes are already dropped); running it again finishes it.'
-      : 'The upgrade changed nothing.'),
+    `Schema "${schema}" has the layout of relaybus 0.1 and its workers hold leases on ${leased} deliver${leased === 1 ? 'y' : 'ies'}${who}${when}: ` +
+      'stop every relaybus 0.1 worker first, then run the upgrade again (relaybus upgrade, or setup()). ' +
+      (started
+        ? 'The upgrade stopped before its final step (the 0.1 tables keep their data; their secondary indexes are already dropped); running it again finishes it.'
+        : 'The upgrade changed nothing.'),
   );
 }
 
 /** Throw `leasesHeldError` when 0.1 workers hold leases. */
-export async function assertNoRowLeases(executor: SqlExecutor, statements: Statements, schema: string, started: boolean): Promise<void> {
-  const [row] = await executor.run<RowOf<'upgrade-row-lease-leases'>>(
-    statements['upgrade-row-lease-leases'], [null]);
-  if (Number(row!.leased) > 0) throw leasesHeldError(schema, Number(row!.leased), row!.lease_owners ?? [], toDate(row!.leased_until), started);
+export async function assertNoRowLeases(
+  executor: SqlExecutor,
+  statements: Statements,
+  schema: string,
+  started: boolean,
+): Promise<void> {
+  const [row] = await executor.run<RowOf<'upgrade-row-lease-leases'>>(statements['upgrade-row-lease-leases'], [null]);
+  if (Number(row!.leased) > 0)
+    throw leasesHeldError(schema, Number(row!.leased), row!.lease_owners ?? [], toDate(row!.leased_until), started);
 }
 
 const CREATE_TABLE = /^CREATE TABLE "/;
@@ -86,9 +106,19 @@ const CREATE_INDEX = /^CREATE (UNIQUE )?INDEX "/;
 export function idempotentTarget(target: Migration): string[] {
   return target.statements.map((statement) => {
     if (CREATE_TABLE.test(statement)) return statement.replace(CREATE_TABLE, 'CREATE TABLE IF NOT EXISTS "');
-    if (CREATE_INDEX.test(statement)) return statement.replace(CREATE_INDEX, (_all, unique: string | undefined) => `CREATE ${unique ?? ''}INDEX IF NOT EXISTS "`);
-    if (/^CREATE SCHEMA IF NOT EXISTS /.test(statement) || /^ALTER TABLE \S+ ADD CONSTRAINT "[^"]+" FOREIGN KEY/.test(statement)) return statement;
-    throw new Error(`relaybus: the 0.1 upgrade cannot re-run this statement of ${target.name}: ${statement.slice(0, 80)}`);
+    if (CREATE_INDEX.test(statement))
+      return statement.replace(
+        CREATE_INDEX,
+        (_all, unique: string | undefined) => `CREATE ${unique ?? ''}INDEX IF NOT EXISTS "`,
+      );
+    if (
+      /^CREATE SCHEMA IF NOT EXISTS /.test(statement) ||
+      /^ALTER TABLE \S+ ADD CONSTRAINT "[^"]+" FOREIGN KEY/.test(statement)
+    )
+      return statement;
+    throw new Error(
+      `relaybus: the 0.1 upgrade cannot re-run this statement of ${target.name}: ${statement.slice(0, 80)}`,
+    );
   });
 }
 
@@ -137,10 +167,15 @@ export interface ConvertResult {
 
 /** Part 2: convert up to `limit` deliveries after id `after` (null and null: everything still to convert). */
 export async function convertRowLease(
-  executor: SqlExecutor, statements: Statements, after: string | null, limit: number | null,
+  executor: SqlExecutor,
+  statements: Statements,
+  after: string | null,
+  limit: number | null,
 ): Promise<ConvertResult> {
-  const [row] = await executor.run<RowOf<'upgrade-row-lease-convert'>>(
-    statements['upgrade-row-lease-convert'], [after, limit]);
+  const [row] = await executor.run<RowOf<'upgrade-row-lease-convert'>>(statements['upgrade-row-lease-convert'], [
+    after,
+    limit,
+  ]);
   return { lastId: row!.last_id, scanned: Number(row!.scanned), laned: Number(row!.laned), moved: Number(row!.moved) };
 }
 
@@ -156,13 +191,18 @@ export interface FinishResult {
  * `target` (recorded), and the caller applies the later migrations and the supplement.
  */
 export async function finishRowLease(
-  executor: SqlExecutor, statements: Statements, schema: string, target: Migration,
+  executor: SqlExecutor,
+  statements: Statements,
+  schema: string,
+  target: Migration,
 ): Promise<FinishResult> {
   await executor.exec(statements['upgrade-row-lease-lock'].text);
   await assertNoRowLeases(executor, statements, schema, true);
   await prepareRowLease(executor, statements, target);
   const converted = await convertRowLease(executor, statements, null, null);
-  const [released] = await executor.run<RowOf<'upgrade-row-lease-release'>>(statements['upgrade-row-lease-release'], [null]);
+  const [released] = await executor.run<RowOf<'upgrade-row-lease-release'>>(statements['upgrade-row-lease-release'], [
+    null,
+  ]);
   await executor.run(statements['upgrade-row-lease-events-handlers'], []);
   await runSteps(executor, statements, finishLayoutSteps(target));
   await executor.run(statements['upgrade-row-lease-key-sequences'], []);

@@ -21,7 +21,8 @@ function literal(text: string): string {
 
 /** `EXECUTE` of one statement; a statement of `sql/` without its header, named in a comment instead. */
 function execute(statement: string, using = ''): string {
-  if (statement.includes(STEP) || statement.includes(BLOCK)) throw new Error(`relaybus: a statement contains ${STEP} or ${BLOCK}`);
+  if (statement.includes(STEP) || statement.includes(BLOCK))
+    throw new Error(`relaybus: a statement contains ${STEP} or ${BLOCK}`);
   const lines = statement.trim().split('\n');
   const header = lines.findIndex((line) => !line.startsWith('--'));
   const name = header > 0 ? /^-- ([a-z-]+):/.exec(lines[0]!)?.[1] : undefined;
@@ -30,7 +31,14 @@ function execute(statement: string, using = ''): string {
 }
 
 function block(declare: readonly string[], body: readonly string[]): string {
-  return [`DO ${BLOCK}`, ...(declare.length > 0 ? ['DECLARE', ...declare] : []), 'BEGIN', ...body, 'END', `${BLOCK};`].join('\n');
+  return [
+    `DO ${BLOCK}`,
+    ...(declare.length > 0 ? ['DECLARE', ...declare] : []),
+    'BEGIN',
+    ...body,
+    'END',
+    `${BLOCK};`,
+  ].join('\n');
 }
 
 /** `to_regclass('"schema".table')`, as a plpgsql expression. */
@@ -39,68 +47,88 @@ function regclass(schema: string, table: string): string {
 }
 
 function rowLeaseMarker(schema: string): string {
-  return `EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = ${regclass(schema, 'relaybus_deliveries')} `
-    + "AND attname = 'lease_token' AND NOT attisdropped)";
+  return (
+    `EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = ${regclass(schema, 'relaybus_deliveries')} ` +
+    "AND attname = 'lease_token' AND NOT attisdropped)"
+  );
 }
 
 function guard(schema: string, migrations: readonly Migration[]): string {
   const names = migrations.map((m) => literal(m.name)).join(', ');
   const tables = relaybusTableNames(migrations).map(literal).join(', ');
   const q = quoteIdentifier(schema);
-  return block([], [
-    `  IF ${regclass(schema, 'relaybus_migrations')} IS NOT NULL THEN`,
-    `    IF EXISTS (SELECT 1 FROM ${q}.relaybus_migrations WHERE name <> ALL (ARRAY[${names}]::text[])) THEN`,
-    `      RAISE EXCEPTION ${literal(`relaybus: schema "${schema}" was set up by a newer relaybus: it records migrations this script does not know (it knows ${migrations.map((m) => m.name).join(', ')}); nothing was changed`)};`,
-    '    END IF;',
-    `  ELSIF NOT ${rowLeaseMarker(schema)} AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace`,
-    `      WHERE n.nspname = ${literal(schema)} AND c.relname = ANY (ARRAY[${tables}]::text[])) THEN`,
-    `    RAISE EXCEPTION ${literal(`relaybus: schema "${schema}" has tables named like relaybus's but no relaybus_migrations table (another application's tables?); use another schema; nothing was changed`)};`,
-    '  END IF;',
-  ]);
+  return block(
+    [],
+    [
+      `  IF ${regclass(schema, 'relaybus_migrations')} IS NOT NULL THEN`,
+      `    IF EXISTS (SELECT 1 FROM ${q}.relaybus_migrations WHERE name <> ALL (ARRAY[${names}]::text[])) THEN`,
+      `      RAISE EXCEPTION ${literal(`relaybus: schema "${schema}" was set up by a newer relaybus: it records migrations this script does not know (it knows ${migrations.map((m) => m.name).join(', ')}); nothing was changed`)};`,
+      '    END IF;',
+      `  ELSIF NOT ${rowLeaseMarker(schema)} AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace`,
+      `      WHERE n.nspname = ${literal(schema)} AND c.relname = ANY (ARRAY[${tables}]::text[])) THEN`,
+      `    RAISE EXCEPTION ${literal(`relaybus: schema "${schema}" has tables named like relaybus's but no relaybus_migrations table (another application's tables?); use another schema; nothing was changed`)};`,
+      '  END IF;',
+    ],
+  );
 }
 
 function steps(statements: Statements, list: readonly RowLeaseStep[]): string[] {
-  return list.flatMap((step) => (step.kind === 'ddl' ? [execute(statements[step.name].text)] : step.statements.map((s) => execute(s))));
+  return list.flatMap((step) =>
+    step.kind === 'ddl' ? [execute(statements[step.name].text)] : step.statements.map((s) => execute(s)),
+  );
 }
 
 function rowLease(schema: string, statements: Statements, target: Migration): string {
   const q = quoteIdentifier(schema);
-  return block(['  leased integer;', '  owners text[];', '  until timestamptz;'], [
-    `  IF NOT ${rowLeaseMarker(schema)} THEN`,
-    '    RETURN;',
-    '  END IF;',
-    execute(statements['upgrade-row-lease-lock'].text),
-    execute(statements['upgrade-row-lease-leases'].text, ' INTO leased, owners, until USING NULL::timestamptz'),
-    '  IF leased > 0 THEN',
-    `    RAISE EXCEPTION ${literal(`relaybus: schema "${schema}" has the layout of relaybus 0.1 and its workers hold leases on % deliveries (%), the last until %: stop every relaybus 0.1 worker first, then run this script again; nothing was changed`)},`,
-    "      leased, array_to_string(owners, ', '), until;",
-    '  END IF;',
-    ...steps(statements, prepareSteps(target)),
-    execute(statements['upgrade-row-lease-convert'].text, ' USING NULL::bigint, NULL::int'),
-    execute(statements['upgrade-row-lease-release'].text, ' USING NULL::timestamptz'),
-    execute(statements['upgrade-row-lease-events-handlers'].text),
-    ...steps(statements, finishLayoutSteps(target)),
-    execute(statements['upgrade-row-lease-key-sequences'].text),
-    execute(statements['upgrade-drop-lane-function'].text),
-    execute(`INSERT INTO ${q}.relaybus_migrations (name) VALUES (${literal(target.name)}) ON CONFLICT (name) DO NOTHING`),
-  ]);
+  return block(
+    ['  leased integer;', '  owners text[];', '  until timestamptz;'],
+    [
+      `  IF NOT ${rowLeaseMarker(schema)} THEN`,
+      '    RETURN;',
+      '  END IF;',
+      execute(statements['upgrade-row-lease-lock'].text),
+      execute(statements['upgrade-row-lease-leases'].text, ' INTO leased, owners, until USING NULL::timestamptz'),
+      '  IF leased > 0 THEN',
+      `    RAISE EXCEPTION ${literal(`relaybus: schema "${schema}" has the layout of relaybus 0.1 and its workers hold leases on % deliveries (%), the last until %: stop every relaybus 0.1 worker first, then run this script again; nothing was changed`)},`,
+      "      leased, array_to_string(owners, ', '), until;",
+      '  END IF;',
+      ...steps(statements, prepareSteps(target)),
+      execute(statements['upgrade-row-lease-convert'].text, ' USING NULL::bigint, NULL::int'),
+      execute(statements['upgrade-row-lease-release'].text, ' USING NULL::timestamptz'),
+      execute(statements['upgrade-row-lease-events-handlers'].text),
+      ...steps(statements, finishLayoutSteps(target)),
+      execute(statements['upgrade-row-lease-key-sequences'].text),
+      execute(statements['upgrade-drop-lane-function'].text),
+      execute(
+        `INSERT INTO ${q}.relaybus_migrations (name) VALUES (${literal(target.name)}) ON CONFLICT (name) DO NOTHING`,
+      ),
+    ],
+  );
 }
 
 function migration(schema: string, m: Migration): string {
   const q = quoteIdentifier(schema);
-  return block([], [
-    `  IF ${regclass(schema, 'relaybus_migrations')} IS NOT NULL THEN`,
-    `    IF EXISTS (SELECT 1 FROM ${q}.relaybus_migrations WHERE name = ${literal(m.name)}) THEN`,
-    '      RETURN;',
-    '    END IF;',
-    '  END IF;',
-    ...m.statements.map((statement) => execute(statement)),
-    execute(`INSERT INTO ${q}.relaybus_migrations (name) VALUES (${literal(m.name)}) ON CONFLICT (name) DO NOTHING`),
-  ]);
+  return block(
+    [],
+    [
+      `  IF ${regclass(schema, 'relaybus_migrations')} IS NOT NULL THEN`,
+      `    IF EXISTS (SELECT 1 FROM ${q}.relaybus_migrations WHERE name = ${literal(m.name)}) THEN`,
+      '      RETURN;',
+      '    END IF;',
+      '  END IF;',
+      ...m.statements.map((statement) => execute(statement)),
+      execute(`INSERT INTO ${q}.relaybus_migrations (name) VALUES (${literal(m.name)}) ON CONFLICT (name) DO NOTHING`),
+    ],
+  );
 }
 
 /** The parts of the script, in order: guard, 0.1 upgrade, one block per migration, then the supplement statements. */
-export function schemaScriptParts(schema: string, statements: Statements, migrations: readonly Migration[], supplement: readonly string[]): string[] {
+export function schemaScriptParts(
+  schema: string,
+  statements: Statements,
+  migrations: readonly Migration[],
+  supplement: readonly string[],
+): string[] {
   return [
     `-- refuse a schema of a newer relaybus, or foreign tables under relaybus's names\n${guard(schema, migrations)}`,
     `-- the row-lease layout of relaybus 0.1 (deliveries.lease_token): upgraded in place to ${migrations[0]!.name}\n${rowLease(schema, statements, migrations[0]!)}`,

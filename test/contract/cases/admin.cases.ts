@@ -3,7 +3,17 @@ import assert from 'node:assert/strict';
 import type { HandlerStatistics } from '../../../src/store/contract.js';
 import type { Harness } from '../../support/harness.js';
 import {
-  claim, claimExpecting, event, H1, H2, handlers, leaseOf, PAST_LEASE_MS, publish, rejectsWithCode, type CaseGroup,
+  claim,
+  claimExpecting,
+  event,
+  H1,
+  H2,
+  handlers,
+  leaseOf,
+  PAST_LEASE_MS,
+  publish,
+  rejectsWithCode,
+  type CaseGroup,
 } from './kit.js';
 
 /** e1 (key k1, h1+h2), e2 (key k2, h1), e3 (no key, h2). e1/h1 processing, e2/h1 dead, the rest pending. */
@@ -19,7 +29,10 @@ async function mixedDeliveries<TTx>(harness: Harness<TTx>): Promise<void> {
   assert.equal(await harness.store.bury(leaseOf(e2), { error: 'broken', now: harness.clock.now() }), true);
 }
 
-async function listed<TTx>(harness: Harness<TTx>, params: Parameters<Harness<TTx>['store']['listDeliveries']>[0]): Promise<string[]> {
+async function listed<TTx>(
+  harness: Harness<TTx>,
+  params: Parameters<Harness<TTx>['store']['listDeliveries']>[0],
+): Promise<string[]> {
   return (await harness.store.listDeliveries(params)).items.map((d) => `${d.eventId}/${d.handler}:${d.status}`).sort();
 }
 
@@ -30,7 +43,12 @@ export const adminCases: CaseGroup = {
       name: 'listDeliveries filters by status, handler, event and key',
       async run({ harness }) {
         await mixedDeliveries(harness);
-        assert.deepEqual(await listed(harness, {}), ['e1/h1:processing', 'e1/h2:pending', 'e2/h1:dead', 'e3/h2:pending']);
+        assert.deepEqual(await listed(harness, {}), [
+          'e1/h1:processing',
+          'e1/h2:pending',
+          'e2/h1:dead',
+          'e3/h2:pending',
+        ]);
         assert.deepEqual(await listed(harness, { status: 'processing' }), ['e1/h1:processing']);
         assert.deepEqual(await listed(harness, { status: 'pending' }), ['e1/h2:pending', 'e3/h2:pending']);
         assert.deepEqual(await listed(harness, { status: 'dead' }), ['e2/h1:dead']);
@@ -46,7 +64,10 @@ export const adminCases: CaseGroup = {
     {
       name: 'listDeliveries pages in id order with a cursor and ends with a null cursor',
       async run({ harness }) {
-        await publish(harness, Array.from({ length: 5 }, (_, i) => event({ id: `e${i}` })));
+        await publish(
+          harness,
+          Array.from({ length: 5 }, (_, i) => event({ id: `e${i}` })),
+        );
         const pages: string[][] = [];
         let cursor: string | undefined;
         do {
@@ -55,14 +76,27 @@ export const adminCases: CaseGroup = {
           if (page.nextCursor !== null) assert.equal(page.nextCursor, page.items.at(-1)?.id);
           cursor = page.nextCursor ?? undefined;
         } while (cursor !== undefined && pages.length < 10);
-        assert.deepEqual(pages.map((p) => p.length), [2, 2, 1]);
+        assert.deepEqual(
+          pages.map((p) => p.length),
+          [2, 2, 1],
+        );
         const ids = pages.flat();
-        assert.deepEqual(ids, [...ids].sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1)), 'ascending ids');
+        assert.deepEqual(
+          ids,
+          [...ids].sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1)),
+          'ascending ids',
+        );
         assert.equal(new Set(ids).size, 5);
         const firstTwo = await harness.store.listDeliveries({ limit: 2, cursor: ids[1]! });
-        assert.deepEqual(firstTwo.items.map((d) => d.id), ids.slice(2, 4));
+        assert.deepEqual(
+          firstTwo.items.map((d) => d.id),
+          ids.slice(2, 4),
+        );
         const lastFull = await harness.store.listDeliveries({ limit: 2, cursor: ids[2]! });
-        assert.deepEqual(lastFull.items.map((d) => d.id), ids.slice(3, 5));
+        assert.deepEqual(
+          lastFull.items.map((d) => d.id),
+          ids.slice(3, 5),
+        );
         assert.equal(lastFull.nextCursor, null, 'a full last page has no next cursor');
       },
     },
@@ -93,19 +127,46 @@ export const adminCases: CaseGroup = {
         harness.clock.advance(1_000);
 
         const stats = await harness.store.statistics(harness.clock.now());
-        const expectedH1: HandlerStatistics = { pending: 2, due: 1, scheduled: 1, inFlight: 1, dead: 0, completed: 0, oldestDueAgeMs: 1_500 };
-        const expectedH2: HandlerStatistics = { pending: 1, due: 1, scheduled: 0, inFlight: 0, dead: 1, completed: 0, oldestDueAgeMs: 1_000 };
+        const expectedH1: HandlerStatistics = {
+          pending: 2,
+          due: 1,
+          scheduled: 1,
+          inFlight: 1,
+          dead: 0,
+          completed: 0,
+          oldestDueAgeMs: 1_500,
+        };
+        const expectedH2: HandlerStatistics = {
+          pending: 1,
+          due: 1,
+          scheduled: 0,
+          inFlight: 0,
+          dead: 1,
+          completed: 0,
+          oldestDueAgeMs: 1_000,
+        };
         assert.deepEqual({ ...stats.handlers[H1] }, expectedH1);
         assert.deepEqual({ ...stats.handlers[H2] }, expectedH2);
         assert.deepEqual(Object.keys(stats.handlers).sort(), [H1, H2]);
         assert.deepEqual(
-          [stats.pending, stats.due, stats.scheduled, stats.inFlight, stats.dead, stats.completed, stats.oldestDueAgeMs],
+          [
+            stats.pending,
+            stats.due,
+            stats.scheduled,
+            stats.inFlight,
+            stats.dead,
+            stats.completed,
+            stats.oldestDueAgeMs,
+          ],
           [3, 2, 1, 1, 1, 0, 1_500],
         );
 
         harness.clock.advance(60_000);
         const later = await harness.store.statistics(harness.clock.now());
-        assert.deepEqual([later.handlers[H1]?.due, later.handlers[H1]?.scheduled, later.handlers[H1]?.oldestDueAgeMs], [2, 0, 61_500]);
+        assert.deepEqual(
+          [later.handlers[H1]?.due, later.handlers[H1]?.scheduled, later.handlers[H1]?.oldestDueAgeMs],
+          [2, 0, 61_500],
+        );
       },
     },
     {
@@ -114,7 +175,17 @@ export const adminCases: CaseGroup = {
         const stats = await harness.store.statistics(harness.clock.now());
         assert.deepEqual(
           { ...stats, handlers: { ...stats.handlers } },
-          { pending: 0, due: 0, scheduled: 0, inFlight: 0, dead: 0, completed: 0, oldestDueAgeMs: null, handlers: {}, lanesLeased: 0 },
+          {
+            pending: 0,
+            due: 0,
+            scheduled: 0,
+            inFlight: 0,
+            dead: 0,
+            completed: 0,
+            oldestDueAgeMs: null,
+            handlers: {},
+            lanesLeased: 0,
+          },
         );
       },
     },
@@ -125,13 +196,21 @@ export const adminCases: CaseGroup = {
         await claimExpecting(harness, 'w1', ['e1']);
         assert.equal((await harness.store.statistics(harness.clock.now())).lanesLeased, 1);
         harness.clock.advance(PAST_LEASE_MS);
-        assert.equal((await harness.store.statistics(harness.clock.now())).lanesLeased, 0, 'an expired lease is not counted');
+        assert.equal(
+          (await harness.store.statistics(harness.clock.now())).lanesLeased,
+          0,
+          'an expired lease is not counted',
+        );
       },
     },
     {
       name: 'purgeExpired deletes dead deliveries and drained events only past their retention',
       async run({ harness }) {
-        await publish(harness, [event({ id: 'done' }), event({ id: 'dead' }), event({ id: 'waiting', availableAt: new Date(harness.clock.now().getTime() + 3_600_000) })]);
+        await publish(harness, [
+          event({ id: 'done' }),
+          event({ id: 'dead' }),
+          event({ id: 'waiting', availableAt: new Date(harness.clock.now().getTime() + 3_600_000) }),
+        ]);
         const claimed = await claim(harness, 'w1');
         assert.equal(claimed.length, 2);
         const byEvent = new Map(claimed.map((c) => [c.eventId, c]));
@@ -142,18 +221,37 @@ export const adminCases: CaseGroup = {
         const day = 86_400_000;
 
         harness.clock.advance(10_000);
-        assert.deepEqual(await purge(20_000, 20_000), { events: 0, deadDeliveries: 0, history: 0 }, 'nothing is old enough');
+        assert.deepEqual(
+          await purge(20_000, 20_000),
+          { events: 0, deadDeliveries: 0, history: 0 },
+          'nothing is old enough',
+        );
         harness.clock.advance(15_000);
-        assert.deepEqual(await purge(20_000, day), { events: 1, deadDeliveries: 0, history: 0 }, 'only the drained event');
+        assert.deepEqual(
+          await purge(20_000, day),
+          { events: 1, deadDeliveries: 0, history: 0 },
+          'only the drained event',
+        );
         assert.equal((await harness.store.listDeliveries({ status: 'dead' })).items.length, 1);
         assert.deepEqual(await purge(day, 20_000), { events: 0, deadDeliveries: 1, history: 0 }, 'the dead delivery');
         assert.deepEqual((await harness.store.listDeliveries({ status: 'dead' })).items, []);
-        assert.deepEqual(await purge(20_000, day), { events: 1, deadDeliveries: 0, history: 0 }, 'its event, drained now');
-        assert.equal((await harness.store.listDeliveries({ status: 'pending' })).items.length, 1, 'pending work is never purged');
+        assert.deepEqual(
+          await purge(20_000, day),
+          { events: 1, deadDeliveries: 0, history: 0 },
+          'its event, drained now',
+        );
+        assert.equal(
+          (await harness.store.listDeliveries({ status: 'pending' })).items.length,
+          1,
+          'pending work is never purged',
+        );
 
         // A purged event is forgotten; one with deliveries is not.
         const results = await publish(harness, [event({ id: 'done' }), event({ id: 'waiting' })]);
-        assert.deepEqual(results.map((r) => r.duplicate), [false, true]);
+        assert.deepEqual(
+          results.map((r) => r.duplicate),
+          [false, true],
+        );
       },
     },
     {
@@ -163,8 +261,14 @@ export const adminCases: CaseGroup = {
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         await harness.store.bury(leaseOf(claimed!), { error: 'x', now: harness.clock.now() });
         harness.clock.advance(1_000);
-        await rejectsWithCode(harness.store.purgeExpired({ completedRetentionMs: 0, deadRetentionMs: -1, now: harness.clock.now() }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.purgeExpired({ completedRetentionMs: 1.5, deadRetentionMs: 0, now: harness.clock.now() }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(
+          harness.store.purgeExpired({ completedRetentionMs: 0, deadRetentionMs: -1, now: harness.clock.now() }),
+          'RELAYBUS_INVALID_INPUT',
+        );
+        await rejectsWithCode(
+          harness.store.purgeExpired({ completedRetentionMs: 1.5, deadRetentionMs: 0, now: harness.clock.now() }),
+          'RELAYBUS_INVALID_INPUT',
+        );
         assert.equal((await harness.store.listDeliveries({ status: 'dead' })).items.length, 1);
       },
     },

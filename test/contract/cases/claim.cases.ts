@@ -2,8 +2,21 @@
 import assert from 'node:assert/strict';
 import { parseLeaseToken } from '../../../src/core/lease-token.js';
 import {
-  allDeliveries, claim, claimExpecting, epochOf, event, H1, H2, handlers, LEASE_MS, leaseOf, PAST_LEASE_MS, publish,
-  rejectsWithCode, viewOf, type CaseGroup,
+  allDeliveries,
+  claim,
+  claimExpecting,
+  epochOf,
+  event,
+  H1,
+  H2,
+  handlers,
+  LEASE_MS,
+  leaseOf,
+  PAST_LEASE_MS,
+  publish,
+  rejectsWithCode,
+  viewOf,
+  type CaseGroup,
 } from './kit.js';
 
 export const claimCases: CaseGroup = {
@@ -25,7 +38,10 @@ export const claimCases: CaseGroup = {
       name: 'a claim respects its limit and never returns a delivery twice while it is in flight',
       async run({ harness }) {
         const ids = Array.from({ length: 10 }, (_, i) => `e${i}`);
-        await publish(harness, ids.map((id) => event({ id })));
+        await publish(
+          harness,
+          ids.map((id) => event({ id })),
+        );
         const seen: string[] = [];
         const first = await claim(harness, 'w1', { limit: 3 });
         assert.equal(first.length, 3);
@@ -50,11 +66,20 @@ export const claimCases: CaseGroup = {
     {
       name: 'a claim returns only deliveries of the handlers it asks for',
       async run({ harness }) {
-        await publish(harness, [event({ id: 'e1', handlers: handlers(H1, H2) }), event({ id: 'e2', handlers: handlers(H2) })]);
+        await publish(harness, [
+          event({ id: 'e1', handlers: handlers(H1, H2) }),
+          event({ id: 'e2', handlers: handlers(H2) }),
+        ]);
         const onlyH2 = await claim(harness, 'w1', { handlers: [H2] });
-        assert.deepEqual(onlyH2.map((c) => [c.eventId, c.handler]).sort(), [['e1', H2], ['e2', H2]]);
+        assert.deepEqual(onlyH2.map((c) => [c.eventId, c.handler]).sort(), [
+          ['e1', H2],
+          ['e2', H2],
+        ]);
         const rest = await claim(harness, 'w1', { handlers: [H1] });
-        assert.deepEqual(rest.map((c) => [c.eventId, c.handler]), [['e1', H1]]);
+        assert.deepEqual(
+          rest.map((c) => [c.eventId, c.handler]),
+          [['e1', H1]],
+        );
         assert.deepEqual(await claim(harness, 'w1', { handlers: ['h3'] }), []);
       },
     },
@@ -181,9 +206,13 @@ export const claimCases: CaseGroup = {
         await publish(harness, [event({ id: 'e2', key: 'k' })]);
         const [fresh] = await claimExpecting(harness, 'w1', ['e2']);
         assert.equal(fresh!.lane, old!.lane);
-        const renew = (claimed: typeof old) => harness.store.extendLease({
-          owner: 'w1', lanes: [{ lane: claimed!.lane, epoch: String(epochOf(claimed!)) }], leaseDurationMs: LEASE_MS, now: harness.clock.now(),
-        });
+        const renew = (claimed: typeof old) =>
+          harness.store.extendLease({
+            owner: 'w1',
+            lanes: [{ lane: claimed!.lane, epoch: String(epochOf(claimed!)) }],
+            leaseDurationMs: LEASE_MS,
+            now: harness.clock.now(),
+          });
         assert.deepEqual(await renew(old), { extended: [], lost: [old!.lane] });
         assert.deepEqual(await renew(fresh), { extended: [fresh!.lane], lost: [] });
       },
@@ -207,7 +236,10 @@ export const claimCases: CaseGroup = {
         const base = { owner: 'w1', handlers: [H1], limit: 10, leaseDurationMs: LEASE_MS, now };
         await rejectsWithCode(harness.store.claim({ ...base, limit: 0 }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.claim({ ...base, handlers: [] }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.claim({ ...base, takeover: 'yes' as unknown as boolean }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(
+          harness.store.claim({ ...base, takeover: 'yes' as unknown as boolean }),
+          'RELAYBUS_INVALID_INPUT',
+        );
         await rejectsWithCode(harness.store.claim({ ...base, owner: '' }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.claim({ ...base, leaseDurationMs: 0 }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.claim({ ...base, now: new Date(Number.NaN) }), 'RELAYBUS_INVALID_INPUT');

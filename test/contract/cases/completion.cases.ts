@@ -5,8 +5,21 @@
 import assert from 'node:assert/strict';
 import type { ClaimedDelivery } from '../../../src/store/contract.js';
 import {
-  allDeliveries, claim, claimExpecting, deferred, event, H1, H2, handlers, LEASE_MS, leaseOf, PAST_LEASE_MS, pause,
-  publish, viewOf, type CaseGroup,
+  allDeliveries,
+  claim,
+  claimExpecting,
+  deferred,
+  event,
+  H1,
+  H2,
+  handlers,
+  LEASE_MS,
+  leaseOf,
+  PAST_LEASE_MS,
+  pause,
+  publish,
+  viewOf,
+  type CaseGroup,
 } from './kit.js';
 
 export const completionCases: CaseGroup = {
@@ -21,11 +34,15 @@ export const completionCases: CaseGroup = {
         const byEvent = new Map(claimed.map((c) => [c.eventId, c]));
         const unknown = { deliveryId: '999999999', lease: byEvent.get('e1')!.lease };
         const results = await harness.store.completeMany(
-          [leaseOf(byEvent.get('e3')!), unknown, leaseOf(byEvent.get('e1')!)], harness.clock.now(),
+          [leaseOf(byEvent.get('e3')!), unknown, leaseOf(byEvent.get('e1')!)],
+          harness.clock.now(),
         );
         assert.deepEqual(results, [true, false, true]);
         const left = await allDeliveries(harness);
-        assert.deepEqual(left.map((d) => [d.eventId, d.status]), [['e2', 'processing']]);
+        assert.deepEqual(
+          left.map((d) => [d.eventId, d.status]),
+          [['e2', 'processing']],
+        );
         const stats = await harness.store.statistics(harness.clock.now());
         assert.equal(stats.inFlight, 1);
         assert.equal(stats.pending, 0);
@@ -47,7 +64,9 @@ export const completionCases: CaseGroup = {
       async run({ harness }) {
         await publish(harness, [event({ id: 'e1' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
-        const ok = await harness.inTransaction((tx) => harness.store.complete(leaseOf(claimed!), tx, harness.clock.now()));
+        const ok = await harness.inTransaction((tx) =>
+          harness.store.complete(leaseOf(claimed!), tx, harness.clock.now()),
+        );
         assert.equal(ok, true);
         assert.deepEqual(await allDeliveries(harness), []);
       },
@@ -58,17 +77,27 @@ export const completionCases: CaseGroup = {
       async run({ harness }) {
         await publish(harness, [event({ id: 'e1' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
-        const ok = await harness.inTransaction((tx) => harness.store.complete(leaseOf(claimed!), tx, harness.clock.now()), { rollback: true });
+        const ok = await harness.inTransaction(
+          (tx) => harness.store.complete(leaseOf(claimed!), tx, harness.clock.now()),
+          { rollback: true },
+        );
         assert.equal(ok, true);
         const view = await viewOf(harness, claimed!.id);
         assert.equal(view.status, 'processing');
         assert.equal(view.attempts, 0);
-        await assert.rejects(harness.inTransaction(async (tx) => {
-          assert.equal(await harness.store.complete(leaseOf(claimed!), tx, harness.clock.now()), true);
-          throw new Error('handler write failed');
-        }), /handler write failed/);
+        await assert.rejects(
+          harness.inTransaction(async (tx) => {
+            assert.equal(await harness.store.complete(leaseOf(claimed!), tx, harness.clock.now()), true);
+            throw new Error('handler write failed');
+          }),
+          /handler write failed/,
+        );
         assert.equal((await viewOf(harness, claimed!.id)).status, 'processing');
-        assert.deepEqual(await harness.store.completeMany([leaseOf(claimed!)], harness.clock.now()), [true], 'the lease is still held');
+        assert.deepEqual(
+          await harness.store.completeMany([leaseOf(claimed!)], harness.clock.now()),
+          [true],
+          'the lease is still held',
+        );
       },
     },
     {
@@ -98,9 +127,15 @@ export const completionCases: CaseGroup = {
           const done = claimed.filter((c) => c.eventId === 'e1');
           assert.deepEqual(await harness.store.completeMany(done.map(leaseOf), harness.clock.now()), [true, true]);
           const completed = await harness.store.listDeliveries({ status: 'completed' });
-          assert.deepEqual(completed.items.map((d) => [d.eventId, d.handler, d.status]).sort(), [['e1', H1, 'completed'], ['e1', H2, 'completed']]);
+          assert.deepEqual(completed.items.map((d) => [d.eventId, d.handler, d.status]).sort(), [
+            ['e1', H1, 'completed'],
+            ['e1', H2, 'completed'],
+          ]);
           assert.deepEqual(new Set(completed.items.map((d) => d.id)), new Set(done.map((c) => c.id)));
-          assert.deepEqual((await harness.store.listDeliveries({ status: 'completed', handler: H2 })).items.map((d) => d.handler), [H2]);
+          assert.deepEqual(
+            (await harness.store.listDeliveries({ status: 'completed', handler: H2 })).items.map((d) => d.handler),
+            [H2],
+          );
           const stats = await harness.store.statistics(harness.clock.now());
           assert.equal(stats.completed, 2);
           assert.equal(stats.handlers[H1]?.completed, 1);
@@ -125,11 +160,19 @@ export const completionCases: CaseGroup = {
           const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
           await harness.store.completeMany([leaseOf(claimed!)], harness.clock.now());
           harness.clock.advance(10_000);
-          const kept = await harness.store.purgeExpired({ completedRetentionMs: 60_000, deadRetentionMs: 60_000, now: harness.clock.now() });
+          const kept = await harness.store.purgeExpired({
+            completedRetentionMs: 60_000,
+            deadRetentionMs: 60_000,
+            now: harness.clock.now(),
+          });
           assert.deepEqual(kept, { events: 0, deadDeliveries: 0, history: 0 });
           assert.equal((await harness.store.listDeliveries({ status: 'completed' })).items.length, 1);
           harness.clock.advance(60_000);
-          const purged = await harness.store.purgeExpired({ completedRetentionMs: 60_000, deadRetentionMs: 60_000, now: harness.clock.now() });
+          const purged = await harness.store.purgeExpired({
+            completedRetentionMs: 60_000,
+            deadRetentionMs: 60_000,
+            now: harness.clock.now(),
+          });
           assert.deepEqual(purged, { events: 1, deadDeliveries: 0, history: 1 });
           assert.deepEqual((await harness.store.listDeliveries({ status: 'completed' })).items, []);
           assert.equal((await harness.store.statistics(harness.clock.now())).completed, 0);
@@ -153,7 +196,8 @@ export const completionCases: CaseGroup = {
           // The completion holds its transaction open a little before committing. The takeover starts
           // while that transaction is open (variant 0), at the same time (1), or just before it (2).
           const variant = round % 3;
-          const startTakeover = () => store.claim({ owner: b, handlers: [H1], limit: 1, leaseDurationMs: LEASE_MS, now });
+          const startTakeover = () =>
+            store.claim({ owner: b, handlers: [H1], limit: 1, leaseDurationMs: LEASE_MS, now });
           let takeover = variant === 2 ? startTakeover() : undefined;
           const completedInTx = deferred();
           const completion = harness.inTransaction(async (tx) => {
@@ -169,7 +213,11 @@ export const completionCases: CaseGroup = {
           const takenOver = taken.find((c: ClaimedDelivery) => c.id === claimed!.id);
           const remaining = (await store.listDeliveries({ eventId: `race-${round}` })).items;
           if (completed) {
-            assert.equal(takenOver, undefined, `round ${round}: completion won, yet the takeover returned the delivery`);
+            assert.equal(
+              takenOver,
+              undefined,
+              `round ${round}: completion won, yet the takeover returned the delivery`,
+            );
             assert.deepEqual(remaining, [], `round ${round}: completion won, yet the delivery still exists`);
           } else {
             assert.ok(takenOver, `round ${round}: the completion lost, so the takeover must have the delivery`);

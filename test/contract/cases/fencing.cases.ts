@@ -7,8 +7,22 @@ import assert from 'node:assert/strict';
 import type { ClaimedDelivery, DeliveryLease, Store } from '../../../src/store/contract.js';
 import type { Harness } from '../../support/harness.js';
 import {
-  claim, claimExpecting, claimsOf, epochOf, event, H1, H2, handlers, leaseOf, mutableFields, PAST_LEASE_MS, publish,
-  rejectsWithCode, viewOf, type CaseGroup, type ContractCase,
+  claim,
+  claimExpecting,
+  claimsOf,
+  epochOf,
+  event,
+  H1,
+  H2,
+  handlers,
+  leaseOf,
+  mutableFields,
+  PAST_LEASE_MS,
+  publish,
+  rejectsWithCode,
+  viewOf,
+  type CaseGroup,
+  type ContractCase,
 } from './kit.js';
 
 /** Publish e1, claim it as w1, let the lease expire, take it over as w2. Returns both claims. */
@@ -24,12 +38,18 @@ type StaleWrite = <TTx>(harness: Harness<TTx>, lease: DeliveryLease) => Promise<
 
 const staleWrites: Record<string, StaleWrite> = {
   'complete it (completeMany)': async (h, lease) => (await h.store.completeMany([lease], h.clock.now()))[0]!,
-  'reschedule it': (h, lease) => h.store.reschedule(lease, { availableAt: new Date(h.clock.now().getTime() + 60_000), error: 'stale', now: h.clock.now() }),
+  'reschedule it': (h, lease) =>
+    h.store.reschedule(lease, {
+      availableAt: new Date(h.clock.now().getTime() + 60_000),
+      error: 'stale',
+      now: h.clock.now(),
+    }),
   'bury it': (h, lease) => h.store.bury(lease, { error: 'stale', now: h.clock.now() }),
   'release it': async (h, lease) => (await h.store.release([lease], h.clock.now()))[0]!,
 };
 
-const transactionalComplete: StaleWrite = (h, lease) => h.inTransaction((tx) => h.store.complete(lease, tx, h.clock.now()));
+const transactionalComplete: StaleWrite = (h, lease) =>
+  h.inTransaction((tx) => h.store.complete(lease, tx, h.clock.now()));
 
 function staleAfterTakeover(what: string, write: StaleWrite, needs: ContractCase['needs'] = []): ContractCase {
   return {
@@ -72,7 +92,10 @@ function staleAfterReclaim(what: string, write: StaleWrite, needs: ContractCase[
 }
 
 /** Every fenced write, each with a valid lease first and a malformed one second; none may take effect. */
-function fencedWrites(store: Store<unknown>, now: Date): Record<string, (valid: DeliveryLease, bad: DeliveryLease) => Promise<unknown>> {
+function fencedWrites(
+  store: Store<unknown>,
+  now: Date,
+): Record<string, (valid: DeliveryLease, bad: DeliveryLease) => Promise<unknown>> {
   return {
     completeMany: (valid, bad) => store.completeMany([valid, bad], now),
     release: (valid, bad) => store.release([valid, bad], now),
@@ -103,7 +126,9 @@ export const fencingCases: CaseGroup = {
         const view = await viewOf(harness, other.id);
         assert.equal(view.status, 'pending');
         assert.equal(view.attempts, 0);
-        assert.deepEqual(await harness.store.completeMany([{ deliveryId: '999999999', lease: claimed!.lease }], now), [false]);
+        assert.deepEqual(await harness.store.completeMany([{ deliveryId: '999999999', lease: claimed!.lease }], now), [
+          false,
+        ]);
       },
     },
     {
@@ -153,7 +178,10 @@ export const fencingCases: CaseGroup = {
         await publish(harness, [event({ id: 'e1' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         await harness.inTransaction(async (tx) => {
-          await rejectsWithCode(harness.store.complete({ deliveryId: claimed!.id, lease: '300:1:0' }, tx, harness.clock.now()), 'RELAYBUS_INVALID_LEASE');
+          await rejectsWithCode(
+            harness.store.complete({ deliveryId: claimed!.id, lease: '300:1:0' }, tx, harness.clock.now()),
+            'RELAYBUS_INVALID_LEASE',
+          );
         });
         assert.equal((await viewOf(harness, claimed!.id)).status, 'processing');
       },
@@ -164,9 +192,18 @@ export const fencingCases: CaseGroup = {
         await publish(harness, [event({ id: 'e1' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         const now = harness.clock.now();
-        await rejectsWithCode(harness.store.completeMany([leaseOf(claimed!), { deliveryId: 'abc', lease: claimed!.lease }], now), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.reschedule(leaseOf(claimed!), { availableAt: new Date(Number.NaN), error: 'x', now }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.bury(leaseOf(claimed!), { error: 42 as unknown as string, now }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(
+          harness.store.completeMany([leaseOf(claimed!), { deliveryId: 'abc', lease: claimed!.lease }], now),
+          'RELAYBUS_INVALID_INPUT',
+        );
+        await rejectsWithCode(
+          harness.store.reschedule(leaseOf(claimed!), { availableAt: new Date(Number.NaN), error: 'x', now }),
+          'RELAYBUS_INVALID_INPUT',
+        );
+        await rejectsWithCode(
+          harness.store.bury(leaseOf(claimed!), { error: 42 as unknown as string, now }),
+          'RELAYBUS_INVALID_INPUT',
+        );
         const view = await viewOf(harness, claimed!.id);
         assert.equal(view.status, 'processing');
         assert.equal(view.attempts, 0);

@@ -6,12 +6,19 @@ import assert from 'node:assert/strict';
 import { RelayBusError, type RelayBusErrorCode } from '../../../src/core/errors.js';
 import { parseLeaseToken } from '../../../src/core/lease-token.js';
 import type {
-  ClaimedDelivery, DeliveryLease, DeliveryView, PublishParams, PublishResult, StoreCapabilities,
+  ClaimedDelivery,
+  DeliveryLease,
+  DeliveryView,
+  PublishParams,
+  PublishResult,
+  StoreCapabilities,
 } from '../../../src/store/contract.js';
 import type { ContractTarget, Harness } from '../../support/harness.js';
 
 /** Capabilities a case can require; a target without one registers the case as skipped, with the reason. */
-export type Capability = { [K in keyof StoreCapabilities]: StoreCapabilities[K] extends boolean ? K : never }[keyof StoreCapabilities];
+export type Capability = {
+  [K in keyof StoreCapabilities]: StoreCapabilities[K] extends boolean ? K : never;
+}[keyof StoreCapabilities];
 
 export interface CaseContext<TTx> {
   /** Fresh (reset) store for this case. */
@@ -65,7 +72,11 @@ export interface ClaimOptions {
   readonly limit?: number;
 }
 
-export async function claim<TTx>(harness: Harness<TTx>, owner: string, options: ClaimOptions = {}): Promise<ClaimedDelivery[]> {
+export async function claim<TTx>(
+  harness: Harness<TTx>,
+  owner: string,
+  options: ClaimOptions = {},
+): Promise<ClaimedDelivery[]> {
   return harness.store.claim({
     owner,
     handlers: options.handlers ?? [H1, H2],
@@ -77,10 +88,17 @@ export async function claim<TTx>(harness: Harness<TTx>, owner: string, options: 
 
 /** Claim and expect exactly these event ids (in this order), returning the claims. */
 export async function claimExpecting<TTx>(
-  harness: Harness<TTx>, owner: string, eventIds: readonly string[], options: ClaimOptions = {},
+  harness: Harness<TTx>,
+  owner: string,
+  eventIds: readonly string[],
+  options: ClaimOptions = {},
 ): Promise<ClaimedDelivery[]> {
   const claimed = await claim(harness, owner, options);
-  assert.deepEqual(claimed.map((c) => c.eventId), eventIds, `claim by ${owner}`);
+  assert.deepEqual(
+    claimed.map((c) => c.eventId),
+    eventIds,
+    `claim by ${owner}`,
+  );
   return claimed;
 }
 
@@ -147,7 +165,9 @@ export interface Deferred<T> {
 
 export function deferred<T = void>(): Deferred<T> {
   let resolve!: (value: T) => void;
-  const promise = new Promise<T>((r) => { resolve = r; });
+  const promise = new Promise<T>((r) => {
+    resolve = r;
+  });
   return { promise, resolve };
 }
 

@@ -8,7 +8,20 @@
 import assert from 'node:assert/strict';
 import { laneOf } from '../../../src/core/lanes.js';
 import type { ClaimedDelivery, PublishParams } from '../../../src/store/contract.js';
-import { claim, claimExpecting, epochOf, event, H1, H2, LEASE_MS, leaseOf, PAST_LEASE_MS, publish, viewOf, type CaseGroup } from './kit.js';
+import {
+  claim,
+  claimExpecting,
+  epochOf,
+  event,
+  H1,
+  H2,
+  LEASE_MS,
+  leaseOf,
+  PAST_LEASE_MS,
+  publish,
+  viewOf,
+  type CaseGroup,
+} from './kit.js';
 
 /** `count` distinct keys that share the lane of `key` (so they compete in one lane). */
 function keysInLaneOf(key: string, count: number): string[] {
@@ -41,7 +54,14 @@ export const livenessCases: CaseGroup = {
         await publish(harness, backlog('k', 60));
         const [head] = await claimExpecting(harness, 'w1', ['k-1']);
         const retryAt = new Date(harness.clock.now().getTime() + 10_000);
-        assert.equal(await harness.store.reschedule(leaseOf(head!), { availableAt: retryAt, error: 'once', now: harness.clock.now() }), true);
+        assert.equal(
+          await harness.store.reschedule(leaseOf(head!), {
+            availableAt: retryAt,
+            error: 'once',
+            now: harness.clock.now(),
+          }),
+          true,
+        );
         assert.deepEqual(await claim(harness, 'w1'), [], 'the followers wait for the head');
         harness.clock.advance(10_000);
         const [retried] = await claimExpecting(harness, 'w1', ['k-1']);
@@ -56,8 +76,13 @@ export const livenessCases: CaseGroup = {
     {
       name: 'a delayed head is claimed when due, although followers of its key were due long before',
       async run({ harness }) {
-        await publish(harness, [event({ id: 'k-1', key: 'k', availableAt: new Date(harness.clock.now().getTime() + 60_000) })]);
-        await publish(harness, backlog('k', 60, 'later').map((e) => ({ ...e, key: 'k' })));
+        await publish(harness, [
+          event({ id: 'k-1', key: 'k', availableAt: new Date(harness.clock.now().getTime() + 60_000) }),
+        ]);
+        await publish(
+          harness,
+          backlog('k', 60, 'later').map((e) => ({ ...e, key: 'k' })),
+        );
         assert.deepEqual(await claim(harness, 'w1'), []);
         harness.clock.advance(60_000);
         const [head] = await claimExpecting(harness, 'w1', ['k-1']);
@@ -70,14 +95,23 @@ export const livenessCases: CaseGroup = {
       async run({ harness }) {
         await publish(harness, backlog('deep', 120));
         const others = keysInLaneOf('deep', 12);
-        await publish(harness, others.map((key) => event({ id: `${key}-1`, key })));
+        await publish(
+          harness,
+          others.map((key) => event({ id: `${key}-1`, key })),
+        );
         // One claim of 10: the deep key gives its head; the other nine come from the other keys of the lane.
         const first = await claim(harness, 'w1', { limit: 10 });
         assert.equal(first.length, 10, `a full batch (got ${first.map((c) => c.eventId).join(', ')})`);
-        assert.deepEqual(first.filter((c) => c.key === 'deep').map((c) => c.eventId), ['deep-1']);
+        assert.deepEqual(
+          first.filter((c) => c.key === 'deep').map((c) => c.eventId),
+          ['deep-1'],
+        );
         // With the deep head still running, the rest of the lane's other keys come next.
         const second = await claim(harness, 'w1', { limit: 10 });
-        assert.deepEqual(second.map((c) => c.key).sort(), others.filter((key) => !first.some((c) => c.key === key)).sort());
+        assert.deepEqual(
+          second.map((c) => c.key).sort(),
+          others.filter((key) => !first.some((c) => c.key === key)).sort(),
+        );
       },
     },
     {
@@ -85,17 +119,27 @@ export const livenessCases: CaseGroup = {
       async run({ harness }) {
         // 30 keys of one lane, each with a running head and 5 blocked followers, then 30 fresh keys of that lane.
         const busy = keysInLaneOf('lane-of-this', 60);
-        await publish(harness, busy.slice(0, 30).flatMap((key) => backlog(key, 6)));
+        await publish(
+          harness,
+          busy.slice(0, 30).flatMap((key) => backlog(key, 6)),
+        );
         const heads = [];
-        for (let round = 0; round < 10 && heads.length < 30; round += 1) heads.push(...await claim(harness, 'w1', { limit: 10 }));
+        for (let round = 0; round < 10 && heads.length < 30; round += 1)
+          heads.push(...(await claim(harness, 'w1', { limit: 10 })));
         assert.equal(heads.length, 30, 'every busy key has its head running');
-        await publish(harness, busy.slice(30).map((key) => event({ id: `${key}-fresh`, key })));
+        await publish(
+          harness,
+          busy.slice(30).map((key) => event({ id: `${key}-fresh`, key })),
+        );
         const fresh = new Set<string>();
         for (let round = 0; round < 6; round += 1) {
           for (const c of await claim(harness, 'w1', { limit: 10 })) fresh.add(c.eventId);
         }
         assert.equal(fresh.size, 30, `every fresh key was claimed (got ${fresh.size})`);
-        assert.ok([...fresh].every((id) => id.endsWith('-fresh')), 'no follower of a running head');
+        assert.ok(
+          [...fresh].every((id) => id.endsWith('-fresh')),
+          'no follower of a running head',
+        );
       },
     },
     {
@@ -107,16 +151,32 @@ export const livenessCases: CaseGroup = {
         // The crashed worker's event is older than the whole backlog: once taken over, it is the next one claimed.
         await publish(harness, [event({ id: crashedId, handlers: [{ name: H2, maxAttempts: 5 }] })]);
         harness.clock.advance(1);
-        await publish(harness, idsInLane(busyLane, 20, 'busy-').map((id) => event({ id })));
-        const claimAs = (owner: string, handlers: readonly string[], limit: number, takeover?: boolean): Promise<ClaimedDelivery[]> =>
+        await publish(
+          harness,
+          idsInLane(busyLane, 20, 'busy-').map((id) => event({ id })),
+        );
+        const claimAs = (
+          owner: string,
+          handlers: readonly string[],
+          limit: number,
+          takeover?: boolean,
+        ): Promise<ClaimedDelivery[]> =>
           harness.store.claim({
-            owner, handlers, limit, leaseDurationMs: LEASE_MS, now: harness.clock.now(), ...(takeover === undefined ? {} : { takeover }),
+            owner,
+            handlers,
+            limit,
+            leaseDurationMs: LEASE_MS,
+            now: harness.clock.now(),
+            ...(takeover === undefined ? {} : { takeover }),
           });
         const [lost] = await claimAs('crashes', [H2], 1);
         assert.equal(lost?.eventId, crashedId, 'the crashed worker held its lane with this delivery in flight');
         const busyBatch = (claimed: readonly ClaimedDelivery[], what: string) => {
           assert.equal(claimed.length, 2, `${what}: the busy worker's own lane fills the batch`);
-          assert.ok(claimed.every((c) => c.lane === busyLane), `${what}: only from its own lane (got lanes ${claimed.map((c) => c.lane).join(', ')})`);
+          assert.ok(
+            claimed.every((c) => c.lane === busyLane),
+            `${what}: only from its own lane (got lanes ${claimed.map((c) => c.lane).join(', ')})`,
+          );
         };
         busyBatch(await claimAs('busy', [H1, H2], 2), 'first claim');
 
@@ -124,7 +184,11 @@ export const livenessCases: CaseGroup = {
         busyBatch(await claimAs('busy', [H1, H2], 2), 'claim without takeover');
         busyBatch(await claimAs('busy', [H1, H2], 2, false), 'claim with takeover: false');
         const untouched = await viewOf(harness, lost.id);
-        assert.equal(untouched.status, 'processing', 'without a takeover the expired lane stays with the crashed worker');
+        assert.equal(
+          untouched.status,
+          'processing',
+          'without a takeover the expired lane stays with the crashed worker',
+        );
         assert.equal(untouched.attempts, 0);
 
         busyBatch(await claimAs('busy', [H1, H2], 2, true), 'claim with takeover');
@@ -132,11 +196,18 @@ export const livenessCases: CaseGroup = {
         assert.equal(charged.status, 'pending', 'the takeover took it out of flight');
         assert.equal(charged.attempts, 1, 'the takeover charged the in-flight delivery one attempt');
         assert.match(charged.lastError ?? '', /taken over/);
-        assert.deepEqual(await harness.store.completeMany([leaseOf(lost)], harness.clock.now()), [false], 'the crashed worker is fenced');
+        assert.deepEqual(
+          await harness.store.completeMany([leaseOf(lost)], harness.clock.now()),
+          [false],
+          'the crashed worker is fenced',
+        );
 
         const next = await claimAs('busy', [H1, H2], 2);
         const rerun = next.find((c) => c.id === lost.id);
-        assert.ok(rerun, `the busy worker re-runs the taken-over delivery (got ${next.map((c) => c.eventId).join(', ')})`);
+        assert.ok(
+          rerun,
+          `the busy worker re-runs the taken-over delivery (got ${next.map((c) => c.eventId).join(', ')})`,
+        );
         assert.equal(rerun.attempts, 1);
         assert.ok(epochOf(rerun) > epochOf(lost), 'under the new epoch of the lane');
       },

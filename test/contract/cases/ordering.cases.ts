@@ -4,7 +4,18 @@
  */
 import assert from 'node:assert/strict';
 import {
-  claim, claimExpecting, compareSequence, deferred, event, H1, H2, handlers, leaseOf, pause, publish, viewOf,
+  claim,
+  claimExpecting,
+  compareSequence,
+  deferred,
+  event,
+  H1,
+  H2,
+  handlers,
+  leaseOf,
+  pause,
+  publish,
+  viewOf,
   type CaseGroup,
 } from './kit.js';
 
@@ -24,20 +35,29 @@ export const orderingCases: CaseGroup = {
           assert.deepEqual(await claim(harness, 'w2'), []);
           assert.deepEqual(await harness.store.completeMany([leaseOf(claimed!)], harness.clock.now()), [true]);
         }
-        assert.ok(compareSequence(sequences[0]!, sequences[1]!) < 0 && compareSequence(sequences[1]!, sequences[2]!) < 0, `increasing: ${sequences.join(', ')}`);
+        assert.ok(
+          compareSequence(sequences[0]!, sequences[1]!) < 0 && compareSequence(sequences[1]!, sequences[2]!) < 0,
+          `increasing: ${sequences.join(', ')}`,
+        );
       },
     },
     {
       name: "another handler's deliveries of the same key are independent",
       async run({ harness }) {
-        await publish(harness, [event({ id: 'k-1', key: 'k', handlers: handlers(H1, H2) }), event({ id: 'k-2', key: 'k', handlers: handlers(H1, H2) })]);
+        await publish(harness, [
+          event({ id: 'k-1', key: 'k', handlers: handlers(H1, H2) }),
+          event({ id: 'k-2', key: 'k', handlers: handlers(H1, H2) }),
+        ]);
         const first = await claim(harness, 'w1');
         assert.deepEqual(first.map((c) => `${c.eventId}/${c.handler}`).sort(), ['k-1/h1', 'k-1/h2']);
         const h1 = first.find((c) => c.handler === H1)!;
         assert.deepEqual(await harness.store.completeMany([leaseOf(h1)], harness.clock.now()), [true]);
         // k-1/h2 is still running; it does not hold back h1's next delivery.
         const next = await claim(harness, 'w1');
-        assert.deepEqual(next.map((c) => `${c.eventId}/${c.handler}`), ['k-2/h1']);
+        assert.deepEqual(
+          next.map((c) => `${c.eventId}/${c.handler}`),
+          ['k-2/h1'],
+        );
       },
     },
     {
@@ -55,7 +75,14 @@ export const orderingCases: CaseGroup = {
         await publish(harness, [event({ id: 'k-1', key: 'k' }), event({ id: 'k-2', key: 'k' })]);
         const [head] = await claimExpecting(harness, 'w1', ['k-1']);
         const retryAt = new Date(harness.clock.now().getTime() + 60_000);
-        assert.equal(await harness.store.reschedule(leaseOf(head!), { availableAt: retryAt, error: 'later', now: harness.clock.now() }), true);
+        assert.equal(
+          await harness.store.reschedule(leaseOf(head!), {
+            availableAt: retryAt,
+            error: 'later',
+            now: harness.clock.now(),
+          }),
+          true,
+        );
         assert.deepEqual(await claim(harness, 'w1'), [], 'k-2 is due but waits for k-1');
         harness.clock.advance(30_000);
         assert.deepEqual(await claim(harness, 'w2'), []);
@@ -69,13 +96,20 @@ export const orderingCases: CaseGroup = {
     {
       name: 'a dead head no longer blocks its key, and a requeued one goes to the back of it',
       async run({ harness }) {
-        await publish(harness, [event({ id: 'k-1', key: 'k' }), event({ id: 'k-2', key: 'k' }), event({ id: 'k-3', key: 'k' })]);
+        await publish(harness, [
+          event({ id: 'k-1', key: 'k' }),
+          event({ id: 'k-2', key: 'k' }),
+          event({ id: 'k-3', key: 'k' }),
+        ]);
         const [head] = await claimExpecting(harness, 'w1', ['k-1']);
         await harness.store.bury(leaseOf(head!), { error: 'poison', now: harness.clock.now() });
         const [second] = await claimExpecting(harness, 'w1', ['k-2']);
         assert.equal(await harness.store.requeue({ deliveryIds: [head!.id], now: harness.clock.now() }), 1);
         const requeued = await viewOf(harness, head!.id);
-        assert.ok(compareSequence(requeued.sequence, second!.sequence) > 0, 'the requeued delivery takes a new, later sequence');
+        assert.ok(
+          compareSequence(requeued.sequence, second!.sequence) > 0,
+          'the requeued delivery takes a new, later sequence',
+        );
         await harness.store.completeMany([leaseOf(second!)], harness.clock.now());
         const [third] = await claimExpecting(harness, 'w1', ['k-3']);
         await harness.store.completeMany([leaseOf(third!)], harness.clock.now());

@@ -5,7 +5,16 @@ import { laneOf } from '../../../src/core/lanes.js';
 import type { PublishParams } from '../../../src/store/contract.js';
 import type { Harness } from '../../support/harness.js';
 import {
-  allDeliveries, claim, claimExpecting, event, H1, H2, handlers, leaseOf, publish, rejectsWithCode,
+  allDeliveries,
+  claim,
+  claimExpecting,
+  event,
+  H1,
+  H2,
+  handlers,
+  leaseOf,
+  publish,
+  rejectsWithCode,
   type CaseGroup,
 } from './kit.js';
 
@@ -15,12 +24,18 @@ import {
  * (a failed statement aborts a Postgres transaction). Returns the refusal.
  */
 async function refusedThenUsable<TTx>(
-  harness: Harness<TTx>, refused: readonly PublishParams[], code: RelayBusErrorCode, after: PublishParams,
+  harness: Harness<TTx>,
+  refused: readonly PublishParams[],
+  code: RelayBusErrorCode,
+  after: PublishParams,
 ): Promise<RelayBusError> {
   const now = harness.clock.now();
   let caught: unknown;
   await harness.inTransaction(async (tx) => {
-    caught = await harness.store.publish(tx, refused, now).then(() => undefined, (error: unknown) => error);
+    caught = await harness.store.publish(tx, refused, now).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     const [later] = await harness.store.publish(tx, [after], now);
     assert.equal(later?.duplicate, false, 'the publish after the refused one writes in the same transaction');
   });
@@ -61,7 +76,10 @@ export const publishCases: CaseGroup = {
       needs: ['transactions'],
       async run({ harness }) {
         const now = harness.clock.now();
-        const results = await harness.inTransaction((tx) => harness.store.publish(tx, [event({ id: 'e1', key: 'k1' })], now), { rollback: true });
+        const results = await harness.inTransaction(
+          (tx) => harness.store.publish(tx, [event({ id: 'e1', key: 'k1' })], now),
+          { rollback: true },
+        );
         assert.equal(results.length, 1);
         assert.deepEqual((await harness.store.listDeliveries()).items, []);
         assert.deepEqual(await claim(harness, 'w1'), []);
@@ -77,10 +95,13 @@ export const publishCases: CaseGroup = {
       needs: ['transactions'],
       async run({ harness }) {
         const now = harness.clock.now();
-        await assert.rejects(harness.inTransaction(async (tx) => {
-          await harness.store.publish(tx, [event({ id: 'e1', handlers: handlers(H1, H2) })], now);
-          throw new Error('business change failed');
-        }), /business change failed/);
+        await assert.rejects(
+          harness.inTransaction(async (tx) => {
+            await harness.store.publish(tx, [event({ id: 'e1', handlers: handlers(H1, H2) })], now);
+            throw new Error('business change failed');
+          }),
+          /business change failed/,
+        );
         assert.deepEqual((await harness.store.listDeliveries()).items, []);
         assert.deepEqual(await claim(harness, 'w1'), []);
       },
@@ -89,7 +110,10 @@ export const publishCases: CaseGroup = {
       name: 'results come back in input order and an id is generated when absent',
       async run({ harness }) {
         const results = await publish(harness, [event({ id: 'b' }), event(), event({ id: 'a' }), event()]);
-        assert.deepEqual(results.map((r) => r.eventId).filter((_, i) => i % 2 === 0), ['b', 'a']);
+        assert.deepEqual(
+          results.map((r) => r.eventId).filter((_, i) => i % 2 === 0),
+          ['b', 'a'],
+        );
         const generated = [results[1]!.eventId, results[3]!.eventId];
         for (const id of generated) assert.ok(typeof id === 'string' && id.length > 0);
         assert.notEqual(generated[0], generated[1]);
@@ -100,7 +124,9 @@ export const publishCases: CaseGroup = {
       name: 'a claimed delivery carries the published type, key, payload and headers',
       async run({ harness }) {
         const payload = { orderId: 'o-1', lines: [{ sku: 'x', qty: 2 }], note: null, ok: true };
-        await publish(harness, [event({ id: 'e1', type: 'order.placed', key: 'customer-7', payload, headers: { traceparent: 't-1' } })]);
+        await publish(harness, [
+          event({ id: 'e1', type: 'order.placed', key: 'customer-7', payload, headers: { traceparent: 't-1' } }),
+        ]);
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         assert.equal(claimed!.eventType, 'order.placed');
         assert.equal(claimed!.handler, H1);
@@ -134,9 +160,15 @@ export const publishCases: CaseGroup = {
         const [again] = await publish(harness, [event({ id: 'e1', handlers: handlers(H1, H2) })]);
         assert.deepEqual(again, { eventId: 'e1', addedHandlers: [H2], duplicate: true });
         const remaining = await harness.store.listDeliveries({ eventId: 'e1', status: 'pending' });
-        assert.deepEqual(remaining.items.map((d) => d.handler), [H2]);
+        assert.deepEqual(
+          remaining.items.map((d) => d.handler),
+          [H2],
+        );
         const next = await claim(harness, 'w1');
-        assert.deepEqual(next.map((c) => c.handler), [H2]);
+        assert.deepEqual(
+          next.map((c) => c.handler),
+          [H2],
+        );
       },
     },
     {
@@ -148,7 +180,10 @@ export const publishCases: CaseGroup = {
         const [again] = await publish(harness, [event({ id: 'e1', handlers: handlers(H1) })]);
         assert.deepEqual(again, { eventId: 'e1', addedHandlers: [], duplicate: true });
         const deliveries = await allDeliveries(harness);
-        assert.deepEqual(deliveries.map((d) => [d.handler, d.status]), [[H1, 'dead']]);
+        assert.deepEqual(
+          deliveries.map((d) => [d.handler, d.status]),
+          [[H1, 'dead']],
+        );
       },
     },
     {
@@ -166,11 +201,17 @@ export const publishCases: CaseGroup = {
         for (const invalid of bad) {
           // The transaction commits (the error is caught inside it): only validation-before-write keeps e-good out.
           await harness.inTransaction(async (tx) => {
-            await rejectsWithCode(harness.store.publish(tx, [event({ id: 'e-good' }), invalid], now), 'RELAYBUS_INVALID_INPUT');
+            await rejectsWithCode(
+              harness.store.publish(tx, [event({ id: 'e-good' }), invalid], now),
+              'RELAYBUS_INVALID_INPUT',
+            );
           });
         }
         await harness.inTransaction(async (tx) => {
-          await rejectsWithCode(harness.store.publish(tx, [event({ id: 'twice' }), event({ id: 'twice' })], now), 'RELAYBUS_INVALID_INPUT');
+          await rejectsWithCode(
+            harness.store.publish(tx, [event({ id: 'twice' }), event({ id: 'twice' })], now),
+            'RELAYBUS_INVALID_INPUT',
+          );
         });
         assert.deepEqual((await harness.store.listDeliveries()).items, []);
         const [later] = await publish(harness, [event({ id: 'e-good' })]);
@@ -190,8 +231,19 @@ export const publishCases: CaseGroup = {
           [{ type: 'other.event', key: 'k2', payload: 'text' }, ['type', 'key', 'payload']],
         ];
         for (const [index, [change, differences]] of variants.entries()) {
-          const conflicting = event({ id: 'e1', key: 'k1', payload: { n: 1, tags: ['a'] }, handlers: handlers(H1, H2), ...change });
-          const error = await refusedThenUsable(harness, [conflicting], 'RELAYBUS_CONFLICT', event({ id: `after-${index}` }));
+          const conflicting = event({
+            id: 'e1',
+            key: 'k1',
+            payload: { n: 1, tags: ['a'] },
+            handlers: handlers(H1, H2),
+            ...change,
+          });
+          const error = await refusedThenUsable(
+            harness,
+            [conflicting],
+            'RELAYBUS_CONFLICT',
+            event({ id: `after-${index}` }),
+          );
           assert.ok(error instanceof EventConflictError);
           assert.equal(error.eventId, 'e1');
           assert.deepEqual(error.differences, differences, error.message);
@@ -199,18 +251,32 @@ export const publishCases: CaseGroup = {
           for (const field of differences) assert.match(error.message, new RegExp(field));
         }
         // Nothing of the conflicting publishes was written: e1 has its one delivery, its stored event is unchanged.
-        assert.deepEqual((await harness.store.listDeliveries({ eventId: 'e1' })).items.map((d) => d.handler), [H1]);
+        assert.deepEqual(
+          (await harness.store.listDeliveries({ eventId: 'e1' })).items.map((d) => d.handler),
+          [H1],
+        );
         const [claimed] = (await claim(harness, 'w1', { limit: 100 })).filter((c) => c.eventId === 'e1');
-        assert.deepEqual([claimed!.eventType, claimed!.key, claimed!.payload], ['test.event', 'k1', { n: 1, tags: ['a'] }]);
+        assert.deepEqual(
+          [claimed!.eventType, claimed!.key, claimed!.payload],
+          ['test.event', 'k1', { n: 1, tags: ['a'] }],
+        );
       },
     },
     {
       name: 'an identical redelivery is a duplicate, payloads compare as JSON (key order does not matter), headers may differ',
       async run({ harness }) {
-        await publish(harness, [event({ id: 'e1', key: 'k1', payload: { a: 1, b: { c: [1, 2] } }, headers: { trace: 't1' } })]);
-        const [again] = await publish(harness, [event({
-          id: 'e1', key: 'k1', payload: { b: { c: [1, 2] }, a: 1 }, headers: { trace: 't2' }, handlers: handlers(H1, H2),
-        })]);
+        await publish(harness, [
+          event({ id: 'e1', key: 'k1', payload: { a: 1, b: { c: [1, 2] } }, headers: { trace: 't1' } }),
+        ]);
+        const [again] = await publish(harness, [
+          event({
+            id: 'e1',
+            key: 'k1',
+            payload: { b: { c: [1, 2] }, a: 1 },
+            headers: { trace: 't2' },
+            handlers: handlers(H1, H2),
+          }),
+        ]);
         assert.deepEqual(again, { eventId: 'e1', addedHandlers: [H2], duplicate: true });
       },
     },
@@ -218,11 +284,19 @@ export const publishCases: CaseGroup = {
       name: 'a conflict anywhere in a batch writes none of it, also against an event staged by the same transaction',
       async run({ harness }) {
         await publish(harness, [event({ id: 'e1' })]);
-        await refusedThenUsable(harness, [event({ id: 'new-1' }), event({ id: 'e1', type: 'other' }), event({ id: 'new-2' })], 'RELAYBUS_CONFLICT', event({ id: 'after' }));
+        await refusedThenUsable(
+          harness,
+          [event({ id: 'new-1' }), event({ id: 'e1', type: 'other' }), event({ id: 'new-2' })],
+          'RELAYBUS_CONFLICT',
+          event({ id: 'after' }),
+        );
         const now = harness.clock.now();
         await harness.inTransaction(async (tx) => {
           await harness.store.publish(tx, [event({ id: 'mine', key: 'k' })], now);
-          await assert.rejects(harness.store.publish(tx, [event({ id: 'mine', key: 'other-key' })], now), EventConflictError);
+          await assert.rejects(
+            harness.store.publish(tx, [event({ id: 'mine', key: 'other-key' })], now),
+            EventConflictError,
+          );
           await harness.store.publish(tx, [event({ id: 'mine', key: 'k', handlers: handlers(H1, H2) })], now);
         });
         const ids = (await allDeliveries(harness)).map((d) => `${d.eventId}:${d.handler}`).sort();
@@ -244,10 +318,19 @@ export const publishCases: CaseGroup = {
           [{ headers: { [`tr${NUL}ace`]: 't' } }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.headers name/],
         ];
         for (const [index, [change, code, where]] of cases.entries()) {
-          const error = await refusedThenUsable(harness, [event({ id: `good-${index}` }), event(change)], code, event({ id: `after-${index}` }));
+          const error = await refusedThenUsable(
+            harness,
+            [event({ id: `good-${index}` }), event(change)],
+            code,
+            event({ id: `after-${index}` }),
+          );
           assert.match(error.message, where);
           assert.match(error.message, /NUL/);
-          assert.deepEqual((await harness.store.listDeliveries({ eventId: `good-${index}` })).items, [], 'nothing of the batch was written');
+          assert.deepEqual(
+            (await harness.store.listDeliveries({ eventId: `good-${index}` })).items,
+            [],
+            'nothing of the batch was written',
+          );
         }
         assert.equal((await allDeliveries(harness)).length, cases.length, 'only the publishes after the refusals');
       },
@@ -256,7 +339,12 @@ export const publishCases: CaseGroup = {
       name: 'an over-long key is refused with its length, not echoed whole',
       async run({ harness }) {
         const key = 'k'.repeat(5_000);
-        const error = await refusedThenUsable(harness, [event({ key })], 'RELAYBUS_INVALID_INPUT', event({ id: 'after' }));
+        const error = await refusedThenUsable(
+          harness,
+          [event({ key })],
+          'RELAYBUS_INVALID_INPUT',
+          event({ id: 'after' }),
+        );
         assert.match(error.message, /5000 characters/);
         assert.ok(error.message.length < 400, `message of ${error.message.length} characters`);
       },
@@ -264,8 +352,16 @@ export const publishCases: CaseGroup = {
     {
       name: 'a date outside the years 1 to 9999 is refused before anything is written',
       async run({ harness }) {
-        for (const [index, availableAt] of [new Date('+010000-01-01T00:00:00Z'), new Date('-000001-06-01T00:00:00Z')].entries()) {
-          const error = await refusedThenUsable(harness, [event({ id: `e-${index}`, availableAt })], 'RELAYBUS_INVALID_INPUT', event({ id: `after-${index}` }));
+        for (const [index, availableAt] of [
+          new Date('+010000-01-01T00:00:00Z'),
+          new Date('-000001-06-01T00:00:00Z'),
+        ].entries()) {
+          const error = await refusedThenUsable(
+            harness,
+            [event({ id: `e-${index}`, availableAt })],
+            'RELAYBUS_INVALID_INPUT',
+            event({ id: `after-${index}` }),
+          );
           assert.match(error.message, /availableAt must be between the years 1 and 9999/);
         }
         await rejectsWithCode(harness.store.statistics(new Date('+010000-01-01T00:00:00Z')), 'RELAYBUS_INVALID_INPUT');

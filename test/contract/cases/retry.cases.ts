@@ -1,7 +1,18 @@
 /** Retry and dead letter: reschedule with backoff, bury, requeue with a fresh budget. */
 import assert from 'node:assert/strict';
 import {
-  allDeliveries, claim, claimExpecting, claimsOf, event, H1, H2, handlers, leaseOf, publish, rejectsWithCode, viewOf,
+  allDeliveries,
+  claim,
+  claimExpecting,
+  claimsOf,
+  event,
+  H1,
+  H2,
+  handlers,
+  leaseOf,
+  publish,
+  rejectsWithCode,
+  viewOf,
   type CaseGroup,
 } from './kit.js';
 
@@ -14,9 +25,19 @@ export const retryCases: CaseGroup = {
         await publish(harness, [event({ id: 'e1' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         const retryAt = new Date(harness.clock.now().getTime() + 5_000);
-        assert.equal(await harness.store.reschedule(leaseOf(claimed!), { availableAt: retryAt, error: 'timeout', now: harness.clock.now() }), true);
+        assert.equal(
+          await harness.store.reschedule(leaseOf(claimed!), {
+            availableAt: retryAt,
+            error: 'timeout',
+            now: harness.clock.now(),
+          }),
+          true,
+        );
         const view = await viewOf(harness, claimed!.id);
-        assert.deepEqual([view.status, view.attempts, view.lastError, view.availableAt.getTime()], ['pending', 1, 'timeout', retryAt.getTime()]);
+        assert.deepEqual(
+          [view.status, view.attempts, view.lastError, view.availableAt.getTime()],
+          ['pending', 1, 'timeout', retryAt.getTime()],
+        );
         harness.clock.advance(4_999);
         assert.deepEqual(await claim(harness, 'w1'), []);
         assert.deepEqual(await claim(harness, 'w2'), []);
@@ -31,7 +52,10 @@ export const retryCases: CaseGroup = {
       async run({ harness }) {
         await publish(harness, [event({ id: 'e1' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
-        assert.equal(await harness.store.bury(leaseOf(claimed!), { error: 'invalid order', now: harness.clock.now() }), true);
+        assert.equal(
+          await harness.store.bury(leaseOf(claimed!), { error: 'invalid order', now: harness.clock.now() }),
+          true,
+        );
         const view = await viewOf(harness, claimed!.id);
         assert.deepEqual([view.status, view.attempts, view.lastError], ['dead', 1, 'invalid order']);
         harness.clock.advance(86_400_000);
@@ -47,17 +71,28 @@ export const retryCases: CaseGroup = {
       async run({ harness }) {
         await publish(harness, [event({ id: 'e1', handlers: [{ name: H1, maxAttempts: 2 }] })]);
         let [claimed] = await claimExpecting(harness, 'w1', ['e1']);
-        await harness.store.reschedule(leaseOf(claimed!), { availableAt: harness.clock.now(), error: 'first', now: harness.clock.now() });
+        await harness.store.reschedule(leaseOf(claimed!), {
+          availableAt: harness.clock.now(),
+          error: 'first',
+          now: harness.clock.now(),
+        });
         [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         await harness.store.bury(leaseOf(claimed!), { error: 'second', now: harness.clock.now() });
         assert.equal((await viewOf(harness, claimed!.id)).attempts, 2);
         harness.clock.advance(60_000);
         assert.equal(await harness.store.requeue({ deliveryIds: [claimed!.id], now: harness.clock.now() }), 1);
         const view = await viewOf(harness, claimed!.id);
-        assert.deepEqual([view.status, view.attempts, view.availableAt.getTime()], ['pending', 0, harness.clock.now().getTime()]);
+        assert.deepEqual(
+          [view.status, view.attempts, view.availableAt.getTime()],
+          ['pending', 0, harness.clock.now().getTime()],
+        );
         const [back] = await claimExpecting(harness, 'w2', ['e1']);
         assert.equal(back!.attempts, 0);
-        assert.equal(await harness.store.requeue({ deliveryIds: [claimed!.id], now: harness.clock.now() }), 0, 'only dead deliveries are requeued');
+        assert.equal(
+          await harness.store.requeue({ deliveryIds: [claimed!.id], now: harness.clock.now() }),
+          0,
+          'only dead deliveries are requeued',
+        );
         // An old token of the delivery stays fenced after requeue.
         assert.deepEqual(await harness.store.completeMany([leaseOf(claimed!)], harness.clock.now()), [false]);
         assert.deepEqual(await harness.store.completeMany([leaseOf(back!)], harness.clock.now()), [true]);
@@ -71,10 +106,14 @@ export const retryCases: CaseGroup = {
           event({ id: 'e2', handlers: handlers(H1, H2) }),
         ]);
         const buryAll = async () => {
-          for (const c of await claim(harness, 'w1')) await harness.store.bury(leaseOf(c), { error: 'x', now: harness.clock.now() });
+          for (const c of await claim(harness, 'w1'))
+            await harness.store.bury(leaseOf(c), { error: 'x', now: harness.clock.now() });
           assert.equal((await harness.store.listDeliveries({ status: 'dead' })).items.length, 4);
         };
-        const requeued = async () => (await harness.store.listDeliveries({ status: 'pending' })).items.map((d) => `${d.eventId}/${d.handler}`).sort();
+        const requeued = async () =>
+          (await harness.store.listDeliveries({ status: 'pending' })).items
+            .map((d) => `${d.eventId}/${d.handler}`)
+            .sort();
         const now = () => harness.clock.now();
 
         await buryAll();
@@ -87,7 +126,10 @@ export const retryCases: CaseGroup = {
 
         await buryAll();
         assert.equal(await harness.store.requeue({ all: true, now: now() }), 4);
-        assert.equal((await allDeliveries(harness)).filter((d) => d.status === 'pending' && d.attempts === 0).length, 4);
+        assert.equal(
+          (await allDeliveries(harness)).filter((d) => d.status === 'pending' && d.attempts === 0).length,
+          4,
+        );
       },
     },
     {
@@ -97,8 +139,14 @@ export const retryCases: CaseGroup = {
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         await harness.store.bury(leaseOf(claimed!), { error: 'x', now: harness.clock.now() });
         await rejectsWithCode(harness.store.requeue({ now: harness.clock.now() }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.requeue({ all: false, now: harness.clock.now() }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.requeue({ deliveryIds: [claimed!.id, 'not-an-id'], now: harness.clock.now() }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(
+          harness.store.requeue({ all: false, now: harness.clock.now() }),
+          'RELAYBUS_INVALID_INPUT',
+        );
+        await rejectsWithCode(
+          harness.store.requeue({ deliveryIds: [claimed!.id, 'not-an-id'], now: harness.clock.now() }),
+          'RELAYBUS_INVALID_INPUT',
+        );
         assert.equal((await viewOf(harness, claimed!.id)).status, 'dead');
       },
     },
@@ -110,7 +158,10 @@ export const retryCases: CaseGroup = {
         const first = claimed.find((c) => c.eventId === 'e1');
         const second = claimed.find((c) => c.eventId === 'e2');
         const now = harness.clock.now();
-        assert.equal(await harness.store.reschedule(leaseOf(first!), { availableAt: now, error: 'bad\u0000byte', now }), true);
+        assert.equal(
+          await harness.store.reschedule(leaseOf(first!), { availableAt: now, error: 'bad\u0000byte', now }),
+          true,
+        );
         assert.equal(await harness.store.bury(leaseOf(second!), { error: '\u0000nul\u0000', now }), true);
         assert.equal((await viewOf(harness, first!.id)).lastError, 'badbyte');
         assert.equal((await viewOf(harness, second!.id)).lastError, 'nul');

@@ -9,12 +9,33 @@ import assert from 'node:assert/strict';
 import type { ClaimedDelivery } from '../../../src/store/contract.js';
 import type { Harness } from '../../support/harness.js';
 import {
-  claim, claimExpecting, event, H1, H2, handlers, LEASE_MS, leaseOf, PAST_LEASE_MS, publish, viewOf, type CaseGroup,
+  claim,
+  claimExpecting,
+  event,
+  H1,
+  H2,
+  handlers,
+  LEASE_MS,
+  leaseOf,
+  PAST_LEASE_MS,
+  publish,
+  viewOf,
+  type CaseGroup,
 } from './kit.js';
 
-function completeAndClaim<TTx>(harness: Harness<TTx>, owner: string, done: readonly ClaimedDelivery[], names = [H1, H2], limit = 10) {
+function completeAndClaim<TTx>(
+  harness: Harness<TTx>,
+  owner: string,
+  done: readonly ClaimedDelivery[],
+  names = [H1, H2],
+  limit = 10,
+) {
   return harness.store.completeAndClaim(done.map(leaseOf), {
-    owner, handlers: names, limit, leaseDurationMs: LEASE_MS, now: harness.clock.now(),
+    owner,
+    handlers: names,
+    limit,
+    leaseDurationMs: LEASE_MS,
+    now: harness.clock.now(),
   });
 }
 
@@ -29,7 +50,10 @@ export const ridingCases: CaseGroup = {
         assert.deepEqual(first.map((c) => c.eventId).sort(), ['k-1', 'u-1']);
         const result = await completeAndClaim(harness, 'w1', first);
         assert.deepEqual(result.completed, [true, true]);
-        assert.deepEqual(result.claimed.map((c) => c.eventId), ['k-2']);
+        assert.deepEqual(
+          result.claimed.map((c) => c.eventId),
+          ['k-2'],
+        );
         const next = await completeAndClaim(harness, 'w1', result.claimed);
         assert.deepEqual(next.completed, [true]);
         assert.deepEqual(next.claimed, []);
@@ -42,7 +66,10 @@ export const ridingCases: CaseGroup = {
         await publish(harness, [event({ id: 'a' }), event({ id: 'b' })]);
         const claimed = await claim(harness, 'w1');
         assert.equal(claimed.length, 2);
-        const stale = { ...claimed[0]!, lease: claimed[0]!.lease.replace(/:(\d+)$/, (_, n: string) => `:${Number(n) + 1}`) };
+        const stale = {
+          ...claimed[0]!,
+          lease: claimed[0]!.lease.replace(/:(\d+)$/, (_, n: string) => `:${Number(n) + 1}`),
+        };
         const result = await completeAndClaim(harness, 'w1', [stale, claimed[1]!]);
         assert.deepEqual(result.completed, [false, true]);
         assert.equal((await viewOf(harness, claimed[0]!.id)).status, 'processing', 'the stale one is still in flight');
@@ -52,7 +79,9 @@ export const ridingCases: CaseGroup = {
       name: 'a successor that is not due yet is not claimed until it is',
       async run({ harness }) {
         await publish(harness, [event({ id: 'k-1', key: 'k' })]);
-        await publish(harness, [event({ id: 'k-2', key: 'k', availableAt: new Date(harness.clock.now().getTime() + 5_000) })]);
+        await publish(harness, [
+          event({ id: 'k-2', key: 'k', availableAt: new Date(harness.clock.now().getTime() + 5_000) }),
+        ]);
         const [head] = await claimExpecting(harness, 'w1', ['k-1']);
         const result = await completeAndClaim(harness, 'w1', [head!]);
         assert.deepEqual(result.completed, [true]);
@@ -64,28 +93,45 @@ export const ridingCases: CaseGroup = {
     {
       name: 'a completed head of one handler does not hand its successor to a claim for other handlers',
       async run({ harness }) {
-        await publish(harness, [event({ id: 'k-1', key: 'k', handlers: handlers(H1, H2) }), event({ id: 'k-2', key: 'k', handlers: handlers(H1, H2) })]);
+        await publish(harness, [
+          event({ id: 'k-1', key: 'k', handlers: handlers(H1, H2) }),
+          event({ id: 'k-2', key: 'k', handlers: handlers(H1, H2) }),
+        ]);
         const both = await claim(harness, 'w1');
         const h1 = both.find((c) => c.handler === H1)!;
         const result = await completeAndClaim(harness, 'w1', [h1], [H2]);
         assert.deepEqual(result.completed, [true]);
         assert.deepEqual(result.claimed, [], 'k-2/h1 is not for an H2-only claim, and k-2/h2 waits for k-1/h2');
         const later = await completeAndClaim(harness, 'w1', [], [H1]);
-        assert.deepEqual(later.claimed.map((c) => `${c.eventId}/${c.handler}`), ['k-2/h1']);
+        assert.deepEqual(
+          later.claimed.map((c) => `${c.eventId}/${c.handler}`),
+          ['k-2/h1'],
+        );
       },
     },
     {
       name: 'a requeued delivery waits at the end of its key: the successor of a completed head is the next in order',
       async run({ harness }) {
-        await publish(harness, [event({ id: 'k-1', key: 'k' }), event({ id: 'k-2', key: 'k' }), event({ id: 'k-3', key: 'k' })]);
+        await publish(harness, [
+          event({ id: 'k-1', key: 'k' }),
+          event({ id: 'k-2', key: 'k' }),
+          event({ id: 'k-3', key: 'k' }),
+        ]);
         const [first] = await claimExpecting(harness, 'w1', ['k-1']);
         assert.equal(await harness.store.bury(leaseOf(first!), { error: 'poison', now: harness.clock.now() }), true);
         const [second] = await claimExpecting(harness, 'w1', ['k-2']);
         assert.equal(await harness.store.requeue({ deliveryIds: [first!.id], now: harness.clock.now() }), 1);
         const result = await completeAndClaim(harness, 'w1', [second!]);
-        assert.deepEqual(result.claimed.map((c) => c.eventId), ['k-3']);
+        assert.deepEqual(
+          result.claimed.map((c) => c.eventId),
+          ['k-3'],
+        );
         const last = await completeAndClaim(harness, 'w1', result.claimed);
-        assert.deepEqual(last.claimed.map((c) => c.eventId), ['k-1'], 'the requeued one runs last');
+        assert.deepEqual(
+          last.claimed.map((c) => c.eventId),
+          ['k-1'],
+          'the requeued one runs last',
+        );
       },
     },
     {
@@ -101,7 +147,10 @@ export const ridingCases: CaseGroup = {
         assert.equal((await viewOf(harness, taken!.id)).status, 'processing');
         const byNewHolder = await completeAndClaim(harness, 'w2', [taken!]);
         assert.deepEqual(byNewHolder.completed, [true]);
-        assert.deepEqual(byNewHolder.claimed.map((c) => c.eventId), ['k-2']);
+        assert.deepEqual(
+          byNewHolder.claimed.map((c) => c.eventId),
+          ['k-2'],
+        );
       },
     },
     {
@@ -114,9 +163,15 @@ export const ridingCases: CaseGroup = {
           await publish(harness, [event({ id: 'k-1', key: 'k' }), event({ id: 'k-2', key: 'k' })]);
           const [head] = await claimExpecting(harness, 'w1', ['k-1']);
           const result = await completeAndClaim(harness, 'w1', [head!]);
-          assert.deepEqual(result.claimed.map((c) => c.eventId), ['k-2']);
+          assert.deepEqual(
+            result.claimed.map((c) => c.eventId),
+            ['k-2'],
+          );
           const completed = await harness.store.listDeliveries({ status: 'completed' });
-          assert.deepEqual(completed.items.map((d) => d.eventId), ['k-1']);
+          assert.deepEqual(
+            completed.items.map((d) => d.eventId),
+            ['k-1'],
+          );
         } finally {
           await harness.close();
         }
@@ -127,9 +182,16 @@ export const ridingCases: CaseGroup = {
       async run({ harness }) {
         await publish(harness, [event({ id: 'a' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['a']);
-        await assert.rejects(harness.store.completeAndClaim([{ deliveryId: claimed!.id, lease: 'not-a-lease' }], {
-          owner: 'w1', handlers: [H1], limit: 10, leaseDurationMs: LEASE_MS, now: harness.clock.now(),
-        }), (error: unknown) => (error as { code?: string }).code === 'RELAYBUS_INVALID_LEASE');
+        await assert.rejects(
+          harness.store.completeAndClaim([{ deliveryId: claimed!.id, lease: 'not-a-lease' }], {
+            owner: 'w1',
+            handlers: [H1],
+            limit: 10,
+            leaseDurationMs: LEASE_MS,
+            now: harness.clock.now(),
+          }),
+          (error: unknown) => (error as { code?: string }).code === 'RELAYBUS_INVALID_LEASE',
+        );
         assert.equal((await viewOf(harness, claimed!.id)).status, 'processing');
       },
     },

@@ -1,7 +1,17 @@
 /** Graceful shutdown: release charges nothing, relinquish hands idle lanes back at once. */
 import assert from 'node:assert/strict';
 import {
-  claim, claimExpecting, claimsOf, event, H1, H2, handlers, leaseOf, publish, rejectsWithCode, viewOf,
+  claim,
+  claimExpecting,
+  claimsOf,
+  event,
+  H1,
+  H2,
+  handlers,
+  leaseOf,
+  publish,
+  rejectsWithCode,
+  viewOf,
   type CaseGroup,
 } from './kit.js';
 
@@ -36,7 +46,10 @@ export const shutdownCases: CaseGroup = {
         assert.equal((await harness.store.statistics(harness.clock.now())).lanesLeased, 0);
         const taken = await claim(harness, 'w2');
         assert.deepEqual(taken.map((c) => c.handler).sort(), [H1, H2]);
-        assert.ok(taken.every((c) => c.attempts === 0), 'relinquish is not a takeover: nothing is charged');
+        assert.ok(
+          taken.every((c) => c.attempts === 0),
+          'relinquish is not a takeover: nothing is charged',
+        );
       },
     },
     {
@@ -51,7 +64,11 @@ export const shutdownCases: CaseGroup = {
         assert.equal(handedBack, done!.lane === running!.lane ? 0 : 1);
         assert.equal((await viewOf(harness, running!.id)).status, 'processing');
         assert.deepEqual(await claim(harness, 'w2'), []);
-        assert.deepEqual(await harness.store.completeMany([leaseOf(running!)], harness.clock.now()), [true], 'the running delivery keeps its lease');
+        assert.deepEqual(
+          await harness.store.completeMany([leaseOf(running!)], harness.clock.now()),
+          [true],
+          'the running delivery keeps its lease',
+        );
         assert.equal(await harness.store.relinquish('nobody', harness.clock.now()), 0);
       },
     },

@@ -4,7 +4,16 @@ import { RelayBusError } from '../../../src/core/errors.js';
 import type { Subscription } from '../../../src/store/contract.js';
 import type { Harness } from '../../support/harness.js';
 import {
-  allDeliveries, claim, event, H1, H2, handlers, leaseOf, publish, rejectsWithCode, type CaseGroup,
+  allDeliveries,
+  claim,
+  event,
+  H1,
+  H2,
+  handlers,
+  leaseOf,
+  publish,
+  rejectsWithCode,
+  type CaseGroup,
 } from './kit.js';
 
 const TYPE = 'test.event';
@@ -19,7 +28,8 @@ async function twoWorkersSubscribe<TTx>(harness: Harness<TTx>): Promise<void> {
   await harness.store.subscribe([subscription(H2, 7)], harness.clock.now());
 }
 
-const byHandler = <T extends { handler: string }>(views: readonly T[]): T[] => [...views].sort((a, b) => a.handler.localeCompare(b.handler));
+const byHandler = <T extends { handler: string }>(views: readonly T[]): T[] =>
+  [...views].sort((a, b) => a.handler.localeCompare(b.handler));
 
 export const subscriptionCases: CaseGroup = {
   area: 'subscriptions',
@@ -31,7 +41,13 @@ export const subscriptionCases: CaseGroup = {
         const [result] = await publish(harness, [event({ id: 'e1', handlers: [] })]);
         assert.deepEqual(result, { eventId: 'e1', addedHandlers: [H1, H2], duplicate: false });
         const deliveries = byHandler(await allDeliveries(harness));
-        assert.deepEqual(deliveries.map((d) => [d.handler, d.maxAttempts]), [[H1, 3], [H2, 7]]);
+        assert.deepEqual(
+          deliveries.map((d) => [d.handler, d.maxAttempts]),
+          [
+            [H1, 3],
+            [H2, 7],
+          ],
+        );
       },
     },
     {
@@ -40,7 +56,13 @@ export const subscriptionCases: CaseGroup = {
         await twoWorkersSubscribe(harness);
         await publish(harness, [event({ id: 'e1', handlers: [{ name: H1, maxAttempts: 9 }] })]);
         const deliveries = byHandler(await allDeliveries(harness));
-        assert.deepEqual(deliveries.map((d) => [d.handler, d.maxAttempts]), [[H1, 9], [H2, 7]]);
+        assert.deepEqual(
+          deliveries.map((d) => [d.handler, d.maxAttempts]),
+          [
+            [H1, 9],
+            [H2, 7],
+          ],
+        );
       },
     },
     {
@@ -58,13 +80,28 @@ export const subscriptionCases: CaseGroup = {
         const now = harness.clock.now();
         let caught: unknown;
         await harness.inTransaction(async (tx) => {
-          caught = await harness.store.publish(tx, [event({ id: 'ok-1', handlers: handlers(H1) }), event({ id: 'nobody', type: 'nobody.listens', handlers: [] })], now)
-            .then(() => undefined, (error: unknown) => error);
+          caught = await harness.store
+            .publish(
+              tx,
+              [
+                event({ id: 'ok-1', handlers: handlers(H1) }),
+                event({ id: 'nobody', type: 'nobody.listens', handlers: [] }),
+              ],
+              now,
+            )
+            .then(
+              () => undefined,
+              (error: unknown) => error,
+            );
           await harness.store.publish(tx, [event({ id: 'after', handlers: handlers(H1) })], now);
         });
         assert.ok(caught instanceof RelayBusError && caught.code === 'RELAYBUS_INVALID_INPUT', String(caught));
         assert.match(caught.message, /nobody\.listens/);
-        assert.deepEqual((await allDeliveries(harness)).map((d) => d.eventId), ['after'], 'only the later publish was written');
+        assert.deepEqual(
+          (await allDeliveries(harness)).map((d) => d.eventId),
+          ['after'],
+          'only the later publish was written',
+        );
       },
     },
     {
@@ -75,8 +112,17 @@ export const subscriptionCases: CaseGroup = {
         await harness.store.subscribe([subscription(H2)], harness.clock.now());
         await publish(harness, [event({ id: 'after', handlers: [] })]);
         const deliveries = await allDeliveries(harness);
-        assert.deepEqual(deliveries.filter((d) => d.eventId === 'before').map((d) => d.handler), [H1]);
-        assert.deepEqual(deliveries.filter((d) => d.eventId === 'after').map((d) => d.handler).sort(), [H1, H2]);
+        assert.deepEqual(
+          deliveries.filter((d) => d.eventId === 'before').map((d) => d.handler),
+          [H1],
+        );
+        assert.deepEqual(
+          deliveries
+            .filter((d) => d.eventId === 'after')
+            .map((d) => d.handler)
+            .sort(),
+          [H1, H2],
+        );
       },
     },
     {
@@ -89,7 +135,10 @@ export const subscriptionCases: CaseGroup = {
         await harness.store.subscribe([subscription(H2)], harness.clock.now());
         const [again] = await publish(harness, [event({ id: 'e1', handlers: [] })]);
         assert.deepEqual(again, { eventId: 'e1', addedHandlers: [H2], duplicate: true });
-        assert.deepEqual((await allDeliveries(harness)).map((d) => d.handler), [H2]);
+        assert.deepEqual(
+          (await allDeliveries(harness)).map((d) => d.handler),
+          [H2],
+        );
       },
     },
     {
@@ -122,7 +171,11 @@ export const subscriptionCases: CaseGroup = {
         harness.clock.advance(60_000);
         await harness.store.subscribe([subscription(H1, 4)], harness.clock.now(), { seen: false });
         const [listed] = await harness.store.listSubscriptions();
-        assert.equal(listed?.seenAt?.getTime(), workerSaw.getTime(), 'a deploy step leaves the worker\'s last-seen time');
+        assert.equal(
+          listed?.seenAt?.getTime(),
+          workerSaw.getTime(),
+          "a deploy step leaves the worker's last-seen time",
+        );
         assert.equal(listed?.maxAttempts, 4);
       },
     },
@@ -132,15 +185,30 @@ export const subscriptionCases: CaseGroup = {
         await twoWorkersSubscribe(harness);
         await publish(harness, [event({ id: 'e1', handlers: [] })]);
         await rejectsWithCode(harness.store.unsubscribe({ handler: H2 }), 'RELAYBUS_INVALID_STATE');
-        assert.deepEqual((await harness.store.listSubscriptions()).map((s) => s.handler), [H1, H2], 'still subscribed');
+        assert.deepEqual(
+          (await harness.store.listSubscriptions()).map((s) => s.handler),
+          [H1, H2],
+          'still subscribed',
+        );
         assert.equal((await allDeliveries(harness)).filter((d) => d.status === 'pending').length, 2, 'still pending');
 
-        const result = await harness.store.unsubscribe({ handler: H2, buryPending: 'h2 was retired', now: harness.clock.now() });
+        const result = await harness.store.unsubscribe({
+          handler: H2,
+          buryPending: 'h2 was retired',
+          now: harness.clock.now(),
+        });
         assert.deepEqual(result, { removed: 1, buried: 1 });
         const dead = (await harness.store.listDeliveries({ status: 'dead' })).items;
-        assert.deepEqual(dead.map((d) => [d.handler, d.lastError]), [[H2, 'h2 was retired']]);
+        assert.deepEqual(
+          dead.map((d) => [d.handler, d.lastError]),
+          [[H2, 'h2 was retired']],
+        );
         await publish(harness, [event({ id: 'e2', handlers: [] })]);
-        assert.deepEqual((await allDeliveries(harness)).filter((d) => d.eventId === 'e2').map((d) => d.handler), [H1], 'no longer fanned out to');
+        assert.deepEqual(
+          (await allDeliveries(harness)).filter((d) => d.eventId === 'e2').map((d) => d.handler),
+          [H1],
+          'no longer fanned out to',
+        );
       },
     },
     {
@@ -150,9 +218,16 @@ export const subscriptionCases: CaseGroup = {
         await publish(harness, [event({ id: 'e1', handlers: [] })]);
         const [running] = await claim(harness, 'w1');
         assert.ok(running);
-        await rejectsWithCode(harness.store.unsubscribe({ handler: H1, buryPending: 'retired' }), 'RELAYBUS_INVALID_STATE');
+        await rejectsWithCode(
+          harness.store.unsubscribe({ handler: H1, buryPending: 'retired' }),
+          'RELAYBUS_INVALID_STATE',
+        );
         assert.equal((await harness.store.listSubscriptions()).length, 1);
-        assert.deepEqual(await harness.store.completeMany([leaseOf(running)], harness.clock.now()), [true], 'the running delivery is untouched');
+        assert.deepEqual(
+          await harness.store.completeMany([leaseOf(running)], harness.clock.now()),
+          [true],
+          'the running delivery is untouched',
+        );
         assert.deepEqual(await harness.store.unsubscribe({ handler: H1 }), { removed: 1, buried: 0 });
       },
     },
@@ -161,7 +236,10 @@ export const subscriptionCases: CaseGroup = {
       async run({ harness }) {
         await rejectsWithCode(harness.store.subscribe([subscription(H1, 0)]), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.subscribe([subscription(H1), subscription(H1)]), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.subscribe([{ ...subscription(H1), handler: 'a\u0000b' }]), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(
+          harness.store.subscribe([{ ...subscription(H1), handler: 'a\u0000b' }]),
+          'RELAYBUS_INVALID_INPUT',
+        );
         await rejectsWithCode(harness.store.unsubscribe({ handler: H1, buryPending: '' }), 'RELAYBUS_INVALID_INPUT');
         assert.deepEqual(await harness.store.listSubscriptions(), []);
       },
