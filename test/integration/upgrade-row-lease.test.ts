@@ -453,8 +453,14 @@ describe('setup() upgrades a relaybus 0.1 schema (row leases) in place', {
       );
       assert.equal(stillOld.rowCount, 1, 'the final step rolled back as a whole');
 
-      const result = await setupPostgres(fromPg(pool), schema, loadStatements(schema), { batchSize: 300 });
-      assert.deepEqual(result.applied, versions);
+      // A fresh pool: the terminations above may also have hit an idle connection of \`pool\` that it has not noticed yet.
+      const next = new pg.Pool({ connectionString: url, max: 1 });
+      try {
+        const result = await setupPostgres(fromPg(next), schema, loadStatements(schema), { batchSize: 300 });
+        assert.deepEqual(result.applied, versions);
+      } finally {
+        await next.end();
+      }
       await assertUpgraded(admin, schema, old, fresh);
     } finally {
       blocker.release();

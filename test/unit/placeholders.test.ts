@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { parseArrayLiteral, toArrayLiteral } from '../../src/postgres/drivers/array-literal.js';
 import { jsonCastParams, placeholderChunks, splitStatements } from '../../src/postgres/drivers/placeholders.js';
+import { loadStatements, STATEMENT_NAMES } from '../../src/postgres/statements.js';
 
 describe('placeholders', () => {
   it('finds $N outside comments, strings, quoted identifiers and dollar quotes', () => {
@@ -42,9 +42,11 @@ INSERT INTO a VALUES ('a;b')`;
   });
 
   it('every statement of sql/ uses its parameters $1..$N without gaps, none of them inside a comment', () => {
-    const folder = new URL('../../sql/', import.meta.url);
-    for (const file of readdirSync(folder).filter((f) => f.endsWith('.sql'))) {
-      const text = readFileSync(new URL(file, folder), 'utf8');
+    const statements = loadStatements('relaybus');
+    for (const name of STATEMENT_NAMES) {
+      // As the store sends it: fragments spliced in (sql/fragments/), which hold some of the parameters.
+      const { text } = statements[name];
+      const file = `${name}.sql`;
       const used = new Set(placeholderChunks(text).filter((c): c is number => typeof c === 'number'));
       const max = Math.max(0, ...used);
       assert.deepEqual(
