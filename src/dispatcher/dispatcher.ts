@@ -493,7 +493,7 @@ export class Dispatcher<TTx> {
       logger.warn('stopping the wake-up listener failed', { error: describeError(error) }),
     );
     try {
-      const lanes = await store.relinquish(this.owner, this.#deps.now());
+      const lanes = await store.relinquish(this.owner);
       logger.info('dispatcher stopped', {
         owner: this.owner,
         drained: drained === 'drained',

@@ -815,10 +815,9 @@ class MemoryStore implements Store<MemoryTransaction> {
     });
   }
 
-  async relinquish(owner: string, now?: Date): Promise<number> {
+  async relinquish(owner: string): Promise<number> {
     this.#assertOpen();
     assertName(owner, 'owner');
-    assertOptionalDate(now, 'now');
     let count = 0;
     for (const lane of this.#lanesOwnedBy(owner)) {
       this.#pruneInFlight(lane);

@@ -596,9 +596,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       return fencedMany('release', leases, now);
     },
 
-    async relinquish(owner: string, now?: Date): Promise<number> {
+    async relinquish(owner: string): Promise<number> {
       assertName(owner, 'owner');
-      assertOptionalDate(now, 'now');
       walks.forget(owner);
       return (await runOwned('relinquish', [owner])).length;
     },

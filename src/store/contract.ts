@@ -290,7 +290,8 @@ export interface CompleteAndClaimResult {
 
 /** The contract every store implements. `TTx` is the caller's transaction type. */
 export interface Store<TTx> {
-  readonly kind: 'postgres' | 'mongodb' | 'memory';
+  /** Which store this is; a third-party store names itself (the union stays open to it). */
+  readonly kind: 'postgres' | 'mongodb' | 'memory' | (string & {});
   readonly capabilities: StoreCapabilities;
 
   /** Create or upgrade the store's tables; idempotent and safe to run from several processes at once. */
@@ -374,8 +375,8 @@ export interface Store<TTx> {
   /** Give deliveries back without charging an attempt (graceful shutdown). */
   release(leases: readonly DeliveryLease[], now?: Date): Promise<boolean[]>;
 
-  /** Hand back every lane of `owner` that runs nothing; returns how many. */
-  relinquish(owner: string, now?: Date): Promise<number>;
+  /** Hand back every lane of `owner` that runs nothing; returns how many. (No `now`: handing back does not depend on time.) */
+  relinquish(owner: string): Promise<number>;
 
   /** Move dead deliveries back to pending with a fresh attempt budget; returns how many. Keyed ones go to the end of their key's order. */
   requeue(params: RequeueParams): Promise<number>;

@@ -633,7 +633,7 @@ describe('dispatcher: graceful stop', () => {
         transaction: (fn) => memory.transaction(fn),
         publish: (tx, events, now) => memory.publish(tx, events, now),
         release: (leases, now) => memory.release(leases, now),
-        relinquish: (owner, now) => memory.relinquish(owner, now),
+        relinquish: (owner) => memory.relinquish(owner),
         listDeliveries: (params) => memory.listDeliveries(params),
       },
     );

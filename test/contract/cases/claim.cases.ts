@@ -202,7 +202,7 @@ export const claimCases: CaseGroup = {
         harness.clock.advance(PAST_LEASE_MS);
         const [taken] = await claimExpecting(harness, 'w2', ['e1']);
         await harness.store.completeMany([leaseOf(taken!)], harness.clock.now());
-        assert.equal(await harness.store.relinquish('w2', harness.clock.now()), 1);
+        assert.equal(await harness.store.relinquish('w2'), 1);
         await publish(harness, [event({ id: 'e2', key: 'k' })]);
         const [fresh] = await claimExpecting(harness, 'w1', ['e2']);
         assert.equal(fresh!.lane, old!.lane);

@@ -224,8 +224,8 @@ export const completionCases: CaseGroup = {
             assert.equal(takenOver.attempts, 1);
             assert.deepEqual(await store.completeMany([leaseOf(takenOver)], clock.now()), [true]);
           }
-          await store.relinquish(a, clock.now());
-          await store.relinquish(b, clock.now());
+          await store.relinquish(a);
+          await store.relinquish(b);
           clock.advance(1_000);
         }
       },
