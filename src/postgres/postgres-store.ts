@@ -436,7 +436,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const guard = executor.transactionChecked === true ? null : GUARD_MARKER;
       // The common case, every id new, takes one statement (publish-new). It returns the events it inserted, or one row
       // saying why it wrote nothing (an id exists already, an event has no handler, or no transaction).
-      const params = [...publishArrays(events, ids, payloads), guard, iso(now), channel];
+      // The arrays of publish-new and publish, built once and only when a statement needs them (not for one new event).
+      let arrays: unknown[] | undefined;
+      const params = () => (arrays ??= [...publishArrays(events, ids, payloads), guard, iso(now), channel]);
       const [first] = events;
       const lean = () =>
         events.length === 1
@@ -454,7 +456,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
               iso(now),
               channel,
             ])
-          : run<LeanRow>(executor, 'publish-new', params);
+          : run<LeanRow>(executor, 'publish-new', params());
       let rows: LeanRow[];
       if (guard === null) {
         rows = await lean();
@@ -469,7 +471,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       // An id exists, or (no row at all) a concurrent transaction inserted the one new id first and nothing was
       // written: the full statement (inbox dedup, conflict check) runs for the whole batch, in the same transaction.
       if (rows.length === 0 || rows.some((row) => row.refused === 'exists')) {
-        const full = await run<FullRow>(executor, 'publish', params);
+        const full = await run<FullRow>(executor, 'publish', params());
         if (full.some((row) => row.no_transaction)) throw notInTransaction();
         const fullUnserved = full.find((row) => row.no_handlers);
         if (fullUnserved !== undefined) throw noHandlersError(events[fullUnserved.ord - 1]!, fullUnserved.ord - 1);

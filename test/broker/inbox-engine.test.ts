@@ -15,6 +15,7 @@ import type { InboxEventMap } from '../../src/broker/inbox-types.js';
 import { defaultMapper } from '../../src/broker/message.js';
 import type { MemoryTransaction } from '../../src/memory/memory-store.js';
 import type { Store } from '../../src/store/contract.js';
+import { spyStore } from '../support/wait.js';
 
 const ItemCreated = defineEvent('item.created', Type.Object({ n: Type.Integer() }, { additionalProperties: false }));
 const fastRetry = () => new RetryBackoff({ initialDelayMs: 1, maxDelayMs: 5, multiplier: 2, jitter: 0 });
@@ -54,29 +55,8 @@ function setup(
   options: { batchSize?: number; concurrency?: number } = {},
 ) {
   const base = memoryStore();
-  const store = { ...base, ...wrap(base) } as Store<MemoryTransaction>;
-  // Methods of the memory store rely on `this`: bind what the wrapper did not replace.
-  for (const name of [
-    'setup',
-    'publish',
-    'claim',
-    'extendLease',
-    'completeMany',
-    'complete',
-    'reschedule',
-    'bury',
-    'release',
-    'relinquish',
-    'requeue',
-    'listDeliveries',
-    'statistics',
-    'purgeExpired',
-    'transaction',
-    'close',
-  ] as const) {
-    if (!(name in wrap(base)))
-      (store as unknown as Record<string, unknown>)[name] = (base[name] as (...args: unknown[]) => unknown).bind(base);
-  }
+  // The memory store, with the methods `wrap` replaces (the rest bound to it).
+  const { store } = spyStore(base, wrap(base));
   const bus = createRelayBus({ store, events: [ItemCreated] });
   bus.on(ItemCreated, 'h', async () => {});
   const emitter = new TypedEmitter<InboxEventMap>(() => noopLogger);
