@@ -12,7 +12,10 @@
 -- returns: one row per input event in input order: ord, id, added (handlers that got a delivery), duplicate,
 --          conflict (what differs from the stored event: 'type', 'key', 'payload'; null when nothing does),
 --          stored_type, stored_key (of a conflicting event), no_transaction (true: refused, nothing written),
---          no_handlers (true: this event has no handler; nothing written)
+--          no_handlers (true: this event has no handler; nothing written), raced (true: the id was not there when
+--          this statement looked, and a concurrent transaction inserted it and committed first: nothing written for
+--          it here; the store publishes it again, now against the committed event, and takes back the batch on a
+--          conflict)
 WITH /*include publish-input*/,
 guard AS (
   SELECT $11::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $11::text AS ok
@@ -90,7 +93,8 @@ notified AS (
 )
 SELECT i.ord::int AS ord, i.id, coalesce(a.handlers, '{}') AS added, i.id NOT IN (SELECT id FROM inserted) AS duplicate,
        nullif(c.differences, '{}') AS conflict, c.stored_type, c.stored_key, NOT (SELECT ok FROM guard) AS no_transaction,
-       i.ord IN (SELECT ord FROM unserved) AS no_handlers
+       i.ord IN (SELECT ord FROM unserved) AS no_handlers,
+       (SELECT ok FROM allowed) AND i.id NOT IN (SELECT id FROM inserted) AND i.id NOT IN (SELECT id FROM existing) AS raced
 FROM input i LEFT JOIN added a ON a.event_id = i.id LEFT JOIN conflicts c ON c.ord = i.ord
 WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY i.ord

@@ -115,7 +115,9 @@ export class CompletionBatcher {
         batch.forEach((item, index) => item.resolve(results[index] === true));
         return;
       } catch (error) {
-        const retryable = !(error instanceof RelayBusError) || error.code === 'RELAYBUS_STORE_UNAVAILABLE';
+        // The store's classification decides (a data or constraint error stays one); an error no store classified (a
+        // third-party store's own) gets the bounded retries.
+        const retryable = error instanceof RelayBusError ? error.retryable : true;
         const delay = delays[attempt];
         if (!retryable || delay === undefined) {
           this.#options.logger.error('completing a batch of deliveries failed', {

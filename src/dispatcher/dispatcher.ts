@@ -9,6 +9,7 @@ import { parseLeaseToken } from '../core/lease-token.js';
 import { describeError, type Logger } from '../core/logger.js';
 import type { ResolvedDispatcherOptions } from '../core/options.js';
 import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
+import { ActivityReport } from './activity-report.js';
 import { CompletionBatcher } from './completion-batcher.js';
 import { reportLeaseLost, runDelivery, RunningDelivery, type RunOutcome, type RunnerDeps } from './handler-runner.js';
 import { LeaseRenewer } from './lease-renewer.js';
@@ -152,6 +153,7 @@ export class Dispatcher<TTx> {
   readonly #toRelease: DeliveryLease[] = [];
   readonly #health: HealthState;
   readonly #claimBackoff: RetryBackoff;
+  readonly #activity: ActivityReport;
   /** Aborted by `stop()`: ends a claim retry's backoff at once. */
   readonly #stopSignal = new AbortController();
   /** When the first of the current run of failed claims happened. */
@@ -172,6 +174,7 @@ export class Dispatcher<TTx> {
     this.owner = createOwnerId(config.options.ownerPrefix);
     this.#health = config.health ?? new HealthState();
     this.#claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
+    this.#activity = new ActivityReport(config.logger);
     const now = (): Date | undefined => config.clock?.now();
     this.#batcher = new CompletionBatcher({
       store: config.store,
@@ -312,6 +315,7 @@ export class Dispatcher<TTx> {
         }
         for (const delivery of claimed) this.#launch(delivery);
         this.#justCompleted = undefined;
+        if (claimed.length > 0) this.#activity.maybeReport(Date.now(), this.#running.size);
         if (claimed.length >= limit) continue;
       }
       await this.#wakeup.wait(options.pollIntervalMs);
@@ -404,6 +408,7 @@ export class Dispatcher<TTx> {
       });
       return;
     }
+    this.#activity.started(lane);
     const run = new RunningDelivery(claimed, handler, lane, epoch);
     this.#running.set(claimed.lease + '/' + claimed.id, run);
     this.#active += 1;

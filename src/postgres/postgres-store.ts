@@ -126,6 +126,29 @@ type LeanRow = RowOf<'publish-new' | 'publish-new-one'>;
 
 type FullRow = RowOf<'publish'>;
 
+/** What a publish statement did for one event: its result, whether it inserted the event, whether it raced. */
+interface Published extends PublishResult {
+  /** Inserted by this call (not an existing event that only got handlers). */
+  readonly inserted: boolean;
+  /** Its id was inserted by a concurrent transaction while the statement ran: nothing was decided for it yet. */
+  readonly raced: boolean;
+}
+
+/** The results of the full publish statement, after its refusals (no transaction, no handler, a conflict) threw. */
+function fullResults(rows: readonly FullRow[], events: readonly PublishParams[]): Published[] {
+  if (rows.some((row) => row.no_transaction)) throw notInTransaction();
+  const unserved = rows.find((row) => row.no_handlers);
+  if (unserved !== undefined) throw noHandlersError(events[unserved.ord - 1]!, unserved.ord - 1);
+  if (rows.some((row) => row.conflict !== null)) throw conflictError(rows, events);
+  return rows.map((row) => ({
+    eventId: row.id,
+    addedHandlers: row.added,
+    duplicate: row.duplicate,
+    inserted: !row.duplicate,
+    raced: row.raced,
+  }));
+}
+
 function notInTransaction(): InvalidInputError {
   return new InvalidInputError(
     'publish() was called with a transaction that is not in a transaction block (it already committed or rolled back, ' +
@@ -470,21 +493,68 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       if (unserved !== undefined) throw noHandlersError(events[unserved.ord - 1]!, unserved.ord - 1);
       // An id exists, or (no row at all) a concurrent transaction inserted the one new id first and nothing was
       // written: the full statement (inbox dedup, conflict check) runs for the whole batch, in the same transaction.
+      let results: Published[];
       if (rows.length === 0 || rows.some((row) => row.refused === 'exists')) {
-        const full = await run<FullRow>(executor, 'publish', params());
-        if (full.some((row) => row.no_transaction)) throw notInTransaction();
-        const fullUnserved = full.find((row) => row.no_handlers);
-        if (fullUnserved !== undefined) throw noHandlersError(events[fullUnserved.ord - 1]!, fullUnserved.ord - 1);
-        if (full.some((row) => row.conflict !== null)) throw conflictError(full, events);
-        return full.map((row) => ({ eventId: row.id, addedHandlers: row.added, duplicate: row.duplicate }));
+        results = fullResults(await run<FullRow>(executor, 'publish', params()), events);
+      } else {
+        // An event without a row was not inserted: a concurrent transaction inserted its id first.
+        const added = new Map<number, string[]>(rows.map((row) => [toInt(row.ord), row.handlers ?? []]));
+        results = ids.map((eventId, index) => {
+          const handlers = added.get(index + 1);
+          return handlers === undefined
+            ? { eventId, addedHandlers: [], duplicate: true, raced: true, inserted: false }
+            : { eventId, addedHandlers: handlers, duplicate: false, raced: false, inserted: true };
+        });
       }
-      // An event without a row was inserted by a concurrent transaction first (a batch where other ids were new): a
-      // duplicate that got nothing.
-      const added = new Map<number, string[]>(rows.map((row) => [toInt(row.ord), row.handlers ?? []]));
-      return ids.map((id, index) => {
-        const handlers = added.get(index + 1);
-        return { eventId: id, addedHandlers: handlers ?? [], duplicate: handlers === undefined };
-      });
+      if (results.some((result) => result.raced)) {
+        results = await settleRaced(results, async (raced) => {
+          const pick = <T>(values: readonly T[]) => raced.map((index) => values[index]!);
+          const subset = pick(events);
+          const full = await run<FullRow>(executor, 'publish', [
+            ...publishArrays(subset, pick(ids), pick(payloads)),
+            guard,
+            iso(now),
+            channel,
+          ]);
+          if (full.some((row) => row.conflict !== null)) return conflictError(full, subset);
+          return fullResults(full, subset);
+        });
+      }
+      return results.map(({ eventId, addedHandlers, duplicate }) => ({ eventId, addedHandlers, duplicate }));
+
+      /**
+       * Publish the raced events again (their ids are committed now, so the full statement sees them: inbox dedup or
+       * a conflict). On a conflict, take back everything this call wrote and throw: a batch writes all or nothing.
+       */
+      async function settleRaced(
+        first: readonly Published[],
+        again: (raced: number[]) => Promise<Published[] | EventConflictError>,
+      ): Promise<Published[]> {
+        const raced = first.flatMap((result, index) => (result.raced ? [index] : []));
+        const second = await again(raced);
+        if (second instanceof EventConflictError) {
+          const added = first.flatMap((result, index) => result.addedHandlers.map((handler) => ({ index, handler })));
+          const at = (index: number) => events[index]!;
+          await run(executor, 'publish-undo', [
+            added.map(({ index }) => ids[index]),
+            added.map(({ handler }) => handler),
+            added.map(({ index }) => laneOf(at(index).key, ids[index]!)),
+            added.map(({ index }) => at(index).key ?? null),
+            first.flatMap((result) => (result.inserted ? [result.eventId] : [])),
+          ]);
+          throw second;
+        }
+        const merged = [...first];
+        raced.forEach((index, n) => {
+          merged[index] = second[n]!;
+        });
+        if (merged.some((result) => result.raced))
+          throw new StoreUnavailableError(
+            'An event id of this publish was inserted by a concurrent transaction twice in a row; nothing is decided for it. It is safe to retry.',
+            { retryable: true },
+          );
+        return merged;
+      }
     },
 
     async subscribe(subscriptions: readonly Subscription[], now?: Date, options?: SubscribeOptions): Promise<void> {

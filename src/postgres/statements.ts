@@ -22,6 +22,7 @@ export const STATEMENT_NAMES = [
   'publish-guard',
   'publish-new',
   'publish-new-one',
+  'publish-undo',
   'purge-expired',
   'release',
   'list-subscriptions',

@@ -530,7 +530,7 @@ describe('dispatcher: completion batcher', () => {
       store: {
         completeMany: async () => {
           attempts += 1;
-          throw new StoreUnavailableError('down');
+          throw new StoreUnavailableError('down', { retryable: true });
         },
       },
       windowMs: 0,
@@ -540,6 +540,26 @@ describe('dispatcher: completion batcher', () => {
     });
     await assert.rejects(batcher.complete(lease('1')), StoreUnavailableError);
     assert.equal(attempts, 3);
+  });
+
+  it('does not retry a write the store classified as not retryable (a data or constraint error)', async () => {
+    let attempts = 0;
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async () => {
+          attempts += 1;
+          throw new StoreUnavailableError('Postgres statement "complete-many" failed (SQLSTATE 22P02)', {
+            retryable: false,
+          });
+        },
+      },
+      windowMs: 0,
+      retryDelaysMs: [1, 1],
+      now: () => undefined,
+      logger: noopLogger,
+    });
+    await assert.rejects(batcher.complete(lease('1')), StoreUnavailableError);
+    assert.equal(attempts, 1);
   });
 });
 
