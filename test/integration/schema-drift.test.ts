@@ -14,7 +14,7 @@
  * (b) and (c) need a database each, since the migrations create the schema "relaybus" itself.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
@@ -33,7 +33,7 @@ import {
 } from '../../src/postgres/index.js';
 import { setupPostgres } from '../../src/postgres/setup.js';
 import { loadStatements } from '../../src/postgres/statements.js';
-import { catalog, drain, seedPending } from '../support/upgrades.js';
+import { catalog, drain, seedPending, supplementAtVersion } from '../support/upgrades.js';
 import { findPostgres } from '../support/databases.js';
 
 const run = promisify(execFile);
@@ -61,11 +61,13 @@ function snapshotFolder(folder: string): Record<string, string> {
  */
 async function generate(
   schemaFiles: readonly string[],
+  migrations: string = join(root, 'schema/migrations'),
+  answerPrompts = false,
 ): Promise<{ output: string; before: Record<string, string>; after: Record<string, string> }> {
   const dir = mkdtempSync(join(tmpdir(), 'relaybus-drift-'));
   try {
     const out = join(dir, 'migrations');
-    cpSync(join(root, 'schema/migrations'), out, { recursive: true });
+    cpSync(migrations, out, { recursive: true });
     const config = join(dir, 'drizzle.config.ts');
     writeFileSync(
       config,
@@ -77,11 +79,39 @@ async function generate(
       })};\n`,
     );
     const before = snapshotFolder(out);
-    const { stdout, stderr } = await run(drizzleKit, ['generate', '--config', config], { cwd: root, timeout: 60_000 });
-    return { output: `${stdout}\n${stderr}`, before, after: snapshotFolder(out) };
+    const output = answerPrompts
+      ? await generateAnsweringPrompts(config)
+      : await run(drizzleKit, ['generate', '--config', config], { cwd: root, timeout: 60_000 }).then(
+          ({ stdout, stderr }) => `${stdout}\n${stderr}`,
+        );
+    return { output, before, after: snapshotFolder(out) };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * `drizzle-kit generate` where it asks (a table created or renamed?) and refuses to ask without a terminal: run in a
+ * pseudo-terminal (util-linux `script`), pressing Enter for each question as a user taking the default does (the
+ * default is "create").
+ */
+function generateAnsweringPrompts(config: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('script', ['-qfec', `${drizzleKit} generate --config ${config}`, '/dev/null'], { cwd: root });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    const enter = setInterval(() => child.stdin.write('\r'), 500);
+    const timeout = setTimeout(() => child.kill(), 60_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearInterval(enter);
+      clearTimeout(timeout);
+      if (code === 0) resolve(output);
+      else reject(new Error(`drizzle-kit generate exited ${code}:\n${output}`));
+    });
+  });
 }
 
 describe('drizzle-kit generate on the committed schema', () => {
@@ -140,12 +170,19 @@ describe('the drizzle-kit migrations plus the supplement build what setup() buil
     return new pg.Pool({ connectionString: target.toString(), max: 2 });
   }
 
-  /** A copy of the committed migrations folder whose journal stops after the first `count` entries (an earlier relaybus). */
+  /**
+   * A copy of the committed migrations folder as an earlier relaybus shipped it: the first `count` entries of the
+   * journal, their SQL files and snapshots (drizzle-kit diffs against the last snapshot it finds).
+   */
   function folderUpTo(count: number): string {
     const dir = mkdtempSync(join(tmpdir(), 'relaybus-drift-version-'));
     cpSync(join(root, 'schema/migrations'), dir, { recursive: true });
     const journalFile = join(dir, 'meta/_journal.json');
-    const journal = JSON.parse(readFileSync(journalFile, 'utf8')) as { entries: unknown[] };
+    const journal = JSON.parse(readFileSync(journalFile, 'utf8')) as { entries: { idx: number; tag: string }[] };
+    for (const { idx, tag } of journal.entries.slice(count)) {
+      rmSync(join(dir, `${tag}.sql`));
+      rmSync(join(dir, `meta/${String(idx).padStart(4, '0')}_snapshot.json`));
+    }
     writeFileSync(journalFile, JSON.stringify({ ...journal, entries: journal.entries.slice(0, count) }));
     return dir;
   }
@@ -186,7 +223,7 @@ describe('the drizzle-kit migrations plus the supplement build what setup() buil
         const db = drizzle({ client: pool });
         // The user's database at that version: its migrations, and the supplement of that version (lane rows, records of its migrations).
         await migrate(db, { migrationsFolder: earlier, ...migrateOptions });
-        for (const statement of loadSupplement('relaybus')) await pool.query(statement);
+        for (const statement of supplementAtVersion('relaybus', versions[count - 1]!)) await pool.query(statement);
         for (const name of versions.slice(0, count))
           await pool.query('INSERT INTO relaybus.relaybus_migrations (name) VALUES ($1)', [name]);
         const events = await seedPending(pool, 'relaybus', 60);
@@ -215,4 +252,52 @@ describe('the drizzle-kit migrations plus the supplement build what setup() buil
       }
     });
   }
+
+  it(`a drizzle-kit user who generates the upgrade from ${versions.at(-2)} to the latest from schema/postgres.ts, then appends the supplement, keeps per-key order and gets the SQL functions`, async () => {
+    const pool = await freshDatabase('generated');
+    const earlier = folderUpTo(versions.length - 1);
+    try {
+      const db = drizzle({ client: pool });
+      await migrate(db, { migrationsFolder: earlier, ...migrateOptions });
+      for (const statement of supplementAtVersion('relaybus', versions.at(-2)!)) await pool.query(statement);
+      for (const name of versions.slice(0, -1))
+        await pool.query('INSERT INTO relaybus.relaybus_migrations (name) VALUES ($1)', [name]);
+      const seeded = await seedPending(pool, 'relaybus', 60);
+      // The user's own migration: drizzle-kit generate against their folder (at the earlier version), applied by drizzle.
+      const generated = await generate([join(root, 'schema/postgres.ts')], earlier, true);
+      const added = Object.keys(generated.after).filter((file) => file.endsWith('.sql') && !(file in generated.before));
+      assert.equal(added.length, 1, generated.output);
+      for (const [file, text] of Object.entries(generated.after)) writeFileSync(join(earlier, file), text);
+      await migrate(db, { migrationsFolder: earlier, ...migrateOptions });
+      await pool.query(createPostgresSupplementSql({ schema: 'relaybus' }));
+      await postgresStore({ driver: fromPg(pool), schema: 'via_setup' }).setup();
+      assert.deepEqual(await catalog(pool, 'relaybus'), await catalog(pool, 'via_setup'));
+      // A key with pending deliveries from before the upgrade gets a later event: it must run after them.
+      const store = postgresStore({ driver: fromPg(pool), schema: 'relaybus' });
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await store.publish(client, [
+          { id: 'after-upgrade', type: 't', key: 'key-0', payload: {}, handlers: [{ name: 'h', maxAttempts: 3 }] },
+        ]);
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+      const sequences = await pool.query<{ id: string; sequence: string }>(
+        `SELECT event_id AS id, sequence::text FROM relaybus.relaybus_deliveries WHERE key = 'key-0' ORDER BY sequence`,
+      );
+      assert.equal(sequences.rows.at(-1)?.id, 'after-upgrade', JSON.stringify(sequences.rows));
+      assert.deepEqual(
+        await drain(store, ['h']),
+        [...seeded, 'after-upgrade'].sort(),
+        'in per-key order (drain checks it)',
+      );
+      const lane = await pool.query<{ lane: number }>(`SELECT relaybus.relaybus_lane('key-0') AS lane`);
+      assert.equal(typeof lane.rows[0]?.lane, 'number', 'relaybus_lane exists');
+    } finally {
+      rmSync(earlier, { recursive: true, force: true });
+      await pool.end();
+    }
+  });
 });

@@ -3,11 +3,11 @@ import { after, describe, it } from 'node:test';
 import pg from 'pg';
 import { InvalidOptionsError, SchemaMismatchError, StoreUnavailableError } from '../../src/core/errors.js';
 import { createPostgresSchemaSql, fromPg, postgresStore } from '../../src/postgres/index.js';
-import { asScript, loadMigrations, loadSupplement } from '../../src/postgres/schema-sql.js';
+import { asScript, loadMigrations } from '../../src/postgres/schema-sql.js';
 import { setupPostgres } from '../../src/postgres/setup.js';
 import { loadStatements } from '../../src/postgres/statements.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
-import { catalog as fullCatalog, drain, seedPending } from '../support/upgrades.js';
+import { catalog as fullCatalog, drain, seedPending, supplementAtVersion } from '../support/upgrades.js';
 
 const found = await findPostgres();
 
@@ -101,7 +101,8 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
   /** A schema at relaybus version `count` (its first `count` migrations, the supplement, the records), as setup() of that version left it. */
   async function schemaAtVersion(schema: string, count: number): Promise<void> {
     const migrations = loadMigrations(schema).slice(0, count);
-    await admin.query(asScript([...migrations.flatMap((m) => m.statements), ...loadSupplement(schema)]));
+    const version = migrations.at(-1)!.name;
+    await admin.query(asScript([...migrations.flatMap((m) => m.statements), ...supplementAtVersion(schema, version)]));
     for (const { name } of migrations)
       await admin.query(`INSERT INTO "${schema}".relaybus_migrations (name) VALUES ($1)`, [name]);
   }

@@ -1,3 +1,4 @@
+import { loadSupplement } from '../../src/postgres/schema-sql.js';
 import assert from 'node:assert/strict';
 import type pg from 'pg';
 import { laneOf } from '../../src/core/lanes.js';
@@ -48,8 +49,9 @@ export async function catalog(client: pg.Pool | pg.PoolClient, schema: string) {
   const sequences = await q<{ name: string; type: string; start: string; increment: string; cycle: boolean }>(`
     SELECT s.sequencename AS name, s.data_type::text AS type, s.start_value::text AS start, s.increment_by::text AS increment, s.cycle
     FROM pg_sequences s WHERE s.schemaname = $1 ORDER BY 1`);
-  const functions = await q<{ name: string }>(`
-    SELECT p.proname AS name FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1`);
+  const functions = await q<{ name: string; definition: string }>(`
+    SELECT p.proname AS name, pg_get_functiondef(p.oid) AS definition
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1`);
   const lanes = await q<{ count: number; epochs: string; empty: boolean }>(`
     SELECT count(*)::int AS count, string_agg(DISTINCT epoch::text, ',') AS epochs, bool_and(in_flight = '{}' AND lease_owner IS NULL) AS empty
     FROM ${`"${schema}"`}.relaybus_lanes WHERE $1::text IS NOT NULL`);
@@ -59,9 +61,19 @@ export async function catalog(client: pg.Pool | pg.PoolClient, schema: string) {
     constraints: constraints.map((c) => ({ ...c, definition: neutral(c.definition) })),
     indexes: indexes.map((i) => ({ ...i, definition: neutral(i.definition) })),
     sequences,
-    functions,
+    functions: functions.map((f) => ({ ...f, definition: neutral(f.definition) })),
     lanes,
   };
+}
+
+/**
+ * The supplement as relaybus `version` shipped it, for a schema built at that version: before 0002 it had no SQL
+ * functions and no key-order sequence (the statements naming them came with 0002).
+ */
+export function supplementAtVersion(schema: string, version: string): string[] {
+  const statements = loadSupplement(schema);
+  if (version >= '0002') return statements;
+  return statements.filter((statement) => !/FUNCTION|relaybus_key_order/.test(statement));
 }
 
 export type Catalog = Awaited<ReturnType<typeof catalog>>;
