@@ -142,7 +142,7 @@ export class Dispatcher<TTx> {
   readonly #config: DispatcherConfig<TTx>;
   readonly #handlerNames: readonly string[];
   readonly #running = new Map<string, RunningDelivery<TTx>>();
-  /** Runs of `#running` whose handler is still running (the others only wait for their outcome write). */
+  /** Runs of `#running` in phase `running` (the others only wait for their outcome write); changes with a run's phase. */
   #active = 0;
   #wakeQueued = false;
   readonly #wakeup = new Wakeup();
@@ -199,17 +199,12 @@ export class Dispatcher<TTx> {
       now,
       wallNow: () => config.clock?.now() ?? new Date(),
       random: config.random,
-      settled: () => this.#settled(),
+      handlerEnded: () => this.#handlerEnded(),
     };
   }
 
   get state(): DispatcherState {
     return this.#state;
-  }
-
-  /** Handlers running now. */
-  get runningCount(): number {
-    return this.#running.size;
   }
 
   /** Start the claim loop. */
@@ -422,7 +417,7 @@ export class Dispatcher<TTx> {
   }
 
   /** A run's handler is over: its slot is free. Wakes the claim loop once per turn of the event loop, not per run. */
-  #settled(): void {
+  #handlerEnded(): void {
     this.#active -= 1;
     if (this.#wakeQueued) return;
     this.#wakeQueued = true;
@@ -433,10 +428,9 @@ export class Dispatcher<TTx> {
   }
 
   #finish(run: RunningDelivery<TTx>, outcome: RunOutcome): RunOutcome {
-    if (!run.settled) {
-      run.settled = true;
-      this.#active -= 1;
-    }
+    // A run that ended without its runner ending the handler phase (an unexpected failure) frees its slot here.
+    if (run.endHandler()) this.#active -= 1;
+    run.end();
     this.#running.delete(run.claimed.lease + '/' + run.claimed.id);
     this.#renewer.untrack(run.lane, run.epoch);
     if (outcome === 'aborted') this.#toRelease.push(run.lease);

@@ -47,33 +47,39 @@ export interface RunnerDeps<TTx> {
    * aborted; a transactional handler's transaction has ended), before its outcome is written. Its
    * handler slot is free from then on: writing the outcome runs no user code.
    */
-  readonly settled?: (run: RunningDelivery<TTx>) => void;
+  readonly handlerEnded?: (run: RunningDelivery<TTx>) => void;
 }
 
 /** Longest error text recorded with a failed delivery. */
 const MAX_ERROR_LENGTH = 4_000;
 
-/** A claimed delivery while it runs: its handler, its abort signal and what stopped it. */
+/**
+ * Where a run is. Moves one way only: `running` (its handler holds a slot) -> `writing` (the handler's part is over,
+ * its outcome is being written; the slot is free) -> `done` (the outcome is written or dropped).
+ */
+export type RunPhase = 'running' | 'writing' | 'done';
+
+/**
+ * A claimed delivery while it runs: its handler, its abort signal, what stopped it, and its phase. This module owns
+ * every change of its state; the dispatcher reads it and asks for the two transitions it observes (`endHandler` when
+ * a run ends without the runner having ended its handler phase, `end`).
+ */
 export class RunningDelivery<TTx> {
   readonly claimed: ClaimedDelivery;
   readonly handler: ResolvedHandler<TTx>;
   readonly lane: number;
   readonly epoch: string;
   readonly info: DeliveryInfo;
-  /** The first reason the signal was aborted. */
-  abortKind: AbortKind | undefined;
-  /** What the signal was (or will be) aborted with. */
-  abortReason: unknown;
-  /** The lane lease is known to be lost (reported once). */
-  leaseLost = false;
-  /** The handler's part is over (see `RunnerDeps.settled`). */
-  settled = false;
-  /** Settles when the run has ended and its outcome is written. */
+  /** Settles when the run has ended and its outcome is written; set once by whoever starts the run. */
   done: Promise<RunOutcome> = Promise.resolve('aborted');
+  /** Stops the runner's wait for the handler (set by the runner while it waits). */
+  onAbort: (() => void) | undefined;
+  #phase: RunPhase = 'running';
+  #abortKind: AbortKind | undefined;
+  #abortReason: unknown;
+  #leaseLost = false;
   /** Created on first use of `signal`: most handlers never read it, and a controller costs more than the rest of a run. */
   #controller: AbortController | undefined;
-  /** Stops the runner's wait for the handler (set while it waits). */
-  onAbort: (() => void) | undefined;
 
   constructor(claimed: ClaimedDelivery, handler: ResolvedHandler<TTx>, lane: number, epoch: string) {
     this.claimed = claimed;
@@ -96,11 +102,42 @@ export class RunningDelivery<TTx> {
     };
   }
 
+  get phase(): RunPhase {
+    return this.#phase;
+  }
+
+  /** The first reason the signal was aborted. */
+  get abortKind(): AbortKind | undefined {
+    return this.#abortKind;
+  }
+
+  /** What the signal was (or will be) aborted with. */
+  get abortReason(): unknown {
+    return this.#abortReason;
+  }
+
+  /** The lane lease is known to be lost. */
+  get leaseLost(): boolean {
+    return this.#leaseLost;
+  }
+
+  /** The handler's part is over: `running` -> `writing`. True only for the call that made the change. */
+  endHandler(): boolean {
+    if (this.#phase !== 'running') return false;
+    this.#phase = 'writing';
+    return true;
+  }
+
+  /** The run is over. */
+  end(): void {
+    this.#phase = 'done';
+  }
+
   /** The handler's abort signal; already aborted if the run was. */
   get signal(): AbortSignal {
     if (this.#controller === undefined) {
       this.#controller = new AbortController();
-      if (this.abortKind !== undefined) this.#controller.abort(this.abortReason);
+      if (this.#abortKind !== undefined) this.#controller.abort(this.#abortReason);
     }
     return this.#controller.signal;
   }
@@ -110,11 +147,18 @@ export class RunningDelivery<TTx> {
     return { deliveryId: this.claimed.id, lease: this.claimed.lease };
   }
 
+  /** Mark the lane lease lost; true only for the first call (report it once). */
+  markLeaseLost(): boolean {
+    if (this.#leaseLost) return false;
+    this.#leaseLost = true;
+    return true;
+  }
+
   /** Abort the handler's signal; the first kind wins. */
   abort(kind: AbortKind, reason: unknown): void {
-    if (this.abortKind !== undefined) return;
-    this.abortKind = kind;
-    this.abortReason = reason;
+    if (this.#abortKind !== undefined) return;
+    this.#abortKind = kind;
+    this.#abortReason = reason;
     this.#controller?.abort(reason);
     const onAbort = this.onAbort;
     this.onAbort = undefined;
@@ -131,8 +175,7 @@ export function reportLeaseLost<TTx>(
   detectedBy: 'renewal' | 'claim' | 'outcome',
   deps: Pick<RunnerDeps<TTx>, 'emitter' | 'logger'>,
 ): void {
-  if (run.leaseLost) return;
-  run.leaseLost = true;
+  if (!run.markLeaseLost()) return;
   deps.logger.warn('lease lost: the delivery runs again on another worker; this result is dropped', {
     deliveryId: run.claimed.id,
     handler: run.claimed.handler,
@@ -295,7 +338,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
     const error = new Error(
       `handler "${handler.name}" is registered for event type "${handler.eventType}" but was handed a delivery of "${claimed.eventType}"; a handler name must not move between event types`,
     );
-    settle(run, deps);
+    endHandler(run, deps);
     return writeFailure(run, deps, error, elapsed, true);
   }
   // A payload published through SQL (relaybus_publish, a trigger) was never checked against the event's schema: one
@@ -306,7 +349,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
     const error = new Error(
       `the payload of event "${claimed.eventId}" does not match the schema of "${claimed.eventType}" (${shown}); it was published without that check (from SQL?). Fix the publisher, then requeue the delivery`,
     );
-    settle(run, deps);
+    endHandler(run, deps);
     return writeFailure(run, deps, error, elapsed, true);
   }
 
@@ -343,7 +386,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
   } finally {
     clearTimeout(timer);
   }
-  settle(run, deps);
+  endHandler(run, deps);
 
   if (succeeded) {
     if (handler.transactional) return delivered(run, deps, elapsed());
@@ -370,10 +413,9 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
   return writeFailure(run, deps, error, elapsed, false);
 }
 
-function settle<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>): void {
-  if (run.settled) return;
-  run.settled = true;
-  deps.settled?.(run);
+/** The handler's part of the run is over: its slot is free before the outcome is written. */
+function endHandler<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>): void {
+  if (run.endHandler()) deps.handlerEnded?.(run);
 }
 
 function delivered<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, durationMs: number): RunOutcome {

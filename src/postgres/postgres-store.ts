@@ -315,6 +315,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const statements = loadStatements(schema);
   const walks = new KeyWalkCursors();
   const probes = new RetryProbes();
+  /** Owners whose last claim claimed and completed nothing (see claimCycle). */
+  const idleOwners = new Set<string>();
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
     throw new InvalidOptionsError(`notify must be a boolean, got ${JSON.stringify(options.notify)}.`);
   }
@@ -379,10 +381,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         ...walks.parameters(owner),
         ...leaseArrays(complete),
         history,
-        ...probes.takeDue((params.now ?? new Date()).getTime()),
+        ...probes.due((params.now ?? new Date()).getTime()),
       ]);
       const claimedRows = rows.filter((row) => row.completed_id === null);
       walks.advance(owner, claimedRows);
+      probes.claimed(claimedRows);
       return {
         claimedRows,
         completedIds: new Set(rows.flatMap((row) => (row.completed_id === null ? [] : [row.completed_id]))),
@@ -397,30 +400,56 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         leaseDurationMs,
         now,
       ]);
-    const first = await claimHeld(limit, leases);
-    const claimed = first.claimedRows;
-    // A lease listed twice succeeds once, as it would in two calls.
-    const completed = leases.map((lease) => first.completedIds.delete(lease.deliveryId));
-    try {
-      if (claimed.length < limit) {
-        // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
-        for (const take of acquireRounds()) {
-          const [acquired] = await acquire(take);
-          if (!acquired || toInt(acquired.lanes) === 0) break;
-          const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
-          claimed.push(...more);
-          if (more.length === 0 || claimed.length >= limit) break;
-        }
-      } else if (params.takeover === true) {
-        // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
-        // worker are taken over (and its work re-run) while everyone is busy.
-        await acquire(FIRST_LANES_TO_TAKE);
+    const claimed: ClaimRow[] = [];
+    /**
+     * Take free lanes with due work, `acquireRounds()` lanes at a time, and claim from the held lanes after each round,
+     * until the batch is full, a claim finds nothing, or a round took fewer lanes than it asked (no more free lanes with
+     * due work). With `alwaysClaim`, the held lanes are asked once even when the first round took no lane.
+     */
+    const acquireAndClaim = async (alwaysClaim: boolean) => {
+      for (const take of acquireRounds()) {
+        const [acquired] = await acquire(take);
+        const taken = acquired ? toInt(acquired.lanes) : 0;
+        if (taken === 0 && !(alwaysClaim && take === FIRST_LANES_TO_TAKE)) break;
+        const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
+        claimed.push(...more);
+        if (taken < take || more.length === 0 || claimed.length >= limit) break;
       }
-    } catch (error) {
-      // What was claimed (and completed) is recorded: hand it over, or it would stay stuck in flight in this owner's
-      // lanes while the owner lives. The failure shows again on the next claim.
-      if (claimed.length === 0 && leases.length === 0) throw error;
+    };
+    let completed: boolean[];
+    if (leases.length === 0 && idleOwners.has(owner)) {
+      // The owner's last claim found nothing, so it likely holds no lane (a claim hands back lanes that run nothing):
+      // take free lanes first, then claim from every held lane. Two statements for a delivery published into an idle
+      // worker's free lane instead of three; a lane still held is asked all the same.
+      completed = [];
+      try {
+        await acquireAndClaim(true);
+      } catch (error) {
+        // As below: what was claimed is recorded, so it is handed over; the failure shows again on the next claim.
+        if (claimed.length === 0) throw error;
+      }
+    } else {
+      const first = await claimHeld(limit, leases);
+      claimed.push(...first.claimedRows);
+      // A lease listed twice succeeds once, as it would in two calls.
+      completed = leases.map((lease) => first.completedIds.delete(lease.deliveryId));
+      try {
+        if (claimed.length < limit) {
+          // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
+          await acquireAndClaim(false);
+        } else if (params.takeover === true) {
+          // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
+          // worker are taken over (and its work re-run) while everyone is busy.
+          await acquire(FIRST_LANES_TO_TAKE);
+        }
+      } catch (error) {
+        // What was claimed (and completed) is recorded: hand it over, or it would stay stuck in flight in this owner's
+        // lanes while the owner lives. The failure shows again on the next claim.
+        if (claimed.length === 0 && leases.length === 0) throw error;
+      }
     }
+    if (claimed.length === 0 && !completed.includes(true)) idleOwners.add(owner);
+    else idleOwners.delete(owner);
     return { claimed: claimed.map(toClaimed), completed };
   }
 
@@ -671,6 +700,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async relinquish(owner: string): Promise<number> {
       assertName(owner, 'owner');
       walks.forget(owner);
+      idleOwners.delete(owner);
       return (await runOwned('relinquish', [owner])).length;
     },
 
