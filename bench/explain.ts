@@ -72,7 +72,7 @@ try {
   );
 
   async function analyzeAll(): Promise<void> {
-    for (const table of ['relaybus_events', 'relaybus_deliveries', 'relaybus_lanes', 'relaybus_key_sequences'])
+    for (const table of ['relaybus_events', 'relaybus_deliveries', 'relaybus_lanes', 'relaybus_subscriptions'])
       await pool.query(`ANALYZE "${schema}".${table}`);
   }
 

@@ -43,6 +43,8 @@ export const DEFAULT_BACKOFF: BackoffOptions = Object.freeze({
   multiplier: 2,
   jitter: 0.2,
 });
+/** Claim loops per dispatcher (see `DispatcherOptions.claimLoops`). */
+export const DEFAULT_CLAIM_LOOPS = 1;
 /** `start()` runs `store.setup()` unless told otherwise. */
 export const DEFAULT_SETUP_STORE = true;
 
@@ -66,6 +68,12 @@ export interface DispatcherOptions {
   readonly shutdownGraceMs?: number;
   /** First part of the lease owner `prefix:pid:random`; default the host name. */
   readonly ownerPrefix?: string;
+  /**
+   * Claim loops in this process, 1..8. Default `DEFAULT_CLAIM_LOOPS` (1). Each loop holds its own lanes (a lease
+   * owner of its own) and claims while the others' handlers run, so Node and Postgres work at once; the handler slots
+   * (`concurrency`) are shared. Two pay off on a deep backlog (the bench: keyed dispatch 1.38x in one process).
+   */
+  readonly claimLoops?: number;
 }
 
 /** `DispatcherOptions` with every default applied. */
@@ -77,6 +85,7 @@ export interface ResolvedDispatcherOptions {
   readonly completionBatchWindowMs: number;
   readonly shutdownGraceMs: number;
   readonly ownerPrefix: string | undefined;
+  readonly claimLoops: number;
 }
 
 /** Options of `createRelayBus`. */
@@ -150,6 +159,7 @@ const DispatcherSchema = Type.Object(
     completionBatchWindowMs: integer(0, 1_000),
     shutdownGraceMs: integer(0, MAX_TIMER_MS),
     ownerPrefix: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    claimLoops: integer(1, 8),
   },
   { additionalProperties: false },
 );
@@ -321,6 +331,7 @@ export function resolveDispatcherOptions(input: DispatcherOptions = {}): Resolve
     completionBatchWindowMs: input.completionBatchWindowMs ?? DEFAULT_COMPLETION_BATCH_WINDOW_MS,
     shutdownGraceMs: input.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS,
     ownerPrefix: input.ownerPrefix,
+    claimLoops: input.claimLoops ?? DEFAULT_CLAIM_LOOPS,
   });
 }
 

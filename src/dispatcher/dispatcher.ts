@@ -1,5 +1,3 @@
-import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Clock } from '../core/clock.js';
 import type { TypedEmitter } from '../core/emitter.js';
@@ -10,11 +8,10 @@ import { describeError, type Logger } from '../core/logger.js';
 import type { ResolvedDispatcherOptions } from '../core/options.js';
 import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
 import { ActivityReport } from './activity-report.js';
-import { CompletionBatcher } from './completion-batcher.js';
-import { reportLeaseLost, runDelivery, RunningDelivery, type RunOutcome, type RunnerDeps } from './handler-runner.js';
-import { LeaseRenewer } from './lease-renewer.js';
+import { ClaimLoop } from './claim-loop.js';
+import { reportLeaseLost, runDelivery, RunningDelivery, type RunOutcome } from './handler-runner.js';
 import { GracePeriod } from './shutdown.js';
-import { RetryBackoff, Wakeup } from './wakeup.js';
+import type { RetryBackoff } from './wakeup.js';
 
 /**
  * The dispatcher: the worker loop that claims deliveries and runs their handlers. It knows the
@@ -41,11 +38,16 @@ import { RetryBackoff, Wakeup } from './wakeup.js';
  *   (by the bus's clock) a claim sets `takeover`: even when this worker's own lanes fill the batch,
  *   the store takes a few other lanes, so a crashed worker's expired lanes are taken over while
  *   every worker is busy.
+ * - Claim loops (`claimLoops`, default 1): each loop claims as a lease owner of its own (lanes are held per owner),
+ *   with its own renewer, completion batcher, wake-up and takeover clock (src/dispatcher/claim-loop.ts); the handler
+ *   slots, the runs and the health are shared. A loop reserves the slots its claim may fill, so the loops never
+ *   claim more than `concurrency` between them. With two, one loop's claim waits on Postgres while the other's
+ *   handlers run.
  * - `stopping` (`stop()`): no new claim starts; deliveries of a claim that was in progress are
  *   released unrun. Running handlers get up to `shutdownGraceMs` to finish (their outcomes are
  *   written normally). The rest are aborted through their signal and released (no attempt
- *   charged), pending completions are flushed, renewal stops and `relinquish(owner)` hands every
- *   lane back, so other workers take the lanes at once instead of after the lease.
+ *   charged), pending completions are flushed, renewal stops and `relinquish(owner)` of every loop hands
+ *   every lane back, so other workers take the lanes at once instead of after the lease.
  * - `stopped`: final. A dispatcher is not restarted; create a new one (a new owner id).
  *
  * A failed claim is logged once and retried after a capped exponential backoff (250 ms doubling to
@@ -126,88 +128,83 @@ export interface StopOptions {
   readonly graceMs?: number;
 }
 
-/**
- * A unique lease owner id `prefix:pid:random` (prefix defaults to the host name), new for every
- * dispatcher instance so a restarted process never inherits a dead predecessor's lanes.
- */
-export function createOwnerId(prefix?: string): string {
-  const base = (prefix ?? hostname()) || 'relaybus';
-  return `${base.slice(0, 100)}:${process.pid}:${randomBytes(6).toString('hex')}`;
+export { createOwnerId } from './owner-id.js';
+
+/** A run and the claim loop whose lane it was claimed in. */
+interface Running<TTx> {
+  readonly run: RunningDelivery<TTx>;
+  readonly loop: ClaimLoop<TTx>;
 }
 
 /** The worker loop of one bus; see the module header for its states. Created by `bus.start()`. */
 export class Dispatcher<TTx> {
-  /** The lease owner id this dispatcher claims lanes as. */
+  /** The lease owner id of the first claim loop (each loop claims lanes as an owner of its own; see `owners`). */
   readonly owner: string;
+  /** The lease owner ids of every claim loop. */
+  readonly owners: readonly string[];
   readonly #config: DispatcherConfig<TTx>;
   readonly #handlerNames: readonly string[];
-  readonly #running = new Map<string, RunningDelivery<TTx>>();
+  readonly #loops: readonly ClaimLoop<TTx>[];
+  readonly #running = new Map<string, Running<TTx>>();
   /** Runs of `#running` in phase `running` (the others only wait for their outcome write); changes with a run's phase. */
   #active = 0;
+  /** Handler slots a claim in progress may fill (so two loops never claim more than `concurrency` between them). */
+  #reserved = 0;
   #wakeQueued = false;
-  readonly #wakeup = new Wakeup();
   readonly #grace = new GracePeriod();
-  readonly #batcher: CompletionBatcher;
-  readonly #renewer: LeaseRenewer;
-  readonly #deps: RunnerDeps<TTx>;
   readonly #toRelease: DeliveryLease[] = [];
   readonly #health: HealthState;
-  readonly #claimBackoff: RetryBackoff;
   readonly #activity: ActivityReport;
   /** Aborted by `stop()`: ends a claim retry's backoff at once. */
   readonly #stopSignal = new AbortController();
-  /** When the first of the current run of failed claims happened. */
-  #failingSince = 0;
-  /** When (config clock, ms) the last claim that asked for a takeover succeeded; see `#takeoverDue`. */
-  #lastTakeoverAt: number | undefined;
   #state: DispatcherState = 'idle';
-  #loop: Promise<void> = Promise.resolve();
-  /** Runs (by `#running` key) that the claim being launched has just completed; see the claim loop. */
-  #justCompleted: Set<string> | undefined;
   /** The unsubscribe of the store's wake-ups, once subscribed. */
   #wakeups: Promise<(() => Promise<void>) | undefined> = Promise.resolve(undefined);
   #stopping: Promise<void> | undefined;
+  readonly #now: () => Date | undefined;
+  readonly #wallNow: () => Date;
 
   constructor(config: DispatcherConfig<TTx>) {
     this.#config = config;
     this.#handlerNames = Object.freeze([...config.handlers.keys()]);
-    this.owner = createOwnerId(config.options.ownerPrefix);
     this.#health = config.health ?? new HealthState();
-    this.#claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
     this.#activity = new ActivityReport(config.logger);
-    const now = (): Date | undefined => config.clock?.now();
-    this.#batcher = new CompletionBatcher({
-      store: config.store,
-      windowMs: config.options.completionBatchWindowMs,
-      now,
-      logger: config.logger,
-    });
-    this.#renewer = new LeaseRenewer({
-      store: config.store,
-      owner: this.owner,
-      leaseDurationMs: config.options.leaseDurationMs,
-      intervalMs: Math.max(1, Math.floor(config.options.leaseDurationMs / 3)),
-      now,
-      logger: config.logger,
-      onLost: (lane, epoch, detectedBy) => this.#onLaneLost(lane, epoch, detectedBy),
-    });
-    this.#deps = {
-      store: config.store,
-      batcher: this.#batcher,
-      emitter: config.emitter,
-      logger: config.logger,
-      now,
-      wallNow: () => config.clock?.now() ?? new Date(),
-      random: config.random,
-      handlerEnded: () => this.#handlerEnded(),
-    };
+    this.#now = () => config.clock?.now();
+    this.#wallNow = () => config.clock?.now() ?? new Date();
+    const { options } = config;
+    this.#loops = Array.from(
+      { length: options.claimLoops },
+      (_, index) =>
+        new ClaimLoop<TTx>({
+          index,
+          ownerPrefix: options.ownerPrefix,
+          store: config.store,
+          leaseDurationMs: options.leaseDurationMs,
+          completionBatchWindowMs: options.completionBatchWindowMs,
+          logger: config.logger,
+          deps: {
+            store: config.store,
+            emitter: config.emitter,
+            logger: config.logger,
+            now: this.#now,
+            wallNow: this.#wallNow,
+            random: config.random,
+            handlerEnded: () => this.#handlerEnded(),
+          },
+          random: config.random,
+          claimBackoff: index === 0 ? config.claimBackoff : undefined,
+          onLost: (loop, lane, epoch, detectedBy) => this.#onLaneLost(loop, lane, epoch, detectedBy),
+        }),
+    );
+    this.owners = Object.freeze(this.#loops.map((loop) => loop.owner));
+    this.owner = this.owners[0]!;
   }
 
   get state(): DispatcherState {
     return this.#state;
   }
 
-  /** Start the claim loop. */
+  /** Start the claim loops. */
   start(): void {
     if (this.#state !== 'idle')
       throw new InvalidStateError(
@@ -218,14 +215,15 @@ export class Dispatcher<TTx> {
         'The dispatcher has no handlers to run; register them with bus.on(...) before start().',
       );
     this.#state = 'running';
-    this.#renewer.start();
+    for (const loop of this.#loops) loop.renewer.start();
     this.#config.logger.info('dispatcher started', {
       owner: this.owner,
+      ...(this.owners.length > 1 ? { owners: this.owners } : {}),
       handlers: this.#handlerNames.length,
       ...this.#config.options,
     });
     this.#wakeups = this.#subscribeWakeups();
-    this.#loop = this.#claimLoop();
+    for (const loop of this.#loops) loop.done = this.#claimLoop(loop);
   }
 
   /** Claim at once when a publish commits (NOTIFY), instead of at the next poll; polling stays. */
@@ -233,11 +231,15 @@ export class Dispatcher<TTx> {
     const { store, logger } = this.#config;
     if (store.subscribeWakeups === undefined) return undefined;
     try {
-      return await store.subscribeWakeups(() => this.#wakeup.wake());
+      return await store.subscribeWakeups(() => this.#wakeAll());
     } catch (error) {
       logger.warn('listening for new deliveries failed; the dispatcher polls only', { error: describeError(error) });
       return undefined;
     }
+  }
+
+  #wakeAll(): void {
+    for (const loop of this.#loops) loop.wakeup.wake();
   }
 
   /**
@@ -259,28 +261,31 @@ export class Dispatcher<TTx> {
     return this.#stopping;
   }
 
-  async #claimLoop(): Promise<void> {
+  async #claimLoop(loop: ClaimLoop<TTx>): Promise<void> {
     const { store, options, logger } = this.#config;
     while (this.#state === 'running') {
       // A slot is a running handler: a run whose handler returned and that only waits for its outcome
       // write (the completion batch) does not hold one, so the next claim overlaps that write. Those
-      // waiting runs are bounded too, to one more `concurrency`, should the writes fall behind.
-      const free = Math.min(options.concurrency - this.#active, 2 * options.concurrency - this.#running.size);
+      // waiting runs are bounded too, to one more `concurrency`, should the writes fall behind. Slots another loop's
+      // claim in progress may fill are reserved.
+      const free =
+        Math.min(options.concurrency - this.#active, 2 * options.concurrency - this.#running.size) - this.#reserved;
       if (free > 0) {
         const limit = Math.min(options.batchSize, free);
-        const takeoverAt = this.#takeoverDue();
+        const takeoverAt = this.#takeoverDue(loop);
         const params: ClaimParams = {
-          owner: this.owner,
+          owner: loop.owner,
           handlers: this.#handlerNames,
           limit,
           leaseDurationMs: options.leaseDurationMs,
-          now: this.#deps.now(),
+          now: this.#now(),
           ...(takeoverAt === undefined ? {} : { takeover: true }),
         };
         // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
         // be claimed at once.
-        const riding = this.#batcher.take();
+        const riding = loop.batcher.take();
         let claimed: ClaimedDelivery[];
+        this.#reserved += limit;
         try {
           if (riding === undefined) {
             claimed = await store.claim(params);
@@ -290,7 +295,7 @@ export class Dispatcher<TTx> {
             claimed = result.claimed;
             // Those runs learn of their completion a few microtasks later; until then a lane the same statement
             // handed back and took again at a newer epoch must not report them lost (they are done).
-            this.#justCompleted = new Set(
+            loop.justCompleted = new Set(
               riding.leases
                 .filter((_, index) => result.completed[index] === true)
                 .map((lease) => lease.lease + '/' + lease.deliveryId),
@@ -298,41 +303,46 @@ export class Dispatcher<TTx> {
           }
         } catch (error) {
           riding?.giveBack();
-          await this.#retryClaimAfter(error);
+          await this.#retryClaimAfter(loop, error);
           continue;
+        } finally {
+          this.#reserved -= limit;
         }
-        this.#claimSucceeded();
-        if (takeoverAt !== undefined) this.#lastTakeoverAt = takeoverAt;
-        if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit });
+        this.#claimSucceeded(loop);
+        if (takeoverAt !== undefined) loop.lastTakeoverAt = takeoverAt;
+        if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit, owner: loop.owner });
         if (this.#state !== 'running') {
           this.#toRelease.push(...claimed.map((delivery) => ({ deliveryId: delivery.id, lease: delivery.lease })));
           break;
         }
-        for (const delivery of claimed) this.#launch(delivery);
-        this.#justCompleted = undefined;
+        for (const delivery of claimed) this.#launch(loop, delivery);
+        loop.justCompleted = undefined;
         if (claimed.length > 0) this.#activity.maybeReport(Date.now(), this.#running.size);
         if (claimed.length >= limit) continue;
       }
-      await this.#wakeup.wait(options.pollIntervalMs);
+      await loop.wakeup.wait(options.pollIntervalMs);
     }
   }
 
   /**
-   * The clock reading (ms) when this claim should ask for a takeover, else undefined: the first claim, then the first
-   * after each lease duration. Only then may a claim whose held lanes fill the batch take other lanes, so a crashed
-   * worker's expired lanes are taken over within about two lease durations even when every worker is busy.
+   * The clock reading (ms) when this loop's claim should ask for a takeover, else undefined: the first claim, then the
+   * first after each lease duration. Only then may a claim whose held lanes fill the batch take other lanes, so a
+   * crashed worker's expired lanes are taken over within about two lease durations even when every worker is busy.
    */
-  #takeoverDue(): number | undefined {
-    const at = this.#deps.wallNow().getTime();
-    const last = this.#lastTakeoverAt;
+  #takeoverDue(loop: ClaimLoop<TTx>): number | undefined {
+    const at = this.#wallNow().getTime();
+    const last = loop.lastTakeoverAt;
     return last === undefined || at - last >= this.#config.options.leaseDurationMs ? at : undefined;
   }
 
-  /** Log a failed claim once, mark the bus unready, and wait out the backoff (or until stop). */
-  async #retryClaimAfter(error: unknown): Promise<void> {
-    const delayMs = this.#claimBackoff.failed();
-    const attempt = this.#claimBackoff.failures;
-    if (attempt === 1) this.#failingSince = Date.now();
+  /**
+   * Log a failed claim once (the first loop logs; the others fail alike against the same store), mark the bus
+   * unready, and wait out the backoff (or until stop).
+   */
+  async #retryClaimAfter(loop: ClaimLoop<TTx>, error: unknown): Promise<void> {
+    const delayMs = loop.claimBackoff.failed();
+    const attempt = loop.claimBackoff.failures;
+    if (attempt === 1) loop.failingSince = Date.now();
     const described = describeError(error);
     this.#health.markUnready(described);
     const retryable = isRetryableError(error);
@@ -341,6 +351,7 @@ export class Dispatcher<TTx> {
       retryAt: new Date(Date.now() + delayMs).toISOString(),
       retryInMs: delayMs,
       error: described,
+      ...(this.#loops.length > 1 ? { owner: loop.owner } : {}),
     };
     const what = retryable
       ? attempt === 1
@@ -350,7 +361,8 @@ export class Dispatcher<TTx> {
         ? 'claiming deliveries failed'
         : 'claiming deliveries failed again';
     const message = `${what}; claiming again after a backoff`;
-    if (retryable) this.#config.logger.warn(message, fields);
+    if (loop.index > 0) this.#config.logger.debug(message, fields);
+    else if (retryable) this.#config.logger.warn(message, fields);
     else this.#config.logger.error(message, fields);
     try {
       await sleep(delayMs, undefined, { signal: this.#stopSignal.signal });
@@ -359,20 +371,20 @@ export class Dispatcher<TTx> {
     }
   }
 
-  #claimSucceeded(): void {
-    const failures = this.#claimBackoff.succeeded();
+  #claimSucceeded(loop: ClaimLoop<TTx>): void {
+    const failures = loop.claimBackoff.succeeded();
     const first = this.#health.markReady();
-    if (failures > 0) {
+    if (failures > 0 && loop.index === 0) {
       this.#config.logger.info('database reachable again; claiming resumed', {
         failedAttempts: failures,
-        unreachableForMs: Date.now() - this.#failingSince,
+        unreachableForMs: Date.now() - loop.failingSince,
       });
     } else if (first) {
-      this.#config.logger.debug('first claim succeeded; the bus is ready', { owner: this.owner });
+      this.#config.logger.debug('first claim succeeded; the bus is ready', { owner: loop.owner });
     }
   }
 
-  #launch(claimed: ClaimedDelivery): void {
+  #launch(loop: ClaimLoop<TTx>, claimed: ClaimedDelivery): void {
     const { logger } = this.#config;
     const handler = this.#config.handlers.get(claimed.handler);
     let lane: number;
@@ -395,7 +407,7 @@ export class Dispatcher<TTx> {
       this.#releaseNow([{ deliveryId: claimed.id, lease: claimed.lease }]);
       return;
     }
-    if (!this.#renewer.track(lane, epoch)) {
+    if (!loop.renewer.track(lane, epoch)) {
       logger.warn('a claim returned a lane at an older epoch than one already held; dropping the stale delivery', {
         deliveryId: claimed.id,
         lane,
@@ -405,48 +417,49 @@ export class Dispatcher<TTx> {
     }
     this.#activity.started(lane);
     const run = new RunningDelivery(claimed, handler, lane, epoch);
-    this.#running.set(claimed.lease + '/' + claimed.id, run);
+    this.#running.set(claimed.lease + '/' + claimed.id, { run, loop });
     this.#active += 1;
-    run.done = runDelivery(run, this.#deps).then(
-      (outcome) => this.#finish(run, outcome),
+    run.done = runDelivery(run, loop.deps).then(
+      (outcome) => this.#finish(loop, run, outcome),
       (error: unknown) => {
         logger.error('a handler run failed unexpectedly', { deliveryId: claimed.id, error: describeError(error) });
-        return this.#finish(run, 'unrecorded');
+        return this.#finish(loop, run, 'unrecorded');
       },
     );
   }
 
-  /** A run's handler is over: its slot is free. Wakes the claim loop once per turn of the event loop, not per run. */
+  /** A run's handler is over: its slot is free. Wakes the claim loops once per turn of the event loop, not per run. */
   #handlerEnded(): void {
     this.#active -= 1;
     if (this.#wakeQueued) return;
     this.#wakeQueued = true;
     setImmediate(() => {
       this.#wakeQueued = false;
-      this.#wakeup.wake();
+      this.#wakeAll();
     });
   }
 
-  #finish(run: RunningDelivery<TTx>, outcome: RunOutcome): RunOutcome {
+  #finish(loop: ClaimLoop<TTx>, run: RunningDelivery<TTx>, outcome: RunOutcome): RunOutcome {
     // A run that ended without its runner ending the handler phase (an unexpected failure) frees its slot here.
     if (run.endHandler()) this.#active -= 1;
     run.end();
     this.#running.delete(run.claimed.lease + '/' + run.claimed.id);
-    this.#renewer.untrack(run.lane, run.epoch);
+    loop.renewer.untrack(run.lane, run.epoch);
     if (outcome === 'aborted') this.#toRelease.push(run.lease);
-    this.#wakeup.wake();
+    this.#wakeAll();
     return outcome;
   }
 
-  #onLaneLost(lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
-    for (const [key, run] of this.#running) {
-      if (run.lane === lane && run.epoch === epoch && this.#justCompleted?.has(key) !== true)
-        reportLeaseLost(run, detectedBy, this.#deps);
+  #onLaneLost(loop: ClaimLoop<TTx>, lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
+    for (const [key, running] of this.#running) {
+      const { run } = running;
+      if (running.loop === loop && run.lane === lane && run.epoch === epoch && loop.justCompleted?.has(key) !== true)
+        reportLeaseLost(run, detectedBy, loop.deps);
     }
   }
 
   #releaseNow(leases: readonly DeliveryLease[]): void {
-    this.#config.store.release(leases, this.#deps.now()).catch((error: unknown) => {
+    this.#config.store.release(leases, this.#now()).catch((error: unknown) => {
       this.#config.logger.warn('releasing deliveries failed; they run again once their lane lease expires', {
         count: leases.length,
         error: describeError(error),
@@ -457,14 +470,14 @@ export class Dispatcher<TTx> {
   async #shutdown(graceMs: number): Promise<void> {
     const { store, logger } = this.#config;
     logger.info('dispatcher stopping', { owner: this.owner, running: this.#running.size, graceMs });
-    this.#wakeup.wake();
-    await this.#loop;
+    this.#wakeAll();
+    await Promise.all(this.#loops.map((loop) => loop.done));
 
     const drained = await this.#grace.wait(
-      [...this.#running.values()].map((run) => run.done),
+      [...this.#running.values()].map(({ run }) => run.done),
       graceMs,
     );
-    const aborted = [...this.#running.values()];
+    const aborted = [...this.#running.values()].map(({ run }) => run);
     for (const run of aborted)
       run.abort('shutdown', new DOMException('relaybus is stopping and the grace period is over', 'AbortError'));
     await Promise.all(aborted.map((run) => run.done));
@@ -473,7 +486,7 @@ export class Dispatcher<TTx> {
     const leases = this.#toRelease.splice(0);
     if (leases.length > 0) {
       try {
-        const released = await store.release(leases, this.#deps.now());
+        const released = await store.release(leases, this.#now());
         logger.info('released unfinished deliveries (no attempt charged)', {
           count: released.filter(Boolean).length,
           requested: leases.length,
@@ -485,14 +498,15 @@ export class Dispatcher<TTx> {
         });
       }
     }
-    await this.#batcher.flush();
-    await this.#renewer.stop();
+    await Promise.all(this.#loops.map((loop) => loop.batcher.flush()));
+    await Promise.all(this.#loops.map((loop) => loop.renewer.stop()));
     const unsubscribe = await this.#wakeups;
     await unsubscribe?.().catch((error: unknown) =>
       logger.warn('stopping the wake-up listener failed', { error: describeError(error) }),
     );
     try {
-      const lanes = await store.relinquish(this.owner);
+      let lanes = 0;
+      for (const loop of this.#loops) lanes += await store.relinquish(loop.owner);
       logger.info('dispatcher stopped', {
         owner: this.owner,
         drained: drained === 'drained',

@@ -86,6 +86,7 @@ export function spyStore<TTx>(
     'setup',
     'publish',
     'claim',
+    'completeAndClaim',
     'extendLease',
     'completeMany',
     'complete',

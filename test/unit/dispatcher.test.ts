@@ -145,16 +145,20 @@ describe('dispatcher: delivery', () => {
     );
   });
 
-  it('writes completions finishing within the window as one completeMany', async (t) => {
+  it('writes completions finishing within the window in one store call (riding on the next claim)', async (t) => {
     const { bus, publish, callsOf } = harness(t, { completionBatchWindowMs: 20 });
     bus.on(Order, 'fast', () => undefined);
     const delivered = collect(bus.events, 'delivered');
     for (let n = 0; n < 5; n += 1) await publish(n);
     await bus.start();
     await waitFor(() => delivered.length === 5, '5 delivered');
-    const completes = callsOf('completeMany');
-    assert.equal(completes.length, 1);
-    assert.equal((completes[0]!.args[0] as DeliveryLease[]).length, 5);
+    const writes = [...callsOf('completeMany'), ...callsOf('completeAndClaim')]
+      .map((call) => call.args[0] as DeliveryLease[])
+      .filter((leases) => leases.length > 0);
+    assert.deepEqual(
+      writes.map((leases) => leases.length),
+      [5],
+    );
   });
 
   it('hands handlers their delivery, a live signal and the typed payload', async (t) => {
@@ -260,6 +264,7 @@ describe('dispatcher: failures', () => {
         transaction: (fn) => memory.transaction(fn),
         publish: (tx, events, now) => memory.publish(tx, events, now),
         completeMany: (leases, now) => memory.completeMany(leases, now),
+        completeAndClaim: (leases, params) => memory.completeAndClaim(leases, params),
       },
     );
     bus.on(Order, 'after-outage', () => undefined);
@@ -494,6 +499,42 @@ describe('dispatcher: lost leases', () => {
     ]);
     assert.deepEqual(lost, ['2@9:renewal']);
     assert.deepEqual([...renewer.lanes.keys()], [1]);
+  });
+});
+
+describe('dispatcher: claim loops', () => {
+  it('two loops claim as two owners, share the handler slots, deliver every pair once and hand back every lane', async (t) => {
+    const { bus, store, callsOf, memory } = harness(t, { claimLoops: 2, concurrency: 4, batchSize: 4 });
+    let running = 0;
+    let most = 0;
+    const seen: number[] = [];
+    bus.on(Order, 'order-a', async (order) => {
+      running += 1;
+      most = Math.max(most, running);
+      await pause(2);
+      seen.push(order.n);
+      running -= 1;
+    });
+    const delivered = collect(bus.events, 'delivered');
+    await store.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        Array.from({ length: 60 }, (_, n) => ({ event: Order, payload: { n }, options: { key: `k${n % 20}` } })),
+      ),
+    );
+    await bus.start();
+    await waitFor(() => delivered.length === 60, '60 deliveries', 10_000);
+    assert.deepEqual(
+      [...seen].sort((a, b) => a - b),
+      Array.from({ length: 60 }, (_, n) => n),
+    );
+    assert.ok(most <= 4, `at most concurrency (4) handlers at once across both loops, saw ${most}`);
+    const owners = new Set(callsOf('claim').map((call) => (call.args[0] as ClaimParams).owner));
+    assert.equal(owners.size, 2, 'each loop claims as an owner of its own');
+    await bus.stop();
+    const relinquished = callsOf('relinquish').map((call) => call.args[0]);
+    assert.deepEqual([...relinquished].sort(), [...owners].sort());
+    assert.equal((await memory.statistics()).lanesLeased, 0);
   });
 });
 

@@ -53,6 +53,7 @@ describe('resolveRelayBusOptions', () => {
       completionBatchWindowMs: DEFAULT_COMPLETION_BATCH_WINDOW_MS,
       shutdownGraceMs: DEFAULT_SHUTDOWN_GRACE_MS,
       ownerPrefix: undefined,
+      claimLoops: 1,
     });
     assert.equal(options.events.get('ping'), Ping);
     assert.ok(Object.isFrozen(options));
@@ -92,6 +93,7 @@ describe('resolveRelayBusOptions', () => {
       { ...base, dispatcher: { completionBatchWindowMs: 5_000 } },
       /completionBatchWindowMs: .*less or equal to 1000/,
     );
+    invalid({ ...base, dispatcher: { claimLoops: 9 } }, /dispatcher\.claimLoops: .*less or equal to 8 \(got 9\)/);
     invalid({ ...base, maxAttempts: 0 }, /maxAttempts: .*greater or equal to 1/);
     invalid({ ...base, handlerTimeoutMs: Number.POSITIVE_INFINITY }, /handlerTimeoutMs: .*\(got Infinity\)/);
     invalid({ ...base, backoff: { jitter: 2 } }, /backoff\.jitter: .*less or equal to 1/);

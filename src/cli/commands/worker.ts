@@ -68,6 +68,12 @@ const FLAGS = {
     value: 'time',
     description: "Lane lease, at least 100ms, e.g. 30s. Default: the config's (30s).",
   },
+  'claim-loops': {
+    type: 'string',
+    value: 'n',
+    description:
+      "Claim loops, 1..8: each holds its own lanes, so claims overlap handler work. Default: the config's (1).",
+  },
   handlers: {
     type: 'string',
     value: 'names',
@@ -166,12 +172,13 @@ function overridesOf(values: ReturnType<typeof parseFlags<typeof FLAGS>>['values
     batchSize: integerFlag('batch-size', values['batch-size'], 1, 1_000),
     pollIntervalMs: durationFlag('poll-interval', values['poll-interval'], 1, DAY_MS),
     leaseDurationMs: durationFlag('lease-duration', values['lease-duration'], 100, DAY_MS),
+    claimLoops: integerFlag('claim-loops', values['claim-loops'], 1, 8),
   };
   const given = Object.fromEntries(Object.entries(dispatcher).filter(([, value]) => value !== undefined));
   const handlers = listFlag('handlers', values.handlers);
-  const flags = (['concurrency', 'batch-size', 'poll-interval', 'lease-duration', 'handlers'] as const).filter(
-    (flag) => values[flag] !== undefined,
-  );
+  const flags = (
+    ['concurrency', 'batch-size', 'poll-interval', 'lease-duration', 'claim-loops', 'handlers'] as const
+  ).filter((flag) => values[flag] !== undefined);
   return {
     options: { ...(Object.keys(given).length > 0 ? { dispatcher: given } : {}), ...(handlers ? { handlers } : {}) },
     flags: flags.map((flag) => `--${flag}`),

@@ -1,0 +1,68 @@
+import { createOwnerId } from './owner-id.js';
+import type { Logger } from '../core/logger.js';
+import type { Store } from '../store/contract.js';
+import { CompletionBatcher } from './completion-batcher.js';
+import type { RunnerDeps } from './handler-runner.js';
+import { LeaseRenewer } from './lease-renewer.js';
+import { RetryBackoff, Wakeup } from './wakeup.js';
+
+/** What a claim loop is built from: the dispatcher's shared parts and this loop's place. */
+export interface ClaimLoopConfig<TTx> {
+  readonly index: number;
+  readonly ownerPrefix: string | undefined;
+  readonly store: Store<TTx>;
+  readonly leaseDurationMs: number;
+  readonly completionBatchWindowMs: number;
+  readonly logger: Logger;
+  /** The runner's dependencies shared by every loop; the loop adds its own completion batcher. */
+  readonly deps: Omit<RunnerDeps<TTx>, 'batcher'>;
+  readonly random: (() => number) | undefined;
+  readonly claimBackoff: RetryBackoff | undefined;
+  readonly onLost: (loop: ClaimLoop<TTx>, lane: number, epoch: string, detectedBy: 'renewal' | 'claim') => void;
+}
+
+/**
+ * The state of one claim loop of a dispatcher. Lanes are held per lease owner, so each loop has its own owner, the
+ * renewer of its lanes, the completion batcher whose completions ride on its claims (a completed keyed delivery's
+ * successor is in one of its lanes), its wake-up, its claim backoff and its takeover clock. The handler slots and
+ * the runs are the dispatcher's, shared by its loops.
+ */
+export class ClaimLoop<TTx> {
+  readonly index: number;
+  readonly owner: string;
+  readonly wakeup = new Wakeup();
+  readonly batcher: CompletionBatcher;
+  readonly renewer: LeaseRenewer;
+  readonly deps: RunnerDeps<TTx>;
+  readonly claimBackoff: RetryBackoff;
+  /** When (config clock, ms) the last claim that asked for a takeover succeeded. */
+  lastTakeoverAt: number | undefined;
+  /** Runs (by the dispatcher's run key) that the claim being launched has just completed. */
+  justCompleted: Set<string> | undefined;
+  /** When the first of the current run of failed claims happened. */
+  failingSince = 0;
+  /** The running loop, once started. */
+  done: Promise<void> = Promise.resolve();
+
+  constructor(config: ClaimLoopConfig<TTx>) {
+    this.index = config.index;
+    this.owner = createOwnerId(config.ownerPrefix);
+    this.claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
+    this.batcher = new CompletionBatcher({
+      store: config.store,
+      windowMs: config.completionBatchWindowMs,
+      now: config.deps.now,
+      logger: config.logger,
+    });
+    this.renewer = new LeaseRenewer({
+      store: config.store,
+      owner: this.owner,
+      leaseDurationMs: config.leaseDurationMs,
+      intervalMs: Math.max(1, Math.floor(config.leaseDurationMs / 3)),
+      now: config.deps.now,
+      logger: config.logger,
+      onLost: (lane, epoch, detectedBy) => config.onLost(this, lane, epoch, detectedBy),
+    });
+    this.deps = { ...config.deps, batcher: this.batcher };
+  }
+}
