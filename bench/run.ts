@@ -105,6 +105,8 @@ const PUBLISH: Entry[] = [
   e('raw-sql', 'default', false),
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
+/** relaybus tuned with two claim loops in its one process (dispatcher.claimLoops: 2), next to tuned. */
+const CLAIM_LOOPS: Entry[] = [e('relaybus', 'tuned', true), e('relaybus', 'loops2', true)];
 
 const PLANS: Record<'quick' | 'full', Plan> = {
   quick: {
@@ -116,6 +118,7 @@ const PLANS: Record<'quick' | 'full', Plan> = {
     publishEntries: PUBLISH,
     dispatch: [
       { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED },
+      { deliveries: 40_000, dispatchers: 1, eventsPerKey: 10, entries: CLAIM_LOOPS },
       { deliveries: 50_000, dispatchers: 2, eventsPerKey: 10, entries: RELAYBUS_TUNED },
       { deliveries: 50_000, dispatchers: 4, eventsPerKey: 10, entries: RELAYBUS_TUNED },
       { deliveries: 4_000, dispatchers: 1, eventsPerKey: 10, entries: DEFAULTS },

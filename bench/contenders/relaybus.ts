@@ -81,6 +81,7 @@ function makeBus(
             ...(settings.extra?.completionBatchWindowMs !== undefined
               ? { completionBatchWindowMs: settings.extra.completionBatchWindowMs }
               : {}),
+            ...(settings.extra?.claimLoops !== undefined ? { claimLoops: settings.extra.claimLoops } : {}),
           },
         }
       : {}),
@@ -92,13 +93,15 @@ export const relaybus: Contender = {
   ordersKeys: true,
   keyed: true,
   retryBackoff: true,
-  keyedVariants: ['defaults', 'tuned', 'pipelined'],
+  keyedVariants: ['defaults', 'tuned', 'pipelined', 'loops2'],
   variants: {
     // The library's DEFAULT_* (concurrency 10, batch 10, poll 1 s) on a default-sized pg pool.
     defaults: { concurrency: 10, batchSize: 10, pollIntervalMs: 1000, poolSize: 10 },
     tuned: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, poolSize: 20 },
     // Twice the batch in handler slots: the next claim overlaps the completion of the previous batch.
     pipelined: { concurrency: 400, batchSize: 200, pollIntervalMs: 50, poolSize: 20 },
+    // Two claim loops (two lease owners sharing the slots): one loop's claim waits on Postgres while the other's handlers run.
+    loops2: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
   },
   tables: { deliveries: 'relaybus_deliveries', lanes: 'relaybus_lanes' },
 

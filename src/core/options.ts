@@ -71,7 +71,8 @@ export interface DispatcherOptions {
   /**
    * Claim loops in this process, 1..8. Default `DEFAULT_CLAIM_LOOPS` (1). Each loop holds its own lanes (a lease
    * owner of its own) and claims while the others' handlers run, so Node and Postgres work at once; the handler slots
-   * (`concurrency`) are shared. Two pay off on a deep backlog (the bench: keyed dispatch 1.38x in one process).
+   * (`concurrency`) are shared, each loop claiming at most its share of them. Two can pay off on a deep backlog (see
+   * the bench's claim-loops cell).
    */
   readonly claimLoops?: number;
 }

@@ -151,6 +151,8 @@ export class Dispatcher<TTx> {
   /** Handler slots a claim in progress may fill (so two loops never claim more than `concurrency` between them). */
   #reserved = 0;
   #wakeQueued = false;
+  /** The loop the next store wake-up goes to. */
+  #nextWoken = 0;
   readonly #grace = new GracePeriod();
   readonly #toRelease: DeliveryLease[] = [];
   readonly #health: HealthState;
@@ -231,7 +233,12 @@ export class Dispatcher<TTx> {
     const { store, logger } = this.#config;
     if (store.subscribeWakeups === undefined) return undefined;
     try {
-      return await store.subscribeWakeups(() => this.#wakeAll());
+      // One loop per notification, in turn: a publish wakes one claim (two loops woken for one delivery would both
+      // look for it); freed slots still wake every loop.
+      return await store.subscribeWakeups(() => {
+        this.#loops[this.#nextWoken]!.wakeup.wake();
+        this.#nextWoken = (this.#nextWoken + 1) % this.#loops.length;
+      });
     } catch (error) {
       logger.warn('listening for new deliveries failed; the dispatcher polls only', { error: describeError(error) });
       return undefined;
@@ -271,7 +278,8 @@ export class Dispatcher<TTx> {
       const free =
         Math.min(options.concurrency - this.#active, 2 * options.concurrency - this.#running.size) - this.#reserved;
       if (free > 0) {
-        const limit = Math.min(options.batchSize, free);
+        // A loop claims at most its share of the slots, so the others find free slots while its handlers run.
+        const limit = Math.min(options.batchSize, free, Math.ceil(options.concurrency / this.#loops.length));
         const takeoverAt = this.#takeoverDue(loop);
         const params: ClaimParams = {
           owner: loop.owner,
