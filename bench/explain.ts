@@ -220,7 +220,7 @@ RETURNING d.id::text AS id`;
     say(
       `store.claim (limit ${batch}) returned ${claimed.length} deliveries in ${claimMs.toFixed(1)} ms; the owner holds ${held.lanes} lanes with ${held.in_flight} ids in flight; those lanes hold ${inHeld.n} delivery rows.`,
     );
-    const leases = claimed.map((c) => ({ id: c.id, ...parseLeaseToken(c.lease) }));
+    const leases = claimed.map((c) => ({ id: c.id, ...parseLeaseToken(c.leaseToken) }));
     const completeParams = [
       leases.map((l) => l.id),
       leases.map((l) => l.lane),
@@ -285,7 +285,7 @@ RETURNING d.id::text AS id`;
       `| ${phase} | ${results.map(([, ms]) => (Number.isFinite(ms) ? ms.toFixed(1) : 'failed')).join(' | ')} |`,
     );
     if (stale) {
-      await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, lease: c.lease })));
+      await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
       await store.relinquish(owner);
     }
     void laneOf;

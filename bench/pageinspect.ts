@@ -116,7 +116,7 @@ async function relaybusCase(url: string): Promise<string[]> {
   client.release();
   const [claimed] = await store.claim({ owner: 'pageinspect', handlers: ['h1'], limit: 1, leaseDurationMs: 30_000 });
   if (!claimed) throw new Error('relaybus: nothing claimed');
-  const [done] = await store.completeMany([{ deliveryId: claimed.id, lease: claimed.lease }]);
+  const [done] = await store.completeMany([{ deliveryId: claimed.id, leaseToken: claimed.leaseToken }]);
   await pool.end(); // the backend exits and flushes its table statistics
   await sleep(500);
   const admin = await connect(url);

@@ -133,13 +133,13 @@ async function main(): Promise<number> {
     }
     let inboxCommitted = 0;
     let inboxDoneAt = NaN;
-    inbox.events.on('committed', ({ messages }) => {
+    inbox.lifecycle.on('committed', ({ messages }) => {
       inboxCommitted += messages.length;
       if (inboxCommitted >= N && Number.isNaN(inboxDoneAt)) inboxDoneAt = performance.now();
     });
     let relayed = 0;
     let relayDoneAt = NaN;
-    busA.events.on('delivered', () => {
+    busA.lifecycle.on('delivered', () => {
       relayed += 1;
       if (relayed >= N && Number.isNaN(relayDoneAt)) relayDoneAt = performance.now();
     });

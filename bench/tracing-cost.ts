@@ -78,7 +78,7 @@ function busWith(instrumentation: Instrumentation | undefined, onDelivered?: (id
     ...(instrumentation === undefined ? {} : { instrumentation }),
   });
   for (const name of HANDLERS) bus.on(Work, name, () => {});
-  if (onDelivered) bus.events.on('delivered', ({ delivery }) => onDelivered(delivery.id));
+  if (onDelivered) bus.lifecycle.on('delivered', ({ delivery }) => onDelivered(delivery.id));
   return bus;
 }
 

@@ -121,7 +121,7 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     });
   }
 
-  get events(): TypedEvents<InboxEventMap> {
+  get lifecycle(): TypedEvents<InboxEventMap> {
     return this.#emitter;
   }
 

@@ -14,7 +14,7 @@ export type InboxState = 'idle' | 'starting' | 'running' | 'stopping' | 'stopped
  */
 export abstract class InboxLifecycle implements Inbox {
   abstract readonly name: string;
-  abstract readonly events: TypedEvents<InboxEventMap>;
+  abstract readonly lifecycle: TypedEvents<InboxEventMap>;
   protected state: InboxState = 'idle';
   protected lastError: string | undefined;
   /** Aborted by `stop()`: ends reconnect waits at once. */

@@ -52,7 +52,7 @@ export interface InboxStopOptions {
 export interface Inbox {
   /** For logs: `amqp queue orders-b`, `nats ORDERS/orders-b`. */
   readonly name: string;
-  readonly events: TypedEvents<InboxEventMap>;
+  readonly lifecycle: TypedEvents<InboxEventMap>;
   /**
    * Connect, check that the queue (or stream and consumer) exists, and consume. Rejects with
    * `BrokerUnavailableError` (the broker named) when it cannot connect, `BrokerNotFoundError` when the

@@ -89,7 +89,7 @@ export type RelayBusState = 'idle' | 'starting' | 'running' | 'stopping' | 'stop
 /** A relaybus instance; see `createRelayBus`. */
 export interface RelayBus<TTx, TEvent extends EventDefinition = EventDefinition> {
   /** Lifecycle events (`delivered`, `failed`, `dead`, `lease-lost`) for metrics and alerting. */
-  readonly events: TypedEvents<RelayBusEventMap>;
+  readonly lifecycle: TypedEvents<RelayBusEventMap>;
   /** The store, for admin calls: `listDeliveries`, `statistics`, `requeue`, `purgeExpired`. */
   readonly store: Store<TTx>;
   readonly state: RelayBusState;
@@ -209,7 +209,7 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
     return [...this.#handlers.values()];
   }
 
-  get events(): TypedEvents<RelayBusEventMap> {
+  get lifecycle(): TypedEvents<RelayBusEventMap> {
     return this.#emitter;
   }
 

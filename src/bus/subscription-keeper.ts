@@ -43,9 +43,15 @@ export class SubscriptionKeeper<TTx> {
 
   /** Record the subscriptions (rejects with the store's error), then refresh them in the background. */
   async start(): Promise<void> {
-    await this.#store.subscribe(this.#subscriptions, this.#clock?.now());
+    await this.#store.subscribe(this.#subscriptions, this.#options());
     this.#timer = setInterval(() => void this.#refresh(), SUBSCRIPTION_REFRESH_MS);
     this.#timer.unref?.();
+  }
+
+  /** The store call's options: the bus's clock, when it has one. */
+  #options(): { now?: Date } {
+    const now = this.#clock?.now();
+    return now === undefined ? {} : { now };
   }
 
   stop(): void {
@@ -55,7 +61,7 @@ export class SubscriptionKeeper<TTx> {
 
   async #refresh(): Promise<void> {
     try {
-      await this.#store.subscribe(this.#subscriptions, this.#clock?.now());
+      await this.#store.subscribe(this.#subscriptions, this.#options());
     } catch (error) {
       this.#logger.warn("could not refresh the subscriptions of this worker's handlers; trying again in a minute", {
         error: describeError(error),

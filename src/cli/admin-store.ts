@@ -80,7 +80,7 @@ export async function openAdminStore(
   pool.on('error', () => {}); // an idle client dropped by the server: the next query reports it
   let store: PostgresStore<PgClientLike>;
   try {
-    store = postgresStore({ driver: fromPg(pool, { ownsPool: true }), schema });
+    store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema });
   } catch (error) {
     await pool.end();
     if (error instanceof InvalidOptionsError) throw new UsageError(`--schema: ${error.message}`);

@@ -37,7 +37,7 @@ export interface WorkerStartOptions {
  * The bus as the worker sees it. `handlers` and `start(options)` are the per-run overrides; a bus
  * without a `handlers` list cannot take them (the flags are then refused rather than ignored).
  */
-export interface WorkerBus extends Pick<RelayBus<unknown>, 'events' | 'store' | 'state' | 'owner'> {
+export interface WorkerBus extends Pick<RelayBus<unknown>, 'lifecycle' | 'store' | 'state' | 'owner'> {
   readonly handlers?: readonly string[];
   start(options?: WorkerStartOptions): Promise<void>;
   stop(options?: StopOptions): Promise<void>;
@@ -120,8 +120,8 @@ function looksLikeBus(value: unknown): value is WorkerBus {
     typeof bus.on === 'function' &&
     typeof bus.store === 'object' &&
     bus.store !== null &&
-    typeof bus.events === 'object' &&
-    bus.events !== null
+    typeof bus.lifecycle === 'object' &&
+    bus.lifecycle !== null
   );
 }
 

@@ -1,7 +1,7 @@
 import type { Logger } from './logger.js';
 
 /**
- * A tiny typed event emitter for lifecycle events (`bus.events`). Unlike Node's EventEmitter it
+ * A tiny typed event emitter for lifecycle events (`bus.lifecycle`). Unlike Node's EventEmitter it
  * has no special `error` event, never throws from `emit`, and a listener that throws is logged and
  * skipped, so a metrics hook can never break the dispatcher.
  */
@@ -12,7 +12,7 @@ export interface TypedEvents<TMap> {
    * Call `listener` for every `name` event; returns a function that unsubscribes it.
    *
    * ```ts
-   * const off = bus.events.on('dead', ({ delivery, error }) => alert(delivery.handler, error));
+   * const off = bus.lifecycle.on('dead', ({ delivery, error }) => alert(delivery.handler, error));
    * ```
    */
   on<K extends keyof TMap>(name: K, listener: (event: TMap[K]) => void): () => void;

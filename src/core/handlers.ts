@@ -104,7 +104,7 @@ export interface LeaseLostEvent {
   readonly detectedBy: 'renewal' | 'claim' | 'outcome';
 }
 
-/** Lifecycle events of `bus.events`, for metrics and alerting. */
+/** Lifecycle events of `bus.lifecycle`, for metrics and alerting. */
 export interface RelayBusEventMap {
   readonly delivered: DeliveredEvent;
   readonly failed: FailedEvent;

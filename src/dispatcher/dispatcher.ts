@@ -306,7 +306,7 @@ export class Dispatcher<TTx> {
             loop.justCompleted = new Set(
               riding.leases
                 .filter((_, index) => result.completed[index] === true)
-                .map((lease) => lease.lease + '/' + lease.deliveryId),
+                .map((lease) => lease.leaseToken + '/' + lease.deliveryId),
             );
           }
         } catch (error) {
@@ -320,7 +320,9 @@ export class Dispatcher<TTx> {
         if (takeoverAt !== undefined) loop.lastTakeoverAt = takeoverAt;
         if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit, owner: loop.owner });
         if (this.#state !== 'running') {
-          this.#toRelease.push(...claimed.map((delivery) => ({ deliveryId: delivery.id, lease: delivery.lease })));
+          this.#toRelease.push(
+            ...claimed.map((delivery) => ({ deliveryId: delivery.id, leaseToken: delivery.leaseToken })),
+          );
           break;
         }
         for (const delivery of claimed) this.#launch(loop, delivery);
@@ -398,11 +400,11 @@ export class Dispatcher<TTx> {
     let lane: number;
     let epoch: string;
     try {
-      ({ lane, epoch } = parseLeaseToken(claimed.lease));
+      ({ lane, epoch } = parseLeaseToken(claimed.leaseToken));
     } catch (error) {
       logger.error('the store returned a malformed lease; the delivery is skipped until its lane lease expires', {
         deliveryId: claimed.id,
-        lease: claimed.lease,
+        leaseToken: claimed.leaseToken,
         error: describeError(error),
       });
       return;
@@ -412,7 +414,7 @@ export class Dispatcher<TTx> {
         deliveryId: claimed.id,
         handler: claimed.handler,
       });
-      this.#releaseNow([{ deliveryId: claimed.id, lease: claimed.lease }]);
+      this.#releaseNow([{ deliveryId: claimed.id, leaseToken: claimed.leaseToken }]);
       return;
     }
     if (!loop.renewer.track(lane, epoch)) {
@@ -425,7 +427,7 @@ export class Dispatcher<TTx> {
     }
     this.#activity.started(lane);
     const run = new RunningDelivery(claimed, handler, lane, epoch);
-    this.#running.set(claimed.lease + '/' + claimed.id, { run, loop });
+    this.#running.set(claimed.leaseToken + '/' + claimed.id, { run, loop });
     this.#active += 1;
     run.done = runDelivery(run, loop.deps).then(
       (outcome) => this.#finish(loop, run, outcome),
@@ -451,7 +453,7 @@ export class Dispatcher<TTx> {
     // A run that ended without its runner ending the handler phase (an unexpected failure) frees its slot here.
     if (run.endHandler()) this.#active -= 1;
     run.end();
-    this.#running.delete(run.claimed.lease + '/' + run.claimed.id);
+    this.#running.delete(run.claimed.leaseToken + '/' + run.claimed.id);
     loop.renewer.untrack(run.lane, run.epoch);
     if (outcome === 'aborted') this.#toRelease.push(run.lease);
     this.#wakeAll();

@@ -144,7 +144,7 @@ export class RunningDelivery<TTx> {
 
   /** The lease of this claim, for fenced writes. */
   get lease(): DeliveryLease {
-    return { deliveryId: this.claimed.id, lease: this.claimed.lease };
+    return { deliveryId: this.claimed.id, leaseToken: this.claimed.leaseToken };
   }
 
   /** Mark the lane lease lost; true only for the first call (report it once). */

@@ -90,8 +90,6 @@ export interface MemoryStoreOptions {
    * `postgresStore({ completionHistory })` does. Default false.
    */
   readonly completionHistory?: boolean;
-  /** @deprecated The former name of `completionHistory`; still honoured. */
-  readonly retainCompleted?: boolean;
 }
 
 declare const memoryTransactionBrand: unique symbol;
@@ -351,10 +349,10 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   // ----- subscriptions -----------------------------------------------------------------------
 
-  async subscribe(subscriptions: readonly Subscription[], now?: Date, options?: SubscribeOptions): Promise<void> {
+  async subscribe(subscriptions: readonly Subscription[], options?: SubscribeOptions): Promise<void> {
     this.#assertOpen();
-    validateSubscriptions(subscriptions, now, options);
-    const at = timeOf(now);
+    validateSubscriptions(subscriptions, options);
+    const at = timeOf(options?.now);
     const seen = options?.seen ?? true;
     for (const { eventType, handler, maxAttempts, retry } of subscriptions) {
       const byHandler = this.#subscriptions.get(eventType) ?? new Map<string, SubscriptionRecord>();
@@ -692,7 +690,7 @@ class MemoryStore implements Store<MemoryTransaction> {
     const event = this.#events.get(delivery.eventId)!;
     return {
       id: delivery.id,
-      lease: formatLeaseToken({ lane: delivery.lane, epoch: epoch.toString(), claims: delivery.claims }),
+      leaseToken: formatLeaseToken({ lane: delivery.lane, epoch: epoch.toString(), claims: delivery.claims }),
       lane: delivery.lane,
       eventId: delivery.eventId,
       eventType: delivery.eventType,
@@ -976,7 +974,7 @@ class MemoryStore implements Store<MemoryTransaction> {
 export function memoryStore(options: MemoryStoreOptions = {}): Store<MemoryTransaction> {
   if (typeof options !== 'object' || options === null)
     throw new InvalidOptionsError('memoryStore() takes an options object, e.g. { completionHistory: true }.');
-  const completionHistory = options.completionHistory ?? options.retainCompleted ?? false;
+  const completionHistory = options.completionHistory ?? false;
   if (typeof completionHistory !== 'boolean') {
     throw new InvalidOptionsError(
       `memoryStore(): completionHistory must be a boolean, got ${JSON.stringify(completionHistory)}.`,

@@ -113,7 +113,7 @@ class NatsInbox<TTx> extends InboxLifecycle {
     this.#emitter = new TypedEmitter<InboxEventMap>(() => this.#logger);
   }
 
-  get events(): TypedEvents<InboxEventMap> {
+  get lifecycle(): TypedEvents<InboxEventMap> {
     return this.#emitter;
   }
 

@@ -211,7 +211,7 @@ function toClaimed(row: ClaimRow): ClaimedDelivery {
   const lane = toInt(row.lane);
   return {
     id: row.id,
-    lease: formatLeaseToken({ lane, epoch: row.epoch, claims }),
+    leaseToken: formatLeaseToken({ lane, epoch: row.epoch, claims }),
     lane,
     eventId: row.event_id,
     eventType: row.event_type,
@@ -586,15 +586,15 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       }
     },
 
-    async subscribe(subscriptions: readonly Subscription[], now?: Date, options?: SubscribeOptions): Promise<void> {
-      const retries = validateSubscriptions(subscriptions, now, options);
+    async subscribe(subscriptions: readonly Subscription[], options?: SubscribeOptions): Promise<void> {
+      const retries = validateSubscriptions(subscriptions, options);
       if (subscriptions.length === 0) return;
       await runOwned('subscribe', [
         subscriptions.map((s) => s.eventType),
         subscriptions.map((s) => s.handler),
         subscriptions.map((s) => s.maxAttempts),
         retries,
-        iso(now),
+        iso(options?.now),
         options?.seen ?? true,
       ]);
     },

@@ -86,6 +86,8 @@ export interface SubscriptionView extends Subscription {
 export interface SubscribeOptions {
   /** A worker running the handlers says so (default true): `seenAt` = now. False: `seenAt` is left as it was. */
   readonly seen?: boolean;
+  /** The time recorded (default: the store's clock). */
+  readonly now?: Date;
 }
 
 export interface UnsubscribeParams {
@@ -139,7 +141,7 @@ export interface ClaimParams {
 export interface ClaimedDelivery {
   readonly id: string;
   /** The lease token `lane:epoch:claims`; pass it unchanged to fenced writes. */
-  readonly lease: string;
+  readonly leaseToken: string;
   readonly lane: number;
   readonly eventId: string;
   readonly eventType: string;
@@ -159,8 +161,8 @@ export interface ClaimedDelivery {
 /** A reference to a claimed delivery for fenced writes. */
 export interface DeliveryLease {
   readonly deliveryId: string;
-  /** `lane:epoch:claims` as returned by `claim`. */
-  readonly lease: string;
+  /** The lease token `lane:epoch:claims` as returned by `claim`. */
+  readonly leaseToken: string;
 }
 
 export interface ExtendLeaseParams {
@@ -316,7 +318,7 @@ export interface Store<TTx> {
    * out to them, whichever process publishes. Workers call it at start and then periodically; a deploy step
    * (`relaybus setup --subscriptions`) passes `{ seen: false }`, which leaves `seenAt` as it was (null when new).
    */
-  subscribe(subscriptions: readonly Subscription[], now?: Date, options?: SubscribeOptions): Promise<void>;
+  subscribe(subscriptions: readonly Subscription[], options?: SubscribeOptions): Promise<void>;
 
   /** Every subscription, by event type and handler. */
   listSubscriptions(now?: Date): Promise<SubscriptionView[]>;

@@ -223,9 +223,9 @@ export function assertDeliveryId(value: unknown, what = 'deliveryId'): asserts v
 }
 
 export function parseLease(lease: DeliveryLease): ParsedLease {
-  if (typeof lease !== 'object' || lease === null) fail('A delivery lease must be { deliveryId, lease }.');
+  if (typeof lease !== 'object' || lease === null) fail('A delivery lease must be { deliveryId, leaseToken }.');
   assertDeliveryId(lease.deliveryId);
-  return { deliveryId: lease.deliveryId, ...parseLeaseToken(lease.lease) };
+  return { deliveryId: lease.deliveryId, ...parseLeaseToken(lease.leaseToken) };
 }
 
 export function parseLeases(leases: readonly DeliveryLease[]): ParsedLease[] {
@@ -283,19 +283,19 @@ export function validatePurge(params: PurgeParams): void {
 /** Check subscriptions; returns each one's retry description as JSON text (or null). */
 export function validateSubscriptions(
   subscriptions: readonly Subscription[],
-  now: Date | undefined,
   options?: SubscribeOptions,
 ): (string | null)[] {
   if (!Array.isArray(subscriptions)) fail('subscribe() takes an array of { eventType, handler, maxAttempts, retry? }.');
-  assertOptionalDate(now, 'now');
   if (
     options !== undefined &&
     (typeof options !== 'object' ||
       options === null ||
+      options instanceof Date ||
       (options.seen !== undefined && typeof options.seen !== 'boolean'))
   ) {
-    fail('subscribe() options must be { seen?: boolean }.');
+    fail('subscribe() options must be { seen?: boolean, now?: Date } (now is a field of the options).');
   }
+  assertOptionalDate(options?.now, 'now');
   const seen = new Set<string>();
   return subscriptions.map((subscription, index) => {
     const at = `subscriptions[${index}]`;

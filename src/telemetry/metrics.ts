@@ -100,7 +100,7 @@ export function metricsOf(meter: MeterLike): RelayBusMetrics {
 }
 
 /** What `observeBus` reads of a bus. */
-export type ObservedBus<TTx> = Pick<RelayBus<TTx>, 'events' | 'store'> & { readonly handlers?: readonly string[] };
+export type ObservedBus<TTx> = Pick<RelayBus<TTx>, 'lifecycle' | 'store'> & { readonly handlers?: readonly string[] };
 
 export interface ObserveBusOptions {
   /** How often the backlog is sampled from `store.statistics()`; 0 turns the sampling off. Default 5 s. */
@@ -149,19 +149,19 @@ export function observeBus<TTx>(
   let stopped = false;
 
   disposers.push(
-    bus.events.on('delivered', ({ delivery, durationMs }) => {
+    bus.lifecycle.on('delivered', ({ delivery, durationMs }) => {
       metrics.deliveries.add(1, { handler: delivery.handler, outcome: 'completed' });
       metrics.handlerDuration.record(durationMs / 1000, { handler: delivery.handler, outcome: 'completed' });
     }),
-    bus.events.on('failed', ({ delivery, durationMs }) => {
+    bus.lifecycle.on('failed', ({ delivery, durationMs }) => {
       metrics.deliveries.add(1, { handler: delivery.handler, outcome: 'failed' });
       metrics.handlerDuration.record(durationMs / 1000, { handler: delivery.handler, outcome: 'failed' });
     }),
-    bus.events.on('dead', ({ delivery, durationMs }) => {
+    bus.lifecycle.on('dead', ({ delivery, durationMs }) => {
       metrics.deliveries.add(1, { handler: delivery.handler, outcome: 'dead' });
       metrics.handlerDuration.record(durationMs / 1000, { handler: delivery.handler, outcome: 'dead' });
     }),
-    bus.events.on('lease-lost', ({ delivery, detectedBy }) => {
+    bus.lifecycle.on('lease-lost', ({ delivery, detectedBy }) => {
       metrics.leasesLost.add(1, { handler: delivery.handler, detected_by: detectedBy });
     }),
   );

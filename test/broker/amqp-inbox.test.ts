@@ -80,7 +80,7 @@ describe('amqp inbox', { skip }, () => {
 
   function committedLog(inbox: Inbox): CommittedMessage[] {
     const seen: CommittedMessage[] = [];
-    inbox.events.on('committed', ({ messages }) => seen.push(...messages));
+    inbox.lifecycle.on('committed', ({ messages }) => seen.push(...messages));
     return seen;
   }
 
@@ -173,7 +173,7 @@ describe('amqp inbox', { skip }, () => {
     const inbox = amqpInbox({ bus, url: AMQP_URL, queue, events: [ItemCreated], deadLetter: dead, declare: {} });
     inboxes.push(inbox);
     const deadLettered: string[] = [];
-    inbox.events.on('dead-lettered', ({ reason }) => deadLettered.push(reason));
+    inbox.lifecycle.on('dead-lettered', ({ reason }) => deadLettered.push(reason));
     await inbox.start();
     await admin.publish(queue, [
       message(1, 'k', 'p-1'),
@@ -249,7 +249,7 @@ describe('amqp inbox', { skip }, () => {
     });
     inboxes.push(inbox);
     let retries = 0;
-    inbox.events.on('retrying', () => (retries += 1));
+    inbox.lifecycle.on('retrying', () => (retries += 1));
     await inbox.start();
     const total = 400;
     await admin.publish(
@@ -300,7 +300,7 @@ describe('amqp inbox', { skip }, () => {
     inboxes.push(inbox);
     const committed = committedLog(inbox);
     let reconnects = 0;
-    inbox.events.on('connected', ({ reconnect }) => (reconnects += reconnect ? 1 : 0));
+    inbox.lifecycle.on('connected', ({ reconnect }) => (reconnects += reconnect ? 1 : 0));
     await inbox.start();
     const total = 1_500;
     await admin.publish(

@@ -143,7 +143,7 @@ describe('amqp relay', { skip }, () => {
     cleanups.push(() => target.close());
     const bus = relayBus(db.store, target, { exchange, routingKey: 'x' }, 1_000);
     const failures: FailedEvent[] = [];
-    bus.events.on('failed', (event) => failures.push(event));
+    bus.lifecycle.on('failed', (event) => failures.push(event));
     await publish(bus, 100, 'b');
     await bus.start();
     cleanups.push(() => bus.stop());
@@ -202,7 +202,7 @@ describe('amqp relay', { skip }, () => {
       relayTo(target, { exchange: uniqueName('no-such-exchange'), routingKey: 'x' }),
     );
     const dead: { handler: string; eventId: string; error: string }[] = [];
-    bus.events.on('dead', ({ delivery, error }) =>
+    bus.lifecycle.on('dead', ({ delivery, error }) =>
       dead.push({ handler: delivery.handler, eventId: delivery.eventId, error: String(error) }),
     );
     await db.store.transaction((tx) =>

@@ -90,7 +90,7 @@ describe('nats jetstream relay and inbox', { skip }, () => {
 
   function committedLog(inbox: Inbox): CommittedMessage[] {
     const seen: CommittedMessage[] = [];
-    inbox.events.on('committed', ({ messages }) => seen.push(...messages));
+    inbox.lifecycle.on('committed', ({ messages }) => seen.push(...messages));
     return seen;
   }
 
@@ -195,7 +195,7 @@ describe('nats jetstream relay and inbox', { skip }, () => {
     });
     cleanups.push(() => inbox.stop());
     const dead: string[] = [];
-    inbox.events.on('dead-lettered', ({ reason }) => dead.push(reason));
+    inbox.lifecycle.on('dead-lettered', ({ reason }) => dead.push(reason));
     await inbox.start();
     const js = jetstream(nc);
     const send = (body: string, id?: string, type: string = ItemCreated.type) => {
@@ -334,7 +334,7 @@ describe('nats jetstream relay and inbox', { skip }, () => {
     });
     cleanups.push(() => inbox.stop());
     let reconnects = 0;
-    inbox.events.on('connected', ({ reconnect }) => (reconnects += reconnect ? 1 : 0));
+    inbox.lifecycle.on('connected', ({ reconnect }) => (reconnects += reconnect ? 1 : 0));
     await inbox.start();
     await a.bus.start();
     cleanups.push(() => a.bus.stop());

@@ -55,7 +55,7 @@ describe('relaybus setup, stats, dead, purge (real Postgres, built bin)', {
       for (const delivery of claimed)
         assert.ok(
           await store.bury(
-            { deliveryId: delivery.id, lease: delivery.lease },
+            { deliveryId: delivery.id, leaseToken: delivery.leaseToken },
             { error: `boom ${delivery.id}\nsecond line` },
           ),
         );

@@ -27,7 +27,7 @@ import { fromPg, postgresStore } from '${IMPORTS.postgres}';
 const schema = process.env.TEST_SCHEMA;
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4, connectionTimeoutMillis: 2_000 });
 pool.on('error', () => {});
-const store = postgresStore({ driver: fromPg(pool, { ownsPool: true }), schema });
+const store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema });
 const OrderPlaced = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
 const bus = createRelayBus({ store, events: [OrderPlaced], dispatcher: { concurrency: 2, batchSize: 2, pollIntervalMs: 50 } });
 const delayMs = Number(process.env.HANDLER_DELAY_MS ?? 0);

@@ -26,7 +26,7 @@ import { createRelayBus, defineEvent, Type } from '${IMPORTS.relaybus}';
 import { fromPg, postgresStore } from '${IMPORTS.postgres}';
 
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 1 });
-const store = postgresStore({ driver: fromPg(pool, { ownsPool: true }), schema: process.env.TEST_SCHEMA });
+const store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema: process.env.TEST_SCHEMA });
 const OrderPlaced = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
 const OrderPaid = defineEvent('order.paid', Type.Object({ n: Type.Integer() }));
 const bus = createRelayBus({ store, events: [OrderPlaced, OrderPaid], maxAttempts: 7, backoff: ${JSON.stringify(BACKOFF)} });
@@ -74,12 +74,11 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
         { eventType: 'order.placed', handler: 'ledger', maxAttempts: 3 },
         { eventType: 'order.shipped', handler: 'audit', maxAttempts: 2 },
       ],
-      now,
+      { now },
     );
-    await store.subscribe(
-      [{ eventType: 'order.paid', handler: 'fax', maxAttempts: 1 }],
-      new Date(now.getTime() - 10 * MINUTE),
-    );
+    await store.subscribe([{ eventType: 'order.paid', handler: 'fax', maxAttempts: 1 }], {
+      now: new Date(now.getTime() - 10 * MINUTE),
+    });
     // A publisher that registers no handler: the subscriptions decide the deliveries.
     await publish('order.placed', 2);
     await publish('order.paid', 3);

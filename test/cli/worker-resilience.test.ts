@@ -44,7 +44,7 @@ import { fromPg, postgresStore } from '${IMPORTS.postgres}';
 if (process.env.MARK_FILE) writeFileSync(process.env.MARK_FILE, 'imported');
 const schema = process.env.TEST_SCHEMA;
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
-const store = postgresStore({ driver: fromPg(pool, { ownsPool: true }), schema });
+const store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema });
 const OrderPlaced = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
 const bus = createRelayBus({
   store, events: [OrderPlaced], maxAttempts: 5,

@@ -31,7 +31,7 @@ import { fromPg, postgresStore } from '${IMPORTS.postgres}';
 
 const schema${annotate('string')} = process.env.TEST_SCHEMA${typescript ? '!' : ''};
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
-const store = postgresStore({ driver: fromPg(pool, { ownsPool: true }), schema });
+const store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema });
 const OrderPlaced = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
 const bus = createRelayBus({
   store, events: [OrderPlaced], maxAttempts: 5,

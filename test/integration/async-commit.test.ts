@@ -36,7 +36,7 @@ describe('asynchronous commit of the dispatcher statements on real Postgres', {
     );
     const claimed = await store.claim({ owner: 'w', handlers: ['h'], limit: 5, leaseDurationMs: 30_000 });
     assert.equal(claimed.length, 5);
-    const leases = claimed.map((d) => d.lease.split(':'));
+    const leases = claimed.map((d) => d.leaseToken.split(':'));
     const statements = loadStatements(schema);
     const cases: [StatementName, unknown[]][] = [
       ['claim-held-lanes', ['w', ['h'], 5, 30_000, null, [], [], [], [], [], [], [], false, [], [], []]],
@@ -72,7 +72,7 @@ describe('asynchronous commit of the dispatcher statements on real Postgres', {
       client.release();
     }
     // Through the store (autocommit), the session keeps its setting, and a caller's transaction keeps its own.
-    await store.completeMany(claimed.map((d) => ({ deliveryId: d.id, lease: d.lease })));
+    await store.completeMany(claimed.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
     assert.equal((await pool.query('SHOW synchronous_commit')).rows[0].synchronous_commit, 'on');
     await store.transaction(async (tx) => {
       await store.publish(tx, [{ type: 't', payload: {}, handlers }]);

@@ -75,7 +75,7 @@ describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.s
           running.delete(d.id);
           runningSlots.delete(d.id);
         }
-        const results = await store.completeMany(batch.map((d) => ({ deliveryId: d.id, lease: d.lease })));
+        const results = await store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
         completed += results.filter(Boolean).length;
       }
     }
@@ -104,7 +104,7 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
       const [first] = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
       assert.ok(first);
       // Hold the reschedule's transaction open so the next claim takes its snapshot first, then waits for the lane.
-      const { lane, epoch, claims } = parseLeaseToken(first.lease);
+      const { lane, epoch, claims } = parseLeaseToken(first.leaseToken);
       const holder = await pool.connect();
       try {
         await holder.query('BEGIN');

@@ -180,8 +180,8 @@ describe('a dropped connection never crashes the process', { skip }, () => {
           await terminate;
         }
       });
-      const failed = collect(bus.events, 'failed');
-      const delivered = collect(bus.events, 'delivered');
+      const failed = collect(bus.lifecycle, 'failed');
+      const delivered = collect(bus.lifecycle, 'delivered');
       try {
         await store.setup();
         await admin.query(`CREATE TABLE "${schema}".counters (event_id text PRIMARY KEY, n int NOT NULL)`);

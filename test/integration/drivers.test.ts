@@ -57,7 +57,10 @@ async function roundTrip<TTx>(store: PostgresStore<TTx>, id: string) {
   assert.equal(claimed.length, 2);
   assert.deepEqual(claimed[0]!.payload, event(id).payload);
   assert.deepEqual(claimed[0]!.headers, { trace: 't' });
-  assert.deepEqual(await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, lease: c.lease }))), [true, true]);
+  assert.deepEqual(await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken }))), [
+    true,
+    true,
+  ]);
   return claimed;
 }
 

@@ -55,7 +55,7 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
 
   it('50 events of one key whose first attempt fails once: all delivered in order, the head retried when due', async () => {
     const { bus, runs } = busWith(1, (_key, n) => n === 0);
-    const failed = collect(bus.events, 'failed');
+    const failed = collect(bus.lifecycle, 'failed');
     await publish(
       bus,
       Array.from({ length: 50 }, (_, n) => ({ key: 'solo', n })),
@@ -84,8 +84,8 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     const others: string[] = [];
     for (let i = 0; others.length < 500; i += 1) if (laneOf(`other-${i}`, 'unused') === lane) others.push(`other-${i}`);
     const { bus, runs } = busWith(3, (key, n) => key === deep && n === 0);
-    const failed = collect(bus.events, 'failed');
-    const lost = collect(bus.events, 'lease-lost');
+    const failed = collect(bus.lifecycle, 'failed');
+    const lost = collect(bus.lifecycle, 'lease-lost');
     await publish(
       bus,
       Array.from({ length: 10_000 }, (_, n) => ({ key: deep, n })),
@@ -169,13 +169,13 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     assert.ok(head, 'the first claim starts the walk at the first key');
     assert.equal(
       await store.reschedule(
-        { deliveryId: head.id, lease: head.lease },
+        { deliveryId: head.id, leaseToken: head.leaseToken },
         { availableAt: new Date(t0.getTime() + 10_000), error: 'once', now: t0 },
       ),
       true,
     );
     await store.completeMany(
-      first.filter((d) => d !== head).map((d) => ({ deliveryId: d.id, lease: d.lease })),
+      first.filter((d) => d !== head).map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })),
       t0,
     );
     const due = new Date(t0.getTime() + 10_000);

@@ -44,7 +44,7 @@ describe('lane lock order on real Postgres', { skip: 'skip' in found ? found.ski
         epochs.set(lane, epoch);
       }
     };
-    record((await store.claim({ owner, handlers: ['h'], limit: 2_000, leaseDurationMs })).map((d) => d.lease));
+    record((await store.claim({ owner, handlers: ['h'], limit: 2_000, leaseDurationMs })).map((d) => d.leaseToken));
     assert.ok(epochs.size >= 64, `the owner holds many lanes (held ${epochs.size})`);
 
     const deadline = Date.now() + RACE_MS;
@@ -63,7 +63,7 @@ describe('lane lock order on real Postgres', { skip: 'skip' in found ? found.ski
     };
     const claimer = () =>
       guard('claim', async () => {
-        record((await store.claim({ owner, handlers: ['h'], limit: 4, leaseDurationMs })).map((d) => d.lease));
+        record((await store.claim({ owner, handlers: ['h'], limit: 4, leaseDurationMs })).map((d) => d.leaseToken));
         claims += 1;
       });
     const renewer = (order: 'reverse' | 'shuffled') =>

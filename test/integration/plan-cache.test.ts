@@ -67,13 +67,13 @@ describe('plan cache of the hot statements on real Postgres', {
       );
       const owner = `w-${round % 3}`;
       const batch = await store.claim({ owner, handlers: ['a', 'b'], limit: 25, leaseDurationMs: 30_000 });
-      const lanes = new Map(batch.map((d) => [d.lane, d.lease.split(':')[1]!]));
+      const lanes = new Map(batch.map((d) => [d.lane, d.leaseToken.split(':')[1]!]));
       await store.extendLease({
         owner,
         lanes: [...lanes].map(([lane, epoch]) => ({ lane, epoch })),
         leaseDurationMs: 30_000,
       });
-      await store.completeMany(batch.map((d) => ({ deliveryId: d.id, lease: d.lease })));
+      await store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
     }
     const names = loadStatements(schema);
     const plans = await pool.query<{ name: string; generic_plans: string; custom_plans: string }>(

@@ -191,8 +191,8 @@ function pgError(error: unknown): pg.DatabaseError {
   return error;
 }
 
-function leaseOf(claimed: ClaimedDelivery): { deliveryId: string; lease: string } {
-  return { deliveryId: claimed.id, lease: claimed.lease };
+function leaseOf(claimed: ClaimedDelivery): { deliveryId: string; leaseToken: string } {
+  return { deliveryId: claimed.id, leaseToken: claimed.leaseToken };
 }
 
 describe('publishing from SQL: relaybus_publish and relaybus_lane', {

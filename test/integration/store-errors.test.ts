@@ -165,7 +165,7 @@ describe('store errors on real Postgres', { skip }, () => {
       );
       await assert.rejects(
         store.reschedule(
-          { deliveryId: claimed!.id, lease: claimed!.lease },
+          { deliveryId: claimed!.id, leaseToken: claimed!.leaseToken },
           { availableAt: new Date(), error: 'poison' },
         ),
         (error) => isStoreError(error, false, '23514'),
@@ -204,7 +204,7 @@ describe('store errors on real Postgres', { skip }, () => {
       throw new Error('XYZZY');
     });
     await store.transaction((tx) => relay.publish(tx, Order, { n: 1 }));
-    const dead = nextEvent(relay.events, 'dead', { timeoutMs: 10_000 });
+    const dead = nextEvent(relay.lifecycle, 'dead', { timeoutMs: 10_000 });
     await relay.start();
     await dead;
     const [view] = (await store.listDeliveries({ status: 'dead' })).items;

@@ -425,6 +425,8 @@ describe('setup() upgrades a relaybus 0.1 schema (row leases) in place', {
           await blocker.query(`SELECT 1 FROM "${schema}".relaybus_deliveries WHERE id = $1 FOR UPDATE`, [locked]);
         },
       });
+      // Rejected while the test still waits for the lock: handled here, asserted below.
+      cut.catch(() => {});
       await terminateWhenBlocked();
       await assert.rejects(cut, /terminat/i);
       await blocker.query('ROLLBACK');
@@ -445,6 +447,7 @@ describe('setup() upgrades a relaybus 0.1 schema (row leases) in place', {
           await blocker.query(`LOCK TABLE "${schema}".relaybus_events IN ACCESS SHARE MODE`);
         },
       });
+      finalCut.catch(() => {});
       await terminateWhenBlocked();
       await assert.rejects(finalCut, /terminat/i);
       await blocker.query('ROLLBACK');

@@ -80,7 +80,7 @@ describe('write amplification of the delivery path (real Postgres)', {
         limit: 200,
         leaseDurationMs: 30_000,
       });
-      const results = await store.completeMany(claimed.map((d) => ({ deliveryId: d.id, lease: d.lease })));
+      const results = await store.completeMany(claimed.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
       assert.ok(results.every(Boolean), 'every completion of a held lease succeeds');
       completed += results.length;
     }

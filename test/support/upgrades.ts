@@ -154,7 +154,7 @@ export async function drain<TTx>(store: Store<TTx>, handlers: readonly string[])
         lastSequence.set(order, sequence);
       }
     }
-    await store.completeMany(batch.map((d) => ({ deliveryId: d.id, lease: d.lease })));
+    await store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
   }
   await store.relinquish('drain');
   return [...seen].map((id) => id.slice(0, id.lastIndexOf('/'))).sort();

@@ -297,7 +297,7 @@ describe('bus: publish', () => {
 
   it('holds a delayed event until availableAt', async (t) => {
     const { bus, store, clock } = harness(t);
-    const handled = collect(bus.events, 'delivered');
+    const handled = collect(bus.lifecycle, 'delivered');
     bus.on(OrderPlaced, 'later', () => undefined);
     await store.transaction((tx) =>
       bus.publish(
@@ -310,7 +310,7 @@ describe('bus: publish', () => {
     await bus.start();
     await new Promise((resolve) => setTimeout(resolve, 40));
     assert.equal(handled.length, 0);
-    const delivered = nextEvent(bus.events, 'delivered');
+    const delivered = nextEvent(bus.lifecycle, 'delivered');
     clock.advance(60_000);
     await delivered;
   });
@@ -394,10 +394,10 @@ describe('bus: lifecycle', () => {
     const { bus, store } = harness(t);
     bus.on(OrderPlaced, 'receipt', () => undefined);
     let count = 0;
-    const off = bus.events.on('delivered', () => {
+    const off = bus.lifecycle.on('delivered', () => {
       count += 1;
     });
-    const first = nextEvent(bus.events, 'delivered');
+    const first = nextEvent(bus.lifecycle, 'delivered');
     await store.transaction((tx) => bus.publish(tx, OrderPlaced, { orderId: 'o-1', totalCents: 1 }));
     await bus.start();
     const event = await first;
@@ -405,7 +405,7 @@ describe('bus: lifecycle', () => {
     event.durationMs satisfies number;
     assert.equal(count, 1);
     off();
-    const second = nextEvent(bus.events, 'delivered');
+    const second = nextEvent(bus.lifecycle, 'delivered');
     await store.transaction((tx) => bus.publish(tx, OrderPlaced, { orderId: 'o-2', totalCents: 1 }));
     await second;
     assert.equal(count, 1);

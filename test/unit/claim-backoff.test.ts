@@ -90,7 +90,7 @@ describe('dispatcher: failed claims', () => {
   }, async (t) => {
     const { bus, claims, logger, publish } = failingBus(t, 3);
     await publish(1);
-    const delivered = nextEvent(bus.events, 'delivered', { timeoutMs: 5_000 });
+    const delivered = nextEvent(bus.lifecycle, 'delivered', { timeoutMs: 5_000 });
     await bus.start();
     await delivered;
     const gaps = claims.slice(1, 4).map((at, i) => at - claims[i]!);
@@ -207,7 +207,7 @@ describe('bus.start({ logger })', () => {
     bus.on(Order, 'h', () => {
       throw new Error('boom');
     });
-    bus.events.on('failed', () => {
+    bus.lifecycle.on('failed', () => {
       throw new Error('a listener that throws');
     });
     await assert.rejects(bus.start({ logger: run }));

@@ -59,7 +59,7 @@ describe('dispatcher: delivery', () => {
     bus.on(Audit, 'audit-a', async (audit) => {
       seen.push(`audit-a:${audit.of}:1`);
     });
-    const delivered = collect(bus.events, 'delivered');
+    const delivered = collect(bus.lifecycle, 'delivered');
     await store.transaction((tx) =>
       bus.publishMany(tx, [
         ...Array.from({ length: 10 }, (_, n) => ({
@@ -94,7 +94,7 @@ describe('dispatcher: delivery', () => {
       await gate.promise;
       running -= 1;
     });
-    const delivered = collect(bus.events, 'delivered');
+    const delivered = collect(bus.lifecycle, 'delivered');
     for (let n = 0; n < 8; n += 1) await publish(n);
     await bus.start();
     await waitFor(() => running === 3, 'three handlers running');
@@ -120,7 +120,7 @@ describe('dispatcher: delivery', () => {
       order.set(key, [...(order.get(key) ?? []), payload.n]);
       active.delete(key);
     });
-    const delivered = collect(bus.events, 'delivered');
+    const delivered = collect(bus.lifecycle, 'delivered');
     for (let n = 0; n < 5; n += 1) {
       await publish(n, 'k1');
       await publish(100 + n, 'k2');
@@ -135,7 +135,7 @@ describe('dispatcher: delivery', () => {
   it("claims a key's next delivery as soon as its predecessor completes, not a poll interval later", async (t) => {
     const { bus, publish } = harness(t, { pollIntervalMs: 60_000 });
     bus.on(Order, 'chained', () => undefined);
-    const delivered = collect(bus.events, 'delivered');
+    const delivered = collect(bus.lifecycle, 'delivered');
     for (let n = 0; n < 5; n += 1) await publish(n, 'one-key');
     await bus.start();
     await waitFor(() => delivered.length === 5, 'the whole key drained without polling', 1_500);
@@ -148,7 +148,7 @@ describe('dispatcher: delivery', () => {
   it('writes completions finishing within the window in one store call (riding on the next claim)', async (t) => {
     const { bus, publish, callsOf } = harness(t, { completionBatchWindowMs: 20 });
     bus.on(Order, 'fast', () => undefined);
-    const delivered = collect(bus.events, 'delivered');
+    const delivered = collect(bus.lifecycle, 'delivered');
     for (let n = 0; n < 5; n += 1) await publish(n);
     await bus.start();
     await waitFor(() => delivered.length === 5, '5 delivered');
@@ -205,12 +205,12 @@ describe('dispatcher: failures', () => {
     );
     const failed: Date[] = [];
     const failedAt: Date[] = [];
-    bus.events.on('failed', (event) => {
+    bus.lifecycle.on('failed', (event) => {
       failed.push(event.retryAt);
       failedAt.push(clock.now());
       clock.advance(1_000); // make the retry due
     });
-    const dead = nextEvent(bus.events, 'dead');
+    const dead = nextEvent(bus.lifecycle, 'dead');
     await publish(1);
     await bus.start();
     const { delivery, error } = await dead;
@@ -228,7 +228,7 @@ describe('dispatcher: failures', () => {
     assert.equal(items[0]!.lastError, 'Error: boom 3');
 
     healthy = true;
-    const delivered = nextEvent(bus.events, 'delivered');
+    const delivered = nextEvent(bus.lifecycle, 'delivered');
     assert.equal(await store.requeue({ handler: 'flaky', now: clock.now() }), 1);
     assert.equal((await delivered).delivery.attempt, 1);
     assert.equal(calls, 4);
@@ -241,7 +241,7 @@ describe('dispatcher: failures', () => {
       signal = ctx.signal;
       return new Promise(() => undefined); // ignores its signal
     });
-    const dead = nextEvent(bus.events, 'dead');
+    const dead = nextEvent(bus.lifecycle, 'dead');
     await publish(1);
     await bus.start();
     const { error, durationMs } = await dead;
@@ -269,7 +269,7 @@ describe('dispatcher: failures', () => {
     );
     bus.on(Order, 'after-outage', () => undefined);
     await publish(1);
-    const delivered = nextEvent(bus.events, 'delivered');
+    const delivered = nextEvent(bus.lifecycle, 'delivered');
     await bus.start();
     await delivered;
   });
@@ -277,10 +277,10 @@ describe('dispatcher: failures', () => {
   it('a throwing lifecycle listener does not disturb the dispatcher', async (t) => {
     const { bus, publish } = harness(t);
     bus.on(Order, 'ok', () => undefined);
-    bus.events.on('delivered', () => {
+    bus.lifecycle.on('delivered', () => {
       throw new Error('metrics are broken');
     });
-    const delivered = collect(bus.events, 'delivered');
+    const delivered = collect(bus.lifecycle, 'delivered');
     await publish(1);
     await publish(2);
     await bus.start();
@@ -298,7 +298,7 @@ describe('dispatcher: transactional handlers', () => {
     });
     const audited = deferred<number>();
     bus.on(Audit, 'audit-sink', (audit) => audited.resolve(audit.of));
-    const delivered = nextEvent(bus.events, 'delivered', {
+    const delivered = nextEvent(bus.lifecycle, 'delivered', {
       filter: (event) => event.delivery.handler === 'tx-handler',
     });
     await publish(42);
@@ -326,7 +326,7 @@ describe('dispatcher: transactional handlers', () => {
       throw new Error('after writing');
     });
     bus.on(Audit, 'audit-sink', () => undefined);
-    const failed = nextEvent(bus.events, 'failed');
+    const failed = nextEvent(bus.lifecycle, 'failed');
     await publish(1);
     await bus.start();
     await failed;
@@ -346,8 +346,8 @@ describe('dispatcher: transactional handlers', () => {
       await bus.publish(ctx.transaction, Audit, { of: order.n });
     });
     bus.on(Audit, 'audit-sink', () => undefined);
-    const failures = collect(bus.events, 'failed');
-    const lost = nextEvent(bus.events, 'lease-lost');
+    const failures = collect(bus.lifecycle, 'failed');
+    const lost = nextEvent(bus.lifecycle, 'lease-lost');
     await publish(1);
     await bus.start();
     await started.promise;
@@ -387,8 +387,8 @@ describe('dispatcher: lost leases', () => {
       started.resolve();
       await gate.promise;
     });
-    const delivered = collect(bus.events, 'delivered');
-    const lost = nextEvent(bus.events, 'lease-lost');
+    const delivered = collect(bus.lifecycle, 'delivered');
+    const lost = nextEvent(bus.lifecycle, 'lease-lost');
     await publish(1);
     await bus.start();
     await started.promise;
@@ -410,7 +410,7 @@ describe('dispatcher: lost leases', () => {
     assert.equal(delivered.length, 0);
     assert.equal(callsOf('completeMany').length, 0, 'the late result was never written');
     assert.deepEqual(
-      await store.completeMany([{ deliveryId: stolen.id, lease: stolen.lease }], clock.now()),
+      await store.completeMany([{ deliveryId: stolen.id, leaseToken: stolen.leaseToken }], clock.now()),
       [true],
       'the thief still holds it',
     );
@@ -424,8 +424,8 @@ describe('dispatcher: lost leases', () => {
       started.resolve();
       await gate.promise;
     });
-    const delivered = collect(bus.events, 'delivered');
-    const lost = nextEvent(bus.events, 'lease-lost');
+    const delivered = collect(bus.lifecycle, 'delivered');
+    const lost = nextEvent(bus.lifecycle, 'lease-lost');
     await publish(1);
     await bus.start();
     await started.promise;
@@ -515,7 +515,7 @@ describe('dispatcher: claim loops', () => {
       seen.push(order.n);
       running -= 1;
     });
-    const delivered = collect(bus.events, 'delivered');
+    const delivered = collect(bus.lifecycle, 'delivered');
     await store.transaction((tx) =>
       bus.publishMany(
         tx,
@@ -539,7 +539,7 @@ describe('dispatcher: claim loops', () => {
 });
 
 describe('dispatcher: completion batcher', () => {
-  const lease = (id: string): DeliveryLease => ({ deliveryId: id, lease: `1:1:0` });
+  const lease = (id: string): DeliveryLease => ({ deliveryId: id, leaseToken: `1:1:0` });
 
   it('maps each result to its caller and retries a failing write', async () => {
     let attempts = 0;
@@ -619,8 +619,8 @@ describe('dispatcher: graceful stop', () => {
       finishStarted.resolve();
       await pause(20);
     });
-    const delivered = collect(bus.events, 'delivered');
-    const failed = collect(bus.events, 'failed');
+    const delivered = collect(bus.lifecycle, 'delivered');
+    const failed = collect(bus.lifecycle, 'failed');
     await publish(1, 'key-1');
     await bus.start();
     await Promise.all([stuckStarted.promise, finishStarted.promise]);

@@ -62,7 +62,7 @@ describe('a failure whose outcome cannot be recorded', () => {
       runs += 1;
       throw new Error('handler broke');
     });
-    const dead = nextEvent(bus.events, 'dead');
+    const dead = nextEvent(bus.lifecycle, 'dead');
     await publish(1);
     await bus.start();
     const { error } = await dead;
@@ -92,7 +92,7 @@ describe('a failure whose outcome cannot be recorded', () => {
     bus.on(Order, 'poisoned', { maxAttempts: 1 }, () => {
       throw new Error('poison');
     });
-    const dead = nextEvent(bus.events, 'dead');
+    const dead = nextEvent(bus.lifecycle, 'dead');
     await publish(1);
     await bus.start();
     await dead;
@@ -123,7 +123,7 @@ describe('a failure whose outcome cannot be recorded', () => {
       runs += 1;
       throw new Error('handler broke');
     });
-    const dead = nextEvent(bus.events, 'dead');
+    const dead = nextEvent(bus.lifecycle, 'dead');
     await publish(1);
     await bus.start();
     await dead;
@@ -158,7 +158,7 @@ describe('a failure whose outcome cannot be recorded', () => {
       runs += 1;
       if (runs === 1) throw new Error('first run fails');
     });
-    const delivered = nextEvent(bus.events, 'delivered');
+    const delivered = nextEvent(bus.lifecycle, 'delivered');
     await publish(1);
     await bus.start();
     await delivered;

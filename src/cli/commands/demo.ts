@@ -70,7 +70,7 @@ async function runDemo(args: readonly string[], context: CliContext): Promise<nu
 
   const PGlite = await startPglite();
   const db = await PGlite.create();
-  const store = postgresStore({ driver: fromPglite(db, { ownsDatabase: true }) });
+  const store = postgresStore({ driver: fromPglite(db, { closeWithStore: true }) });
   try {
     await store.setup();
     writeLine(out, `  started PGlite and set up schema "${store.schema}" in ${seconds(performance.now() - started)}`);
@@ -107,15 +107,15 @@ async function runDemo(args: readonly string[], context: CliContext): Promise<nu
       progress.update(outcome.delivered + outcome.dead, suffix());
       if (outcome.delivered + outcome.dead >= total) finished();
     };
-    bus.events.on('delivered', () => {
+    bus.lifecycle.on('delivered', () => {
       outcome.delivered += 1;
       onOutcome();
     });
-    bus.events.on('dead', () => {
+    bus.lifecycle.on('dead', () => {
       outcome.dead += 1;
       onOutcome();
     });
-    bus.events.on('failed', () => {
+    bus.lifecycle.on('failed', () => {
       outcome.failed += 1;
       onOutcome();
     });

@@ -92,8 +92,8 @@ function isInbox(value: unknown): value is Inbox {
     typeof candidate.start === 'function' &&
     typeof candidate.stop === 'function' &&
     typeof candidate.name === 'string' &&
-    typeof candidate.events === 'object' &&
-    candidate.events !== null
+    typeof candidate.lifecycle === 'object' &&
+    candidate.lifecycle !== null
   );
 }
 
@@ -147,7 +147,7 @@ async function startWithBackoff(inbox: Inbox, log: Logger, signal: AbortSignal):
 function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
   const counts = { committed: 0, duplicates: 0, dead: 0 };
   const offs = inboxes.flatMap((inbox) => [
-    inbox.events.on('committed', ({ messages }) => {
+    inbox.lifecycle.on('committed', ({ messages }) => {
       counts.committed += messages.length;
       const duplicates = messages.filter((m) => m.duplicate).length;
       counts.duplicates += duplicates;
@@ -155,31 +155,31 @@ function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
         `${inbox.name}: committed ${messages.length} event${messages.length === 1 ? '' : 's'}${duplicates > 0 ? ` (${duplicates} duplicate)` : ''}`,
       );
     }),
-    inbox.events.on('dead-lettered', ({ message, reason, detail }) => {
+    inbox.lifecycle.on('dead-lettered', ({ message, reason, detail }) => {
       counts.dead += 1;
       log.error(
         `${inbox.name}: dead-lettered message ${message.id ?? '(no id)'} from ${message.source}: ${reason}: ${oneLine(detail)}`,
       );
     }),
-    inbox.events.on('retrying', ({ error, delayMs, attempt, messages }) => {
+    inbox.lifecycle.on('retrying', ({ error, delayMs, attempt, messages }) => {
       log.warn(`${inbox.name}: the database failed a batch of ${messages}; retrying it in place (unacknowledged)`, {
         attempt,
         retryInMs: delayMs,
         error: oneLine(describeError(error)),
       });
     }),
-    inbox.events.on('held-back', ({ outstanding, ackWaitMs }) => {
+    inbox.lifecycle.on('held-back', ({ outstanding, ackWaitMs }) => {
       log.info(
         `${inbox.name}: ${outstanding} messages delivered before are unacknowledged; newer ones wait for their redelivery (ack wait ${ackWaitMs} ms), then all go in stream order`,
       );
     }),
-    inbox.events.on('disconnected', ({ error, retryInMs }) =>
+    inbox.lifecycle.on('disconnected', ({ error, retryInMs }) =>
       log.warn(`${inbox.name}: lost the broker connection; reconnecting`, {
         retryInMs,
         error: oneLine(describeError(error)),
       }),
     ),
-    inbox.events.on('connected', ({ reconnect }) => {
+    inbox.lifecycle.on('connected', ({ reconnect }) => {
       if (reconnect) log.info(`${inbox.name}: reconnected`);
     }),
   ]);

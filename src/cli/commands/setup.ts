@@ -117,7 +117,6 @@ export const setupCommand: Command = {
         // The store only borrows the connection: withDriver closes it.
         await postgresStore({ driver: connection.driver, schema: connection.schema, notify: false }).subscribe(
           subscriptions,
-          undefined,
           { seen: false },
         );
         writeLine(

@@ -95,7 +95,7 @@ async function withDriver<T>(
     application_name: 'relaybus-cli',
   });
   pool.on('error', () => {}); // an idle client dropped by the server: the next query reports it
-  const driver = fromPg(pool, { ownsPool: true });
+  const driver = fromPg(pool, { closeWithStore: true });
   try {
     return await fn({ driver, schema, target: describeTarget(url) });
   } catch (error) {

@@ -228,28 +228,28 @@ function reportOutcomes(
           ...(error === undefined ? {} : { error: describe(error) }),
         };
   const offs = [
-    bus.events.on('delivered', ({ delivery }) => {
+    bus.lifecycle.on('delivered', ({ delivery }) => {
       counts.delivered += 1;
       (verbose ? log.info : log.debug)(
         `${delivery.handler} delivered ${delivery.eventType} ${delivery.eventId} (delivery ${delivery.id})`,
         fieldsOf(delivery),
       );
     }),
-    bus.events.on('failed', ({ delivery, error, retryAt }: FailedEvent) => {
+    bus.lifecycle.on('failed', ({ delivery, error, retryAt }: FailedEvent) => {
       counts.failed += 1;
       log.warn(
         `${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`,
         fieldsOf(delivery, error),
       );
     }),
-    bus.events.on('dead', ({ delivery, error }: DeadEvent) => {
+    bus.lifecycle.on('dead', ({ delivery, error }: DeadEvent) => {
       counts.dead += 1;
       log.error(
         `${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`,
         fieldsOf(delivery, error),
       );
     }),
-    bus.events.on('lease-lost', ({ delivery }) => {
+    bus.lifecycle.on('lease-lost', ({ delivery }) => {
       log.warn(`lost the lane lease of delivery ${delivery.id}; it runs again on another worker`, fieldsOf(delivery));
     }),
   ];

@@ -57,7 +57,7 @@ export interface FromKyselyOptions {
   /** Several connections can work at once (default true; false for a dialect over PGlite). */
   readonly concurrentConnections?: boolean;
   /** `db.destroy()` on `store.close()` (default false: the instance belongs to the caller). */
-  readonly ownsDatabase?: boolean;
+  readonly closeWithStore?: boolean;
   /**
    * The `pg.Pool` given to the `PostgresDialect`, which Kysely does not expose. With it, relaybus
    * listens for connection errors on the pool and on every client checked out of it (by Kysely,
@@ -182,7 +182,7 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
       return db.transaction().execute(fn);
     },
     async close(): Promise<void> {
-      if (options.ownsDatabase) await db.destroy();
+      if (options.closeWithStore) await db.destroy();
     },
   };
 }

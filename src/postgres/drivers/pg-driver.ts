@@ -38,7 +38,7 @@ export interface FromPgOptions {
   /** Run statements as named prepared statements (default true). Turn off behind transaction-mode poolers. */
   readonly preparedStatements?: boolean;
   /** End the pool on `store.close()` (default false: the pool belongs to the caller). */
-  readonly ownsPool?: boolean;
+  readonly closeWithStore?: boolean;
 }
 
 function isPgClient(value: unknown): value is PgClientLike {
@@ -135,7 +135,7 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
     },
     listen: (channel, onNotify) => listenOnPgPool(pool, channel, onNotify),
     async close(): Promise<void> {
-      if (options.ownsPool) await pool.end();
+      if (options.closeWithStore) await pool.end();
     },
   };
 }

@@ -23,7 +23,7 @@ export interface PgliteLike extends PgliteQueryableLike {
 
 export interface FromPgliteOptions {
   /** Close the database on `store.close()` (default false: it belongs to the caller). */
-  readonly ownsDatabase?: boolean;
+  readonly closeWithStore?: boolean;
 }
 
 function executorOf(db: PgliteQueryableLike): SqlExecutor {
@@ -64,7 +64,7 @@ export function fromPglite(db: PgliteLike, options: FromPgliteOptions = {}): Pos
     transaction: (fn) => db.transaction((tx) => runGuarded(tx, fn)),
     listen: (channel, onNotify) => listenOnPglite(db, channel, onNotify),
     async close(): Promise<void> {
-      if (options.ownsDatabase) await db.close();
+      if (options.closeWithStore) await db.close();
     },
   };
 }

@@ -77,7 +77,7 @@ export interface FromPostgresJsOptions {
   /** Prepare statements (default true). Turn off behind transaction-mode poolers such as PgBouncer. */
   readonly preparedStatements?: boolean;
   /** End the client on `store.close()` (default false: the client belongs to the caller). */
-  readonly ownsClient?: boolean;
+  readonly closeWithStore?: boolean;
 }
 
 const TEXT_OID = 25;
@@ -210,7 +210,7 @@ function postgresJsDriver(
     },
     listen: (channel, onNotify) => listenOnPostgresJs(sql, channel, onNotify),
     async close(): Promise<void> {
-      if (options.ownsClient) await sql.end();
+      if (options.closeWithStore) await sql.end();
     },
   };
 }

@@ -27,7 +27,7 @@ export const claimCases: CaseGroup = {
       async run({ harness }) {
         await publish(harness, [event({ id: 'e1' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
-        const token = parseLeaseToken(claimed!.lease);
+        const token = parseLeaseToken(claimed!.leaseToken);
         assert.equal(token.lane, claimed!.lane);
         assert.equal(token.claims, 0);
         assert.ok(BigInt(token.epoch) >= 1n, 'acquiring a lane bumps its epoch');

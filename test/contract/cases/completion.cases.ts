@@ -32,7 +32,7 @@ export const completionCases: CaseGroup = {
         const claimed = await claim(harness, 'w1');
         assert.equal(claimed.length, 3);
         const byEvent = new Map(claimed.map((c) => [c.eventId, c]));
-        const unknown = { deliveryId: '999999999', lease: byEvent.get('e1')!.lease };
+        const unknown = { deliveryId: '999999999', leaseToken: byEvent.get('e1')!.leaseToken };
         const results = await harness.store.completeMany(
           [leaseOf(byEvent.get('e3')!), unknown, leaseOf(byEvent.get('e1')!)],
           harness.clock.now(),

@@ -118,7 +118,7 @@ export const fencingCases: CaseGroup = {
         await publish(harness, [event({ id: 'e1', key: 'k', handlers: handlers(H1, H2) })]);
         const [claimed] = await claim(harness, 'w1', { handlers: [H1] });
         const other = (await harness.store.listDeliveries({ handler: H2 })).items[0]!;
-        const forged = { deliveryId: other.id, lease: claimed!.lease };
+        const forged = { deliveryId: other.id, leaseToken: claimed!.leaseToken };
         const now = harness.clock.now();
         assert.deepEqual(await harness.store.completeMany([forged], now), [false]);
         assert.equal(await harness.store.bury(forged, { error: 'x', now }), false);
@@ -126,9 +126,10 @@ export const fencingCases: CaseGroup = {
         const view = await viewOf(harness, other.id);
         assert.equal(view.status, 'pending');
         assert.equal(view.attempts, 0);
-        assert.deepEqual(await harness.store.completeMany([{ deliveryId: '999999999', lease: claimed!.lease }], now), [
-          false,
-        ]);
+        assert.deepEqual(
+          await harness.store.completeMany([{ deliveryId: '999999999', leaseToken: claimed!.leaseToken }], now),
+          [false],
+        );
       },
     },
     {
@@ -154,7 +155,7 @@ export const fencingCases: CaseGroup = {
         const now = harness.clock.now();
         const badTokens = ['nonsense', '', '1:2', '300:1:0', '-1:1:0', `${claimed!.lane}:x:0`];
         for (const token of badTokens) {
-          const bad = { deliveryId: claimed!.id, lease: token };
+          const bad = { deliveryId: claimed!.id, leaseToken: token };
           for (const [name, write] of Object.entries(fencedWrites(harness.store as Store<unknown>, now))) {
             await rejectsWithCode(write(valid, bad), 'RELAYBUS_INVALID_LEASE').catch((error: unknown) => {
               throw new Error(`${name} with token ${JSON.stringify(token)}: ${(error as Error).message}`);
@@ -179,7 +180,7 @@ export const fencingCases: CaseGroup = {
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         await harness.inTransaction(async (tx) => {
           await rejectsWithCode(
-            harness.store.complete({ deliveryId: claimed!.id, lease: '300:1:0' }, tx, harness.clock.now()),
+            harness.store.complete({ deliveryId: claimed!.id, leaseToken: '300:1:0' }, tx, harness.clock.now()),
             'RELAYBUS_INVALID_LEASE',
           );
         });
@@ -193,7 +194,7 @@ export const fencingCases: CaseGroup = {
         const [claimed] = await claimExpecting(harness, 'w1', ['e1']);
         const now = harness.clock.now();
         await rejectsWithCode(
-          harness.store.completeMany([leaseOf(claimed!), { deliveryId: 'abc', lease: claimed!.lease }], now),
+          harness.store.completeMany([leaseOf(claimed!), { deliveryId: 'abc', leaseToken: claimed!.leaseToken }], now),
           'RELAYBUS_INVALID_INPUT',
         );
         await rejectsWithCode(

@@ -103,15 +103,15 @@ export async function claimExpecting<TTx>(
 }
 
 export function leaseOf(claimed: ClaimedDelivery): DeliveryLease {
-  return { deliveryId: claimed.id, lease: claimed.lease };
+  return { deliveryId: claimed.id, leaseToken: claimed.leaseToken };
 }
 
 export function epochOf(claimed: ClaimedDelivery): bigint {
-  return BigInt(parseLeaseToken(claimed.lease).epoch);
+  return BigInt(parseLeaseToken(claimed.leaseToken).epoch);
 }
 
 export function claimsOf(claimed: ClaimedDelivery): number {
-  return parseLeaseToken(claimed.lease).claims;
+  return parseLeaseToken(claimed.leaseToken).claims;
 }
 
 /** Every delivery the store lists (all statuses), id ascending. */

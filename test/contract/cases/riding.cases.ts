@@ -68,7 +68,7 @@ export const ridingCases: CaseGroup = {
         assert.equal(claimed.length, 2);
         const stale = {
           ...claimed[0]!,
-          lease: claimed[0]!.lease.replace(/:(\d+)$/, (_, n: string) => `:${Number(n) + 1}`),
+          leaseToken: claimed[0]!.leaseToken.replace(/:(\d+)$/, (_, n: string) => `:${Number(n) + 1}`),
         };
         const result = await completeAndClaim(harness, 'w1', [stale, claimed[1]!]);
         assert.deepEqual(result.completed, [false, true]);
@@ -183,7 +183,7 @@ export const ridingCases: CaseGroup = {
         await publish(harness, [event({ id: 'a' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['a']);
         await assert.rejects(
-          harness.store.completeAndClaim([{ deliveryId: claimed!.id, lease: 'not-a-lease' }], {
+          harness.store.completeAndClaim([{ deliveryId: claimed!.id, leaseToken: 'not-a-lease' }], {
             owner: 'w1',
             handlers: [H1],
             limit: 10,

@@ -24,8 +24,8 @@ function subscription(handler: string, maxAttempts = 3, eventType = TYPE): Subsc
 
 /** Two workers, each subscribing the handler it runs. */
 async function twoWorkersSubscribe<TTx>(harness: Harness<TTx>): Promise<void> {
-  await harness.store.subscribe([subscription(H1, 3)], harness.clock.now());
-  await harness.store.subscribe([subscription(H2, 7)], harness.clock.now());
+  await harness.store.subscribe([subscription(H1, 3)], { now: harness.clock.now() });
+  await harness.store.subscribe([subscription(H2, 7)], { now: harness.clock.now() });
 }
 
 const byHandler = <T extends { handler: string }>(views: readonly T[]): T[] =>
@@ -68,7 +68,7 @@ export const subscriptionCases: CaseGroup = {
     {
       name: 'a subscription of another event type adds nothing',
       async run({ harness }) {
-        await harness.store.subscribe([subscription(H2, 3, 'other.event')], harness.clock.now());
+        await harness.store.subscribe([subscription(H2, 3, 'other.event')], { now: harness.clock.now() });
         const [result] = await publish(harness, [event({ id: 'e1', handlers: handlers(H1) })]);
         assert.deepEqual(result?.addedHandlers, [H1]);
       },
@@ -76,7 +76,7 @@ export const subscriptionCases: CaseGroup = {
     {
       name: 'an event with no handler and no subscription is refused: nothing written, the transaction stays usable',
       async run({ harness }) {
-        await harness.store.subscribe([subscription(H1, 3, 'other.event')], harness.clock.now());
+        await harness.store.subscribe([subscription(H1, 3, 'other.event')], { now: harness.clock.now() });
         const now = harness.clock.now();
         let caught: unknown;
         await harness.inTransaction(async (tx) => {
@@ -107,9 +107,9 @@ export const subscriptionCases: CaseGroup = {
     {
       name: 'a handler subscribed after an event was published gets no delivery for it; the next event fans out to it',
       async run({ harness }) {
-        await harness.store.subscribe([subscription(H1)], harness.clock.now());
+        await harness.store.subscribe([subscription(H1)], { now: harness.clock.now() });
         await publish(harness, [event({ id: 'before', handlers: [] })]);
-        await harness.store.subscribe([subscription(H2)], harness.clock.now());
+        await harness.store.subscribe([subscription(H2)], { now: harness.clock.now() });
         await publish(harness, [event({ id: 'after', handlers: [] })]);
         const deliveries = await allDeliveries(harness);
         assert.deepEqual(
@@ -128,11 +128,11 @@ export const subscriptionCases: CaseGroup = {
     {
       name: 'republishing an id adds deliveries only for subscriptions it never had, completed ones included',
       async run({ harness }) {
-        await harness.store.subscribe([subscription(H1)], harness.clock.now());
+        await harness.store.subscribe([subscription(H1)], { now: harness.clock.now() });
         await publish(harness, [event({ id: 'e1', handlers: [] })]);
         const [first] = await claim(harness, 'w1');
         assert.deepEqual(await harness.store.completeMany([leaseOf(first!)], harness.clock.now()), [true]);
-        await harness.store.subscribe([subscription(H2)], harness.clock.now());
+        await harness.store.subscribe([subscription(H2)], { now: harness.clock.now() });
         const [again] = await publish(harness, [event({ id: 'e1', handlers: [] })]);
         assert.deepEqual(again, { eventId: 'e1', addedHandlers: [H2], duplicate: true });
         assert.deepEqual(
@@ -145,9 +145,9 @@ export const subscriptionCases: CaseGroup = {
       name: 'subscribing again updates the budget and the last-seen time; the list counts pending deliveries',
       async run({ harness }) {
         const first = harness.clock.now();
-        await harness.store.subscribe([subscription(H1, 3)], first);
+        await harness.store.subscribe([subscription(H1, 3)], { now: first });
         harness.clock.advance(60_000);
-        await harness.store.subscribe([subscription(H1, 4)], harness.clock.now());
+        await harness.store.subscribe([subscription(H1, 4)], { now: harness.clock.now() });
         await publish(harness, [event({ id: 'e1', handlers: [] }), event({ id: 'e2', handlers: [] })]);
         const [listed] = await harness.store.listSubscriptions();
         assert.equal(listed?.handler, H1);
@@ -162,14 +162,14 @@ export const subscriptionCases: CaseGroup = {
     {
       name: 'a deploy step records subscriptions without saying a worker runs them ({ seen: false })',
       async run({ harness }) {
-        await harness.store.subscribe([subscription(H1)], harness.clock.now(), { seen: false });
+        await harness.store.subscribe([subscription(H1)], { now: harness.clock.now(), seen: false });
         assert.equal((await harness.store.listSubscriptions())[0]?.seenAt, null, 'never seen');
         const [result] = await publish(harness, [event({ id: 'e1', handlers: [] })]);
         assert.deepEqual(result?.addedHandlers, [H1], 'publishes fan out to it all the same');
         const workerSaw = harness.clock.now();
-        await harness.store.subscribe([subscription(H1)], workerSaw);
+        await harness.store.subscribe([subscription(H1)], { now: workerSaw });
         harness.clock.advance(60_000);
-        await harness.store.subscribe([subscription(H1, 4)], harness.clock.now(), { seen: false });
+        await harness.store.subscribe([subscription(H1, 4)], { now: harness.clock.now(), seen: false });
         const [listed] = await harness.store.listSubscriptions();
         assert.equal(
           listed?.seenAt?.getTime(),
@@ -214,7 +214,7 @@ export const subscriptionCases: CaseGroup = {
     {
       name: 'unsubscribing a handler whose delivery runs now is refused even with a reason',
       async run({ harness }) {
-        await harness.store.subscribe([subscription(H1)], harness.clock.now());
+        await harness.store.subscribe([subscription(H1)], { now: harness.clock.now() });
         await publish(harness, [event({ id: 'e1', handlers: [] })]);
         const [running] = await claim(harness, 'w1');
         assert.ok(running);
@@ -235,6 +235,14 @@ export const subscriptionCases: CaseGroup = {
       name: 'bad subscriptions are refused with RELAYBUS_INVALID_INPUT and record nothing',
       async run({ harness }) {
         await rejectsWithCode(harness.store.subscribe([subscription(H1, 0)]), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(
+          harness.store.subscribe([subscription(H1)], { now: new Date(Number.NaN) }),
+          'RELAYBUS_INVALID_INPUT',
+        );
+        await rejectsWithCode(
+          harness.store.subscribe([subscription(H1)], new Date() as unknown as { now: Date }),
+          'RELAYBUS_INVALID_INPUT',
+        );
         await rejectsWithCode(harness.store.subscribe([subscription(H1), subscription(H1)]), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(
           harness.store.subscribe([{ ...subscription(H1), handler: 'a\u0000b' }]),
