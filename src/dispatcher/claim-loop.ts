@@ -35,8 +35,8 @@ export class ClaimLoop<TTx> {
   readonly renewer: LeaseRenewer;
   readonly deps: RunnerDeps<TTx>;
   readonly claimBackoff: RetryBackoff;
-  /** When (config clock, ms) the last claim that asked for a takeover succeeded. */
-  lastTakeoverAt: number | undefined;
+  /** When (config clock, ms) the last claim that asked to acquire lanes even when full succeeded. */
+  lastAcquireWhenFullAt: number | undefined;
   /** Runs (by the dispatcher's run key) that the claim being launched has just completed. */
   justCompleted: Set<string> | undefined;
   /** When the first of the current run of failed claims happened. */

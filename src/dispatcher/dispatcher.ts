@@ -35,11 +35,11 @@ import type { RetryBackoff } from './wakeup.js';
  *   `leaseDurationMs / 3`; a lane reported lost (or seen at a newer epoch in a later claim) aborts
  *   the handlers claimed in it and their results are dropped. Completions go through the
  *   completion batcher (one `completeMany` per `completionBatchWindowMs`). Once per lease duration
- *   (by the bus's clock) a claim sets `takeover`: even when this worker's own lanes fill the batch,
+ *   (by the bus's clock) a claim sets `acquireWhenFull`: even when this worker's own lanes fill the batch,
  *   the store takes a few other lanes, so a crashed worker's expired lanes are taken over while
  *   every worker is busy.
  * - Claim loops (`claimLoops`, default 1): each loop claims as a lease owner of its own (lanes are held per owner),
- *   with its own renewer, completion batcher, wake-up and takeover clock (src/dispatcher/claim-loop.ts); the handler
+ *   with its own renewer, completion batcher, wake-up and clock of acquiring when full (src/dispatcher/claim-loop.ts); the handler
  *   slots, the runs and the health are shared. A loop reserves the slots its claim may fill, so the loops never
  *   claim more than `concurrency` between them. With two, one loop's claim waits on Postgres while the other's
  *   handlers run.
@@ -280,14 +280,14 @@ export class Dispatcher<TTx> {
       if (free > 0) {
         // A loop claims at most its share of the slots, so the others find free slots while its handlers run.
         const limit = Math.min(options.batchSize, free, Math.ceil(options.concurrency / this.#loops.length));
-        const takeoverAt = this.#takeoverDue(loop);
+        const acquireAt = this.#acquireWhenFullDue(loop);
         const params: ClaimParams = {
           owner: loop.owner,
           handlers: this.#handlerNames,
           limit,
           leaseDurationMs: options.leaseDurationMs,
           now: this.#now(),
-          ...(takeoverAt === undefined ? {} : { takeover: true }),
+          ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
         };
         // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
         // be claimed at once.
@@ -317,7 +317,7 @@ export class Dispatcher<TTx> {
           this.#reserved -= limit;
         }
         this.#claimSucceeded(loop);
-        if (takeoverAt !== undefined) loop.lastTakeoverAt = takeoverAt;
+        if (acquireAt !== undefined) loop.lastAcquireWhenFullAt = acquireAt;
         if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit, owner: loop.owner });
         if (this.#state !== 'running') {
           this.#toRelease.push(
@@ -335,13 +335,13 @@ export class Dispatcher<TTx> {
   }
 
   /**
-   * The clock reading (ms) when this loop's claim should ask for a takeover, else undefined: the first claim, then the
+   * The clock reading (ms) when this loop's claim should acquire lanes even when full, else undefined: the first claim, then the
    * first after each lease duration. Only then may a claim whose held lanes fill the batch take other lanes, so a
    * crashed worker's expired lanes are taken over within about two lease durations even when every worker is busy.
    */
-  #takeoverDue(loop: ClaimLoop<TTx>): number | undefined {
+  #acquireWhenFullDue(loop: ClaimLoop<TTx>): number | undefined {
     const at = this.#wallNow().getTime();
-    const last = loop.lastTakeoverAt;
+    const last = loop.lastAcquireWhenFullAt;
     return last === undefined || at - last >= this.#config.options.leaseDurationMs ? at : undefined;
   }
 

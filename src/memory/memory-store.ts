@@ -61,7 +61,7 @@ import type {
   UnsubscribeParams,
   UnsubscribeResult,
 } from '../store/contract.js';
-import { acquireRounds, FIRST_LANES_TO_TAKE } from '../store/acquire.js';
+import { acquireRounds, FIRST_ACQUIRE_ROUND } from '../store/acquire.js';
 import {
   assertName,
   assertOptionalDate,
@@ -566,9 +566,9 @@ class MemoryStore implements Store<MemoryTransaction> {
     }
 
     // 2. Take free (or expired) lanes with due work, 4, 8, 16, ... per round, until the batch is full. A full batch
-    //    takes a few lanes only when the caller asks (`takeover`); their work comes with the next claim.
+    //    takes a few lanes only when the caller asks (`acquireWhenFull`); their work comes with the next claim.
     if (picks.length >= params.limit) {
-      if (params.takeover === true) this.#acquireFreeLanes(params, handlers, now, FIRST_LANES_TO_TAKE);
+      if (params.acquireWhenFull === true) this.#acquireFreeLanes(params, handlers, now, FIRST_ACQUIRE_ROUND);
       return picks;
     }
     for (const take of acquireRounds()) {

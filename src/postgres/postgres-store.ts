@@ -35,7 +35,7 @@ import type {
   UnsubscribeParams,
   UnsubscribeResult,
 } from '../store/contract.js';
-import { acquireRounds, FIRST_LANES_TO_TAKE } from '../store/acquire.js';
+import { acquireRounds, FIRST_ACQUIRE_ROUND } from '../store/acquire.js';
 import {
   assertName,
   assertOptionalDate,
@@ -365,7 +365,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
   /**
    * One claim: complete `leases` and claim from the held lanes in one statement, then, while the batch is not full,
-   * take free lanes a few at a time (4, 8, 16, ...) and claim from them; with `takeover`, a full batch still takes a
+   * take free lanes a few at a time (4, 8, 16, ...) and claim from them; with `acquireWhenFull`, a full batch still takes a
    * few lanes (their work comes with the next claim).
    */
   async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
@@ -410,7 +410,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       for (const take of acquireRounds()) {
         const [acquired] = await acquire(take);
         const taken = acquired ? toInt(acquired.lanes) : 0;
-        if (taken === 0 && !(alwaysClaim && take === FIRST_LANES_TO_TAKE)) break;
+        if (taken === 0 && !(alwaysClaim && take === FIRST_ACQUIRE_ROUND)) break;
         const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
         claimed.push(...more);
         if (taken < take || more.length === 0 || claimed.length >= limit) break;
@@ -437,10 +437,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         if (claimed.length < limit) {
           // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
           await acquireAndClaim(false);
-        } else if (params.takeover === true) {
+        } else if (params.acquireWhenFull === true) {
           // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
           // worker are taken over (and its work re-run) while everyone is busy.
-          await acquire(FIRST_LANES_TO_TAKE);
+          await acquire(FIRST_ACQUIRE_ROUND);
         }
       } catch (error) {
         // What was claimed (and completed) is recorded: hand it over, or it would stay stuck in flight in this owner's

@@ -133,7 +133,7 @@ export interface ClaimParams {
    * claim. Work found in the lanes taken is claimed from the next claim on. The dispatcher sets it once per lease
    * duration; the store keeps no clock of its own for this.
    */
-  readonly takeover?: boolean;
+  readonly acquireWhenFull?: boolean;
   readonly now?: Date;
 }
 
@@ -336,7 +336,7 @@ export interface Store<TTx> {
    * had in flight, and record the batch in the lanes. A keyed delivery is returned only when no
    * earlier delivery of its handler and key is pending (in flight or not). Lanes the owner holds
    * that run nothing are handed back. Delivery rows are not written. When the held lanes fill the
-   * batch, no other lane is taken unless `takeover` is set: then a few free or expired lanes with due
+   * batch, no other lane is taken unless `acquireWhenFull` is set: then a few free or expired lanes with due
    * work are taken as well (charging their takeovers as above) and their work comes with the next
    * claim. Callers set it about once per lease duration, so an expired lane is taken over even when
    * every worker is busy. Claims of one owner may run concurrently.

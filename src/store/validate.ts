@@ -199,8 +199,8 @@ export function validateClaim(params: ClaimParams): void {
   params.handlers.forEach((name, i) => assertName(name, `handlers[${i}]`));
   assertPositiveInteger(params.limit, 'limit', 10_000);
   assertPositiveInteger(params.leaseDurationMs, 'leaseDurationMs', 86_400_000);
-  if (params.takeover !== undefined && typeof params.takeover !== 'boolean')
-    fail(`takeover must be a boolean, got ${echo(params.takeover)}.`);
+  if (params.acquireWhenFull !== undefined && typeof params.acquireWhenFull !== 'boolean')
+    fail(`acquireWhenFull must be a boolean, got ${echo(params.acquireWhenFull)}.`);
   assertOptionalDate(params.now, 'now');
 }
 

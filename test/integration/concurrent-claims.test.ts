@@ -206,7 +206,7 @@ describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in fou
         limit: 5,
         leaseDurationMs: lease,
         now: later,
-        takeover: true,
+        acquireWhenFull: true,
       });
       assert.equal(again.length, 5);
       const [charged] = (await store.listDeliveries({ eventId: lost.eventId })).items;

@@ -735,7 +735,7 @@ describe("dispatcher: takeover of crashed workers' lanes", () => {
       dispatcher: { pollIntervalMs: 5, ...dispatcher },
     });
     t.after(() => bus.stop({ graceMs: 0 }));
-    const takeovers = () => claims.filter((params) => params.takeover === true).length;
+    const takeovers = () => claims.filter((params) => params.acquireWhenFull === true).length;
     return { bus, memory, clock, claims, takeovers };
   }
 
@@ -748,7 +748,7 @@ describe("dispatcher: takeover of crashed workers' lanes", () => {
       await waitFor(() => claims.length >= seen + 5, what);
     };
     await moreClaims('several claims');
-    assert.equal(claims[0]!.takeover, true, 'the first claim asks');
+    assert.equal(claims[0]!.acquireWhenFull, true, 'the first claim asks');
     assert.equal(takeovers(), 1, 'the claims after it do not');
     clock.advance(999);
     await moreClaims('claims just before a lease duration passed');

@@ -237,7 +237,7 @@ export const claimCases: CaseGroup = {
         await rejectsWithCode(harness.store.claim({ ...base, limit: 0 }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.claim({ ...base, handlers: [] }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(
-          harness.store.claim({ ...base, takeover: 'yes' as unknown as boolean }),
+          harness.store.claim({ ...base, acquireWhenFull: 'yes' as unknown as boolean }),
           'RELAYBUS_INVALID_INPUT',
         );
         await rejectsWithCode(harness.store.claim({ ...base, owner: '' }), 'RELAYBUS_INVALID_INPUT');

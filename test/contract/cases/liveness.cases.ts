@@ -3,7 +3,7 @@
  * capped scan in due-time order stalled a lane for good when the window filled with blocked
  * followers: a retried head due later than its followers, a delayed head, or a deep backlog of one
  * key whose head is in flight (holding back every other key of its lane). And a crashed worker's lane
- * must be taken over although every worker's own lanes fill its claims (`takeover`).
+ * must be taken over although every worker's own lanes fill its claims (`acquireWhenFull`).
  */
 import assert from 'node:assert/strict';
 import { laneOf } from '../../../src/core/lanes.js';
@@ -143,7 +143,7 @@ export const livenessCases: CaseGroup = {
       },
     },
     {
-      name: 'a worker whose own lane fills every claim takes over an expired lane only when its claim asks for a takeover',
+      name: 'a worker whose own lane fills every claim takes over an expired lane only when its claim asks to acquire when full',
       async run({ harness }) {
         const crashedId = 'crashed-0';
         const crashedLane = laneOf(null, crashedId);
@@ -159,7 +159,7 @@ export const livenessCases: CaseGroup = {
           owner: string,
           handlers: readonly string[],
           limit: number,
-          takeover?: boolean,
+          acquireWhenFull?: boolean,
         ): Promise<ClaimedDelivery[]> =>
           harness.store.claim({
             owner,
@@ -167,7 +167,7 @@ export const livenessCases: CaseGroup = {
             limit,
             leaseDurationMs: LEASE_MS,
             now: harness.clock.now(),
-            ...(takeover === undefined ? {} : { takeover }),
+            ...(acquireWhenFull === undefined ? {} : { acquireWhenFull }),
           });
         const [lost] = await claimAs('crashes', [H2], 1);
         assert.equal(lost?.eventId, crashedId, 'the crashed worker held its lane with this delivery in flight');
@@ -181,8 +181,8 @@ export const livenessCases: CaseGroup = {
         busyBatch(await claimAs('busy', [H1, H2], 2), 'first claim');
 
         harness.clock.advance(PAST_LEASE_MS); // the crashed worker's lease is over
-        busyBatch(await claimAs('busy', [H1, H2], 2), 'claim without takeover');
-        busyBatch(await claimAs('busy', [H1, H2], 2, false), 'claim with takeover: false');
+        busyBatch(await claimAs('busy', [H1, H2], 2), 'claim without acquireWhenFull');
+        busyBatch(await claimAs('busy', [H1, H2], 2, false), 'claim with acquireWhenFull: false');
         const untouched = await viewOf(harness, lost.id);
         assert.equal(
           untouched.status,
@@ -191,7 +191,7 @@ export const livenessCases: CaseGroup = {
         );
         assert.equal(untouched.attempts, 0);
 
-        busyBatch(await claimAs('busy', [H1, H2], 2, true), 'claim with takeover');
+        busyBatch(await claimAs('busy', [H1, H2], 2, true), 'claim with acquireWhenFull');
         const charged = await viewOf(harness, lost.id);
         assert.equal(charged.status, 'pending', 'the takeover took it out of flight');
         assert.equal(charged.attempts, 1, 'the takeover charged the in-flight delivery one attempt');
