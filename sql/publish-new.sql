@@ -31,16 +31,10 @@ refusal AS (
 fresh AS (
   SELECT refused IS NULL AND unserved IS NULL AS ok FROM refusal
 ),
-locked AS (
-  SELECT count(pg_advisory_xact_lock('/*schema*/relaybus_events'::regclass::oid::int, k.hash)) AS n
-  FROM (SELECT DISTINCT hashtext(key) AS hash FROM input WHERE key IS NOT NULL ORDER BY 1) k
-  WHERE (SELECT ok FROM fresh)
+keyed AS (
+  SELECT ord AS pos, key FROM input WHERE key IS NOT NULL AND (SELECT ok FROM fresh)
 ),
-numbered AS (
-  -- nextval above a sorted subquery: values follow input order. After the locks (the initplan runs first).
-  SELECT k.ord, nextval('/*schema*/relaybus_key_order') AS sequence
-  FROM (SELECT ord FROM input WHERE key IS NOT NULL AND (SELECT n FROM locked) >= 0 AND (SELECT ok FROM fresh) ORDER BY ord) k
-),
+/*include key-order*/,
 inserted AS (
   INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
   SELECT i.id, i.type, i.key, i.payload, i.headers, h.handlers, coalesce($12::timestamptz, now())
@@ -58,7 +52,7 @@ delivered AS (
   FROM input i
   JOIN inserted x ON x.id = i.id
   JOIN fanout f ON f.ord = i.ord
-  LEFT JOIN numbered n ON n.ord = i.ord
+  LEFT JOIN numbered n ON n.pos = i.ord
   ORDER BY i.ord, f.handler
   RETURNING 1
 ),

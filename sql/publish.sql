@@ -66,20 +66,16 @@ extended AS (
 written AS (
   SELECT p.* FROM pairs p WHERE p.id IN (SELECT id FROM inserted) OR p.id IN (SELECT id FROM extended)
 ),
-locked AS (
-  SELECT count(pg_advisory_xact_lock('/*schema*/relaybus_events'::regclass::oid::int, k.hash)) AS n
-  FROM (SELECT DISTINCT hashtext(key) AS hash FROM written WHERE key IS NOT NULL ORDER BY 1) k
+keyed AS (
+  SELECT DISTINCT ord AS pos, key FROM written WHERE key IS NOT NULL
 ),
-numbered AS (
-  SELECT k.ord, nextval('/*schema*/relaybus_key_order') AS sequence
-  FROM (SELECT DISTINCT ord FROM written WHERE key IS NOT NULL AND (SELECT n FROM locked) >= 0 ORDER BY ord) k
-),
+/*include key-order*/,
 delivered AS (
   INSERT INTO /*schema*/relaybus_deliveries
     (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at)
   SELECT w.id, w.handler, w.lane, w.key, n.sequence, 'pending', 0, w.max_attempts, 0,
          coalesce(w.available_at, $12::timestamptz, now()), coalesce($12::timestamptz, now()), coalesce($12::timestamptz, now())
-  FROM written w LEFT JOIN numbered n ON n.ord = w.ord
+  FROM written w LEFT JOIN numbered n ON n.pos = w.ord
   ORDER BY w.ord, w.handler
   RETURNING event_id, handler
 ),

@@ -14,19 +14,14 @@ WITH targets AS (
   ORDER BY d.id
   FOR UPDATE
 ),
-locked AS (
-  -- The key's advisory lock (as publish takes it), held until commit, before its key-order value.
-  SELECT count(pg_advisory_xact_lock('/*schema*/relaybus_events'::regclass::oid::int, k.hash)) AS n
-  FROM (SELECT DISTINCT hashtext(key) AS hash FROM targets WHERE key IS NOT NULL ORDER BY 1) k
+keyed AS (
+  SELECT id AS pos, key FROM targets WHERE key IS NOT NULL
 ),
-numbered AS (
-  SELECT k.id, nextval('/*schema*/relaybus_key_order') AS sequence
-  FROM (SELECT id FROM targets WHERE key IS NOT NULL AND (SELECT n FROM locked) >= 0 ORDER BY id) k
-)
+/*include key-order*/
 UPDATE /*schema*/relaybus_deliveries d
 SET status = 'pending', attempts = 0, claims = d.claims + 1,
     available_at = coalesce($4::timestamptz, now()), updated_at = coalesce($4::timestamptz, now()),
     sequence = coalesce(n.sequence, d.sequence)
-FROM targets t LEFT JOIN numbered n ON n.id = t.id
+FROM targets t LEFT JOIN numbered n ON n.pos = t.id
 WHERE d.id = t.id
 RETURNING d.id::text AS id
