@@ -261,7 +261,7 @@ RETURNING d.id::text AS id`;
       await explain(
         `${label}: complete-many (EXISTS fence, as shipped), ${leases.length} ids`,
         statements['complete-many'].text,
-        completeParams,
+        [...completeParams, false, null],
       ),
     ]);
     results.push([
@@ -269,7 +269,7 @@ RETURNING d.id::text AS id`;
       await explain(
         `${label}: complete-many, generic plan (named prepared statement)`,
         statements['complete-many'].text,
-        completeParams,
+        [...completeParams, false, null],
         true,
       ),
     ]);

@@ -1,15 +1,28 @@
--- complete-many: delete a batch of completed deliveries whose claim is still held (fenced), in one statement.
+-- complete-many: delete a batch of completed deliveries whose claim is still held (fenced), in one statement; with
+--                $5, a completion-history row per deleted delivery.
 -- index: relaybus_deliveries_pkey (driven from the ids); relaybus_lanes_pkey (the fence is a per-row subquery, never
---        a join driven from lanes: that plan scanned whole lanes at a deep backlog)
--- params: $1 delivery ids bigint[], $2 lanes smallint[], $3 epochs bigint[], $4 claims int[]
+--        a join driven from lanes: that plan scanned whole lanes at a deep backlog); relaybus_events_pkey (history)
+-- params: $1 delivery ids bigint[], $2 lanes smallint[], $3 epochs bigint[], $4 claims int[], $5 completion history
+--         boolean, $6 now timestamptz (null = now(); the history rows' completed_at)
 -- returns: id of every deleted delivery (absent ids = lease lost)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
-DELETE FROM /*schema*/relaybus_deliveries d
-USING unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::int[]) AS t(id, lane, epoch, claims)
-WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
-  AND EXISTS (
-    SELECT 1 FROM /*schema*/relaybus_lanes l
-    WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
-  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
-RETURNING d.id::text AS id
+WITH deleted AS (
+  DELETE FROM /*schema*/relaybus_deliveries d
+  USING unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::int[]) AS t(id, lane, epoch, claims)
+  WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
+    AND EXISTS (
+      SELECT 1 FROM /*schema*/relaybus_lanes l
+      WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
+    AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+  RETURNING d.id, d.event_id, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
+),
+history AS (
+  INSERT INTO /*schema*/relaybus_completed_deliveries
+    (delivery_id, event_id, event_type, handler, lane, key, sequence, attempts, max_attempts, created_at, completed_at)
+  SELECT d.id, d.event_id, e.type, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at,
+         coalesce($6::timestamptz, now())
+  FROM deleted d JOIN /*schema*/relaybus_events e ON e.id = d.event_id
+  WHERE $5::boolean
+)
+SELECT id::text AS id FROM deleted

@@ -345,19 +345,17 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     return rows.length > 0;
   }
 
+  /** Run a fenced write of many deliveries (`extra`: the statement's parameters after the lease arrays). */
   async function fencedMany(
-    name: StatementName,
+    name: 'complete-many' | 'release',
     leases: readonly DeliveryLease[],
     now: Date | undefined,
+    extra: readonly unknown[],
   ): Promise<boolean[]> {
     const parsed = parseLeases(leases);
     assertOptionalDate(now, 'now');
     if (parsed.length === 0) return [];
-    const extra = name === 'complete-many' ? [] : [iso(now)];
-    const rows = await runOwned<RowOf<'complete-many' | 'complete-many-with-history' | 'release'>>(name, [
-      ...leaseArrays(parsed),
-      ...extra,
-    ]);
+    const rows = await runOwned<RowOf<'complete-many' | 'release'>>(name, [...leaseArrays(parsed), ...extra]);
     const done = new Set(rows.map((row) => row.id));
     // A lease listed twice succeeds once, as it would in two calls.
     return parsed.map((lease) => done.delete(lease.deliveryId));
@@ -653,20 +651,19 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     },
 
     completeMany(leases, now) {
-      return fencedMany(history ? 'complete-many-with-history' : 'complete-many', leases, now);
+      return fencedMany('complete-many', leases, now, [history, iso(now)]);
     },
 
     async complete(lease: DeliveryLease, tx: TTx, now?: Date): Promise<boolean> {
       const parsed = parseLease(lease);
       assertOptionalDate(now, 'now');
-      const name = history ? 'complete-one-with-history' : 'complete-one';
-      const extra = history ? [iso(now)] : [];
-      const rows = await run(driver.unwrap(tx), name, [
+      const rows = await run(driver.unwrap(tx), 'complete-one', [
         parsed.deliveryId,
         parsed.lane,
         parsed.epoch,
         parsed.claims,
-        ...extra,
+        history,
+        iso(now),
       ]);
       return rows.length > 0;
     },
@@ -694,7 +691,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     },
 
     release(leases, now) {
-      return fencedMany('release', leases, now);
+      return fencedMany('release', leases, now, [iso(now)]);
     },
 
     async relinquish(owner: string): Promise<number> {

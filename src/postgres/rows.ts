@@ -124,9 +124,7 @@ export const ROW_COLUMNS = {
     completed_id: nullable('text'),
   },
   'complete-many': IDS,
-  'complete-many-with-history': IDS,
   'complete-one': IDS,
-  'complete-one-with-history': IDS,
   'extend-lease': { lane: col('int2') },
   'list-deliveries': {
     id: col('text'),
