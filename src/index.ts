@@ -105,7 +105,6 @@ export type {
   PurgeResult,
   RequeueParams,
   RescheduleParams,
-  SetupParams,
   Statistics,
   Store,
   StoreCapabilities,

@@ -29,7 +29,5 @@ export {
   createPostgresSchemaSql,
   createPostgresSupplementSql,
   DEFAULT_SCHEMA,
-  loadMigrations,
-  loadSupplement,
 } from './schema-sql.js';
 export type { PostgresDriver, SqlExecutor, SqlStatement } from './sql-client.js';

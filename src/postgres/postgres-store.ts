@@ -151,9 +151,8 @@ function fullResults(rows: readonly FullRow[], events: readonly PublishParams[])
 
 function notInTransaction(): InvalidInputError {
   return new InvalidInputError(
-    'publish() was called with a transaction that is not in a transaction block (it already committed or rolled back, ' +
-      'or it never began): the events would have been written on their own, not atomically with your writes, so ' +
-      'nothing was written. Publish inside the transaction callback, before it returns.',
+    'publish() got a transaction that is not in a transaction block (it ended, or never began), so nothing was written. ' +
+      'Publish inside the transaction callback, before it returns.',
   );
 }
 

@@ -58,12 +58,9 @@ function privilegeError(error: unknown, schema: string, changed: boolean): Store
   if (sqlStateOf(error) !== INSUFFICIENT_PRIVILEGE) return undefined;
   const detail = error instanceof Error ? error.message : String(error);
   return new StoreUnavailableError(
-    `setup() of schema "${schema}" lacks a privilege: ${detail}. Creating or upgrading the relaybus tables needs a role that may create the ` +
-      'schema (CREATE on the database) and owns the schema and its tables. Run relaybus setup (or apply relaybus sql) as such a role, and start ' +
-      `the bus with setupStore: false under a role that may only read and write the tables. ${
-        changed
-          ? 'The 0.1 upgrade had begun (its first steps committed); running it again as the owner finishes it.'
-          : 'Nothing was changed.'
+    `setup() of schema "${schema}" lacks a privilege: ${detail}. Run relaybus setup as a role that owns the schema ` +
+      `(and start the bus with setupStore: false). ${
+        changed ? 'The 0.1 upgrade had begun: running it again as the owner finishes it.' : 'Nothing was changed.'
       }`,
     { cause: error, retryable: false },
   );

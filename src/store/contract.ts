@@ -278,11 +278,6 @@ export interface PurgeResult {
   readonly history: number;
 }
 
-export interface SetupParams {
-  /** Reserved for stores that can upgrade older layouts. */
-  readonly signal?: AbortSignal;
-}
-
 /** What `completeAndClaim` returns. */
 export interface CompleteAndClaimResult {
   /** Per lease, in input order: `true` when the delivery was completed, `false` when its lease was lost. */
@@ -297,7 +292,7 @@ export interface Store<TTx> {
   readonly capabilities: StoreCapabilities;
 
   /** Create or upgrade the store's tables; idempotent and safe to run from several processes at once. */
-  setup(params?: SetupParams): Promise<void>;
+  setup(): Promise<void>;
 
   /**
    * Write events and one delivery per handler inside the caller's transaction `tx`. An event id that

@@ -336,12 +336,12 @@ export function unsubscribeRefusal(
   const what = `handler "${params.handler}"${params.eventType === undefined ? '' : ` of event type "${params.eventType}"`}`;
   if (inFlight > 0) {
     return new InvalidStateError(
-      `Cannot unsubscribe ${what}: a worker runs ${inFlight} of its deliveries now. Stop the workers that run it (or wait until they finish), then try again. Nothing was changed.`,
+      `Cannot unsubscribe ${what}: ${inFlight} of its deliveries are running. Stop its workers first; nothing was changed.`,
     );
   }
   if (pending > 0 && params.buryPending === undefined) {
     return new InvalidStateError(
-      `Cannot unsubscribe ${what}: ${pending} of its deliveries are pending, and unsubscribing never drops them silently. Let a worker run them, or pass buryPending: "<reason>" (relaybus subscriptions remove --bury-pending "<reason>") to move them to the dead letters. Nothing was changed.`,
+      `Cannot unsubscribe ${what}: ${pending} of its deliveries are pending. Let a worker run them, or pass buryPending: "<reason>" (--bury-pending) to dead-letter them; nothing was changed.`,
     );
   }
   return undefined;
@@ -350,9 +350,8 @@ export function unsubscribeRefusal(
 /** An event with no handler in this process and no subscription: it would be delivered to nobody. */
 export function noHandlersError(event: PublishParams, index: number): InvalidInputError {
   return new InvalidInputError(
-    `events[${index}]: event "${event.type}" has no handler registered in this process and no subscription in the database, ` +
-      'so publishing it would deliver to nobody. Start a worker that registers its handlers (bus.start() records them), ' +
-      'or run relaybus setup --subscriptions <config>. Nothing was written; your transaction is still usable.',
+    `events[${index}]: event "${event.type}" has no handler here and no subscription in the database: nobody would get it. ` +
+      'Start a worker that runs its handlers (or run relaybus setup --subscriptions); nothing was written, the transaction is usable.',
   );
 }
 

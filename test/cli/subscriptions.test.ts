@@ -184,7 +184,7 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     assert.equal(lines(result.stderr).length, 1, result.stderr);
     assert.match(
       result.stderr,
-      /^relaybus: Cannot unsubscribe handler "fax": 3 of its deliveries are pending.+--bury-pending.+Nothing was changed\.\n$/,
+      /^relaybus: Cannot unsubscribe handler "fax": 3 of its deliveries are pending.+--bury-pending.+nothing was changed\.\n$/,
     );
     assert.ok((await subscribed()).includes('order.paid/fax'));
     assert.deepEqual(
@@ -205,10 +205,7 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
     try {
       const result = await runCli(['subscriptions', 'remove', 'email', '--bury-pending', 'retired', ...flags]);
       assert.equal(result.code, 1, result.stderr);
-      assert.match(
-        result.stderr,
-        /^relaybus: Cannot unsubscribe handler "email": a worker runs 1 of its deliveries now/,
-      );
+      assert.match(result.stderr, /^relaybus: Cannot unsubscribe handler "email": 1 of its deliveries are running/);
       assert.ok((await subscribed()).includes('order.placed/email'));
       assert.ok(before.length >= 2);
       assert.deepEqual(await deliveries('email'), before, 'nothing was buried');

@@ -49,6 +49,8 @@ describe('asynchronous commit of the dispatcher statements on real Postgres', {
           leases.map((l) => Number(l[0])),
           leases.map((l) => l[1]),
           leases.map((l) => Number(l[2])),
+          false,
+          null,
         ],
       ],
     ];

@@ -24,13 +24,8 @@ import { promisify } from 'node:util';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate } from 'drizzle-orm/node-postgres/migrator';
 import pg from 'pg';
-import {
-  createPostgresSupplementSql,
-  fromPg,
-  loadMigrations,
-  loadSupplement,
-  postgresStore,
-} from '../../src/postgres/index.js';
+import { createPostgresSupplementSql, fromPg, postgresStore } from '../../src/postgres/index.js';
+import { loadMigrations, loadSupplement } from '../../src/postgres/schema-sql.js';
 import { setupPostgres } from '../../src/postgres/setup.js';
 import { loadStatements } from '../../src/postgres/statements.js';
 import { catalog, drain, seedPending, supplementAtVersion } from '../support/upgrades.js';

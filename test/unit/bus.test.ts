@@ -221,7 +221,7 @@ describe('bus: publish', () => {
         assert.ok(error instanceof InvalidInputError);
         assert.match(
           error.message,
-          /"user.created" has no handler registered in this process and no subscription.*bus.start\(\) records them/,
+          /"user.created" has no handler here and no subscription.*Start a worker that runs its handlers/,
         );
         return true;
       },

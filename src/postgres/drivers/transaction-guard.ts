@@ -17,8 +17,8 @@ interface Gate {
 
 function refuse(): never {
   throw new InvalidStateError(
-    'This transaction has ended (relaybus committed or rolled it back after the handler returned, timed out or lost its lease, ' +
-      'or its connection dropped); a statement through it afterwards was refused. Stop using ctx.transaction once ctx.signal is aborted.',
+    'This transaction has ended (the handler returned, timed out or lost its lease, or the connection dropped); the statement was ' +
+      'refused. Stop using ctx.transaction once ctx.signal is aborted.',
   );
 }
 

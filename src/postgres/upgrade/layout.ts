@@ -52,13 +52,13 @@ export async function inspectLayout(
     const applied = state.migrations_table ? await readApplied() : [];
     if (applied.length > 0) {
       throw new SchemaMismatchError(
-        `Schema "${schema}" has both the row-lease deliveries of relaybus 0.1 (column lease_token) and recorded relaybus migrations (${list(applied)}): ` +
-          'a layout no relaybus version writes. setup() changed nothing; restore the schema from a backup or point relaybus at another schema.',
+        `Schema "${schema}" mixes relaybus 0.1 (column lease_token) with recorded migrations (${list(applied)}), a layout no version writes. ` +
+          'Restore it from a backup or use another schema; nothing was changed.',
       );
     }
     if (!state.tables.includes('relaybus_events')) {
       throw new SchemaMismatchError(
-        `Schema "${schema}" has a relaybus_deliveries table with a lease_token column but no relaybus_events table: not the layout of relaybus 0.1. setup() changed nothing.`,
+        `Schema "${schema}" has relaybus_deliveries.lease_token but no relaybus_events: not relaybus 0.1. Use another schema; nothing was changed.`,
       );
     }
     return { kind: 'row-lease', applied };
@@ -66,26 +66,23 @@ export async function inspectLayout(
   if (!state.migrations_table) {
     if (state.tables.length === 0) return { kind: 'empty', schemaExists: state.schema_exists };
     throw new SchemaMismatchError(
-      `Schema "${schema}" already has tables named like relaybus's (${list(state.tables)}) but no relaybus_migrations table, so they were not ` +
-        "created by relaybus setup() (another application's tables, or a copy made by hand), and they are not the 0.1 layout either (no lease_token column). " +
-        'setup() changed nothing. Use another schema for relaybus (the schema option, --schema on the command line), or move those tables away.',
+      `Schema "${schema}" has tables named like relaybus's (${list(state.tables)}) that relaybus did not create (no relaybus_migrations table). ` +
+        'Use another schema (the schema option, --schema) or move them away; nothing was changed.',
     );
   }
   const applied = await readApplied();
   if (applied.length === 0) {
     throw new SchemaMismatchError(
-      `Schema "${schema}" has relaybus tables (${list(state.tables)}) but its relaybus_migrations table records no migration, so setup() cannot tell ` +
-        'which version they are. If drizzle-kit created them, apply the supplement too (relaybus sql --supplement, or createPostgresSupplementSql()), ' +
-        'which records the migrations the tables match. setup() changed nothing.',
+      `Schema "${schema}" has relaybus tables (${list(state.tables)}) but records no migration, so their version is unknown. ` +
+        'If drizzle-kit created them, apply relaybus sql --supplement too; nothing was changed.',
     );
   }
   const known = new Set(migrations.map((m) => m.name));
   const unknown = applied.filter((name) => !known.has(name));
   if (unknown.length > 0) {
     throw new SchemaMismatchError(
-      `Schema "${schema}" was set up by a newer relaybus: it records migration${unknown.length === 1 ? '' : 's'} ${list(unknown)}, which this version ` +
-        `does not know (it knows ${list(migrations.map((m) => m.name))}). setup() never downgrades a schema and changed nothing: run the relaybus ` +
-        'version that wrote it (or newer), or restore a backup taken before that upgrade.',
+      `Schema "${schema}" was set up by a newer relaybus (migration${unknown.length === 1 ? '' : 's'} ${list(unknown)}; this version knows up ` +
+        `to ${migrations.at(-1)!.name}). Run that relaybus version or newer; setup() never downgrades, and nothing was changed.`,
     );
   }
   return { kind: 'relaybus', applied };
