@@ -18,7 +18,7 @@ import type {
   TransactionalHandlerContext,
 } from '../core/handlers.js';
 import { adaptLogger, describeError, type Logger } from '../core/logger.js';
-import { MAX_NAME_LENGTH } from '../core/limits.js';
+import { nameProblem } from '../core/limits.js';
 import { RESOLVED_HANDLERS, SubscriptionKeeper } from './subscription-keeper.js';
 import {
   assertLogger,
@@ -240,11 +240,8 @@ class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> 
       );
     }
     const definition = this.#registered(event, 'bus.on');
-    if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
-      throw new InvalidInputError(
-        `bus.on: the handler name must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}.`,
-      );
-    }
+    const problem = nameProblem(name, 'bus.on: the handler name');
+    if (problem !== undefined) throw new InvalidInputError(problem);
     const [options, fn] = maybeHandler === undefined ? [{}, optionsOrHandler] : [optionsOrHandler, maybeHandler];
     if (typeof fn !== 'function') {
       throw new InvalidInputError(

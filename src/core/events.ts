@@ -1,7 +1,7 @@
 import type { Static, TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { InvalidOptionsError, InvalidPayloadError } from './errors.js';
-import { MAX_NAME_LENGTH } from './limits.js';
+import { nameProblem } from './limits.js';
 
 /**
  * Typed events. `defineEvent(type, schema)` pairs an event type name with a TypeBox schema; the
@@ -61,11 +61,8 @@ export function defineEvent<const TType extends string, TPayload extends TSchema
   type: TType,
   schema: TPayload,
 ): EventDefinition<TType, TPayload> {
-  if (typeof type !== 'string' || type.length === 0 || type.length > MAX_NAME_LENGTH) {
-    throw new InvalidOptionsError(
-      `defineEvent: the event type must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(type)}.`,
-    );
-  }
+  const problem = nameProblem(type, 'defineEvent: the event type');
+  if (problem !== undefined) throw new InvalidOptionsError(problem);
   if (typeof schema !== 'object' || schema === null) {
     throw new InvalidOptionsError(
       `defineEvent("${type}"): the second argument must be a TypeBox schema, e.g. Type.Object({ ... }).`,

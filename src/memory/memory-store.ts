@@ -61,11 +61,11 @@ import type {
   UnsubscribeParams,
   UnsubscribeResult,
 } from '../store/contract.js';
+import { echo as echoValue } from '../core/limits.js';
 import { acquireRounds, FIRST_ACQUIRE_ROUND } from '../store/acquire.js';
 import {
   assertName,
   assertOptionalDate,
-  echo as echoValue,
   noHandlersError,
   parseLease,
   parseLeases,

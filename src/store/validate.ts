@@ -1,6 +1,6 @@
 import { InvalidInputError, InvalidPayloadError, InvalidStateError } from '../core/errors.js';
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
-import { MAX_NAME_LENGTH } from '../core/limits.js';
+import { echo, nameProblem } from '../core/limits.js';
 import type {
   BuryParams,
   ClaimParams,
@@ -23,27 +23,8 @@ import type {
  * the field named, before any statement runs.
  */
 
-/** Longest excerpt of a bad value repeated in an error message. */
-const MAX_ECHO_LENGTH = 60;
-
 function fail(message: string): never {
   throw new InvalidInputError(message);
-}
-
-/** A bad value as an error message shows it: long strings cut, with their length. */
-export function echo(value: unknown): string {
-  if (typeof value === 'string' && value.length > MAX_ECHO_LENGTH) {
-    return `a string of ${value.length} characters (${JSON.stringify(value.slice(0, MAX_ECHO_LENGTH))}...)`;
-  }
-  if (typeof value === 'bigint') return `${value}n`;
-  let text: string | undefined;
-  try {
-    text = JSON.stringify(value);
-  } catch {
-    text = undefined; // a cycle
-  }
-  text ??= String(value);
-  return text.length > MAX_ECHO_LENGTH * 2 ? `${text.slice(0, MAX_ECHO_LENGTH * 2)}...` : text;
 }
 
 /** Refuse a string with a NUL character, naming where it is. */
@@ -57,10 +38,9 @@ export function assertNoNul(value: string, what: string): void {
 }
 
 export function assertName(value: unknown, what: string): asserts value is string {
-  if (typeof value !== 'string' || value.length === 0 || value.length > MAX_NAME_LENGTH) {
-    fail(`${what} must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${echo(value)}.`);
-  }
-  assertNoNul(value, what);
+  const problem = nameProblem(value, what);
+  if (problem !== undefined) fail(problem);
+  assertNoNul(value as string, what);
 }
 
 export function assertPositiveInteger(
