@@ -16,12 +16,8 @@ deleted AS (
     AND EXISTS (SELECT 1 FROM fence)
   RETURNING d.id, d.event_id, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
 ),
-history AS (
-  INSERT INTO /*schema*/relaybus_completed_deliveries
-    (delivery_id, event_id, event_type, handler, lane, key, sequence, attempts, max_attempts, created_at, completed_at)
-  SELECT d.id, d.event_id, e.type, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at,
-         coalesce($6::timestamptz, now())
-  FROM deleted d JOIN /*schema*/relaybus_events e ON e.id = d.event_id
-  WHERE $5::boolean
-)
+history_params AS (
+  SELECT $5::boolean AS enabled, coalesce($6::timestamptz, now()) AS completed_at
+),
+/*include completion-history*/
 SELECT id::text AS id FROM deleted

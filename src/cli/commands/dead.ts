@@ -153,7 +153,7 @@ export const deadListCommand: Command = {
   help: renderHelp({
     usage: ['relaybus dead list [options]'],
     description:
-      'List dead deliveries in delivery id order (the order they were published in): deliveries whose handler failed its last attempt. They stay until requeued (relaybus dead requeue) or purged (relaybus purge --dead-retention).',
+      'List dead deliveries in delivery id order (the order they were written in): deliveries whose handler failed its last attempt. They stay until requeued (relaybus dead requeue) or purged (relaybus purge --dead-retention).',
     flags: LIST_FLAGS,
     sections: [
       { title: 'Exit codes', lines: EXIT_LINES },

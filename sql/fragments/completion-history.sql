@@ -1,0 +1,11 @@
+-- fragment completion-history: the CTE history of complete-many and complete-one (spliced in where a statement says
+--          /*include completion-history*/): one completion-history row per row of the statement's deleted CTE, when
+--          its history_params(enabled, completed_at) say so.
+history AS (
+  INSERT INTO /*schema*/relaybus_completed_deliveries
+    (delivery_id, event_id, event_type, handler, lane, key, sequence, attempts, max_attempts, created_at, completed_at)
+  SELECT d.id, d.event_id, e.type, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at,
+         (SELECT completed_at FROM history_params)
+  FROM deleted d JOIN /*schema*/relaybus_events e ON e.id = d.event_id
+  WHERE (SELECT enabled FROM history_params)
+)
