@@ -93,6 +93,7 @@ export type {
   DeliveryLease,
   DeliveryStatus,
   DeliveryView,
+  LaneView,
   ExtendLeaseParams,
   ExtendLeaseResult,
   HandlerStatistics,

@@ -57,6 +57,7 @@ import type {
   StoreCapabilities,
   SubscribeOptions,
   Subscription,
+  LaneView,
   SubscriptionView,
   UnsubscribeParams,
   UnsubscribeResult,
@@ -374,6 +375,24 @@ class MemoryStore implements Store<MemoryTransaction> {
       stored.retry = description;
       if (seen) stored.seenAt = at;
     }
+  }
+
+  async listLanes(): Promise<LaneView[]> {
+    this.#assertOpen();
+    const views: LaneView[] = [];
+    this.#lanes.forEach((record, lane) => {
+      if (record.owner === null) return;
+      let inFlight = 0;
+      for (const id of record.inFlight) if (this.#deliveries.get(id)?.status === 'pending') inFlight += 1;
+      views.push({
+        lane,
+        owner: record.owner,
+        epoch: record.epoch.toString(),
+        leaseExpiresAt: new Date(record.leaseExpiresAt ?? 0),
+        inFlight,
+      });
+    });
+    return views;
   }
 
   async listSubscriptions(): Promise<SubscriptionView[]> {

@@ -31,6 +31,7 @@ import type {
   Store,
   SubscribeOptions,
   Subscription,
+  LaneView,
   SubscriptionView,
   UnsubscribeParams,
   UnsubscribeResult,
@@ -594,6 +595,17 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         iso(options?.now),
         options?.seen ?? true,
       ]);
+    },
+
+    async listLanes(): Promise<LaneView[]> {
+      const rows = await runOwned<RowOf<'list-lanes'>>('list-lanes', []);
+      return rows.map((row) => ({
+        lane: toInt(row.lane),
+        owner: row.owner,
+        epoch: row.epoch,
+        leaseExpiresAt: toDate(row.lease_expires_at),
+        inFlight: toInt(row.in_flight),
+      }));
     },
 
     async listSubscriptions(): Promise<SubscriptionView[]> {

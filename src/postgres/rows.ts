@@ -144,6 +144,13 @@ export const ROW_COLUMNS = {
     /** The page order (the id as a number); the store pages by `id`. */
     sort_id: col('int8'),
   },
+  'list-lanes': {
+    lane: col('int2'),
+    owner: col('text'),
+    epoch: col('text'),
+    lease_expires_at: col('timestamptz'),
+    in_flight: col('int4'),
+  },
   'list-subscriptions': {
     event_type: col('text'),
     handler: col('text'),

@@ -23,6 +23,7 @@ export const STATEMENT_NAMES = [
   'publish-undo',
   'purge-expired',
   'release',
+  'list-lanes',
   'list-subscriptions',
   'relinquish',
   'requeue',

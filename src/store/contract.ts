@@ -285,6 +285,19 @@ export interface CompleteAndClaimResult {
   readonly claimed: ClaimedDelivery[];
 }
 
+/** A lane a worker holds, as `listLanes` reports it. */
+export interface LaneView {
+  readonly lane: number;
+  /** The lease owner id (`prefix:pid:random`; one per claim loop of a worker). */
+  readonly owner: string;
+  /** Bumped each time the lane changes hands. */
+  readonly epoch: string;
+  /** When the lease ends unless renewed; in the past: expired, and the next claim of any worker takes the lane over. */
+  readonly leaseExpiresAt: Date;
+  /** Deliveries claimed in the lane and not finished yet. */
+  readonly inFlight: number;
+}
+
 /** The contract every store implements. `TTx` is the caller's transaction type. */
 export interface Store<TTx> {
   /** Which store this is; a third-party store names itself (the union stays open to it). */
@@ -316,7 +329,10 @@ export interface Store<TTx> {
   subscribe(subscriptions: readonly Subscription[], options?: SubscribeOptions): Promise<void>;
 
   /** Every subscription, by event type and handler. */
-  listSubscriptions(now?: Date): Promise<SubscriptionView[]>;
+  listSubscriptions(): Promise<SubscriptionView[]>;
+
+  /** The lanes a worker holds, by lane (expired leases included): who holds which, and how much is in flight. */
+  listLanes(): Promise<LaneView[]>;
 
   /**
    * Remove a handler's subscriptions. Never drops deliveries silently: pending ones are buried with

@@ -377,5 +377,39 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         busy.close();
       }
     });
+
+    it('lists the held lanes with their holder, lease and in-flight count (store.listLanes)', {
+      timeout: 30_000,
+    }, async () => {
+      // A delivery of a handler of its own, so the other tests' numbers do not move.
+      await store.transaction((tx) =>
+        store.publish(tx, [
+          { type: Order.type, payload: { note: 'lane' }, handlers: [{ name: 'lane-probe', maxAttempts: 3 }] },
+        ]),
+      );
+      const [held] = await store.claim({
+        owner: 'dash-holder',
+        handlers: ['lane-probe'],
+        limit: 1,
+        leaseDurationMs: 60_000,
+      });
+      assert.ok(held, 'a lane-probe delivery to hold');
+      const { cli, url: address } = await startDashboard(dbFlags);
+      try {
+        const overview = (await (await fetch(`${address}/api/overview`)).json()) as {
+          lanes: { lane: number; owner: string; inFlight: number; leaseExpiresAt: string; handlers: string[] }[];
+        };
+        const lane = overview.lanes.find((l) => l.owner === 'dash-holder');
+        assert.ok(lane, JSON.stringify(overview.lanes));
+        assert.equal(lane.lane, held.lane);
+        assert.equal(lane.inFlight, 1);
+        assert.deepEqual(lane.handlers, ['lane-probe']);
+        assert.ok(Date.parse(lane.leaseExpiresAt) > Date.now(), 'a live lease');
+      } finally {
+        await stop(cli);
+        await store.completeMany([{ deliveryId: held.id, leaseToken: held.leaseToken }]);
+        await store.relinquish('dash-holder');
+      }
+    });
   });
 });

@@ -102,6 +102,7 @@ export function spyStore<TTx>(
     'close',
     'subscribe',
     'listSubscriptions',
+    'listLanes',
     'unsubscribe',
   ] as const;
   const wrapped: Record<string, unknown> = { kind: store.kind, capabilities: store.capabilities };

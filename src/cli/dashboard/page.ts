@@ -84,7 +84,7 @@ ${options.loggedIn ? '<form method="post" action="/logout"><button type="submit"
 <h2>Lanes with work in flight</h2>
 <p class="muted">From the deliveries in flight. Lease owners and lease ages are not in the store API yet.</p>
 <table id="lanes">
-<thead><tr><th class="num">lane</th><th class="num">in flight</th><th>handlers</th><th>oldest event</th></tr></thead>
+<thead><tr><th class="num">lane</th><th>held by</th><th class="num">in flight</th><th>lease</th><th>handlers</th><th>oldest event</th></tr></thead>
 <tbody></tbody>
 </table>
 </section>
@@ -120,6 +120,7 @@ th { font-weight: 600; color: var(--muted); font-size: 0.8rem; text-transform: u
 td.text { max-width: 28rem; overflow-wrap: anywhere; white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 0.8rem; }
 tr.total td { font-weight: 600; }
 .muted { color: var(--muted); font-weight: normal; }
+.warn { color: #b45309; }
 .error { color: var(--bad); }
 button { font: inherit; padding: 0.2rem 0.7rem; border: 1px solid var(--accent); background: var(--accent); color: #fff; border-radius: 5px; cursor: pointer; }
 button.quiet { background: #fff; color: var(--accent); }
@@ -266,19 +267,22 @@ export const APP_JS = `'use strict';
       var row = el('tr');
       row.setAttribute('data-lane', lane.lane);
       cell(row, lane.lane, 'num');
+      cell(row, lane.owner, 'text', 'owner');
       cell(row, lane.inFlight, 'num', 'inFlight');
+      var left = Date.parse(lane.leaseExpiresAt) - Date.now();
+      cell(row, left > 0 ? 'ends in ' + duration(left) : 'expired ' + duration(-left) + ' ago', left > 0 ? '' : 'warn');
       cell(row, lane.handlers.join(', '), 'text');
-      cell(row, ago(lane.oldestCreatedAt));
+      cell(row, lane.oldestCreatedAt ? ago(lane.oldestCreatedAt) : '-');
       tbody.appendChild(row);
     });
     if (lanes.length === 0) {
       var empty = el('tr');
-      cell(empty, 'nothing in flight', 'muted').colSpan = 4;
+      cell(empty, 'no lane is held (no worker is claiming)', 'muted').colSpan = 6;
       tbody.appendChild(empty);
     }
     if (truncated) {
       var more = el('tr');
-      cell(more, 'more lanes are busy than this page lists', 'muted').colSpan = 4;
+      cell(more, 'more deliveries are in flight than this page read: handlers and oldest may be partial', 'muted').colSpan = 6;
       tbody.appendChild(more);
     }
   }

@@ -13,7 +13,7 @@ import { Gate, securityHeaders, type Access } from './security.js';
  *
  *   GET  /                 the page (or the login form when a token is required)
  *   GET  /app.js, /app.css its script and styles
- *   GET  /api/overview     statistics (the shape of `relaybus stats --json`), the backlog history, the lanes with work in flight
+ *   GET  /api/overview     statistics (the shape of `relaybus stats --json`), the backlog history, the held lanes (holder, lease, in flight)
  *   GET  /api/dead         dead letters with their last error (?handler=, ?cursor=)
  *   GET  /api/event?id=    an event's deliveries, and its completion history when the store keeps one
  *   POST /api/requeue      { deliveryIds } or { handler }: dead deliveries back to pending
@@ -148,8 +148,12 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   const sampler = setInterval(() => void sample(), options.sampleIntervalMs);
   sampler.unref();
 
-  /** Lanes with work in flight, from the deliveries the store lists as processing. */
+  /**
+   * The held lanes (store.listLanes: owner, epoch, lease expiry, in flight), with the handlers and the oldest event of
+   * what each runs, from the deliveries the store lists as processing.
+   */
   async function lanes(): Promise<{ lanes: unknown[]; truncated: boolean }> {
+    const held = await store.listLanes();
     const byLane = new Map<number, { inFlight: number; handlers: Set<string>; oldestCreatedAt: Date }>();
     let cursor: string | null = null;
     let pages = 0;
@@ -173,14 +177,18 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       cursor = page.nextCursor;
       pages += 1;
     } while (cursor !== null && pages < LANE_SCAN_PAGES);
-    const list = [...byLane]
-      .sort(([a], [b]) => a - b)
-      .map(([lane, info]) => ({
-        lane,
-        inFlight: info.inFlight,
-        handlers: [...info.handlers].sort(),
-        oldestCreatedAt: info.oldestCreatedAt.toISOString(),
-      }));
+    const list = held.map((lane) => {
+      const running = byLane.get(lane.lane);
+      return {
+        lane: lane.lane,
+        owner: lane.owner,
+        epoch: lane.epoch,
+        leaseExpiresAt: lane.leaseExpiresAt.toISOString(),
+        inFlight: lane.inFlight,
+        handlers: running === undefined ? [] : [...running.handlers].sort(),
+        oldestCreatedAt: running?.oldestCreatedAt.toISOString() ?? null,
+      };
+    });
     return { lanes: list, truncated: cursor !== null };
   }
 

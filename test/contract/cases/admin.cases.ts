@@ -1,5 +1,6 @@
 /** Admin: listing with filters and paging, statistics, retention purge, input checks. */
 import assert from 'node:assert/strict';
+import { parseLeaseToken } from '../../../src/core/lease-token.js';
 import type { HandlerStatistics } from '../../../src/store/contract.js';
 import type { Harness } from '../../support/harness.js';
 import {
@@ -9,6 +10,7 @@ import {
   H1,
   H2,
   handlers,
+  LEASE_MS,
   leaseOf,
   PAST_LEASE_MS,
   publish,
@@ -39,6 +41,38 @@ async function listed<TTx>(
 export const adminCases: CaseGroup = {
   area: 'admin',
   cases: [
+    {
+      name: 'listLanes names each held lane: owner, epoch, lease expiry and the deliveries still in flight',
+      async run({ harness }) {
+        assert.deepEqual(await harness.store.listLanes(), [], 'nothing held yet');
+        await publish(harness, [event({ id: 'a', key: 'k' }), event({ id: 'b', key: 'k', handlers: handlers(H2) })]);
+        const claimed = await claim(harness, 'w1');
+        assert.equal(claimed.length, 2);
+        const [lane] = await harness.store.listLanes();
+        assert.deepEqual(await harness.store.listLanes(), [
+          {
+            lane: claimed[0]!.lane,
+            owner: 'w1',
+            epoch: parseLeaseToken(claimed[0]!.leaseToken).epoch,
+            leaseExpiresAt: new Date(harness.clock.now().getTime() + LEASE_MS),
+            inFlight: 2,
+          },
+        ]);
+        assert.deepEqual(await harness.store.completeMany([leaseOf(claimed[0]!)], harness.clock.now()), [true]);
+        assert.equal((await harness.store.listLanes())[0]?.inFlight, 1, 'a completed delivery no longer counts');
+        harness.clock.advance(PAST_LEASE_MS);
+        assert.deepEqual(
+          (await harness.store.listLanes()).map((l) => [l.lane, l.owner, l.leaseExpiresAt < harness.clock.now()]),
+          [[lane!.lane, 'w1', true]],
+          'an expired lease is listed until another worker takes the lane over',
+        );
+        await claim(harness, 'w2');
+        assert.deepEqual(
+          (await harness.store.listLanes()).map((l) => l.owner),
+          ['w2'],
+        );
+      },
+    },
     {
       name: 'listDeliveries filters by status, handler, event and key',
       async run({ harness }) {
