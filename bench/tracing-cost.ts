@@ -21,6 +21,7 @@ import {
   BasicTracerProvider,
   BatchSpanProcessor,
   type ReadableSpan,
+  TraceIdRatioBasedSampler,
   type SpanExporter,
 } from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
@@ -56,12 +57,30 @@ class NoopExporter implements SpanExporter {
 const sdk = new BasicTracerProvider({
   spanProcessors: [new BatchSpanProcessor(new NoopExporter(), { maxQueueSize: 65_536, maxExportBatchSize: 4_096 })],
 });
-const variants: readonly { readonly name: string; readonly instrumentation: () => Instrumentation | undefined }[] = [
+/** The same SDK keeping 1 trace in 100 (by trace id): a deployment that samples pays for the kept spans only. */
+const sampled = new BasicTracerProvider({
+  sampler: new TraceIdRatioBasedSampler(0.01),
+  spanProcessors: [new BatchSpanProcessor(new NoopExporter(), { maxQueueSize: 65_536, maxExportBatchSize: 4_096 })],
+});
+/**
+ * `publisher`: the instrumentation of the publishing bus when it differs (the sampled variant publishes untraced, so
+ * each delivery starts a trace of its own and the ratio applies per delivery, not per published batch).
+ */
+const variants: readonly {
+  readonly name: string;
+  readonly instrumentation: () => Instrumentation | undefined;
+  readonly publisher?: () => Instrumentation | undefined;
+}[] = [
   { name: 'off', instrumentation: () => undefined },
   { name: 'api, no SDK', instrumentation: () => openTelemetry({ tracer: trace.getTracer('relaybus') }) },
   {
     name: 'SDK, no-op exporter',
     instrumentation: () => openTelemetry({ tracer: sdk.getTracer('relaybus') as Tracer }),
+  },
+  {
+    name: 'SDK, 1% of traces sampled',
+    instrumentation: () => openTelemetry({ tracer: sampled.getTracer('relaybus') as Tracer }),
+    publisher: () => undefined,
   },
 ];
 
@@ -89,9 +108,12 @@ async function reset(): Promise<void> {
     .catch(() => {});
 }
 
-async function dispatchRound(instrumentation: Instrumentation | undefined): Promise<{ rate: number; cpuUs: number }> {
+async function dispatchRound(
+  instrumentation: Instrumentation | undefined,
+  publishing: Instrumentation | undefined = instrumentation,
+): Promise<{ rate: number; cpuUs: number }> {
   await reset();
-  const publisher = busWith(instrumentation);
+  const publisher = busWith(publishing);
   const events = DELIVERIES / HANDLERS.length;
   for (let first = 0; first < events; first += 500) {
     await store.transaction((tx) =>
@@ -160,14 +182,16 @@ for (const variant of variants) results.set(variant.name, { dispatch: [], publis
 try {
   // One warm-up round of each, not counted (JIT, plan caches, the pool).
   for (const variant of variants) {
-    await dispatchRound(variant.instrumentation());
+    await dispatchRound(variant.instrumentation(), (variant.publisher ?? variant.instrumentation)());
     await publishRound(variant.instrumentation());
   }
   for (let round = 0; round < ROUNDS; round += 1) {
     const order = round % 2 === 0 ? variants : [...variants].reverse();
     for (const variant of order) {
       const entry = results.get(variant.name)!;
-      entry.dispatch.push(await dispatchRound(variant.instrumentation()));
+      entry.dispatch.push(
+        await dispatchRound(variant.instrumentation(), (variant.publisher ?? variant.instrumentation)()),
+      );
       entry.publish.push(await publishRound(variant.instrumentation()));
     }
     process.stderr.write(`round ${round + 1}/${ROUNDS} done\n`);
