@@ -12,6 +12,8 @@ import type { DeadLetterReason } from './dead-letter.js';
 
 /** Header names the relay writes and the default mapper reads (AMQP also sets `messageId` and `type`). */
 export const HEADERS = Object.freeze({
+  /** The event id, for a broker without a message id of its own (Kafka). */
+  id: 'relaybus-id',
   /** The event type (`order.placed`). */
   type: 'relaybus-type',
   /** The ordering key; absent for unkeyed events. */

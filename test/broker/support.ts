@@ -417,3 +417,29 @@ export async function keyOrderViolations(
   }
   return { rows: rows.length, violations };
 }
+
+/** Kafka brokers for the Kafka tests (`host:port`, comma separated); none on this project's machines. */
+export const KAFKA_BROKERS = process.env.KAFKA_BROKERS;
+
+/** The reason to skip a suite that needs Postgres and Kafka, or undefined. */
+export async function kafkaSkip(): Promise<string | undefined> {
+  const postgres = await findPostgres();
+  if ('skip' in postgres) return postgres.skip;
+  if (KAFKA_BROKERS === undefined || KAFKA_BROKERS.trim() === '')
+    return 'KAFKA_BROKERS is not set (no Kafka broker here); set it to host:9092 to run the Kafka relay and inbox tests';
+  try {
+    const { Kafka, logLevel } = await import('kafkajs');
+    const admin = new Kafka({
+      brokers: KAFKA_BROKERS.split(','),
+      logLevel: logLevel.NOTHING,
+      connectionTimeout: 3_000,
+      retry: { retries: 1 },
+    }).admin();
+    await admin.connect();
+    await admin.listTopics();
+    await admin.disconnect();
+    return undefined;
+  } catch (error) {
+    return `no Kafka at ${KAFKA_BROKERS} (${(error as Error).message})`;
+  }
+}

@@ -98,6 +98,7 @@ describe('README.md ts blocks typecheck against the sources', () => {
         'relaybus/opentelemetry': ['src/telemetry/opentelemetry.ts'],
         'relaybus/amqp': ['src/amqp/index.ts'],
         'relaybus/nats': ['src/nats/index.ts'],
+        'relaybus/kafka': ['src/kafka/index.ts'],
       };
       writeFileSync(
         join(dir, 'tsconfig.json'),

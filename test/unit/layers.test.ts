@@ -13,10 +13,10 @@ import { describe, it } from 'node:test';
 const SRC = new URL('../../src/', import.meta.url).pathname;
 /** Each layer and the folders it must not import from. */
 const FORBIDDEN: Readonly<Record<string, readonly string[]>> = {
-  core: ['store', 'dispatcher', 'bus', 'memory', 'postgres', 'cli', 'broker', 'amqp', 'nats', 'telemetry'],
-  store: ['dispatcher', 'bus', 'memory', 'postgres', 'cli', 'broker', 'amqp', 'nats', 'telemetry'],
-  dispatcher: ['bus', 'memory', 'postgres', 'cli', 'broker', 'amqp', 'nats', 'telemetry'],
-  bus: ['memory', 'postgres', 'cli', 'broker', 'amqp', 'nats', 'telemetry'],
+  core: ['store', 'dispatcher', 'bus', 'memory', 'postgres', 'cli', 'broker', 'amqp', 'nats', 'kafka', 'telemetry'],
+  store: ['dispatcher', 'bus', 'memory', 'postgres', 'cli', 'broker', 'amqp', 'nats', 'kafka', 'telemetry'],
+  dispatcher: ['bus', 'memory', 'postgres', 'cli', 'broker', 'amqp', 'nats', 'kafka', 'telemetry'],
+  bus: ['memory', 'postgres', 'cli', 'broker', 'amqp', 'nats', 'kafka', 'telemetry'],
 };
 
 function sources(folder: string): string[] {

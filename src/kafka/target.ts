@@ -1,0 +1,117 @@
+import type { Producer } from 'kafkajs';
+import { InvalidOptionsError } from '../core/errors.js';
+import { BrokerRejectedError } from '../broker/errors.js';
+import type { OutboundMessage } from '../broker/message.js';
+import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
+import { checkBrokers, checkTopic, kafkaClient, kafkaError } from './connection.js';
+import { recordOf } from './message.js';
+
+/**
+ * The Kafka side of the relay: one record per event (record key = ordering key, event id in the `relaybus-id`
+ * header), sent by an idempotent producer with acks from every in-sync replica; `send` resolves once Kafka
+ * acknowledged it. The idempotent producer drops its own retries of a record; a re-send after a crash (the relay
+ * sent, then died before completing the delivery) is a second record with the same id, which every relaybus inbox
+ * drops as a duplicate. Keyed events keep their order: one key, one partition, and keyed deliveries of one handler
+ * run one at a time in commit order.
+ */
+
+/** Where a relayed event goes: a topic, fixed or from the message. */
+export interface KafkaRoute {
+  readonly topic: RouteValue;
+}
+
+export interface KafkaTargetOptions {
+  /** `host:9092`, or a list (or a comma-separated string). */
+  readonly brokers: string | readonly string[];
+  /** The client id Kafka sees. Default `relaybus-relay`. */
+  readonly clientId?: string;
+  readonly connectTimeoutMs?: number;
+  /** How long a send waits for Kafka's acknowledgement. Default 30 s. */
+  readonly timeoutMs?: number;
+}
+
+class KafkaTarget implements RelayTarget<KafkaRoute> {
+  readonly name: string;
+  readonly #options: KafkaTargetOptions;
+  readonly #brokers: string[];
+  #producer: Promise<Producer> | undefined;
+
+  constructor(options: KafkaTargetOptions, brokers: string[]) {
+    this.#options = options;
+    this.#brokers = brokers;
+    this.name = `kafka ${brokers.join(', ')}`;
+  }
+
+  async send(message: OutboundMessage, route: KafkaRoute, signal: AbortSignal): Promise<void> {
+    signal.throwIfAborted();
+    const topic = checkTopic(routeValue(route.topic, message), 'relayTo(kafkaTarget)', 'route.topic');
+    const producer = await this.#connect();
+    let written: Awaited<ReturnType<Producer['send']>>;
+    try {
+      written = await producer.send({
+        topic,
+        acks: -1,
+        timeout: this.#options.timeoutMs ?? 30_000,
+        messages: [recordOf(message)],
+      });
+    } catch (error) {
+      throw kafkaError(error, `sending event ${message.id} to topic "${topic}"`, this.#brokers);
+    }
+    if (!Array.isArray(written) || written.some((partition) => partition.errorCode !== 0)) {
+      throw new BrokerRejectedError(`Kafka at ${this.#brokers.join(', ')} did not acknowledge event ${message.id}`, {
+        retryable: true,
+      });
+    }
+  }
+
+  async close(): Promise<void> {
+    const pending = this.#producer;
+    this.#producer = undefined;
+    if (pending === undefined) return;
+    try {
+      await (await pending).disconnect();
+    } catch {
+      // never connected
+    }
+  }
+
+  #connect(): Promise<Producer> {
+    if (this.#producer !== undefined) return this.#producer;
+    const producer = kafkaClient(
+      this.#brokers,
+      this.#options.clientId ?? 'relaybus-relay',
+      this.#options.connectTimeoutMs ?? 5_000,
+    ).producer({ idempotent: true, maxInFlightRequests: 1 });
+    const connecting = producer.connect().then(
+      () => producer,
+      (error: unknown) => {
+        if (this.#producer === connecting) this.#producer = undefined;
+        throw kafkaError(error, 'connecting the relay producer', this.#brokers);
+      },
+    );
+    this.#producer = connecting;
+    return connecting;
+  }
+}
+
+/**
+ * A Kafka target for `relayTo`.
+ *
+ * ```ts
+ * const kafka = kafkaTarget({ brokers: ['localhost:9092'] });
+ * bus.on(OrderPlaced, 'relay-to-kafka', relayTo(kafka, { topic: 'orders' }));
+ * ```
+ */
+export function kafkaTarget(options: KafkaTargetOptions): RelayTarget<KafkaRoute> {
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidOptionsError('kafkaTarget: options are required: { brokers }.');
+  const brokers = checkBrokers(options.brokers, 'kafkaTarget');
+  for (const name of ['timeoutMs', 'connectTimeoutMs'] as const) {
+    const value = options[name];
+    if (value !== undefined && (!Number.isInteger(value) || value < 1))
+      throw new InvalidOptionsError(
+        `kafkaTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`,
+      );
+  }
+  return new KafkaTarget(options, brokers);
+}
