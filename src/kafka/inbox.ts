@@ -172,6 +172,12 @@ class KafkaInbox<TTx> extends InboxLifecycle {
   }
 
   protected async close(options: InboxStopOptions): Promise<void> {
+    // No new batches while the held records finish (a batch returned unresolved would only be fetched again).
+    try {
+      this.#consumer?.pause(this.#topics.map((topic) => ({ topic })));
+    } catch {
+      // not running
+    }
     await this.#engine?.drain(options.graceMs ?? this.#options.shutdownGraceMs ?? INBOX_DEFAULTS.shutdownGraceMs);
     for (const wake of this.#waits) wake();
     await this.#consumer?.disconnect().catch(() => {});
