@@ -2,20 +2,19 @@ import type amqp from 'amqplib';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
-import type { EventDefinition } from '../core/events.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
 import { RetryBackoff } from '../dispatcher/wakeup.js';
 import { redactUrl } from '../broker/errors.js';
-import { InboxEngine, type HeldMessage, type InboxBus } from '../broker/inbox-engine.js';
+import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
 import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-types.js';
+import { applicationHeaders, defaultMapper, HEADERS, type InboundMessage } from '../broker/message.js';
 import {
-  applicationHeaders,
-  defaultMapper,
-  HEADERS,
-  type InboundMessage,
-  type InboxMapper,
-} from '../broker/message.js';
-import { checkInboxNumbers, INBOX_DEFAULTS, RECONNECT_BACKOFF } from '../broker/options.js';
+  checkInboxBase,
+  checkInboxNumbers,
+  INBOX_DEFAULTS,
+  type InboxOptionsBase,
+  RECONNECT_BACKOFF,
+} from '../broker/options.js';
 import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './connection.js';
 import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
 
@@ -54,32 +53,15 @@ export interface AmqpInboxDeclare {
   readonly singleActiveConsumer?: boolean;
 }
 
-export interface AmqpInboxOptions<TTx> {
-  /** The bus whose store receives the events (its handlers run in `relaybus worker`). */
-  readonly bus: InboxBus<TTx>;
+export interface AmqpInboxOptions<TTx> extends InboxOptionsBase<TTx> {
   /** `amqp://user:password@host:5672/vhost`. */
   readonly url: string;
   readonly queue: string;
-  /** The events the default mapper knows (the relay's message format). Give `events` or `map`. */
-  readonly events?: readonly EventDefinition[];
-  /** Turns a message into an event; throw `InboxRejection` to dead-letter it. Default `defaultMapper(events)`. */
-  readonly map?: InboxMapper;
   /** Where poison messages go, with their reason in headers. Without it they are rejected to the queue's own dead-letter exchange. */
   readonly deadLetter?: AmqpDeadLetter;
   readonly declare?: AmqpInboxDeclare;
   /** Unacknowledged messages RabbitMQ sends ahead (basic.qos). Default 200. */
   readonly prefetch?: number;
-  /** Most messages per transaction. Default 50. */
-  readonly batchSize?: number;
-  /** Transactions at once. Default 4. */
-  readonly concurrency?: number;
-  /** How long `stop()` lets held messages finish. Default 10 s. */
-  readonly shutdownGraceMs?: number;
-  /** Connection timeout. Default 5 s. */
-  readonly connectTimeoutMs?: number;
-  /** Run `bus.store.setup()` in `start()`. Default true. */
-  readonly setupStore?: boolean;
-  readonly logger?: Logger;
   /** Shown in RabbitMQ's connection list. Default `relaybus inbox <queue>`. */
   readonly connectionName?: string;
 }
@@ -408,26 +390,13 @@ export function amqpInbox<TTx>(options: AmqpInboxOptions<TTx>): Inbox {
   checkAmqpUrl(options.url, where);
   if (typeof options.queue !== 'string' || options.queue === '')
     throw new InvalidOptionsError(`${where}: \`queue\` is required (the queue to consume).`);
-  if (typeof options.bus !== 'object' || options.bus === null || typeof options.bus.publishMany !== 'function') {
-    throw new InvalidOptionsError(`${where}: \`bus\` is required: the relaybus bus whose store receives the events.`);
-  }
-  if (options.map === undefined && (options.events === undefined || options.events.length === 0)) {
-    throw new InvalidOptionsError(
-      `${where}: give \`events\` (the event definitions the queue carries) or a \`map\` function.`,
-    );
-  }
+  checkInboxBase(where, options, 'queue');
   if (
     options.deadLetter !== undefined &&
     (typeof options.deadLetter.exchange !== 'string' || options.deadLetter.exchange === '')
   ) {
     throw new InvalidOptionsError(`${where}: \`deadLetter.exchange\` must name an exchange.`);
   }
-  checkInboxNumbers(where, {
-    prefetch: options.prefetch,
-    batchSize: options.batchSize,
-    concurrency: options.concurrency,
-    shutdownGraceMs: options.shutdownGraceMs,
-    connectTimeoutMs: options.connectTimeoutMs,
-  });
+  checkInboxNumbers(where, { prefetch: options.prefetch });
   return new AmqpInbox(options);
 }

@@ -1,5 +1,9 @@
 import { InvalidOptionsError } from '../core/errors.js';
+import type { EventDefinition } from '../core/events.js';
+import type { Logger } from '../core/logger.js';
 import type { BackoffOptions } from '../core/retry-policy.js';
+import type { InboxBus } from './inbox-engine.js';
+import type { InboxMapper } from './message.js';
 
 /** Defaults shared by the broker inboxes. */
 export const INBOX_DEFAULTS = Object.freeze({
@@ -42,4 +46,41 @@ export function checkInboxNumbers(where: string, values: Readonly<Record<string,
       );
     }
   }
+}
+
+/** The options every inbox has, whatever the broker. */
+export interface InboxOptionsBase<TTx> {
+  /** The bus whose store receives the events (its handlers run in `relaybus worker`). */
+  readonly bus: InboxBus<TTx>;
+  /** The events the default mapper knows (the relay's message format). Give `events` or `map`. */
+  readonly events?: readonly EventDefinition[];
+  /** Turns a message into an event; throw `InboxRejection` to dead-letter it. Default `defaultMapper(events)`. */
+  readonly map?: InboxMapper;
+  /** Most messages per transaction. Default 50. */
+  readonly batchSize?: number;
+  /** Transactions at once. Default 4. */
+  readonly concurrency?: number;
+  /** How long `stop()` lets held messages finish. Default 10 s. */
+  readonly shutdownGraceMs?: number;
+  /** Connection timeout. Default 5 s. */
+  readonly connectTimeoutMs?: number;
+  /** Run `bus.store.setup()` in `start()`. Default true. */
+  readonly setupStore?: boolean;
+  readonly logger?: Logger;
+}
+
+/** Throw `InvalidOptionsError` unless `options` has a bus, events or a mapper, and numbers in range. */
+export function checkInboxBase<TTx>(where: string, options: InboxOptionsBase<TTx>, carries: string): void {
+  if (typeof options.bus !== 'object' || options.bus === null || typeof options.bus.publishMany !== 'function')
+    throw new InvalidOptionsError(`${where}: \`bus\` is required: the relaybus bus whose store receives the events.`);
+  if (options.map === undefined && (options.events === undefined || options.events.length === 0))
+    throw new InvalidOptionsError(
+      `${where}: give \`events\` (the event definitions the ${carries} carries) or a \`map\` function.`,
+    );
+  checkInboxNumbers(where, {
+    batchSize: options.batchSize,
+    concurrency: options.concurrency,
+    shutdownGraceMs: options.shutdownGraceMs,
+    connectTimeoutMs: options.connectTimeoutMs,
+  });
 }

@@ -1,13 +1,12 @@
 import type { Admin, Consumer, EachBatchPayload, Producer } from 'kafkajs';
 import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
-import type { EventDefinition } from '../core/events.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
-import { InboxEngine, type HeldMessage, type InboxBus } from '../broker/inbox-engine.js';
+import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
 import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
 import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-types.js';
-import { defaultMapper, HEADERS, type InboxMapper } from '../broker/message.js';
-import { checkInboxNumbers, INBOX_DEFAULTS } from '../broker/options.js';
+import { defaultMapper, HEADERS } from '../broker/message.js';
+import { checkInboxBase, INBOX_DEFAULTS, type InboxOptionsBase } from '../broker/options.js';
 import { checkBrokers, checkTopic, kafkaClient, kafkaError } from './connection.js';
 import { inboundOf } from './message.js';
 import { InOrderOffsets } from './offsets.js';
@@ -34,29 +33,19 @@ export interface KafkaInboxDeclare {
   readonly replicationFactor?: number;
 }
 
-export interface KafkaInboxOptions<TTx> {
-  readonly bus: InboxBus<TTx>;
+export interface KafkaInboxOptions<TTx> extends InboxOptionsBase<TTx> {
   /** `host:9092`, or a list (or a comma-separated string). */
   readonly brokers: string | readonly string[];
   /** The topic(s) to consume. */
   readonly topics: string | readonly string[];
   /** The consumer group: the inbox's durable name, as a durable consumer in JetStream. */
   readonly groupId: string;
-  readonly events?: readonly EventDefinition[];
-  readonly map?: InboxMapper;
   /** Poison records are produced here, with their reason in `relaybus-dead-*` headers. */
   readonly deadLetter?: { readonly topic: string };
   /** Create missing topics (the consumed ones and the dead-letter topic) on start. */
   readonly declare?: KafkaInboxDeclare;
   /** A new group starts at the earliest record (default true: an inbox that skipped records would lose events). */
   readonly fromBeginning?: boolean;
-  readonly batchSize?: number;
-  /** Store transactions at once; also the partitions consumed at once. */
-  readonly concurrency?: number;
-  readonly shutdownGraceMs?: number;
-  readonly connectTimeoutMs?: number;
-  readonly setupStore?: boolean;
-  readonly logger?: Logger;
   /** The client id Kafka sees. Default `relaybus-inbox-<groupId>`. */
   readonly clientId?: string;
 }
@@ -312,17 +301,6 @@ export function kafkaInbox<TTx>(options: KafkaInboxOptions<TTx>): Inbox {
     throw new InvalidOptionsError(
       `${where}: \`groupId\` is required: the consumer group's name, got ${JSON.stringify(options.groupId)}.`,
     );
-  if (typeof options.bus !== 'object' || options.bus === null || typeof options.bus.publishMany !== 'function')
-    throw new InvalidOptionsError(`${where}: \`bus\` is required: the relaybus bus whose store receives the events.`);
-  if (options.map === undefined && (options.events === undefined || options.events.length === 0))
-    throw new InvalidOptionsError(
-      `${where}: give \`events\` (the event definitions the topics carry) or a \`map\` function.`,
-    );
-  checkInboxNumbers(where, {
-    batchSize: options.batchSize,
-    concurrency: options.concurrency,
-    shutdownGraceMs: options.shutdownGraceMs,
-    connectTimeoutMs: options.connectTimeoutMs,
-  });
+  checkInboxBase(where, options, 'topics');
   return new KafkaInbox(options, brokers, topics);
 }

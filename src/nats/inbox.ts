@@ -11,14 +11,19 @@ import {
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
-import type { EventDefinition } from '../core/events.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
 import { RetryBackoff } from '../dispatcher/wakeup.js';
 import { BrokerNotFoundError } from '../broker/errors.js';
-import { InboxEngine, type HeldMessage, type InboxBus } from '../broker/inbox-engine.js';
+import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
 import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-types.js';
-import { defaultMapper, HEADERS, type InboundMessage, type InboxMapper } from '../broker/message.js';
-import { checkInboxNumbers, INBOX_DEFAULTS, RECONNECT_BACKOFF } from '../broker/options.js';
+import { defaultMapper, HEADERS, type InboundMessage } from '../broker/message.js';
+import {
+  checkInboxBase,
+  checkInboxNumbers,
+  INBOX_DEFAULTS,
+  type InboxOptionsBase,
+  RECONNECT_BACKOFF,
+} from '../broker/options.js';
 import { checkServers, connectNats, describeServers, jetStreamError, termTakesReason } from './connection.js';
 import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
 
@@ -48,15 +53,12 @@ export interface NatsInboxDeclare {
   readonly filterSubject?: string;
 }
 
-export interface NatsInboxOptions<TTx> {
-  readonly bus: InboxBus<TTx>;
+export interface NatsInboxOptions<TTx> extends InboxOptionsBase<TTx> {
   /** `nats://host:4222`, or a list. */
   readonly servers: string | readonly string[];
   readonly stream: string;
   /** The durable consumer's name. */
   readonly consumer: string;
-  readonly events?: readonly EventDefinition[];
-  readonly map?: InboxMapper;
   /** Poison messages are published here (a subject some stream captures) with their reason, then terminated. */
   readonly deadLetter?: { readonly subject: string };
   /** Create the stream (when missing) and the durable consumer (when missing) on start. */
@@ -65,12 +67,6 @@ export interface NatsInboxOptions<TTx> {
   readonly maxAckPending?: number;
   /** The consumer's `ack_wait` when `declare` creates it. Default 30 s. */
   readonly ackWaitMs?: number;
-  readonly batchSize?: number;
-  readonly concurrency?: number;
-  readonly shutdownGraceMs?: number;
-  readonly connectTimeoutMs?: number;
-  readonly setupStore?: boolean;
-  readonly logger?: Logger;
   readonly connectionName?: string;
 }
 
@@ -417,21 +413,7 @@ export function natsInbox<TTx>(options: NatsInboxOptions<TTx>): Inbox {
       );
     }
   }
-  if (typeof options.bus !== 'object' || options.bus === null || typeof options.bus.publishMany !== 'function') {
-    throw new InvalidOptionsError(`${where}: \`bus\` is required: the relaybus bus whose store receives the events.`);
-  }
-  if (options.map === undefined && (options.events === undefined || options.events.length === 0)) {
-    throw new InvalidOptionsError(
-      `${where}: give \`events\` (the event definitions the stream carries) or a \`map\` function.`,
-    );
-  }
-  checkInboxNumbers(where, {
-    maxAckPending: options.maxAckPending,
-    ackWaitMs: options.ackWaitMs,
-    batchSize: options.batchSize,
-    concurrency: options.concurrency,
-    shutdownGraceMs: options.shutdownGraceMs,
-    connectTimeoutMs: options.connectTimeoutMs,
-  });
+  checkInboxBase(where, options, 'stream');
+  checkInboxNumbers(where, { maxAckPending: options.maxAckPending, ackWaitMs: options.ackWaitMs });
   return new NatsInbox(options, servers);
 }
