@@ -13,6 +13,7 @@ import { HEADERS, kafkaInbox, kafkaTarget, relayTo, type Inbox } from '../../src
 import type { PgClientLike } from '../../src/postgres/index.js';
 import type { Store } from '../../src/store/contract.js';
 import {
+  handlerDrained,
   KAFKA_BROKERS,
   kafkaSkip,
   keyOrderViolations,
@@ -90,14 +91,7 @@ describe('kafka relay and inbox', { skip }, () => {
     );
     await a.bus.start();
     cleanups.push(() => a.bus.stop());
-    await until(
-      async () => {
-        const mine = (await a.bus.store.statistics()).handlers[a.handler];
-        return mine === undefined || mine.pending + mine.inFlight === 0 ? true : undefined;
-      },
-      'the relay completed every delivery',
-      30_000,
-    );
+    await handlerDrained(a.bus.store, a.handler, 30_000);
     await a.bus.stop();
     // The relay crashed after Kafka's ack and sent event ka-3 again: a second record with the same id.
     await producer.send({

@@ -25,6 +25,7 @@ import {
 import type { PgClientLike } from '../../src/postgres/index.js';
 import type { Store } from '../../src/store/contract.js';
 import {
+  handlerDrained,
   keyOrderViolations,
   NATS_URL,
   natsSkip,
@@ -110,14 +111,7 @@ describe('nats jetstream relay and inbox', { skip }, () => {
     await db.store.transaction((tx) => a.bus.publishMany(tx, items));
     await a.bus.start();
     cleanups.push(() => a.bus.stop());
-    await until(
-      async () => {
-        const mine = (await a.bus.store.statistics()).handlers[a.handler];
-        return mine === undefined || mine.pending + mine.inFlight === 0 ? true : undefined;
-      },
-      'the relay completed every delivery',
-      20_000,
-    );
+    await handlerDrained(a.bus.store, a.handler, 20_000);
     await a.bus.stop();
     // A re-send within the duplicate window (the relay crashed after the PubAck): dropped by the stream.
     const js = jetstream(nc);

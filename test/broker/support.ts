@@ -443,3 +443,19 @@ export async function kafkaSkip(): Promise<string | undefined> {
     return `no Kafka at ${KAFKA_BROKERS} (${(error as Error).message})`;
   }
 }
+
+/** Wait until `handler` of the bus's store has nothing pending or in flight (the relay sent everything). */
+export async function handlerDrained(
+  store: { statistics(): Promise<{ handlers: Record<string, { pending: number; inFlight: number }> }> },
+  handler: string,
+  timeoutMs: number,
+): Promise<void> {
+  await until(
+    async () => {
+      const mine = (await store.statistics()).handlers[handler];
+      return mine === undefined || mine.pending + mine.inFlight === 0 ? true : undefined;
+    },
+    `${handler} completed every delivery`,
+    timeoutMs,
+  );
+}
