@@ -151,8 +151,6 @@ export class Dispatcher<TTx> {
   /** Handler slots a claim in progress may fill (so two loops never claim more than `concurrency` between them). */
   #reserved = 0;
   #wakeQueued = false;
-  /** The loop the next store wake-up goes to. */
-  #nextWoken = 0;
   readonly #grace = new GracePeriod();
   readonly #toRelease: DeliveryLease[] = [];
   readonly #health: HealthState;
@@ -233,12 +231,9 @@ export class Dispatcher<TTx> {
     const { store, logger } = this.#config;
     if (store.subscribeWakeups === undefined) return undefined;
     try {
-      // One loop per notification, in turn: a publish wakes one claim (two loops woken for one delivery would both
-      // look for it); freed slots still wake every loop.
-      return await store.subscribeWakeups(() => {
-        this.#loops[this.#nextWoken]!.wakeup.wake();
-        this.#nextWoken = (this.#nextWoken + 1) % this.#loops.length;
-      });
+      // Every loop: the published lane may be held by any of them (a loop that finds nothing costs one acquire; waking
+      // them in turn measured no better, and left a delivery in a busy loop's lane until that loop claimed again).
+      return await store.subscribeWakeups(() => this.#wakeAll());
     } catch (error) {
       logger.warn('listening for new deliveries failed; the dispatcher polls only', { error: describeError(error) });
       return undefined;

@@ -1,0 +1,122 @@
+/**
+ * Two claim loops in one dispatcher on real Postgres: each loop is a lease owner of its own (lanes are held per
+ * owner), they share the handler slots, and the guarantees hold as with one loop: every (event, handler) runs once,
+ * a key's deliveries run one at a time in sequence order, never more handlers at once than `concurrency`, and at
+ * stop both owners hand their lanes back. A wake-up (NOTIFY) wakes both loops: a publish into an idle bus is
+ * delivered at once.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type pg from 'pg';
+import { createRelayBus, defineEvent, Type } from '../../src/index.js';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
+import { pause, waitFor } from '../support/wait.js';
+
+const found = await findPostgres();
+const Step = defineEvent('claim-loops.step', Type.Object({ key: Type.String(), n: Type.Integer() }));
+const KEYS = 40;
+const PER_KEY = 25;
+
+describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
+  let pool: pg.Pool;
+  let store: PostgresStore<PgClientLike>;
+  usePgStore('claim_loops', 12, (opened) => ({ pool, store } = opened));
+
+  it('two loops: every pair runs once, per-key order, at most concurrency at once, both owners claim and hand back', {
+    timeout: 60_000,
+  }, async () => {
+    const bus = createRelayBus({
+      store,
+      events: [Step],
+      setupStore: false,
+      dispatcher: { claimLoops: 2, concurrency: 16, batchSize: 16, pollIntervalMs: 20 },
+    });
+    const seen = new Map<string, number[]>();
+    let running = 0;
+    let most = 0;
+    const runningKeys = new Set<string>();
+    let overlaps = 0;
+    for (const handler of ['a', 'b']) {
+      bus.on(Step, handler, async ({ key, n }) => {
+        const slot = `${handler}/${key}`;
+        if (runningKeys.has(slot)) overlaps += 1;
+        runningKeys.add(slot);
+        running += 1;
+        most = Math.max(most, running);
+        await pause(n % 3);
+        (seen.get(slot) ?? seen.set(slot, []).get(slot)!).push(n);
+        running -= 1;
+        runningKeys.delete(slot);
+      });
+    }
+    await store.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        Array.from({ length: KEYS * PER_KEY }, (_, i) => ({
+          event: Step,
+          payload: { key: `k${i % KEYS}`, n: Math.floor(i / KEYS) },
+          options: { key: `k${i % KEYS}` },
+        })),
+      ),
+    );
+    const owners = new Set<string>();
+    const watch = setInterval(() => {
+      void store.listLanes().then((lanes) => {
+        for (const lane of lanes) owners.add(lane.owner);
+      });
+    }, 10);
+    await bus.start();
+    try {
+      await waitFor(
+        () => [...seen.values()].reduce((sum, list) => sum + list.length, 0) === 2 * KEYS * PER_KEY,
+        'every delivery ran',
+        45_000,
+      );
+    } finally {
+      clearInterval(watch);
+    }
+    await bus.stop();
+    for (const [slot, list] of seen) {
+      assert.deepEqual(
+        list,
+        Array.from({ length: PER_KEY }, (_, n) => n),
+        `${slot}: once each, in order`,
+      );
+    }
+    assert.equal(overlaps, 0, 'no two deliveries of one (handler, key) at once');
+    assert.ok(most <= 16, `at most concurrency (16) handlers at once, saw ${most}`);
+    assert.equal(owners.size, 2, `both loops held lanes (${[...owners].join(', ')})`);
+    assert.deepEqual(await store.listLanes(), [], 'every lane handed back at stop');
+    const { rows } = await pool.query('SELECT 1');
+    assert.equal(rows.length, 1);
+  });
+
+  it('a publish into an idle two-loop bus is delivered at once (a wake-up, not the poll)', {
+    timeout: 30_000,
+  }, async () => {
+    const bus = createRelayBus({
+      store,
+      events: [Step],
+      setupStore: false,
+      dispatcher: { claimLoops: 2, pollIntervalMs: 20_000 },
+    });
+    const at: number[] = [];
+    bus.on(Step, 'idle', () => {
+      at.push(Date.now());
+    });
+    await bus.start();
+    try {
+      await pause(300);
+      for (let i = 0; i < 4; i += 1) {
+        const sent = Date.now();
+        await store.transaction((tx) => bus.publish(tx, Step, { key: `idle-${i}`, n: i }, { key: `idle-${i}` }));
+        await waitFor(() => at.length === i + 1, `delivery ${i}`, 5_000);
+        assert.ok(at[i]! - sent < 2_000, `delivered by a wake-up, not the 20 s poll (${at[i]! - sent} ms)`);
+      }
+    } finally {
+      await bus.stop();
+    }
+  });
+});
