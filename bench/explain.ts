@@ -254,6 +254,7 @@ RETURNING d.id::text AS id`;
         0,
         600_000,
         null,
+        [],
       ]),
     ]);
     results.push([

@@ -4,7 +4,8 @@
 --        relaybus_deliveries_unkeyed_due_idx and relaybus_deliveries_keyed_due_idx (due work?); relaybus_deliveries_pkey
 --        (charging)
 -- params: $1 owner text, $2 handlers text[], $3 lanes to take int, $4 start offset int (spreads claimers),
---         $5 lease_ms int, $6 now timestamptz (null = now())
+--         $5 lease_ms int, $6 now timestamptz (null = now()), $7 preferred lanes smallint[] (tried first: the lanes a
+--         publish just named in its NOTIFY)
 -- returns: one row: lanes taken, deliveries charged
 -- plan: the parameters are read through a materialized CTE, so no plan depends on their values and the prepared
 --       statement settles on its generic plan (with them inline Postgres re-planned it on every call, ~1 ms each).
@@ -13,17 +14,23 @@
 WITH clock AS MATERIALIZED (
   SELECT coalesce($6::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit,
          $1::text AS owner, $2::text[] AS handlers, $3::int AS take,
-         $4::int AS start
+         $4::int AS start, $7::smallint[] AS prefer
 ),
 free AS (
-  -- Lanes are tried one at a time from the start offset (a lateral probe per lane, in generate_series order), so the
-  -- search stops once enough lanes are taken instead of judging all 256 before a sort.
+  -- Lanes are tried one at a time, the preferred ones first, then from the start offset (a lateral probe per lane, in
+  -- order), so the search stops once enough lanes are taken instead of judging all 256 before a sort.
   SELECT f.lane, f.lease_owner, f.in_flight
-  FROM generate_series(0, 255) AS g(i)
+  FROM (
+    SELECT p.lane::int AS lane, p.ord::int AS ord FROM unnest((SELECT prefer FROM clock)) WITH ORDINALITY AS p(lane, ord)
+    UNION ALL
+    SELECT (g.i + (SELECT start FROM clock)) % 256, 1000 + g.i FROM generate_series(0, 255) AS g(i)
+    WHERE ((g.i + (SELECT start FROM clock)) % 256) <> ALL ((SELECT prefer FROM clock)::int[])
+    ORDER BY 2
+  ) c
   CROSS JOIN LATERAL (
     SELECT l.lane, l.lease_owner, l.in_flight
     FROM /*schema*/relaybus_lanes l
-    WHERE l.lane = (g.i + (SELECT start FROM clock)) % 256
+    WHERE l.lane = c.lane
       AND (l.lease_owner IS NULL OR l.lease_expires_at <= (SELECT now FROM clock))
       AND l.lease_owner IS DISTINCT FROM (SELECT owner FROM clock)
       -- Due work? Each probe is the first row of the lane in an index's due order (LIMIT 1 in index order), never a

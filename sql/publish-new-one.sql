@@ -46,7 +46,8 @@ delivered AS (
   RETURNING 1
 ),
 notified AS (
-  -- Wakes the dispatchers that LISTEN ($12: the channel; null: no NOTIFY), once per transaction at commit.
-  SELECT pg_notify($12::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $12::text IS NOT NULL
+  -- Wakes the dispatchers that LISTEN ($12: the channel; null: no NOTIFY) at commit; the payload names the lane, so an
+  -- idle worker takes that lane first.
+  SELECT pg_notify($12::text, $8::text) FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $12::text IS NOT NULL
 )
 SELECT 1 AS ord, x.handlers, NULL::text AS refused FROM inserted x WHERE (SELECT count(*) FROM notified) >= 0

@@ -57,9 +57,12 @@ delivered AS (
   RETURNING 1
 ),
 notified AS (
-  -- Wakes the dispatchers that LISTEN ($13: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
-  -- transaction however many publishes notified (identical notifications are folded).
-  SELECT pg_notify($13::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $13::text IS NOT NULL
+  -- Wakes the dispatchers that LISTEN ($13: the channel; null: no NOTIFY) at commit (identical notifications of one
+  -- transaction are folded). The payload names the batch's lanes (up to 64; empty: many), so an idle worker takes
+  -- those lanes first.
+  SELECT pg_notify($13::text, (
+    SELECT CASE WHEN count(DISTINCT lane) <= 64 THEN string_agg(DISTINCT lane::text, ',') ELSE '' END FROM input))
+  FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $13::text IS NOT NULL
 )
 SELECT i.ord::int AS ord, x.handlers, NULL::text AS refused
 FROM input i JOIN inserted x ON x.id = i.id

@@ -83,9 +83,12 @@ added AS (
   SELECT d.event_id, array_agg(d.handler ORDER BY d.handler) AS handlers FROM delivered d GROUP BY d.event_id
 ),
 notified AS (
-  -- Wakes the dispatchers that LISTEN ($13: the channel; null: no NOTIFY). Postgres delivers it at commit, once per
-  -- transaction however many publishes notified (identical notifications are folded).
-  SELECT pg_notify($13::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $13::text IS NOT NULL
+  -- Wakes the dispatchers that LISTEN ($13: the channel; null: no NOTIFY) at commit (identical notifications of one
+  -- transaction are folded). The payload names the batch's lanes (up to 64; empty: many), so an idle worker takes
+  -- those lanes first.
+  SELECT pg_notify($13::text, (
+    SELECT CASE WHEN count(DISTINCT lane) <= 64 THEN string_agg(DISTINCT lane::text, ',') ELSE '' END FROM input))
+  FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $13::text IS NOT NULL
 )
 SELECT i.ord::int AS ord, i.id, coalesce(a.handlers, '{}') AS added, i.id NOT IN (SELECT id FROM inserted) AS duplicate,
        nullif(c.differences, '{}') AS conflict, c.stored_type, c.stored_key, NOT (SELECT ok FROM guard) AS no_transaction,

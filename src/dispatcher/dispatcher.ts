@@ -130,6 +130,9 @@ export interface StopOptions {
 
 export { createOwnerId } from './owner-id.js';
 
+/** At most this many lanes named by wake-ups are remembered until the next claim (beyond, the claim looks everywhere). */
+const MAX_HINTED_LANES = 64;
+
 /** A run and the claim loop whose lane it was claimed in. */
 interface Running<TTx> {
   readonly run: RunningDelivery<TTx>;
@@ -151,6 +154,8 @@ export class Dispatcher<TTx> {
   /** Handler slots a claim in progress may fill (so two loops never claim more than `concurrency` between them). */
   #reserved = 0;
   #wakeQueued = false;
+  /** Lanes wake-ups named since the last claim: the next claim tries them first (`ClaimParams.preferLanes`). */
+  readonly #hintedLanes = new Set<number>();
   readonly #grace = new GracePeriod();
   readonly #toRelease: DeliveryLease[] = [];
   readonly #health: HealthState;
@@ -233,7 +238,11 @@ export class Dispatcher<TTx> {
     try {
       // Every loop: the published lane may be held by any of them (a loop that finds nothing costs one acquire; waking
       // them in turn measured no better, and left a delivery in a busy loop's lane until that loop claimed again).
-      return await store.subscribeWakeups(() => this.#wakeAll());
+      return await store.subscribeWakeups((lanes) => {
+        if (lanes !== undefined && this.#hintedLanes.size < MAX_HINTED_LANES)
+          for (const lane of lanes) this.#hintedLanes.add(lane);
+        this.#wakeAll();
+      });
     } catch (error) {
       logger.warn('listening for new deliveries failed; the dispatcher polls only', { error: describeError(error) });
       return undefined;
@@ -283,7 +292,9 @@ export class Dispatcher<TTx> {
           leaseDurationMs: options.leaseDurationMs,
           now: this.#now(),
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
+          ...(this.#hintedLanes.size === 0 ? {} : { preferLanes: [...this.#hintedLanes] }),
         };
+        this.#hintedLanes.clear();
         // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
         // be claimed at once.
         const riding = loop.batcher.take();

@@ -663,7 +663,10 @@ class MemoryStore implements Store<MemoryTransaction> {
     return heads;
   }
 
-  /** Acquire up to `batch` free or expired lanes that have due pending work of `handlers`, oldest work first. */
+  /**
+   * Acquire up to `batch` free or expired lanes that have due pending work of `handlers`: the preferred ones
+   * (`params.preferLanes`) first, then oldest work first.
+   */
   #acquireFreeLanes(params: ClaimParams, handlers: ReadonlySet<string>, now: number, batch: number): number {
     const locked = new Set(this.#locked.values());
     const oldest = new Map<number, DeliveryRecord>();
@@ -673,8 +676,9 @@ class MemoryStore implements Store<MemoryTransaction> {
       const current = oldest.get(d.lane);
       if (!current || byDueOrder(d, current) < 0) oldest.set(d.lane, d);
     }
+    const preferred = new Set(params.preferLanes ?? []);
     const lanes = [...oldest.entries()]
-      .sort(([, a], [, b]) => byDueOrder(a, b))
+      .sort(([laneA, a], [laneB, b]) => Number(preferred.has(laneB)) - Number(preferred.has(laneA)) || byDueOrder(a, b))
       .slice(0, batch)
       .map(([lane]) => lane);
     for (const lane of lanes) this.#acquire(lane, params.owner, now, params.leaseDurationMs);

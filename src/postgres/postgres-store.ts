@@ -187,6 +187,13 @@ function conflictError(rows: readonly FullRow[], events: readonly PublishParams[
   );
 }
 
+/** The lanes a publish named in its NOTIFY payload (`3,17,200`); undefined for an empty or foreign payload. */
+export function lanesOfPayload(payload: string): number[] | undefined {
+  if (payload === '') return undefined;
+  const lanes = payload.split(',').map(Number);
+  return lanes.every((lane) => Number.isInteger(lane) && lane >= 0 && lane < LANE_COUNT) ? lanes : undefined;
+}
+
 const iso = (date: Date | undefined): string | null => (date === undefined ? null : date.toISOString());
 const toDate = (value: unknown): Date => (value instanceof Date ? value : new Date(String(value)));
 const toInt = (value: unknown): number => Number(value);
@@ -397,6 +404,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         randomInt(LANE_COUNT),
         leaseDurationMs,
         now,
+        params.preferLanes ?? [],
       ]);
     const claimed: ClaimRow[] = [];
     /**
@@ -405,6 +413,17 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
      * due work). With `alwaysClaim`, the held lanes are asked once even when the first round took no lane.
      */
     const acquireAndClaim = async (alwaysClaim: boolean) => {
+      const hinted = params.preferLanes?.length ?? 0;
+      if (hinted > 0) {
+        // A wake-up named these lanes: take just them (the search stops once they are found) and claim; only when they
+        // yield nothing are other lanes looked for. Free lanes no publish named are found at the next poll.
+        const [acquired] = await acquire(hinted);
+        if (acquired && toInt(acquired.lanes) > 0) {
+          const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
+          claimed.push(...more);
+          if (more.length > 0) return;
+        }
+      }
       for (const take of acquireRounds()) {
         const [acquired] = await acquire(take);
         const taken = acquired ? toInt(acquired.lanes) : 0;
@@ -461,9 +480,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       concurrentConnections: driver.concurrentConnections,
     }),
 
-    async subscribeWakeups(onWake: () => void) {
+    async subscribeWakeups(onWake: (lanes?: readonly number[]) => void) {
       if (!listens || driver.listen === undefined) return async () => {};
-      return driver.listen(channel!, onWake);
+      return driver.listen(channel!, (payload) => onWake(lanesOfPayload(payload)));
     },
 
     async setup() {

@@ -50,7 +50,7 @@ export interface PostgresDriver<TTx> {
    * (re)connect (a notification sent while nothing listened is lost). Absent where the driver cannot hold such a
    * connection (Kysely without its pool); the dispatcher then only polls.
    */
-  listen?(channel: string, onNotify: () => void): Promise<Unlisten>;
+  listen?(channel: string, onNotify: (payload: string) => void): Promise<Unlisten>;
   /** Close what the driver opened itself (never a pool the caller passed in). */
   close(): Promise<void>;
 }

@@ -134,6 +134,11 @@ export interface ClaimParams {
    * duration; the store keeps no clock of its own for this.
    */
   readonly acquireWhenFull?: boolean;
+  /**
+   * Lanes to try first when taking free lanes (0..255, at most 256): the lanes a wake-up named. A hint only: a store
+   * may ignore it, and other lanes with due work are still taken.
+   */
+  readonly preferLanes?: readonly number[];
   readonly now?: Date;
 }
 
@@ -364,11 +369,11 @@ export interface Store<TTx> {
   completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult>;
 
   /**
-   * Call `onWake` whenever new work may be due (a publish committed), and after the store reconnected its listener;
-   * returns the unsubscribe. Stores whose `capabilities.wakeups` is 'poll' resolve a no-op. A wake-up is a hint only:
+   * Call `onWake` whenever new work may be due (a publish committed: with the lanes it wrote, when the store knows
+   * them, for `ClaimParams.preferLanes`), and after the store reconnected its listener; returns the unsubscribe. Stores whose `capabilities.wakeups` is 'poll' resolve a no-op. A wake-up is a hint only:
    * workers poll anyway, so a lost one costs latency, never a delivery.
    */
-  subscribeWakeups?(onWake: () => void): Promise<() => Promise<void>>;
+  subscribeWakeups?(onWake: (lanes?: readonly number[]) => void): Promise<() => Promise<void>>;
 
   /** Renew the lease of lanes the owner holds; reports the ones it lost. */
   extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult>;

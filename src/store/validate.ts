@@ -1,5 +1,6 @@
 import { InvalidInputError, InvalidPayloadError, InvalidStateError } from '../core/errors.js';
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
+import { LANE_COUNT } from '../core/lanes.js';
 import { echo, nameProblem } from '../core/limits.js';
 import type {
   BuryParams,
@@ -181,6 +182,14 @@ export function validateClaim(params: ClaimParams): void {
   assertPositiveInteger(params.leaseDurationMs, 'leaseDurationMs', 86_400_000);
   if (params.acquireWhenFull !== undefined && typeof params.acquireWhenFull !== 'boolean')
     fail(`acquireWhenFull must be a boolean, got ${echo(params.acquireWhenFull)}.`);
+  const prefer: unknown = params.preferLanes;
+  if (
+    prefer !== undefined &&
+    (!Array.isArray(prefer) ||
+      prefer.length > LANE_COUNT ||
+      prefer.some((lane) => !Number.isInteger(lane) || lane < 0 || lane >= LANE_COUNT))
+  )
+    fail(`preferLanes must be at most ${LANE_COUNT} lane numbers from 0 to ${LANE_COUNT - 1}, got ${echo(prefer)}.`);
   assertOptionalDate(params.now, 'now');
 }
 

@@ -9,6 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import postgres from 'postgres';
+import { laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import { fromPg, fromPglite, fromPostgresJs, postgresStore, type PostgresDriver } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
@@ -17,6 +18,8 @@ import { waitFor } from '../support/wait.js';
 const found = await findPostgres();
 const url = 'url' in found ? found.url : '';
 const Ping = defineEvent('wakeups.ping', Type.Object({ n: Type.Integer() }));
+/** An event type of its own: the other cases' buses subscribe to Ping, and must not get these deliveries. */
+const LaneProbe = defineEvent('wakeups.lanes', Type.Object({ n: Type.Integer() }));
 const POLL_MS = 20_000;
 /** Far below the poll interval: only a wake-up delivers this fast. */
 const WAKE_BOUND_MS = 2_000;
@@ -132,6 +135,39 @@ for (const target of TARGETS) {
         }
       } finally {
         await bus.stop();
+      }
+    });
+
+    it('a wake-up names the lanes the publish wrote (one event, and a batch), for the next claim to take first', async () => {
+      const store = postgresStore({ driver: connection.driver, schema });
+      await store.setup();
+      const woken: (readonly number[] | undefined)[] = [];
+      const unsubscribe = await store.subscribeWakeups!((lanes) => woken.push(lanes));
+      try {
+        const bus = createRelayBus({ store, events: [LaneProbe], setupStore: false });
+        bus.on(LaneProbe, 'lanes', () => {});
+        await waitFor(() => woken.length >= 1, 'the listener is up (it wakes once on connect)', 5_000);
+        woken.length = 0;
+        await store.transaction((tx) => bus.publish(tx as never, LaneProbe, { n: 1 }, { key: 'lane-a' }));
+        await waitFor(() => woken.some((lanes) => lanes !== undefined), 'a wake-up with lanes', 5_000);
+        assert.deepEqual(
+          woken.find((lanes) => lanes !== undefined),
+          [laneOf('lane-a', '')],
+        );
+        woken.length = 0;
+        await store.transaction((tx) =>
+          bus.publishMany(
+            tx as never,
+            ['lane-b', 'lane-c', 'lane-b'].map((key, n) => ({ event: LaneProbe, payload: { n }, options: { key } })),
+          ),
+        );
+        await waitFor(() => woken.some((lanes) => lanes !== undefined), 'a wake-up with the batch lanes', 5_000);
+        assert.deepEqual(
+          [...woken.find((lanes) => lanes !== undefined)!].sort((a, b) => a - b),
+          [...new Set([laneOf('lane-b', ''), laneOf('lane-c', '')])].sort((a, b) => a - b),
+        );
+      } finally {
+        await unsubscribe();
       }
     });
 

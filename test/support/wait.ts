@@ -104,10 +104,12 @@ export function spyStore<TTx>(
     'listSubscriptions',
     'listLanes',
     'unsubscribe',
+    'subscribeWakeups',
   ] as const;
   const wrapped: Record<string, unknown> = { kind: store.kind, capabilities: store.capabilities };
   for (const method of methods) {
     const original = (overrides as Record<string, unknown>)[method] ?? target[method];
+    if (original === undefined) continue; // an optional method the store does not have
     wrapped[method] = (...args: unknown[]) => {
       calls.push({ method, args });
       return (original as (...a: unknown[]) => unknown).apply(method in overrides ? wrapped : store, args);

@@ -502,6 +502,32 @@ describe('dispatcher: lost leases', () => {
   });
 });
 
+describe('dispatcher: wake-up lane hints', () => {
+  it('the next claim prefers the lanes a wake-up named, once', async (t) => {
+    let wake: ((lanes?: readonly number[]) => void) | undefined;
+    const { bus, callsOf } = harness(
+      t,
+      { pollIntervalMs: 60_000 },
+      {
+        subscribeWakeups: async (onWake) => {
+          wake = onWake;
+          return async () => {};
+        },
+      },
+    );
+    bus.on(Order, 'hinted', () => undefined);
+    await bus.start();
+    await waitFor(() => wake !== undefined && callsOf('claim').length >= 1, 'subscribed and claimed once');
+    const before = callsOf('claim').length;
+    wake!([7, 42]);
+    await waitFor(() => callsOf('claim').length > before, 'a claim after the wake-up');
+    assert.deepEqual((callsOf('claim')[before]!.args[0] as ClaimParams).preferLanes, [7, 42]);
+    wake!();
+    await waitFor(() => callsOf('claim').length > before + 1, 'a claim after a wake-up without lanes');
+    assert.equal((callsOf('claim')[before + 1]!.args[0] as ClaimParams).preferLanes, undefined, 'used once');
+  });
+});
+
 describe('dispatcher: claim loops', () => {
   it('two loops claim as two owners, share the handler slots, deliver every pair once and hand back every lane', async (t) => {
     const { bus, store, callsOf, memory } = harness(t, { claimLoops: 2, concurrency: 4, batchSize: 4 });

@@ -158,7 +158,10 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
     ...(subscribe ? { onConnectionError: subscribe } : {}),
     ...(options.pool === undefined
       ? {}
-      : { listen: (channel: string, onNotify: () => void) => listenOnPgPool(options.pool, channel, onNotify) }),
+      : {
+          listen: (channel: string, onNotify: (payload: string) => void) =>
+            listenOnPgPool(options.pool, channel, onNotify),
+        }),
     executor: executorOf(owned),
     concurrentConnections: options.concurrentConnections ?? true,
     unwrap(tx: KyselyTransactionLike): SqlExecutor {

@@ -17,7 +17,7 @@ interface ListenPool {
 
 interface ListenClient {
   query(text: string): Promise<unknown>;
-  on(event: 'notification', listener: (message: { channel: string }) => void): unknown;
+  on(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): unknown;
   on(event: 'error' | 'end', listener: (error?: Error) => void): unknown;
   removeListener(event: string, listener: (...args: never[]) => void): unknown;
   release(error?: Error | boolean): void;
@@ -31,7 +31,11 @@ interface Held {
 
 const RECONNECT_MS = [100, 250, 500, 1_000, 2_000, 5_000];
 
-export async function listenOnPgPool(pool: unknown, channel: string, onNotify: () => void): Promise<Unlisten> {
+export async function listenOnPgPool(
+  pool: unknown,
+  channel: string,
+  onNotify: (payload: string) => void,
+): Promise<Unlisten> {
   const source = pool as ListenPool;
   let held: Held | undefined;
   let stopped = false;
@@ -67,8 +71,8 @@ export async function listenOnPgPool(pool: unknown, channel: string, onNotify: (
     let current: Held | undefined;
     try {
       const client = await source.connect();
-      const onNotification = (message: { channel: string }): void => {
-        if (message.channel === channel) onNotify();
+      const onNotification = (message: { channel: string; payload?: string }): void => {
+        if (message.channel === channel) onNotify(message.payload ?? '');
       };
       const onError = (error?: Error): void => lost(attached, error);
       const onEnd = (): void => lost(attached);
@@ -91,7 +95,7 @@ export async function listenOnPgPool(pool: unknown, channel: string, onNotify: (
       }
       held = attached;
       failures = 0;
-      onNotify(); // anything published while no connection listened
+      onNotify(''); // anything published while no connection listened
     } catch (error) {
       if (current !== undefined) giveBack(current, error instanceof Error ? error : true);
       reconnectLater();

@@ -75,8 +75,12 @@ interface PgliteListener {
 }
 
 /** LISTEN on a PGlite database (one in-process connection: nothing to reconnect). */
-export async function listenOnPglite(db: unknown, channel: string, onNotify: () => void): Promise<Unlisten> {
-  const unsubscribe = await (db as PgliteListener).listen(channel, () => onNotify());
-  onNotify();
+export async function listenOnPglite(
+  db: unknown,
+  channel: string,
+  onNotify: (payload: string) => void,
+): Promise<Unlisten> {
+  const unsubscribe = await (db as PgliteListener).listen(channel, (payload) => onNotify(payload));
+  onNotify('');
   return () => unsubscribe();
 }

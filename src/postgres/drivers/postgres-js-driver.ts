@@ -228,11 +228,15 @@ interface PostgresJsListener {
  * LISTEN through postgres.js's own listening connection: it reconnects by itself and calls `onlisten` after each
  * (re)connect, where a notification may have been missed.
  */
-export async function listenOnPostgresJs(sql: unknown, channel: string, onNotify: () => void): Promise<Unlisten> {
+export async function listenOnPostgresJs(
+  sql: unknown,
+  channel: string,
+  onNotify: (payload: string) => void,
+): Promise<Unlisten> {
   const { unlisten } = await (sql as PostgresJsListener).listen(
     channel,
-    () => onNotify(),
-    () => onNotify(),
+    (payload) => onNotify(payload),
+    () => onNotify(''),
   );
   return () => unlisten();
 }
