@@ -4,9 +4,11 @@ import {
   fromPg,
   postgresStore,
   type PgPoolLike,
+  type PostgresDriver,
   type PostgresStore,
   type PgClientLike,
 } from '../postgres/index.js';
+import { assertSchemaName } from '../postgres/schema-sql.js';
 import { CliFailure, UsageError, type CliContext } from './command.js';
 
 /**
@@ -52,12 +54,49 @@ async function importPg(): Promise<PgModule> {
     return module.default ?? module;
   } catch (error) {
     if ((error as { code?: unknown }).code === 'ERR_MODULE_NOT_FOUND') {
-      throw new CliFailure(
-        'the admin commands connect with the pg package, which is not installed here: npm install pg',
-      );
+      throw new CliFailure('relaybus connects with the pg package, which is not installed here: npm install pg');
     }
     throw error;
   }
+}
+
+/** A driver the CLI opened on its flags, with the schema and where it points (password removed) for messages. */
+export interface AdminConnection {
+  readonly driver: PostgresDriver<PgClientLike>;
+  readonly schema: string;
+  /** `host:port/database`, for human output. */
+  readonly target: string;
+}
+
+/**
+ * Open a small `pg` pool on `--database-url` (or DATABASE_URL) and `--schema`; the driver ends it on `close()`. Throws
+ * `UsageError` when no database is given or the schema name is not one.
+ */
+export async function openAdminConnection(
+  flags: { readonly 'database-url'?: string; readonly schema?: string },
+  context: CliContext,
+  maxConnections: number,
+): Promise<AdminConnection> {
+  const url = flags['database-url'] ?? context.env.DATABASE_URL;
+  if (url === undefined || url.trim() === '') {
+    throw new UsageError('no database: pass --database-url postgres://user@host:5432/db or set DATABASE_URL');
+  }
+  const schema = flags.schema ?? DEFAULT_SCHEMA;
+  try {
+    assertSchemaName(schema);
+  } catch (error) {
+    if (error instanceof InvalidOptionsError) throw new UsageError(`--schema: ${error.message}`);
+    throw error;
+  }
+  const { Pool } = await importPg();
+  const pool = new Pool({
+    connectionString: url,
+    max: maxConnections,
+    connectionTimeoutMillis: 10_000,
+    application_name: 'relaybus-cli',
+  });
+  pool.on('error', () => {}); // an idle client dropped by the server: the next query reports it
+  return { driver: fromPg(pool, { closeWithStore: true }), schema, target: describeTarget(url) };
 }
 
 /** Open the store the admin flags point at; throws `UsageError` when no database is given. */
@@ -65,28 +104,9 @@ export async function openAdminStore(
   flags: { readonly 'database-url'?: string; readonly schema?: string },
   context: CliContext,
 ): Promise<AdminStore> {
-  const url = flags['database-url'] ?? context.env.DATABASE_URL;
-  if (url === undefined || url.trim() === '') {
-    throw new UsageError('no database: pass --database-url postgres://user@host:5432/db or set DATABASE_URL');
-  }
-  const schema = flags.schema ?? DEFAULT_SCHEMA;
-  const { Pool } = await importPg();
-  const pool = new Pool({
-    connectionString: url,
-    max: 2,
-    connectionTimeoutMillis: 10_000,
-    application_name: 'relaybus-cli',
-  });
-  pool.on('error', () => {}); // an idle client dropped by the server: the next query reports it
-  let store: PostgresStore<PgClientLike>;
-  try {
-    store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema });
-  } catch (error) {
-    await pool.end();
-    if (error instanceof InvalidOptionsError) throw new UsageError(`--schema: ${error.message}`);
-    throw error;
-  }
-  return { store, schema, target: describeTarget(url), close: () => store.close() };
+  const { driver, schema, target } = await openAdminConnection(flags, context, 2);
+  const store = postgresStore({ driver, schema });
+  return { store, schema, target, close: () => store.close() };
 }
 
 /** Run `fn` with an admin store, closing it afterwards whatever happens. */

@@ -229,10 +229,12 @@ function assertPlainObject(value: unknown, what: string): void {
   }
 }
 
+/** The store methods a bus calls (the admin ones are the CLI's and the dashboard's). */
 const STORE_METHODS = [
   'setup',
   'publish',
   'claim',
+  'completeAndClaim',
   'extendLease',
   'completeMany',
   'complete',
@@ -241,6 +243,7 @@ const STORE_METHODS = [
   'release',
   'relinquish',
   'transaction',
+  'subscribe',
 ] as const;
 
 function assertStore(store: unknown): void {

@@ -552,55 +552,40 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
             : { eventId, addedHandlers: handlers, duplicate: false, raced: false, inserted: true };
         });
       }
-      if (results.some((result) => result.raced)) {
-        results = await settleRaced(results, async (raced) => {
-          const pick = <T>(values: readonly T[]) => raced.map((index) => values[index]!);
-          const subset = pick(events);
-          const full = await run<FullRow>(executor, 'publish', [
-            ...publishArrays(subset, pick(ids), pick(payloads)),
-            guard,
-            iso(now),
-            channel,
-          ]);
-          if (full.some((row) => row.conflict !== null)) return conflictError(full, subset);
-          return fullResults(full, subset);
-        });
-      }
-      return results.map(({ eventId, addedHandlers, duplicate }) => ({ eventId, addedHandlers, duplicate }));
-
-      /**
-       * Publish the raced events again (their ids are committed now, so the full statement sees them: inbox dedup or
-       * a conflict). On a conflict, take back everything this call wrote and throw: a batch writes all or nothing.
-       */
-      async function settleRaced(
-        first: readonly Published[],
-        again: (raced: number[]) => Promise<Published[] | EventConflictError>,
-      ): Promise<Published[]> {
-        const raced = first.flatMap((result, index) => (result.raced ? [index] : []));
-        const second = await again(raced);
-        if (second instanceof EventConflictError) {
-          const added = first.flatMap((result, index) => result.addedHandlers.map((handler) => ({ index, handler })));
-          const at = (index: number) => events[index]!;
+      const raced = results.flatMap((result, index) => (result.raced ? [index] : []));
+      if (raced.length > 0) {
+        // Publish the raced events again: their ids are committed now, so the full statement sees them (inbox dedup,
+        // or a conflict). On a conflict, take back everything this call wrote and throw: a batch writes all or nothing.
+        const pick = <T>(values: readonly T[]) => raced.map((index) => values[index]!);
+        const subset = pick(events);
+        const again = await run<FullRow>(executor, 'publish', [
+          ...publishArrays(subset, pick(ids), pick(payloads)),
+          guard,
+          iso(now),
+          channel,
+        ]);
+        if (again.some((row) => row.conflict !== null)) {
+          const added = results.flatMap((result, index) => result.addedHandlers.map((handler) => ({ index, handler })));
           await run(executor, 'publish-undo', [
             added.map(({ index }) => ids[index]),
             added.map(({ handler }) => handler),
-            added.map(({ index }) => laneOf(at(index).key, ids[index]!)),
-            added.map(({ index }) => at(index).key ?? null),
-            first.flatMap((result) => (result.inserted ? [result.eventId] : [])),
+            added.map(({ index }) => laneOf(events[index]!.key, ids[index]!)),
+            added.map(({ index }) => events[index]!.key ?? null),
+            results.flatMap((result) => (result.inserted ? [result.eventId] : [])),
           ]);
-          throw second;
+          throw conflictError(again, subset);
         }
-        const merged = [...first];
-        raced.forEach((index, n) => {
-          merged[index] = second[n]!;
-        });
-        if (merged.some((result) => result.raced))
+        const settled = fullResults(again, subset);
+        if (settled.some((result) => result.raced))
           throw new StoreUnavailableError(
             'An event id of this publish was inserted by a concurrent transaction twice in a row; nothing is decided for it. It is safe to retry.',
             { retryable: true },
           );
-        return merged;
+        raced.forEach((index, n) => {
+          results[index] = settled[n]!;
+        });
       }
+      return results.map(({ eventId, addedHandlers, duplicate }) => ({ eventId, addedHandlers, duplicate }));
     },
 
     async subscribe(subscriptions: readonly Subscription[], options?: SubscribeOptions): Promise<void> {

@@ -120,6 +120,11 @@ describe('resolveRelayBusOptions', () => {
       { ...base, store: { publish() {} } },
       /does not implement the Store contract \(missing methods setup, claim/,
     );
+    // Every method a bus calls but completeAndClaim (the dispatcher's claim with completions riding on it).
+    const methods = ['setup', 'publish', 'claim', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury'];
+    const rest = ['release', 'relinquish', 'transaction', 'subscribe'];
+    const store = { capabilities: {}, ...Object.fromEntries([...methods, ...rest].map((name) => [name, () => {}])) };
+    invalid({ ...base, store }, /missing methods completeAndClaim\)/);
   });
 
   it('requires at least one event definition, each once', () => {

@@ -1,16 +1,8 @@
-import { InvalidOptionsError, RelayBusError } from '../../index.js';
-import {
-  DEFAULT_SCHEMA,
-  fromPg,
-  type PgClientLike,
-  type PgPoolLike,
-  type PostgresDriver,
-} from '../../postgres/index.js';
-import { assertSchemaName } from '../../postgres/schema-sql.js';
+import { RelayBusError } from '../../index.js';
 import { DEFAULT_UPGRADE_BATCH_SIZE, setupPostgres, type SetupResult } from '../../postgres/setup.js';
 import { loadStatements } from '../../postgres/statements.js';
 import { planPostgresSetup } from '../../postgres/upgrade/plan.js';
-import { describeTarget } from '../admin-store.js';
+import { openAdminConnection, type AdminConnection } from '../admin-store.js';
 import {
   DATABASE_FLAGS,
   HELP_FLAG,
@@ -46,65 +38,22 @@ const FLAGS = {
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
 
-interface Connection {
-  readonly driver: PostgresDriver<PgClientLike>;
-  readonly schema: string;
-  readonly target: string;
-}
-
-interface PgModule {
-  readonly Pool: new (config: {
-    connectionString: string;
-    max: number;
-    connectionTimeoutMillis: number;
-    application_name: string;
-  }) => PgPoolLike & {
-    on(event: 'error', listener: (error: Error) => void): unknown;
-  };
-}
-
 /** Run `fn` with a driver on `--database-url` (or DATABASE_URL) and `--schema`; closes the pool afterwards. */
 async function withDriver<T>(
   flags: { readonly 'database-url'?: string; readonly schema?: string },
   context: CliContext,
-  fn: (connection: Connection) => Promise<T>,
+  fn: (connection: AdminConnection) => Promise<T>,
 ): Promise<T> {
-  const url = flags['database-url'] ?? context.env.DATABASE_URL;
-  if (url === undefined || url.trim() === '')
-    throw new UsageError('no database: pass --database-url postgres://user@host:5432/db or set DATABASE_URL');
-  const schema = flags.schema ?? DEFAULT_SCHEMA;
+  const connection = await openAdminConnection(flags, context, 1);
   try {
-    assertSchemaName(schema);
-  } catch (error) {
-    if (error instanceof InvalidOptionsError) throw new UsageError(`--schema: ${error.message}`);
-    throw error;
-  }
-  let module: PgModule;
-  try {
-    const imported = (await import('pg')) as unknown as { default?: PgModule } & PgModule;
-    module = imported.default ?? imported;
-  } catch {
-    throw new CliFailure(
-      'relaybus setup and upgrade connect with the pg package, which is not installed here: npm install pg',
-    );
-  }
-  const pool = new module.Pool({
-    connectionString: url,
-    max: 1,
-    connectionTimeoutMillis: 10_000,
-    application_name: 'relaybus-cli',
-  });
-  pool.on('error', () => {}); // an idle client dropped by the server: the next query reports it
-  const driver = fromPg(pool, { closeWithStore: true });
-  try {
-    return await fn({ driver, schema, target: describeTarget(url) });
+    return await fn(connection);
   } catch (error) {
     if (error instanceof RelayBusError || error instanceof UsageError || error instanceof CliFailure) throw error;
     throw new CliFailure(`the database failed: ${error instanceof Error ? error.message : String(error)}`, {
       cause: error,
     });
   } finally {
-    await driver.close().catch(() => {});
+    await connection.driver.close().catch(() => {});
   }
 }
 
@@ -125,7 +74,7 @@ function summary(result: SetupResult): string {
  * progress on stderr. Resolves with the result and the time taken.
  */
 export async function runSetup(
-  connection: Connection,
+  connection: AdminConnection,
   context: CliContext,
   batchSize: number,
 ): Promise<{ result: SetupResult; ms: number }> {
