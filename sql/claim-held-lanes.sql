@@ -29,9 +29,9 @@ WITH RECURSIVE clock AS (
   SELECT coalesce($5::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit
 ),
 held AS (
-  -- Locked, so this statement reads the latest in_flight and a concurrent claim of the same owner waits; a
-  -- transactional completion's FOR KEY SHARE does not conflict.
-  SELECT l.lane, l.in_flight FROM /*schema*/relaybus_lanes l WHERE l.lease_owner = $1
+  -- Locked, so a concurrent claim of the same owner waits; a transactional completion's FOR KEY SHARE does not
+  -- conflict. The locked row is the latest version: its xmin tells whether it changed since this statement's snapshot.
+  SELECT l.lane, l.in_flight, l.xmin AS version FROM /*schema*/relaybus_lanes l WHERE l.lease_owner = $1
   ORDER BY l.lane -- one lock order for every statement that locks several lanes: no deadlock
   FOR NO KEY UPDATE
 ),
@@ -58,11 +58,13 @@ finished AS (
   SELECT lane, array_agg(id) AS ids FROM completed GROUP BY lane
 ),
 seen AS (
-  -- The same lane rows as of this statement's snapshot (no lock): a reschedule, bury or release that committed
-  -- while this statement waited for the lock took its delivery out of the latest in_flight, but the delivery rows
-  -- read below are the snapshot's (still due, old claims). An id either version lists is not picked now.
-  SELECT h.lane, h.in_flight || s.in_flight AS in_flight
-  FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane
+  -- The held lanes whose row did not change since this statement's snapshot, the only ones it may pick from or hand
+  -- back: the delivery rows read below are the snapshot's. A lane changed meanwhile (a claim of the same owner that
+  -- picked and pruned, a reschedule, bury, release or renewal) can list in flight a delivery the snapshot cannot see,
+  -- or no longer list one the snapshot still shows pending though it was completed: picking from it could hand out a
+  -- completed head again, out of key order. It is skipped this once, still held; the next claim sees it afresh.
+  SELECT h.lane, h.in_flight
+  FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane AND s.xmin = h.version
 ),
 direct AS (
   -- Heads looked up at once instead of when the walk comes round to their key: the next pending row of each
@@ -178,9 +180,9 @@ recorded AS (
 handed_back AS (
   UPDATE /*schema*/relaybus_lanes l
   SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'
-  FROM held h
-  -- h.in_flight, not l.in_flight: h is the locked, latest row, while an anti-join on l would be re-checked against
-  -- the row version of this statement's snapshot (EvalPlanQual keeps the first join result).
+  FROM seen h
+  -- h.in_flight, not l.in_flight: h is the locked row, while an anti-join on l would be re-checked against the row
+  -- version of this statement's snapshot (EvalPlanQual keeps the first join result).
   WHERE l.lane = h.lane AND l.lease_owner = $1
     AND l.lane NOT IN (SELECT lane FROM grouped)
     AND NOT EXISTS (

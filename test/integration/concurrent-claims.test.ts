@@ -146,6 +146,56 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
   });
 });
 
+describe('a claim racing claims of its own owner on real Postgres', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
+  it('does not hand out again a head completed and pruned while the claim waited for its lane', async () => {
+    const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 4 });
+    const schema = uniqueSchemaName('claim_vs_own_claims');
+    const store = postgresStore({ driver: fromPg(pool), schema });
+    try {
+      await store.setup();
+      const handlers = [{ name: 'h', maxAttempts: 5 }];
+      await store.transaction((tx) =>
+        store.publish(tx, [
+          { type: 't', key: 'k', payload: { n: 1 }, handlers },
+          { type: 't', key: 'k', payload: { n: 2 }, handlers },
+        ]),
+      );
+      const [head] = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+      assert.ok(head);
+      // Another claim of the same owner holds the lane while this one takes its snapshot (the head still pending)
+      // and waits; meanwhile the head is completed and the other claim prunes it from the lane's in-flight list.
+      const holder = await pool.connect();
+      try {
+        await holder.query('BEGIN');
+        await holder.query(`SELECT 1 FROM "${schema}".relaybus_lanes WHERE lane = $1 FOR NO KEY UPDATE`, [head.lane]);
+        const racing = store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+        await waitUntilBlocked(pool);
+        await holder.query(`DELETE FROM "${schema}".relaybus_deliveries WHERE id = $1`, [head.id]);
+        await holder.query(`UPDATE "${schema}".relaybus_lanes SET in_flight = '{}' WHERE lane = $1`, [head.lane]);
+        await holder.query('COMMIT');
+        assert.deepEqual(
+          (await racing).map((d) => d.sequence),
+          [],
+          'the completed head is not handed out again, nor its follower beside it',
+        );
+      } finally {
+        holder.release();
+      }
+      const next = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+      assert.deepEqual(
+        next.map((d) => Number(d.sequence)),
+        [Number(head.sequence) + 1],
+        'the next claim sees the lane afresh and picks the new head',
+      );
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    }
+  });
+});
+
 /** Wait until some backend of this database waits for a lock (the racing claim). */
 async function waitUntilBlocked(pool: pg.Pool): Promise<void> {
   for (let i = 0; i < 200; i += 1) {
