@@ -505,6 +505,17 @@ function targets(rows: readonly Row[]): Target[] {
       });
     }
   }
+  for (const traced of rows.filter(
+    (r) => r.scenario === 'dispatch' && r.contender === 'relaybus' && r.variant === 'traced' && r.keyed,
+  )) {
+    const r = pairedRatio(traced, findRow(rows, traced.cell, 'relaybus', 'tuned', true));
+    out.push({
+      issue: '16',
+      what: `${traced.cell}: relaybus tracing on (SDK recording every span, no-op exporter) within 5% of off (tuned)`,
+      measured: ratioText(r),
+      pass: verdict(r, (v) => v >= 0.95),
+    });
+  }
   const small = d1.find((c) => c.includes('N=50000 '));
   const large = d1.find((c) => c.includes('N=200000 '));
   if (small && large) {

@@ -105,8 +105,15 @@ const PUBLISH: Entry[] = [
   e('raw-sql', 'default', false),
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
-/** relaybus tuned with two claim loops in its one process (dispatcher.claimLoops: 2), next to tuned. */
-const CLAIM_LOOPS: Entry[] = [e('relaybus', 'tuned', true), e('relaybus', 'loops2', true)];
+/**
+ * relaybus tuned next to its variants in one process: two claim loops (dispatcher.claimLoops: 2), and tracing on
+ * (the OpenTelemetry SDK recording a span per delivery into a no-op exporter).
+ */
+const TUNED_VARIANTS: Entry[] = [
+  e('relaybus', 'tuned', true),
+  e('relaybus', 'loops2', true),
+  e('relaybus', 'traced', true),
+];
 
 const PLANS: Record<'quick' | 'full', Plan> = {
   quick: {
@@ -118,7 +125,7 @@ const PLANS: Record<'quick' | 'full', Plan> = {
     publishEntries: PUBLISH,
     dispatch: [
       { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED },
-      { deliveries: 40_000, dispatchers: 1, eventsPerKey: 10, entries: CLAIM_LOOPS },
+      { deliveries: 40_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED_VARIANTS },
       { deliveries: 50_000, dispatchers: 2, eventsPerKey: 10, entries: RELAYBUS_TUNED },
       { deliveries: 50_000, dispatchers: 4, eventsPerKey: 10, entries: RELAYBUS_TUNED },
       { deliveries: 4_000, dispatchers: 1, eventsPerKey: 10, entries: DEFAULTS },

@@ -9,6 +9,7 @@
 import pg from 'pg';
 import type * as Api from '../../src/index.js';
 import type * as PgApi from '../../src/postgres/index.js';
+import type * as TelemetryApi from '../../src/telemetry/opentelemetry.js';
 import {
   HANDLERS,
   handlerIndex,
@@ -59,12 +60,31 @@ function loggerOf(hooks: DispatcherHooks | undefined): Api.Logger {
   return { debug: noop, info: noop, warn: report('warn'), error: report('error') };
 }
 
+/**
+ * The 'traced' variant's instrumentation: relaybus/opentelemetry over the OpenTelemetry SDK recording every span
+ * (BasicTracerProvider, BatchSpanProcessor) into an exporter that drops them: the whole recording path runs, nothing
+ * is sent. Loaded only for that variant.
+ */
+async function tracedInstrumentation(): Promise<Api.Instrumentation> {
+  const { openTelemetry } = (await import(dist('telemetry/opentelemetry.js'))) as typeof TelemetryApi;
+  const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base');
+  const dropAll = {
+    export: (_spans: unknown[], done: (result: { code: 0 }) => void) => done({ code: 0 }),
+    shutdown: () => Promise.resolve(),
+  };
+  const provider = new BasicTracerProvider({
+    spanProcessors: [new BatchSpanProcessor(dropAll, { maxQueueSize: 65_536, maxExportBatchSize: 4_096 })],
+  });
+  return openTelemetry({ tracer: provider.getTracer('relaybus-bench'), meter: false });
+}
+
 function makeBus(
   pool: pg.Pool,
   schema: string,
   settings?: DispatcherSettings,
   hooks?: DispatcherHooks,
   notify = true,
+  instrumentation?: Api.Instrumentation,
 ): Api.RelayBus<PgApi.PgClientLike, typeof BenchEvent> {
   const store = postgresStore({ driver: fromPg(pool), schema, notify });
   return createRelayBus({
@@ -72,6 +92,7 @@ function makeBus(
     events: [BenchEvent],
     setupStore: false,
     logger: loggerOf(hooks),
+    ...(instrumentation ? { instrumentation } : {}),
     ...(settings
       ? {
           dispatcher: {
@@ -93,7 +114,7 @@ export const relaybus: Contender = {
   ordersKeys: true,
   keyed: true,
   retryBackoff: true,
-  keyedVariants: ['defaults', 'tuned', 'pipelined', 'loops2'],
+  keyedVariants: ['defaults', 'tuned', 'pipelined', 'loops2', 'traced'],
   variants: {
     // The library's DEFAULT_* (concurrency 10, batch 10, poll 1 s) on a default-sized pg pool.
     defaults: { concurrency: 10, batchSize: 10, pollIntervalMs: 1000, poolSize: 10 },
@@ -102,6 +123,8 @@ export const relaybus: Contender = {
     pipelined: { concurrency: 400, batchSize: 200, pollIntervalMs: 50, poolSize: 20 },
     // Two claim loops (two lease owners sharing the slots): one loop's claim waits on Postgres while the other's handlers run.
     loops2: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
+    // tuned with tracing on: the OpenTelemetry SDK records a consumer span per delivery (no-op exporter).
+    traced: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, poolSize: 20, extra: { tracing: 1 } },
   },
   tables: { deliveries: 'relaybus_deliveries', lanes: 'relaybus_lanes' },
 
@@ -172,7 +195,8 @@ export const relaybus: Contender = {
 
   async dispatcher({ url, schema }, settings, hooks) {
     const pool = new pg.Pool({ connectionString: url, max: settings.poolSize });
-    const bus = makeBus(pool, schema, settings, hooks);
+    const instrumentation = settings.extra?.tracing ? await tracedInstrumentation() : undefined;
+    const bus = makeBus(pool, schema, settings, hooks, true, instrumentation);
     const options =
       hooks.retryBackoffMs !== undefined
         ? {
