@@ -22,7 +22,8 @@
 --         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly)
 -- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; walk_step orders
 --          the keyed rows of a lane in walk order (the store resumes after the last one); then one row per completed
---          delivery with only completed_id set
+--          delivery with only completed_id set; then, when held lanes changed while this statement waited for them
+--          (skipped, see seen), one row with only skipped_lanes set (the store asks again with a fresh snapshot)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 WITH RECURSIVE clock AS (
@@ -192,11 +193,15 @@ handed_back AS (
 )
 (SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, e.type AS event_type, p.handler,
         p.key, p.sequence::text AS sequence, e.payload, e.headers, p.attempts, p.max_attempts, p.available_at,
-        p.created_at, p.walk_step, NULL::text AS completed_id
+        p.created_at, p.walk_step, NULL::text AS completed_id, NULL::int AS skipped_lanes
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
  JOIN /*schema*/relaybus_events e ON e.id = p.event_id
  ORDER BY p.available_at, p.id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, c.id::text
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, c.id::text, NULL
 FROM completed c
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, k.lanes
+FROM (SELECT ((SELECT count(*) FROM held) - (SELECT count(*) FROM seen))::int AS lanes) k
+WHERE k.lanes > 0

@@ -376,7 +376,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
     const { owner, handlers, limit, leaseDurationMs } = params;
     const now = iso(params.now);
-    const claimHeld = async (want: number, complete: readonly ParsedLease[]) => {
+    const claimHeldOnce = async (want: number, complete: readonly ParsedLease[]) => {
       const rows = await runOwned<ClaimRow>('claim-held-lanes', [
         owner,
         handlers,
@@ -388,13 +388,23 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         history,
         ...probes.due((params.now ?? new Date()).getTime()),
       ]);
-      const claimedRows = rows.filter((row) => row.completed_id === null);
+      const claimedRows = rows.filter((row) => row.completed_id === null && row.skipped_lanes === null);
       walks.advance(owner, claimedRows);
       probes.claimed(claimedRows);
       return {
         claimedRows,
         completedIds: new Set(rows.flatMap((row) => (row.completed_id === null ? [] : [row.completed_id]))),
+        skippedLanes: rows.reduce((sum, row) => sum + (row.skipped_lanes ?? 0), 0),
       };
+    };
+    const claimHeld = async (want: number, complete: readonly ParsedLease[]) => {
+      const first = await claimHeldOnce(want, complete);
+      if (first.skippedLanes === 0 || first.claimedRows.length >= want) return first;
+      // Held lanes changed while the claim waited for them (a renewal, a reschedule, another loop of this owner): it
+      // left them alone rather than trust its older snapshot. Ask them again at once, or their due work would wait
+      // for the next wake-up or poll.
+      const again = await claimHeldOnce(want - first.claimedRows.length, []);
+      return { ...first, claimedRows: [...first.claimedRows, ...again.claimedRows] };
     };
     const acquire = (take: number) =>
       runOwned<RowOf<'acquire-lanes'>>('acquire-lanes', [

@@ -122,6 +122,8 @@ export const ROW_COLUMNS = {
     walk_step: nullable('int4'),
     /** Set (alone) on the rows that report a completed delivery. */
     completed_id: nullable('text'),
+    /** Set (alone) on the one row that reports held lanes skipped because they changed while the claim waited. */
+    skipped_lanes: nullable('int4'),
   },
   'complete-many': IDS,
   'complete-one': IDS,

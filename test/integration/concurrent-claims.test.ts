@@ -176,19 +176,13 @@ describe('a claim racing claims of its own owner on real Postgres', {
         await holder.query(`UPDATE "${schema}".relaybus_lanes SET in_flight = '{}' WHERE lane = $1`, [head.lane]);
         await holder.query('COMMIT');
         assert.deepEqual(
-          (await racing).map((d) => d.sequence),
-          [],
-          'the completed head is not handed out again, nor its follower beside it',
+          (await racing).map((d) => Number(d.sequence)),
+          [Number(head.sequence) + 1],
+          'the completed head is not handed out again; the lane is asked again afresh and gives the new head',
         );
       } finally {
         holder.release();
       }
-      const next = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
-      assert.deepEqual(
-        next.map((d) => Number(d.sequence)),
-        [Number(head.sequence) + 1],
-        'the next claim sees the lane afresh and picks the new head',
-      );
     } finally {
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
       await pool.end();
