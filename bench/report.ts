@@ -155,7 +155,8 @@ function orderedText(row: Row, contenders: Record<string, { ordersKeys?: boolean
 /** What each relaybus publish variant measures (contenders/relaybus.ts PUBLISH_VARIANTS), for the note under the table. */
 const PUBLISH_PATHS = {
   default:
-    "bus.publish / publishMany, the publishing process registers the handlers, NOTIFY at commit (the store's default)",
+    "bus.publish / publishMany without an id (relaybus makes it; the events are written inline, no events row), the publishing process registers the handlers, NOTIFY at commit (the store's default)",
+  ids: 'the same with an id per event (an events row each: what an inbox or a caller that needs dedup pays)',
   'no-notify': 'the same with postgresStore({ notify: false })',
   subscriptions:
     'bus.publish from a process that registers no handler: the fan-out comes from the subscriptions recorded in the database',

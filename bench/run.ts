@@ -90,12 +90,14 @@ const MIXED: Entry[] = [
 ];
 /**
  * Publish: every contender's ordinary path, and relaybus's other publish paths keyed next to its
- * default (contenders/relaybus.ts PUBLISH_VARIANTS): without NOTIFY, fanned out from the stored
- * subscriptions (no handler in the publishing process), and the SQL function relaybus_publish.
+ * default (contenders/relaybus.ts PUBLISH_VARIANTS): with an id per event (an events row each), without
+ * NOTIFY, fanned out from the stored subscriptions (no handler in the publishing process), and the SQL
+ * function relaybus_publish.
  */
 const PUBLISH: Entry[] = [
   e('relaybus', 'default', true),
   e('relaybus', 'default', false),
+  e('relaybus', 'ids', true),
   e('relaybus', 'no-notify', true),
   e('relaybus', 'subscriptions', true),
   e('relaybus', 'sql', true),

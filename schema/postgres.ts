@@ -38,7 +38,11 @@ export const relaybusEvents = relaybusSchema.table('relaybus_events', {
   createdAt: instant('created_at').notNull(),
 });
 
-/** One row per (event, handler) from publish until its completion commits; `pending` or `dead`. */
+/**
+ * One row per (event, handler) from publish until its completion commits; `pending` or `dead`. An event published
+ * without an id of the caller's, a small payload and no completion history has no events row (migration 0003): its
+ * deliveries carry `event_type`, `payload` and `headers` themselves (null on the deliveries of an event with a row).
+ */
 export const relaybusDeliveries = relaybusSchema.table(
   'relaybus_deliveries',
   {
@@ -56,6 +60,9 @@ export const relaybusDeliveries = relaybusSchema.table(
     lastError: text('last_error'),
     createdAt: instant('created_at').notNull(),
     updatedAt: instant('updated_at').notNull(),
+    eventType: text('event_type'),
+    payload: jsonb('payload'),
+    headers: jsonb('headers'),
   },
   (t) => [
     // No foreign key to events and no unique (event_id, handler) index (migration 0002): each cost a probe or an index

@@ -13,8 +13,8 @@
 --                   its turn even when the batch fills before the walk ends.
 -- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_unkeyed_due_idx (unkeyed,
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
---        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight); relaybus_events_pkey
---        (payload, history)
+--        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight, the event of a
+--        delivery published inline); relaybus_events_pkey (payload, history)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
 --         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
@@ -44,14 +44,14 @@ completed AS (
       SELECT 1 FROM /*schema*/relaybus_lanes l
       WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
     AND (SELECT async_commit FROM clock) IS NOT NULL
-  RETURNING d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
+  RETURNING d.id, d.lane, d.event_id, d.event_type, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
 ),
 history AS (
   INSERT INTO /*schema*/relaybus_completed_deliveries
     (delivery_id, event_id, event_type, handler, lane, key, sequence, attempts, max_attempts, created_at, completed_at)
-  SELECT c.id, c.event_id, e.type, c.handler, c.lane, c.key, c.sequence, c.attempts, c.max_attempts, c.created_at,
-         (SELECT now FROM clock)
-  FROM completed c JOIN /*schema*/relaybus_events e ON e.id = c.event_id
+  SELECT c.id, c.event_id, coalesce(c.event_type, e.type), c.handler, c.lane, c.key, c.sequence, c.attempts,
+         c.max_attempts, c.created_at, (SELECT now FROM clock)
+  FROM completed c LEFT JOIN /*schema*/relaybus_events e ON e.id = c.event_id AND c.event_type IS NULL
   WHERE $13::boolean
 ),
 finished AS (
@@ -191,12 +191,17 @@ handed_back AS (
       WHERE d.id = ANY (h.in_flight) AND d.id <> ALL (coalesce((SELECT ids FROM finished x WHERE x.lane = h.lane), '{}')))
   RETURNING l.lane
 )
-(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, e.type AS event_type, p.handler,
-        p.key, p.sequence::text AS sequence, e.payload, e.headers, p.attempts, p.max_attempts, p.available_at,
+(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, i.event_type) AS event_type,
+        p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, i.payload) AS payload,
+        coalesce(e.headers, i.headers) AS headers, p.attempts, p.max_attempts, p.available_at,
         p.created_at, p.walk_step, NULL::text AS completed_id, NULL::int AS skipped_lanes
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
- JOIN /*schema*/relaybus_events e ON e.id = p.event_id
+ LEFT JOIN /*schema*/relaybus_events e ON e.id = p.event_id
+ -- No events row: the event was published inline, its delivery carries it (read only then).
+ LEFT JOIN LATERAL (
+   SELECT x.event_type, x.payload, x.headers FROM /*schema*/relaybus_deliveries x WHERE x.id = p.id AND e.id IS NULL
+ ) i ON true
  ORDER BY p.available_at, p.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, c.id::text, NULL

@@ -15,7 +15,7 @@ WITH deleted AS (
       SELECT 1 FROM /*schema*/relaybus_lanes l
       WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
     AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
-  RETURNING d.id, d.event_id, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
+  RETURNING d.id, d.event_id, d.event_type, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
 ),
 history_params AS (
   SELECT $5::boolean AS enabled, coalesce($6::timestamptz, now()) AS completed_at

@@ -14,7 +14,7 @@ deleted AS (
   DELETE FROM /*schema*/relaybus_deliveries d
   WHERE d.id = $1::bigint AND d.lane = $2::smallint AND d.claims = $4::int AND d.status = 'pending'
     AND EXISTS (SELECT 1 FROM fence)
-  RETURNING d.id, d.event_id, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
+  RETURNING d.id, d.event_id, d.event_type, d.handler, d.lane, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
 ),
 history_params AS (
   SELECT $5::boolean AS enabled, coalesce($6::timestamptz, now()) AS completed_at

@@ -5,11 +5,12 @@
 --         $4 key text, $5 after id bigint (cursor), $6 limit int
 -- returns: up to $6 rows: the delivery with its computed status
 SELECT * FROM (
-  SELECT d.id::text AS id, d.event_id, e.type AS event_type, d.handler, d.key, d.sequence::text AS sequence, d.lane,
+  SELECT d.id::text AS id, d.event_id, coalesce(d.event_type, e.type) AS event_type, d.handler, d.key, d.sequence::text AS sequence, d.lane,
          CASE WHEN d.status = 'pending' AND d.id = ANY (l.in_flight) THEN 'processing' ELSE d.status END AS status,
          d.attempts, d.max_attempts, d.available_at, d.last_error, d.created_at, d.updated_at, d.id AS sort_id
   FROM /*schema*/relaybus_deliveries d
-  JOIN /*schema*/relaybus_events e ON e.id = d.event_id
+  -- No events row for an event published inline: its deliveries carry its type.
+  LEFT JOIN /*schema*/relaybus_events e ON e.id = d.event_id AND d.event_type IS NULL
   JOIN /*schema*/relaybus_lanes l ON l.lane = d.lane
   WHERE ($2::text IS NULL OR d.handler = $2::text)
     AND ($3::text IS NULL OR d.event_id = $3::text)

@@ -5,14 +5,16 @@
 --              no handler at all, or when $11 is set and the transaction has no matching publish-guard marker (not in
 --              a transaction block). Keyed events take an advisory lock per key (in hash order: two batches never
 --              wait on each other in a circle), held until commit, then key-order values in input order: per key,
---              sequence order is commit order.
+--              sequence order is commit order. An event marked inline in $14 (an id the store generated, a small
+--              payload, no completion history) gets no events row: its deliveries carry its type, payload and headers.
 -- index: relaybus_events_pkey (one existence probe per id; ON CONFLICT for an id a concurrent transaction inserted
 --        first: it gets nothing, as in publish); relaybus_subscriptions_pkey (the fan-out, by event type)
 -- params: $1 ids text[], $2 types text[], $3 keys text[] (null = unkeyed), $4 payloads text[] (JSON), $5 headers text[] (JSON),
 --         $6 lanes smallint[], $7 available_at timestamptz[] (null = now), $8 handler event ordinals int[] (1-based),
 --         $9 handler names text[], $10 handler max_attempts int[] (the publishing process's handlers, one element per
 --         (event, handler)), $11 guard text ('on': look for publish-guard's marker; null = no check),
---         $12 now timestamptz (null = now()), $13 NOTIFY channel text (null = no NOTIFY)
+--         $12 now timestamptz (null = now()), $13 NOTIFY channel text (null = no NOTIFY), $14 inline boolean[] (per
+--         event; true: no events row, the deliveries carry the event)
 -- returns: ord, handlers of every event inserted, in input order (an event without a row was not inserted: a
 --          concurrent transaction inserted its id first); or one row (ord, null, refused) having written nothing:
 --          refused 'exists' (an input id exists), 'no-handlers' (event ord has no handler) or 'no-transaction'
@@ -39,18 +41,27 @@ inserted AS (
   INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
   SELECT i.id, i.type, i.key, i.payload, i.headers, h.handlers, coalesce($12::timestamptz, now())
   FROM input i JOIN handler_lists h ON h.ord = i.ord
-  WHERE (SELECT ok FROM fresh)
+  WHERE (SELECT ok FROM fresh) AND NOT coalesce(($14::boolean[])[i.ord], false)
   ORDER BY i.ord
   ON CONFLICT (id) DO NOTHING
   RETURNING id, handlers
 ),
+written AS (
+  -- The events as their deliveries are written: inserted above, or inline (their deliveries carry them).
+  SELECT x.id, x.handlers, false AS inline FROM inserted x
+  UNION ALL
+  SELECT i.id, h.handlers, true FROM input i JOIN handler_lists h ON h.ord = i.ord
+  WHERE (SELECT ok FROM fresh) AND coalesce(($14::boolean[])[i.ord], false)
+),
 delivered AS (
   INSERT INTO /*schema*/relaybus_deliveries
-    (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at)
+    (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at,
+     event_type, payload, headers)
   SELECT i.id, f.handler, i.lane, i.key, n.sequence, 'pending', 0, f.max_attempts, 0,
-         coalesce(i.available_at, $12::timestamptz, now()), coalesce($12::timestamptz, now()), coalesce($12::timestamptz, now())
+         coalesce(i.available_at, $12::timestamptz, now()), coalesce($12::timestamptz, now()), coalesce($12::timestamptz, now()),
+         CASE WHEN x.inline THEN i.type END, CASE WHEN x.inline THEN i.payload END, CASE WHEN x.inline THEN i.headers END
   FROM input i
-  JOIN inserted x ON x.id = i.id
+  JOIN written x ON x.id = i.id
   JOIN fanout f ON f.ord = i.ord
   LEFT JOIN numbered n ON n.pos = i.ord
   ORDER BY i.ord, f.handler
@@ -65,7 +76,7 @@ notified AS (
   FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $13::text IS NOT NULL
 )
 SELECT i.ord::int AS ord, x.handlers, NULL::text AS refused
-FROM input i JOIN inserted x ON x.id = i.id
+FROM input i JOIN written x ON x.id = i.id
 WHERE (SELECT count(*) FROM notified) >= 0
 UNION ALL
 SELECT r.unserved::int, NULL, coalesce(r.refused, 'no-handlers') FROM refusal r WHERE r.refused IS NOT NULL OR r.unserved IS NOT NULL

@@ -7,8 +7,10 @@
 -- returns: one row: pending, in_flight, removed, buried
 WITH pending AS (
   SELECT d.id, EXISTS (SELECT 1 FROM /*schema*/relaybus_lanes l WHERE d.id = ANY (l.in_flight)) AS in_flight
-  FROM /*schema*/relaybus_deliveries d JOIN /*schema*/relaybus_events e ON e.id = d.event_id
-  WHERE d.handler = $1::text AND d.status = 'pending' AND ($2::text IS NULL OR e.type = $2::text)
+  FROM /*schema*/relaybus_deliveries d
+  -- An event published inline has no events row: its deliveries carry its type.
+  LEFT JOIN /*schema*/relaybus_events e ON e.id = d.event_id AND d.event_type IS NULL
+  WHERE d.handler = $1::text AND d.status = 'pending' AND ($2::text IS NULL OR coalesce(d.event_type, e.type) = $2::text)
   ORDER BY d.id
   FOR UPDATE OF d
 ),

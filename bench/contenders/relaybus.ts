@@ -31,14 +31,17 @@ const BenchEvent = defineEvent('bench.event', Type.Object({ i: Type.Integer() })
 
 /**
  * The publish paths the publish scenario measures (an entry's variant):
- * - default: bus.publish / publishMany, the publisher registers the handlers, NOTIFY on (the store's default);
+ * - default: bus.publish / publishMany without an id (as pg-boss and graphile-worker are called: the library makes
+ *   the id), the publisher registers the handlers, NOTIFY on (the store's default); the events are published inline
+ *   (no events row, the deliveries carry them);
+ * - ids: the same with an id per event (`e<i>`), as an inbox or a caller that needs dedup does: an events row each;
  * - no-notify: the same with postgresStore({ notify: false }): what the NOTIFY at commit costs;
  * - subscriptions: the publisher registers no handler; the fan-out comes from the subscriptions
  *   recorded in the database (setup records them, as a started worker would);
  * - sql: `relaybus_publish(type, payload, key, id)` from SQL, one statement per transaction (a batch
  *   over unnest of arrays), fanned out from the same recorded subscriptions.
  */
-export const PUBLISH_VARIANTS = ['default', 'no-notify', 'subscriptions', 'sql'] as const;
+export const PUBLISH_VARIANTS = ['default', 'ids', 'no-notify', 'subscriptions', 'sql'] as const;
 export type PublishVariant = (typeof PUBLISH_VARIANTS)[number];
 
 function publishVariantOf(variant: string | undefined): PublishVariant {
@@ -162,9 +165,11 @@ export const relaybus: Contender = {
   },
 
   async stored(admin, schema) {
-    // Event ids are `e<i>` (see publisher below).
+    // Each event's payload is { i } (see publisher below), in its events row or, published inline, in its deliveries.
     const { rows } = await admin.query<{ i: string; handler: string }>(
-      `SELECT substr(event_id, 2) AS i, handler FROM "${schema}".relaybus_deliveries WHERE status = 'pending'`,
+      `SELECT coalesce(d.payload, e.payload)->>'i' AS i, d.handler
+       FROM "${schema}".relaybus_deliveries d LEFT JOIN "${schema}".relaybus_events e ON e.id = d.event_id
+       WHERE d.status = 'pending'`,
     );
     return pairsOf(rows);
   },
@@ -176,15 +181,18 @@ export const relaybus: Contender = {
     const bus = makeBus(pool, schema, undefined, undefined, path !== 'no-notify');
     // 'subscriptions': no handler here, so the publish statement's fan-out is the subscriptions join.
     if (path !== 'subscriptions') for (const handler of HANDLERS) bus.on(BenchEvent, handler, () => {});
+    const withIds = path === 'ids';
     return {
       async publish(events) {
         await inTransaction(pool, async (client) => {
+          const options = (e: { i: number; key: string | null }) =>
+            withIds ? { key: e.key, id: `e${e.i}` } : { key: e.key };
           if (events.length === 1) {
-            await bus.publish(client, BenchEvent, { i: events[0]!.i }, { key: events[0]!.key, id: `e${events[0]!.i}` });
+            await bus.publish(client, BenchEvent, { i: events[0]!.i }, options(events[0]!));
           } else {
             await bus.publishMany(
               client,
-              events.map((e) => ({ event: BenchEvent, payload: { i: e.i }, options: { key: e.key, id: `e${e.i}` } })),
+              events.map((e) => ({ event: BenchEvent, payload: { i: e.i }, options: options(e) })),
             );
           }
         });
@@ -229,7 +237,7 @@ export const relaybus: Contender = {
  * store's setup) in the caller's transaction, as a trigger or another language's client would call
  * it: one SELECT per event, a batch as one SELECT over unnest of arrays (a function scan yields the
  * arrays in order, so a key's events take their sequence values in publish order). Named prepared
- * statements, as the raw-sql floor's INSERT. Ids are `e<i>`, as the bus publisher's (stored() reads them).
+ * statements, as the raw-sql floor's INSERT. Ids are `e<i>`, as the bus publisher's 'ids' variant.
  */
 function sqlPublisher(pool: pg.Pool, schema: string): PublisherHandle {
   const fn = `"${schema}".relaybus_publish`;

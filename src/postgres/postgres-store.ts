@@ -122,6 +122,13 @@ function toStoreError(error: unknown, statement: string, schema: string): RelayB
 /** The value `publish-guard` sets in the caller's transaction and the publish statements look for. */
 const GUARD_MARKER = 'on';
 
+/**
+ * The most characters of JSON (payload and headers) an event may have to be published inline: without an events row,
+ * carried by each of its deliveries. Below Postgres's TOAST threshold (about 2 kB a row), so a delivery stays one
+ * heap tuple; a larger event is written once, in its events row.
+ */
+const INLINE_EVENT_LIMIT = 1_500;
+
 /** A publish-new row: an event it inserted (with its handlers), or (handlers null) why it wrote nothing. */
 type LeanRow = RowOf<'publish-new' | 'publish-new-one'>;
 
@@ -258,6 +265,7 @@ function publishArrays(
   events: readonly PublishParams[],
   ids: readonly string[],
   payloads: readonly string[],
+  headers: readonly string[],
 ): unknown[] {
   const handlerOrd: number[] = [];
   const handlerName: string[] = [];
@@ -274,7 +282,7 @@ function publishArrays(
     events.map((event) => event.type),
     events.map((event) => event.key ?? null),
     payloads,
-    events.map((event) => JSON.stringify(event.headers ?? {})),
+    headers,
     events.map((event, index) => laneOf(event.key, ids[index]!)),
     events.map((event) => iso(event.availableAt)),
     handlerOrd,
@@ -516,8 +524,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       // The common case, every id new, takes one statement (publish-new). It returns the events it inserted, or one row
       // saying why it wrote nothing (an id exists already, an event has no handler, or no transaction).
       // The arrays of publish-new and publish, built once and only when a statement needs them (not for one new event).
+      const headers = events.map((event) => JSON.stringify(event.headers ?? {}));
       let arrays: unknown[] | undefined;
-      const params = () => (arrays ??= [...publishArrays(events, ids, payloads), guard, iso(now), channel]);
+      const params = () => (arrays ??= [...publishArrays(events, ids, payloads, headers), guard, iso(now), channel]);
+      const inline = events.map(
+        (event, i) =>
+          event.id === undefined && !history && payloads[i]!.length + headers[i]!.length <= INLINE_EVENT_LIMIT,
+      );
       const [first] = events;
       const lean = () =>
         events.length === 1
@@ -526,7 +539,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
               first!.type,
               first!.key ?? null,
               payloads[0],
-              JSON.stringify(first!.headers ?? {}),
+              headers[0],
               first!.handlers.map((h) => h.name),
               first!.handlers.map((h) => h.maxAttempts),
               laneOf(first!.key, ids[0]!),
@@ -534,8 +547,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
               guard,
               iso(now),
               channel,
+              inline[0],
             ])
-          : run<LeanRow>(executor, 'publish-new', params());
+          : run<LeanRow>(executor, 'publish-new', [...params(), inline]);
       let rows: LeanRow[];
       if (guard === null) {
         rows = await lean();
@@ -569,7 +583,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         const pick = <T>(values: readonly T[]) => raced.map((index) => values[index]!);
         const subset = pick(events);
         const again = await run<FullRow>(executor, 'publish', [
-          ...publishArrays(subset, pick(ids), pick(payloads)),
+          ...publishArrays(subset, pick(ids), pick(payloads), pick(headers)),
           guard,
           iso(now),
           channel,

@@ -402,7 +402,14 @@ describe('publishing from SQL: relaybus_publish and relaybus_lane', {
             headers: unknown;
             handlers: string[];
           }>(
-            `SELECT id, type, key, payload, headers, handlers FROM ${table('relaybus_events')} WHERE id = ANY ($1) ORDER BY array_position($1, id)`,
+            // The event as stored: its events row, or (bus.publish without an id: inline) what its deliveries carry.
+            `SELECT * FROM (
+               SELECT id, type, key, payload, headers, handlers FROM ${table('relaybus_events')} WHERE id = ANY ($1)
+               UNION ALL
+               SELECT event_id, min(event_type), min(key), (array_agg(payload))[1], (array_agg(headers))[1],
+                      array_agg(handler ORDER BY handler)
+               FROM ${table('relaybus_deliveries')} WHERE event_id = ANY ($1) AND event_type IS NOT NULL GROUP BY event_id
+             ) e ORDER BY array_position($1, id)`,
             [ids],
           )
         ).rows;
