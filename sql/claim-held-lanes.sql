@@ -198,9 +198,11 @@ handed_back AS (
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
  LEFT JOIN /*schema*/relaybus_events e ON e.id = p.event_id
- -- No events row: the event was published inline, its delivery carries it (read only then).
+ -- No events row: the event was published inline, its delivery carries it (read only then: OFFSET 0 keeps the
+ -- subquery apart, so the test on e is a one-time filter per row instead of a join filter after the lookup).
  LEFT JOIN LATERAL (
    SELECT x.event_type, x.payload, x.headers FROM /*schema*/relaybus_deliveries x WHERE x.id = p.id AND e.id IS NULL
+   OFFSET 0
  ) i ON true
  ORDER BY p.available_at, p.id)
 UNION ALL
