@@ -255,6 +255,7 @@ RETURNING d.id::text AS id`;
         600_000,
         null,
         [],
+        false,
       ]),
     ]);
     results.push([

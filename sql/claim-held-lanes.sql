@@ -154,12 +154,13 @@ keyed AS (
   WHERE w.available_at <= (SELECT now FROM clock) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
 picked AS (
-  -- A head can come by two ways (the walk and a probe): once.
+  -- A head can come by two ways (the walk and a probe): once, as the probe's row when it is one (rank 0: a retried
+  -- head goes first in a full batch; the walk's row would sort it last, by its late due time).
   SELECT * FROM (
     SELECT DISTINCT ON (c.id) * FROM (
       SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM direct
     ) c
-    ORDER BY c.id, c.walk_step
+    ORDER BY c.id, c.rank, c.walk_step
   ) c
   ORDER BY c.rank, c.available_at, c.id
   LIMIT $3::int

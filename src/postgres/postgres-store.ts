@@ -414,7 +414,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const again = await claimHeldOnce(want - first.claimedRows.length, []);
       return { ...first, claimedRows: [...first.claimedRows, ...again.claimedRows] };
     };
-    const acquire = (take: number) =>
+    const acquire = (take: number, prefer: readonly number[] = params.preferLanes ?? [], onlyPreferred = false) =>
       runOwned<RowOf<'acquire-lanes'>>('acquire-lanes', [
         owner,
         handlers,
@@ -422,8 +422,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         randomInt(LANE_COUNT),
         leaseDurationMs,
         now,
-        params.preferLanes ?? [],
+        prefer,
+        onlyPreferred,
       ]);
+    /** Lanes of retried heads due again that the last claim did not return: their lanes are not held by this owner. */
+    const retryLanes = () => probes.dueLanes((params.now ?? new Date()).getTime());
     const claimed: ClaimRow[] = [];
     /**
      * Take free lanes with due work, `acquireRounds()` lanes at a time, and claim from the held lanes after each round,
@@ -443,7 +446,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         }
       }
       for (const take of acquireRounds()) {
-        const [acquired] = await acquire(take);
+        // Lanes of retried heads due again are tried first, after those a wake-up named.
+        const [acquired] = await acquire(take, [...(params.preferLanes ?? []), ...retryLanes()]);
         const taken = acquired ? toInt(acquired.lanes) : 0;
         if (taken === 0 && !(alwaysClaim && take === FIRST_ACQUIRE_ROUND)) break;
         const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
@@ -476,6 +480,12 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
           // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
           // worker are taken over (and its work re-run) while everyone is busy.
           await acquire(FIRST_ACQUIRE_ROUND);
+        } else {
+          // A full batch takes no lane, but a retried head due again whose lane was handed back while it waited out its
+          // backoff would then wait until this owner's batches stop filling: take just those lanes (their heads come
+          // first in the next claim).
+          const lanes = retryLanes();
+          if (lanes.length > 0) await acquire(lanes.length, lanes, true);
         }
       } catch (error) {
         // What was claimed (and completed) is recorded: hand it over, or it would stay stuck in flight in this owner's

@@ -52,6 +52,11 @@ export class RetryProbes {
     return [due.map((p) => p.lane), due.map((p) => p.handler), due.map((p) => p.key)];
   }
 
+  /** The lanes of the probes due at `now` (each once). */
+  dueLanes(now: number): number[] {
+    return [...new Set(this.due(now)[0])];
+  }
+
   /** A claim returned these deliveries: the probes of their keys are done. */
   claimed(rows: readonly { lane: number | string; handler: string; key: string | null }[]): void {
     if (this.#probes.size === 0) return;

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import type { ClaimedDelivery } from '../../src/store/contract.js';
 import { laneOf } from '../../src/core/lanes.js';
 import { parseLeaseToken } from '../../src/core/lease-token.js';
 import { loadStatements } from '../../src/postgres/statements.js';
@@ -183,6 +184,72 @@ describe('a claim racing claims of its own owner on real Postgres', {
       } finally {
         holder.release();
       }
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    }
+  });
+});
+
+describe('a retried head behind a full batch on real Postgres', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
+  it("takes the retried head's lane back once due, though the owner's own lanes fill every claim", async () => {
+    const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 2 });
+    const schema = uniqueSchemaName('retry_behind_full');
+    const store = postgresStore({ driver: fromPg(pool), schema });
+    const keysInLanes = (lanes: readonly number[], count: number, prefix: string) => {
+      const keys: string[] = [];
+      for (let i = 0; keys.length < count; i += 1)
+        if (lanes.includes(laneOf(`${prefix}${i}`, 'x'))) keys.push(`${prefix}${i}`);
+      return keys;
+    };
+    try {
+      await store.setup();
+      const handlers = [{ name: 'h', maxAttempts: 5 }];
+      const [retryKey] = keysInLanes([77], 1, 'retry-');
+      const busyKeys = keysInLanes([10, 11, 12, 13], 40, 'busy-');
+      await store.transaction((tx) =>
+        store.publish(tx, [
+          { type: 't', key: retryKey!, payload: {}, handlers },
+          ...busyKeys.flatMap((key) => [1, 2, 3].map(() => ({ type: 't', key, payload: {}, handlers }))),
+        ]),
+      );
+      const claim = () => store.claim({ owner: 'w', handlers: ['h'], limit: 5, leaseDurationMs: 60_000 });
+      let head: ClaimedDelivery | undefined;
+      for (let i = 0; i < 60 && head === undefined; i += 1) {
+        const batch = await claim();
+        head = batch.find((d) => d.key === retryKey);
+        await store.completeMany(
+          batch.filter((d) => d !== head).map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })),
+        );
+      }
+      assert.ok(head, 'the head was claimed');
+      const dueAt = new Date(Date.now() + 150);
+      assert.ok(
+        await store.reschedule(
+          { deliveryId: head.id, leaseToken: head.leaseToken },
+          { availableAt: dueAt, error: 'boom' },
+        ),
+      );
+      // The next claim finds nothing due in lane 77 and nothing in flight there: it hands the lane back.
+      const batch = await claim();
+      await store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+      const lanes = await store.listLanes();
+      assert.equal(lanes.find((l) => l.lane === 77)?.owner ?? null, null, 'lane 77 handed back');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      // Every claim is full with the busy keys; the retried head must still come within two claims.
+      const seen: ClaimedDelivery[] = [];
+      for (let i = 0; i < 2; i += 1) {
+        const next = await claim();
+        assert.equal(next.length, 5, 'a full batch');
+        seen.push(...next);
+        await store.completeMany(next.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+      }
+      assert.ok(
+        seen.some((d) => d.key === retryKey),
+        'the retried head came back while the batches stayed full',
+      );
     } finally {
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
       await pool.end();
