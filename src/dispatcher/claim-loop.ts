@@ -4,6 +4,7 @@ import type { Store } from '../store/contract.js';
 import { CompletionBatcher } from './completion-batcher.js';
 import type { RunnerDeps } from './handler-runner.js';
 import { LeaseRenewer } from './lease-renewer.js';
+import { RetryAlarm } from './retry-alarm.js';
 import { RetryBackoff, Wakeup } from './wakeup.js';
 
 /** What a claim loop is built from: the dispatcher's shared parts and this loop's place. */
@@ -31,6 +32,8 @@ export class ClaimLoop<TTx> {
   readonly index: number;
   readonly owner: string;
   readonly wakeup = new Wakeup();
+  /** Wakes this loop when a delivery it rescheduled is due again. */
+  readonly retryAlarm = new RetryAlarm(() => this.wakeup.wake());
   readonly batcher: CompletionBatcher;
   readonly renewer: LeaseRenewer;
   readonly deps: RunnerDeps<TTx>;
@@ -63,6 +66,10 @@ export class ClaimLoop<TTx> {
       logger: config.logger,
       onLost: (lane, epoch, detectedBy) => config.onLost(this, lane, epoch, detectedBy),
     });
-    this.deps = { ...config.deps, batcher: this.batcher };
+    this.deps = {
+      ...config.deps,
+      batcher: this.batcher,
+      retryScheduled: (delayMs) => this.retryAlarm.add(delayMs),
+    };
   }
 }

@@ -515,6 +515,7 @@ export class Dispatcher<TTx> {
       }
     }
     await Promise.all(this.#loops.map((loop) => loop.batcher.flush()));
+    for (const loop of this.#loops) loop.retryAlarm.stop();
     await Promise.all(this.#loops.map((loop) => loop.renewer.stop()));
     const unsubscribe = await this.#wakeups;
     await unsubscribe?.().catch((error: unknown) =>

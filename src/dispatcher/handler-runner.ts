@@ -48,6 +48,8 @@ export interface RunnerDeps<TTx> {
    * handler slot is free from then on: writing the outcome runs no user code.
    */
   readonly handlerEnded?: (run: RunningDelivery<TTx>) => void;
+  /** Called once a reschedule is written: the delivery is due again `delayMs` from now. */
+  readonly retryScheduled?: (delayMs: number) => void;
 }
 
 /** Longest error text recorded with a failed delivery. */
@@ -477,6 +479,7 @@ async function writeFailure<TTx>(
     return 'lease-lost';
   }
   if (decision.action === 'reschedule') {
+    deps.retryScheduled?.(decision.availableAt.getTime() - deps.wallNow().getTime());
     deps.logger.warn('handler failed; retrying later', { ...fields, retryAt: decision.availableAt.toISOString() });
     deps.emitter.emit('failed', { delivery: run.info, error, durationMs, retryAt: decision.availableAt });
     return 'failed';

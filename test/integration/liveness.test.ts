@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type, type FailedEvent } from '../../src/index.js';
-import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import type pg from 'pg';
+import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { collect, waitFor } from '../support/wait.js';
@@ -20,7 +21,8 @@ const BACKOFF_MS = 1_500;
 
 describe('liveness of the delivery path on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   let store: PostgresStore<PgClientLike>;
-  usePgStore('liveness', 8, (opened) => ({ store } = opened));
+  let pool: pg.Pool;
+  const schema = usePgStore('liveness', 8, (opened) => ({ store, pool } = opened));
 
   /** A bus whose handler fails the first `failures` attempts of the deliveries `fails` picks. */
   function busWith(failures: number, fails: (key: string | null, n: number) => boolean) {
@@ -205,4 +207,29 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
       );
     }
   }
+  it('an idle worker starts a retry when it is due, not at its next poll (no NOTIFY, a 10 s poll)', async () => {
+    const quiet = postgresStore({ driver: fromPg(pool), schema, notify: false });
+    const retryMs = 300;
+    const bus = createRelayBus({
+      store: quiet,
+      events: [Step],
+      setupStore: false,
+      backoff: { initialDelayMs: retryMs, maxDelayMs: retryMs, jitter: 0 },
+      dispatcher: { pollIntervalMs: 10_000, concurrency: 4, batchSize: 4 },
+    });
+    const attempts: number[] = [];
+    bus.on(Step, 'alarm', { maxAttempts: 3 }, (_payload, ctx) => {
+      attempts.push(performance.now());
+      if (ctx.delivery.attempt === 1) throw new Error('first attempt fails');
+    });
+    await quiet.transaction((tx) => bus.publish(tx, Step, { n: 1 }, { key: 'alarm' }));
+    await bus.start();
+    try {
+      await waitFor(() => attempts.length >= 2, 'the retry ran', 5_000);
+    } finally {
+      await bus.stop();
+    }
+    const lag = attempts[1]! - attempts[0]! - retryMs;
+    assert.ok(lag < 1_500, `retry started ${Math.round(lag)} ms after it was due (the poll is 10 s)`);
+  });
 });
