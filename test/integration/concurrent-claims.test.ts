@@ -94,11 +94,7 @@ describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.s
 
 describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   it('does not hand out again a delivery rescheduled while the claim waited for its lane', async () => {
-    const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 4 });
-    const schema = uniqueSchemaName('claim_vs_reschedule');
-    const store = postgresStore({ driver: fromPg(pool), schema });
-    try {
-      await store.setup();
+    await withPrivateStore('claim_vs_reschedule', 4, async ({ pool, store, schema }) => {
       await store.transaction((tx) =>
         store.publish(tx, [{ type: 't', payload: {}, handlers: [{ name: 'h', maxAttempts: 5 }] }]),
       );
@@ -140,10 +136,7 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
         [first.id],
         'claimable once its backoff is over, not stuck in flight',
       );
-    } finally {
-      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await pool.end();
-    }
+    });
   });
 });
 
@@ -151,11 +144,7 @@ describe('a claim racing claims of its own owner on real Postgres', {
   skip: 'skip' in found ? found.skip : undefined,
 }, () => {
   it('does not hand out again a head completed and pruned while the claim waited for its lane', async () => {
-    const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 4 });
-    const schema = uniqueSchemaName('claim_vs_own_claims');
-    const store = postgresStore({ driver: fromPg(pool), schema });
-    try {
-      await store.setup();
+    await withPrivateStore('claim_vs_own_claims', 4, async ({ pool, store, schema }) => {
       const handlers = [{ name: 'h', maxAttempts: 5 }];
       await store.transaction((tx) =>
         store.publish(tx, [
@@ -184,10 +173,7 @@ describe('a claim racing claims of its own owner on real Postgres', {
       } finally {
         holder.release();
       }
-    } finally {
-      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await pool.end();
-    }
+    });
   });
 });
 
@@ -195,20 +181,10 @@ describe('a retried head behind a full batch on real Postgres', {
   skip: 'skip' in found ? found.skip : undefined,
 }, () => {
   it("takes the retried head's lane back once due, though the owner's own lanes fill every claim", async () => {
-    const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 2 });
-    const schema = uniqueSchemaName('retry_behind_full');
-    const store = postgresStore({ driver: fromPg(pool), schema });
-    const keysInLanes = (lanes: readonly number[], count: number, prefix: string) => {
-      const keys: string[] = [];
-      for (let i = 0; keys.length < count; i += 1)
-        if (lanes.includes(laneOf(`${prefix}${i}`, 'x'))) keys.push(`${prefix}${i}`);
-      return keys;
-    };
-    try {
-      await store.setup();
+    await withPrivateStore('retry_behind_full', 2, async ({ store }) => {
       const handlers = [{ name: 'h', maxAttempts: 5 }];
-      const [retryKey] = keysInLanes([77], 1, 'retry-');
-      const busyKeys = keysInLanes([10, 11, 12, 13], 40, 'busy-');
+      const [retryKey] = namesInLanes([77], 1, 'retry-');
+      const busyKeys = namesInLanes([10, 11, 12, 13], 40, 'busy-');
       await store.transaction((tx) =>
         store.publish(tx, [
           { type: 't', key: retryKey!, payload: {}, handlers },
@@ -250,12 +226,35 @@ describe('a retried head behind a full batch on real Postgres', {
         seen.some((d) => d.key === retryKey),
         'the retried head came back while the batches stayed full',
       );
-    } finally {
-      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await pool.end();
-    }
+    });
   });
 });
+
+/** Run `test` against a store in a schema of its own on a pool of `max` connections; both go away after. */
+async function withPrivateStore(
+  label: string,
+  max: number,
+  test: (opened: { pool: pg.Pool; store: PostgresStore<PgClientLike>; schema: string }) => Promise<void>,
+): Promise<void> {
+  const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max });
+  const schema = uniqueSchemaName(label);
+  const store = postgresStore({ driver: fromPg(pool), schema });
+  try {
+    await store.setup();
+    await test({ pool, store, schema });
+  } finally {
+    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool.end();
+  }
+}
+
+/** `count` names `<prefix><n>` whose lane (as a key or an event id) is one of `lanes`. */
+function namesInLanes(lanes: readonly number[], count: number, prefix: string): string[] {
+  const names: string[] = [];
+  for (let i = 0; names.length < count; i += 1)
+    if (lanes.includes(laneOf(null, `${prefix}${i}`))) names.push(`${prefix}${i}`);
+  return names;
+}
 
 /** Wait until some backend of this database waits for a lock (the racing claim). */
 async function waitUntilBlocked(pool: pg.Pool): Promise<void> {
@@ -271,17 +270,7 @@ async function waitUntilBlocked(pool: pg.Pool): Promise<void> {
 
 describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   it("a worker whose own lanes fill every claim still takes over a crashed worker's expired lane", async () => {
-    const pool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 2 });
-    const schema = uniqueSchemaName('busy_takeover');
-    const store = postgresStore({ driver: fromPg(pool), schema });
-    const idsInLanes = (lanes: readonly number[], count: number, prefix: string) => {
-      const ids: string[] = [];
-      for (let i = 0; ids.length < count; i += 1)
-        if (lanes.includes(laneOf(null, `${prefix}${i}`))) ids.push(`${prefix}${i}`);
-      return ids;
-    };
-    try {
-      await store.setup();
+    await withPrivateStore('busy_takeover', 2, async ({ store }) => {
       const busyLanes = [10, 11, 12, 13];
       const crashedLane = 200;
       const event = (id: string, handler: string) => ({
@@ -292,9 +281,9 @@ describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in fou
       });
       await store.transaction((tx) =>
         store.publish(tx, [
-          ...idsInLanes(busyLanes, 40, 'busy-').map((id) => event(id, 'ha')),
-          ...idsInLanes([crashedLane], 2, 'crashed-hb-').map((id) => event(id, 'hb')),
-          ...idsInLanes([crashedLane], 1, 'crashed-ha-').map((id) => event(id, 'ha')),
+          ...namesInLanes(busyLanes, 40, 'busy-').map((id) => event(id, 'ha')),
+          ...namesInLanes([crashedLane], 2, 'crashed-hb-').map((id) => event(id, 'hb')),
+          ...namesInLanes([crashedLane], 1, 'crashed-ha-').map((id) => event(id, 'ha')),
         ]),
       );
       const t0 = new Date();
@@ -327,9 +316,6 @@ describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in fou
         "the crashed worker's in-flight delivery was charged: its lane was taken over",
       );
       assert.match(charged?.lastError ?? '', /lease expired/);
-    } finally {
-      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await pool.end();
-    }
+    });
   });
 });
