@@ -1,12 +1,11 @@
 import type amqp from 'amqplib';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
-import { describeError, noopLogger, type Logger } from '../core/logger.js';
+import { describeError } from '../core/logger.js';
 import { RetryBackoff } from '../dispatcher/wakeup.js';
 import { redactUrl } from '../broker/errors.js';
 import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
-import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-types.js';
+import type { Inbox, InboxStopOptions } from '../broker/inbox-types.js';
 import { applicationHeaders, defaultMapper, HEADERS, type InboundMessage } from '../broker/message.js';
 import {
   checkInboxBase,
@@ -78,33 +77,25 @@ interface Session {
 class AmqpInbox<TTx> extends InboxLifecycle {
   readonly name: string;
   readonly #options: AmqpInboxOptions<TTx>;
-  readonly #emitter: TypedEmitter<InboxEventMap>;
-  readonly #logger: Logger;
   readonly #engine: InboxEngine<TTx>;
   readonly #broker: string;
   #session: Session | undefined;
   #reconnecting: Promise<void> | undefined;
 
   constructor(options: AmqpInboxOptions<TTx>) {
-    super();
+    super(options.logger);
     this.#options = options;
     this.name = `amqp queue ${options.queue}`;
     this.#broker = redactUrl(options.url);
-    this.#logger = options.logger ?? noopLogger;
-    this.#emitter = new TypedEmitter<InboxEventMap>(() => this.#logger);
     const map = options.map ?? defaultMapper(options.events ?? []);
     this.#engine = new InboxEngine<TTx>({
       bus: options.bus,
       map,
-      logger: this.#logger,
-      emitter: this.#emitter,
+      logger: this.logger,
+      emitter: this.emitter,
       batchSize: options.batchSize ?? INBOX_DEFAULTS.batchSize,
       concurrency: options.concurrency ?? INBOX_DEFAULTS.concurrency,
     });
-  }
-
-  get lifecycle(): TypedEvents<InboxEventMap> {
-    return this.#emitter;
   }
 
   protected isConnected(): boolean {
@@ -147,13 +138,13 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     let session: Session | undefined;
     // Errors before 'close' would be thrown as unhandled 'error' events: listen from the first moment.
     model.on('error', (error: Error) =>
-      this.#logger.debug('RabbitMQ connection error', { error: describeError(error) }),
+      this.logger.debug('RabbitMQ connection error', { error: describeError(error) }),
     );
     try {
       await this.#declareOrCheck(model);
       const channel = await model.createConfirmChannel();
       channel.on('error', (error: Error) =>
-        this.#logger.debug('RabbitMQ channel error', { error: describeError(error) }),
+        this.logger.debug('RabbitMQ channel error', { error: describeError(error) }),
       );
       await channel.prefetch(this.#options.prefetch ?? INBOX_DEFAULTS.prefetch);
       // Deliveries can arrive before consume() resolves (same network read): the session exists first.
@@ -173,8 +164,8 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     }
     this.#session = session;
     this.lastError = undefined;
-    this.#emitter.emit('connected', { broker: this.#broker, reconnect });
-    this.#logger.info(`${reconnect ? 'reconnected to' : 'consuming'} ${this.name} on ${this.#broker}`);
+    this.emitter.emit('connected', { broker: this.#broker, reconnect });
+    this.logger.info(`${reconnect ? 'reconnected to' : 'consuming'} ${this.name} on ${this.#broker}`);
   }
 
   /** Declare the topology (`declare`), or check that the queue exists (a 404 closes the channel it ran on). */
@@ -316,7 +307,7 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     }
     if (returned) {
       // No queue is bound to the dead-letter route: fall back on the queue's own dead-letter exchange rather than keep it for ever.
-      this.#logger.error(
+      this.logger.error(
         `no queue is bound to dead-letter exchange "${deadLetter.exchange}" with routing key "${deadLetter.routingKey ?? queue}"; the message is rejected to the queue's own dead-letter exchange instead`,
         { reason },
       );
@@ -346,8 +337,8 @@ class AmqpInbox<TTx> extends InboxLifecycle {
     let error: unknown = cause;
     while (this.state === 'running') {
       const delayMs = backoff.failed();
-      this.#emitter.emit('disconnected', { broker: this.#broker, error, retryInMs: delayMs });
-      this.#logger.warn(`lost ${this.name} on ${this.#broker}; reconnecting after a backoff`, {
+      this.emitter.emit('disconnected', { broker: this.#broker, error, retryInMs: delayMs });
+      this.logger.warn(`lost ${this.name} on ${this.#broker}; reconnecting after a backoff`, {
         attempt: backoff.failures,
         retryInMs: delayMs,
         error: describeError(error ?? 'connection closed'),

@@ -1,6 +1,6 @@
-import type { TypedEvents } from '../core/emitter.js';
+import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
-import { describeError } from '../core/logger.js';
+import { describeError, type Logger, noopLogger } from '../core/logger.js';
 import type { Inbox, InboxEventMap, InboxStopOptions } from './inbox-types.js';
 
 /** Where an inbox is in its life. */
@@ -10,16 +10,27 @@ export type InboxState = 'idle' | 'starting' | 'running' | 'stopping' | 'stopped
  * The start / stop / health state machine every inbox shares: start once (back to idle, with the
  * error remembered, when it fails), stop idempotently, ready while running and connected. A broker's
  * inbox sets up its store, connects and consumes in `open()` (which sets `state` to 'running' when it
- * begins consuming), and lets held messages finish and closes in `close()`.
+ * begins consuming), and lets held messages finish and closes in `close()`. The logger and the lifecycle
+ * emitter are kept here too, one of each per inbox.
  */
 export abstract class InboxLifecycle implements Inbox {
   abstract readonly name: string;
-  abstract readonly lifecycle: TypedEvents<InboxEventMap>;
+  protected readonly logger: Logger;
+  protected readonly emitter: TypedEmitter<InboxEventMap>;
   protected state: InboxState = 'idle';
   protected lastError: string | undefined;
   /** Aborted by `stop()`: ends reconnect waits at once. */
   protected readonly stopped = new AbortController();
   #stopping: Promise<void> | undefined;
+
+  constructor(logger: Logger | undefined) {
+    this.logger = logger ?? noopLogger;
+    this.emitter = new TypedEmitter<InboxEventMap>(() => this.logger);
+  }
+
+  get lifecycle(): TypedEvents<InboxEventMap> {
+    return this.emitter;
+  }
 
   /** Connected now (a channel, a connection that is up). */
   protected abstract isConnected(): boolean;

@@ -1,10 +1,9 @@
 import type { Admin, Consumer, EachBatchPayload, Producer } from 'kafkajs';
-import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
-import { describeError, noopLogger, type Logger } from '../core/logger.js';
+import { describeError } from '../core/logger.js';
 import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
 import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
-import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-types.js';
+import type { Inbox, InboxStopOptions } from '../broker/inbox-types.js';
 import { defaultMapper, HEADERS } from '../broker/message.js';
 import { checkInboxBase, INBOX_DEFAULTS, type InboxOptionsBase } from '../broker/options.js';
 import { checkBrokers, checkTopic, kafkaClient, kafkaError } from './connection.js';
@@ -58,8 +57,6 @@ class KafkaInbox<TTx> extends InboxLifecycle {
   readonly #options: KafkaInboxOptions<TTx>;
   readonly #brokers: string[];
   readonly #topics: string[];
-  readonly #emitter: TypedEmitter<InboxEventMap>;
-  readonly #logger: Logger;
   readonly #broker: string;
   #engine: InboxEngine<TTx> | undefined;
   #consumer: Consumer | undefined;
@@ -70,18 +67,12 @@ class KafkaInbox<TTx> extends InboxLifecycle {
   readonly #waits = new Set<() => void>();
 
   constructor(options: KafkaInboxOptions<TTx>, brokers: string[], topics: string[]) {
-    super();
+    super(options.logger);
     this.#options = options;
     this.#brokers = brokers;
     this.#topics = topics;
     this.#broker = brokers.join(', ');
     this.name = `kafka ${topics.join(',')} (group ${options.groupId})`;
-    this.#logger = options.logger ?? noopLogger;
-    this.#emitter = new TypedEmitter<InboxEventMap>(() => this.#logger);
-  }
-
-  get lifecycle(): TypedEvents<InboxEventMap> {
-    return this.#emitter;
   }
 
   protected isConnected(): boolean {
@@ -111,8 +102,8 @@ class KafkaInbox<TTx> extends InboxLifecycle {
     this.#engine = new InboxEngine<TTx>({
       bus: options.bus,
       map: options.map ?? defaultMapper(options.events ?? []),
-      logger: this.#logger,
-      emitter: this.#emitter,
+      logger: this.logger,
+      emitter: this.emitter,
       batchSize: options.batchSize ?? INBOX_DEFAULTS.batchSize,
       concurrency,
       workingIntervalMs: HEARTBEAT_MS,
@@ -127,7 +118,7 @@ class KafkaInbox<TTx> extends InboxLifecycle {
     this.#consumer = consumer;
     consumer.on(consumer.events.CONNECT, () => {
       this.#connected = true;
-      this.#emitter.emit('connected', { broker: this.#broker, reconnect: this.#everConnected });
+      this.emitter.emit('connected', { broker: this.#broker, reconnect: this.#everConnected });
       this.#everConnected = true;
     });
     consumer.on(consumer.events.DISCONNECT, () => {
@@ -136,8 +127,8 @@ class KafkaInbox<TTx> extends InboxLifecycle {
     consumer.on(consumer.events.CRASH, ({ payload }) => {
       this.#connected = false;
       this.lastError = describeError(payload.error);
-      this.#emitter.emit('disconnected', { broker: this.#broker, error: payload.error, retryInMs: 0 });
-      this.#logger.warn(`consuming ${this.name} failed${payload.restart ? '; the consumer restarts' : ''}`, {
+      this.emitter.emit('disconnected', { broker: this.#broker, error: payload.error, retryInMs: 0 });
+      this.logger.warn(`consuming ${this.name} failed${payload.restart ? '; the consumer restarts' : ''}`, {
         error: describeError(payload.error),
       });
     });
@@ -157,7 +148,7 @@ class KafkaInbox<TTx> extends InboxLifecycle {
       partitionsConsumedConcurrently: concurrency,
       eachBatch: (payload) => this.#onBatch(payload),
     });
-    this.#logger.info(`consuming ${this.name} on Kafka at ${this.#broker}`);
+    this.logger.info(`consuming ${this.name} on Kafka at ${this.#broker}`);
   }
 
   protected async close(options: InboxStopOptions): Promise<void> {
@@ -256,7 +247,7 @@ class KafkaInbox<TTx> extends InboxLifecycle {
   ): Promise<void> {
     const topic = this.#options.deadLetter?.topic;
     if (topic === undefined || this.#producer === undefined) {
-      this.#logger.error(`a record of ${this.name} cannot be published and there is no dead-letter topic; skipped`, {
+      this.logger.error(`a record of ${this.name} cannot be published and there is no dead-letter topic; skipped`, {
         source,
         reason,
         detail,

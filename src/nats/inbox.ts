@@ -9,13 +9,12 @@ import {
   type JsMsg,
 } from '@nats-io/jetstream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
-import { describeError, noopLogger, type Logger } from '../core/logger.js';
+import { describeError } from '../core/logger.js';
 import { RetryBackoff } from '../dispatcher/wakeup.js';
 import { BrokerNotFoundError } from '../broker/errors.js';
 import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
-import type { Inbox, InboxEventMap, InboxStopOptions } from '../broker/inbox-types.js';
+import type { Inbox, InboxStopOptions } from '../broker/inbox-types.js';
 import { defaultMapper, HEADERS, type InboundMessage } from '../broker/message.js';
 import {
   checkInboxBase,
@@ -83,8 +82,6 @@ class NatsInbox<TTx> extends InboxLifecycle {
   readonly name: string;
   readonly #options: NatsInboxOptions<TTx>;
   readonly #servers: string[];
-  readonly #emitter: TypedEmitter<InboxEventMap>;
-  readonly #logger: Logger;
   readonly #broker: string;
   #engine: InboxEngine<TTx> | undefined;
   #nc: NatsConnection | undefined;
@@ -100,17 +97,11 @@ class NatsInbox<TTx> extends InboxLifecycle {
   #gateHeartbeat: NodeJS.Timeout | undefined;
 
   constructor(options: NatsInboxOptions<TTx>, servers: string[]) {
-    super();
+    super(options.logger);
     this.#options = options;
     this.#servers = servers;
     this.name = `nats ${options.stream}/${options.consumer}`;
     this.#broker = describeServers(servers);
-    this.#logger = options.logger ?? noopLogger;
-    this.#emitter = new TypedEmitter<InboxEventMap>(() => this.#logger);
-  }
-
-  get lifecycle(): TypedEvents<InboxEventMap> {
-    return this.#emitter;
   }
 
   protected isConnected(): boolean {
@@ -136,8 +127,8 @@ class NatsInbox<TTx> extends InboxLifecycle {
     this.#engine = new InboxEngine<TTx>({
       bus: this.#options.bus,
       map: this.#options.map ?? defaultMapper(this.#options.events ?? []),
-      logger: this.#logger,
-      emitter: this.#emitter,
+      logger: this.logger,
+      emitter: this.emitter,
       batchSize: this.#options.batchSize ?? INBOX_DEFAULTS.batchSize,
       concurrency: this.#options.concurrency ?? INBOX_DEFAULTS.concurrency,
       workingIntervalMs: Math.max(250, Math.floor(this.#ackWaitMs / 3)),
@@ -147,8 +138,8 @@ class NatsInbox<TTx> extends InboxLifecycle {
     this.state = 'running';
     void this.#watchStatus(nc);
     this.#consuming = this.#consume();
-    this.#emitter.emit('connected', { broker: this.#broker, reconnect: false });
-    this.#logger.info(`consuming ${this.name} on ${this.#broker}`);
+    this.emitter.emit('connected', { broker: this.#broker, reconnect: false });
+    this.logger.info(`consuming ${this.name} on ${this.#broker}`);
   }
 
   protected async close(options: InboxStopOptions): Promise<void> {
@@ -221,7 +212,7 @@ class NatsInbox<TTx> extends InboxLifecycle {
         for await (const message of messages) this.#onMessage(message);
       } catch (error) {
         this.lastError = describeError(error);
-        this.#logger.warn(`consuming ${this.name} failed; consuming again after a backoff`, {
+        this.logger.warn(`consuming ${this.name} failed; consuming again after a backoff`, {
           error: describeError(error),
         });
       }
@@ -246,13 +237,13 @@ class NatsInbox<TTx> extends InboxLifecycle {
           buffer: [],
           timer: undefined,
         };
-        this.#emitter.emit('disconnected', { broker: this.#broker, error: new Error('disconnected'), retryInMs: 250 });
-        this.#logger.warn(`lost the connection of ${this.name} to ${this.#broker}; the client reconnects`);
+        this.emitter.emit('disconnected', { broker: this.#broker, error: new Error('disconnected'), retryInMs: 250 });
+        this.logger.warn(`lost the connection of ${this.name} to ${this.#broker}; the client reconnects`);
       } else if (status.type === 'reconnect') {
         this.#connected = true;
         this.lastError = undefined;
-        this.#emitter.emit('connected', { broker: this.#broker, reconnect: true });
-        this.#logger.info(`reconnected ${this.name} to ${this.#broker}`);
+        this.emitter.emit('connected', { broker: this.#broker, reconnect: true });
+        this.logger.info(`reconnected ${this.name} to ${this.#broker}`);
         void this.#armGate().catch((error: unknown) =>
           this.#openGate(`the consumer could not be read (${describeError(error)})`, true),
         );
@@ -289,8 +280,8 @@ class NatsInbox<TTx> extends InboxLifecycle {
     );
     gate.timer.unref();
     this.#gate = gate;
-    this.#emitter.emit('held-back', { outstanding: needed, ackWaitMs: this.#ackWaitMs });
-    this.#logger.info(
+    this.emitter.emit('held-back', { outstanding: needed, ackWaitMs: this.#ackWaitMs });
+    this.logger.info(
       `${this.name}: ${needed} messages delivered earlier are unacknowledged; newer messages wait until they are redelivered (ack wait ${this.#ackWaitMs} ms), then all go in stream order`,
     );
     this.#gateHeartbeat ??= setInterval(
@@ -308,7 +299,7 @@ class NatsInbox<TTx> extends InboxLifecycle {
     if (gate === undefined) return;
     this.#gate = undefined;
     clearTimeout(gate.timer);
-    if (warn) this.#logger.warn(`${this.name}: releasing ${gate.buffer.length} held-back messages: ${why}`);
+    if (warn) this.logger.warn(`${this.name}: releasing ${gate.buffer.length} held-back messages: ${why}`);
     for (const message of gate.buffer.sort((x, y) => x.seq - y.seq)) this.#onMessage(message);
   }
 
