@@ -3,6 +3,7 @@ import { InvalidOptionsError } from '../core/errors.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
 import { BrokerRejectedError, BrokerUnavailableError, MessageTooLargeError, redactUrl } from '../broker/errors.js';
 import { HEADERS, type OutboundMessage } from '../broker/message.js';
+import { checkPositiveIntegers } from '../broker/options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
 import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './connection.js';
 
@@ -270,12 +271,6 @@ export function amqpTarget(options: AmqpTargetOptions): RelayTarget<AmqpRoute> {
   if (typeof options !== 'object' || options === null)
     throw new InvalidOptionsError('amqpTarget: options are required: { url }.');
   checkAmqpUrl(options.url, 'amqpTarget');
-  for (const name of ['confirmTimeoutMs', 'maxMessageBytes', 'connectTimeoutMs'] as const) {
-    const value = options[name];
-    if (value !== undefined && (!Number.isInteger(value) || value < 1))
-      throw new InvalidOptionsError(
-        `amqpTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`,
-      );
-  }
+  checkPositiveIntegers('amqpTarget', options, ['confirmTimeoutMs', 'maxMessageBytes', 'connectTimeoutMs']);
   return new AmqpTarget(options);
 }

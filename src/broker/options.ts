@@ -48,6 +48,19 @@ export function checkInboxNumbers(where: string, values: Readonly<Record<string,
   }
 }
 
+/** Each of `names` in `options` is a positive integer when given (the timeouts and sizes of a relay target). */
+export function checkPositiveIntegers<T extends object>(
+  where: string,
+  options: T,
+  names: readonly (keyof T & string)[],
+): void {
+  for (const name of names) {
+    const value: unknown = options[name];
+    if (value !== undefined && (!Number.isInteger(value) || (value as number) < 1))
+      throw new InvalidOptionsError(`${where}: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`);
+  }
+}
+
 /** The options every inbox has, whatever the broker. */
 export interface InboxOptionsBase<TTx> {
   /** The bus whose store receives the events (its handlers run in `relaybus worker`). */

@@ -2,6 +2,7 @@ import type { Producer } from 'kafkajs';
 import { InvalidOptionsError } from '../core/errors.js';
 import { BrokerRejectedError } from '../broker/errors.js';
 import type { OutboundMessage } from '../broker/message.js';
+import { checkPositiveIntegers } from '../broker/options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
 import { checkBrokers, checkTopic, kafkaClient, kafkaError } from './connection.js';
 import { recordOf } from './message.js';
@@ -106,12 +107,6 @@ export function kafkaTarget(options: KafkaTargetOptions): RelayTarget<KafkaRoute
   if (typeof options !== 'object' || options === null)
     throw new InvalidOptionsError('kafkaTarget: options are required: { brokers }.');
   const brokers = checkBrokers(options.brokers, 'kafkaTarget');
-  for (const name of ['timeoutMs', 'connectTimeoutMs'] as const) {
-    const value = options[name];
-    if (value !== undefined && (!Number.isInteger(value) || value < 1))
-      throw new InvalidOptionsError(
-        `kafkaTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`,
-      );
-  }
+  checkPositiveIntegers('kafkaTarget', options, ['timeoutMs', 'connectTimeoutMs']);
   return new KafkaTarget(options, brokers);
 }

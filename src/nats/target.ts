@@ -4,6 +4,7 @@ import { InvalidOptionsError } from '../core/errors.js';
 import { noopLogger, type Logger } from '../core/logger.js';
 import { BrokerRejectedError, MessageTooLargeError } from '../broker/errors.js';
 import { HEADERS, type OutboundMessage } from '../broker/message.js';
+import { checkPositiveIntegers } from '../broker/options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
 import { checkServers, connectNats, describeServers, jetStreamError } from './connection.js';
 
@@ -124,12 +125,6 @@ export function natsTarget(options: NatsTargetOptions): RelayTarget<NatsRoute> {
   if (typeof options !== 'object' || options === null)
     throw new InvalidOptionsError('natsTarget: options are required: { servers }.');
   const servers = checkServers(options.servers, 'natsTarget');
-  for (const name of ['timeoutMs', 'connectTimeoutMs'] as const) {
-    const value = options[name];
-    if (value !== undefined && (!Number.isInteger(value) || value < 1))
-      throw new InvalidOptionsError(
-        `natsTarget: \`${name}\` must be a positive integer, got ${JSON.stringify(value)}.`,
-      );
-  }
+  checkPositiveIntegers('natsTarget', options, ['timeoutMs', 'connectTimeoutMs']);
   return new NatsTarget(options, servers);
 }
