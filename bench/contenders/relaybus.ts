@@ -65,20 +65,32 @@ function loggerOf(hooks: DispatcherHooks | undefined): Api.Logger {
 
 /**
  * The 'traced' variant's instrumentation: relaybus/opentelemetry over the OpenTelemetry SDK recording every span
- * (BasicTracerProvider, BatchSpanProcessor) into an exporter that drops them: the whole recording path runs, nothing
- * is sent. Loaded only for that variant.
+ * (BasicTracerProvider, a BatchSpanProcessor at its documented defaults) into an exporter that counts and drops them:
+ * the whole recording path runs, nothing is sent. `check` (after the drain) warns when a handler call's span did not
+ * reach the exporter (a queue that overflowed would make tracing look cheaper than it is). Loaded only for that variant.
  */
-async function tracedInstrumentation(): Promise<Api.Instrumentation> {
+async function tracedInstrumentation(): Promise<{
+  instrumentation: Api.Instrumentation;
+  check(handlerCalls: number, warn: (message: string) => void): Promise<void>;
+}> {
   const { openTelemetry } = (await import(dist('telemetry/opentelemetry.js'))) as typeof TelemetryApi;
   const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base');
-  const dropAll = {
-    export: (_spans: unknown[], done: (result: { code: 0 }) => void) => done({ code: 0 }),
+  let exported = 0;
+  const countAndDrop = {
+    export: (spans: unknown[], done: (result: { code: 0 }) => void) => {
+      exported += spans.length;
+      done({ code: 0 });
+    },
     shutdown: () => Promise.resolve(),
   };
-  const provider = new BasicTracerProvider({
-    spanProcessors: [new BatchSpanProcessor(dropAll, { maxQueueSize: 65_536, maxExportBatchSize: 4_096 })],
-  });
-  return openTelemetry({ tracer: provider.getTracer('relaybus-bench'), meter: false });
+  const provider = new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(countAndDrop)] });
+  return {
+    instrumentation: openTelemetry({ tracer: provider.getTracer('relaybus-bench'), meter: false }),
+    async check(handlerCalls, warn) {
+      await provider.forceFlush();
+      if (exported !== handlerCalls) warn(`traced: ${exported} spans exported for ${handlerCalls} handler calls`);
+    },
+  };
 }
 
 function makeBus(
@@ -203,8 +215,9 @@ export const relaybus: Contender = {
 
   async dispatcher({ url, schema }, settings, hooks) {
     const pool = new pg.Pool({ connectionString: url, max: settings.poolSize });
-    const instrumentation = settings.extra?.tracing ? await tracedInstrumentation() : undefined;
-    const bus = makeBus(pool, schema, settings, hooks, true, instrumentation);
+    const traced = settings.extra?.tracing ? await tracedInstrumentation() : undefined;
+    const bus = makeBus(pool, schema, settings, hooks, true, traced?.instrumentation);
+    let handlerCalls = 0;
     const options =
       hooks.retryBackoffMs !== undefined
         ? {
@@ -218,7 +231,10 @@ export const relaybus: Contender = {
         : {};
     for (const handler of HANDLERS) {
       const index = handlerIndex(handler);
-      bus.on(BenchEvent, handler, options, (payload) => hooks.onHandle(payload.i, index));
+      bus.on(BenchEvent, handler, options, (payload) => {
+        handlerCalls += 1;
+        return hooks.onHandle(payload.i, index);
+      });
     }
     return {
       // With setupStore: false, relaybus's start() runs one statement (the subscriptions' upsert, timed); its start-up is the pool.
@@ -226,6 +242,7 @@ export const relaybus: Contender = {
       start: () => bus.start(),
       async stop() {
         await bus.stop({ graceMs: 5_000 });
+        await traced?.check(handlerCalls, hooks.warn);
         await pool.end();
       },
     };
