@@ -1,6 +1,8 @@
 -- claim-held-lanes: complete the previous batch (when leases are given) and pick due deliveries from the lanes this
---                   owner holds, recording them in flight; hand back held lanes that got nothing and run nothing. One
---                   round trip per cycle: the completion rides on the next claim.
+--                   owner holds and from the free lanes it names ($17: the lanes a wake-up named, those of retried heads
+--                   due again), recording them in flight; a named lane is taken only when it gives work; hand back held
+--                   lanes that got nothing and run nothing. One round trip per cycle: the completion rides on the next
+--                   claim, and a delivery published into a free lane needs no acquire-lanes first.
 --                   Completion: as complete-many (fenced by lane epoch, in_flight and the delivery's claims counter),
 --                   plus a history row per delivery when $13. A completed keyed delivery was its key's head when
 --                   claimed, and every sequence given later (publish, requeue) is larger while reschedule, bury,
@@ -19,7 +21,8 @@
 --         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
 --         nothing to complete), $13 completion history boolean, $14 probe lanes smallint[], $15 probe handlers text[],
---         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly)
+--         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly),
+--         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone)
 -- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; walk_step orders
 --          the keyed rows of a lane in walk order (the store resumes after the last one); then one row per completed
 --          delivery with only completed_id set; then, when held lanes changed while this statement waited for them
@@ -35,6 +38,14 @@ held AS (
   SELECT l.lane, l.in_flight, l.xmin AS version FROM /*schema*/relaybus_lanes l WHERE l.lease_owner = $1
   ORDER BY l.lane -- one lock order for every statement that locks several lanes: no deadlock
   FOR NO KEY UPDATE
+),
+named AS (
+  -- Free lanes named by the caller, locked so no other claimer takes them meanwhile (SKIP LOCKED: one that is being
+  -- taken is left to its taker). Taken in `recorded` only when work is picked from them; the others stay free.
+  SELECT l.lane, l.in_flight, l.xmin AS version FROM /*schema*/relaybus_lanes l
+  WHERE l.lane = ANY ($17::smallint[]) AND l.lease_owner IS NULL
+  ORDER BY l.lane
+  FOR NO KEY UPDATE SKIP LOCKED
 ),
 completed AS (
   DELETE FROM /*schema*/relaybus_deliveries d
@@ -64,8 +75,10 @@ seen AS (
   -- picked and pruned, a reschedule, bury, release or renewal) can list in flight a delivery the snapshot cannot see,
   -- or no longer list one the snapshot still shows pending though it was completed: picking from it could hand out a
   -- completed head again, out of key order. It is skipped this once, still held; the next claim sees it afresh.
+  -- The same holds for a named free lane: one released since the snapshot may have had deliveries completed meanwhile.
   SELECT h.lane, h.in_flight
-  FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane AND s.xmin = h.version
+  FROM (SELECT * FROM held UNION ALL SELECT * FROM named) h
+  JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane AND s.xmin = h.version
 ),
 direct AS (
   -- Heads looked up at once instead of when the walk comes round to their key: the next pending row of each
@@ -93,7 +106,7 @@ direct AS (
 ),
 share AS (
   -- Each lane's share of the batch, doubled so lanes with little due work leave room to the others.
-  SELECT ($3::int / greatest(count(*), 1)::int + 1) * 2 AS rows FROM held
+  SELECT ($3::int / greatest(count(*), 1)::int + 1) * 2 AS rows FROM seen
 ),
 unkeyed AS (
   SELECT c.* FROM seen s CROSS JOIN LATERAL (
@@ -169,14 +182,16 @@ grouped AS (
   SELECT lane, array_agg(id ORDER BY id) AS ids FROM picked GROUP BY lane
 ),
 recorded AS (
+  -- A named free lane that gave work is taken here (a new epoch, as acquire-lanes takes one).
   UPDATE /*schema*/relaybus_lanes l
-  SET in_flight = ARRAY(
+  SET epoch = CASE WHEN l.lease_owner IS NULL THEN l.epoch + 1 ELSE l.epoch END, lease_owner = $1,
+      in_flight = ARRAY(
         SELECT f FROM unnest(l.in_flight) AS f
         WHERE f <> ALL (coalesce((SELECT ids FROM finished x WHERE x.lane = l.lane), '{}'))
           AND EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = f)) || g.ids,
       lease_expires_at = (SELECT now FROM clock) + make_interval(secs => $4::int / 1000.0)
   FROM grouped g
-  WHERE l.lane = g.lane AND l.lease_owner = $1
+  WHERE l.lane = g.lane AND (l.lease_owner = $1 OR (l.lease_owner IS NULL AND l.lane IN (SELECT lane FROM named)))
   RETURNING l.lane, l.epoch
 ),
 handed_back AS (
@@ -211,5 +226,5 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
 FROM completed c
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, k.lanes
-FROM (SELECT ((SELECT count(*) FROM held) - (SELECT count(*) FROM seen))::int AS lanes) k
+FROM (SELECT ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes) k
 WHERE k.lanes > 0

@@ -384,7 +384,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
     const { owner, handlers, limit, leaseDurationMs } = params;
     const now = iso(params.now);
-    const claimHeldOnce = async (want: number, complete: readonly ParsedLease[]) => {
+    /** Claim from the held lanes and from the free lanes of `take` (taken when they give work). */
+    const claimHeldOnce = async (want: number, complete: readonly ParsedLease[], take: readonly number[]) => {
       const rows = await runOwned<ClaimRow>('claim-held-lanes', [
         owner,
         handlers,
@@ -395,6 +396,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         ...leaseArrays(complete),
         history,
         ...probes.due((params.now ?? new Date()).getTime()),
+        take,
       ]);
       const claimedRows = rows.filter((row) => row.completed_id === null && row.skipped_lanes === null);
       walks.advance(owner, claimedRows);
@@ -405,13 +407,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         skippedLanes: rows.reduce((sum, row) => sum + (row.skipped_lanes ?? 0), 0),
       };
     };
-    const claimHeld = async (want: number, complete: readonly ParsedLease[]) => {
-      const first = await claimHeldOnce(want, complete);
+    const claimHeld = async (want: number, complete: readonly ParsedLease[], take: readonly number[] = []) => {
+      const first = await claimHeldOnce(want, complete, take);
       if (first.skippedLanes === 0 || first.claimedRows.length >= want) return first;
       // Held lanes changed while the claim waited for them (a renewal, a reschedule, another loop of this owner): it
       // left them alone rather than trust its older snapshot. Ask them again at once, or their due work would wait
       // for the next wake-up or poll.
-      const again = await claimHeldOnce(want - first.claimedRows.length, []);
+      const again = await claimHeldOnce(want - first.claimedRows.length, [], take);
       return { ...first, claimedRows: [...first.claimedRows, ...again.claimedRows] };
     };
     const acquire = (take: number, prefer: readonly number[] = params.preferLanes ?? [], onlyPreferred = false) =>
@@ -434,17 +436,6 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
      * due work). With `alwaysClaim`, the held lanes are asked once even when the first round took no lane.
      */
     const acquireAndClaim = async (alwaysClaim: boolean) => {
-      const hinted = params.preferLanes?.length ?? 0;
-      if (hinted > 0) {
-        // A wake-up named these lanes: take just them (the search stops once they are found) and claim; only when they
-        // yield nothing are other lanes looked for. Free lanes no publish named are found at the next poll.
-        const [acquired] = await acquire(hinted);
-        if (acquired && toInt(acquired.lanes) > 0) {
-          const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
-          claimed.push(...more);
-          if (more.length > 0) return;
-        }
-      }
       for (const take of acquireRounds()) {
         // Lanes of retried heads due again are tried first, after those a wake-up named.
         const [acquired] = await acquire(take, [...(params.preferLanes ?? []), ...retryLanes()]);
@@ -455,8 +446,12 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         if (taken < take || more.length === 0 || claimed.length >= limit) break;
       }
     };
+    const hinted = params.preferLanes?.length ?? 0;
+    // The free lanes a wake-up named (and those of retried heads due again) are claimed from in the same statement as
+    // the held lanes, and taken when they give work: one statement for a delivery published into a free lane.
+    const named = hinted === 0 ? [] : [...params.preferLanes!, ...retryLanes()];
     let completed: boolean[];
-    if (leases.length === 0 && idleOwners.has(owner)) {
+    if (leases.length === 0 && idleOwners.has(owner) && hinted === 0) {
       // The owner's last claim found nothing, so it likely holds no lane (a claim hands back lanes that run nothing):
       // take free lanes first, then claim from every held lane. Two statements for a delivery published into an idle
       // worker's free lane instead of three; a lane still held is asked all the same.
@@ -468,14 +463,15 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         if (claimed.length === 0) throw error;
       }
     } else {
-      const first = await claimHeld(limit, leases);
+      const first = await claimHeld(limit, leases, named);
       claimed.push(...first.claimedRows);
       // A lease listed twice succeeds once, as it would in two calls.
       completed = leases.map((lease) => first.completedIds.delete(lease.deliveryId));
       try {
         if (claimed.length < limit) {
-          // Shallow queue: the held lanes did not fill the batch, so take free lanes with due work, doubling each round.
-          await acquireAndClaim(false);
+          // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, free lanes no publish
+          // named wait for the next poll; otherwise take free lanes with due work, doubling each round.
+          if (hinted === 0 || claimed.length === 0) await acquireAndClaim(false);
         } else if (params.acquireWhenFull === true) {
           // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
           // worker are taken over (and its work re-run) while everyone is busy.

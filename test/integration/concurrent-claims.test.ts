@@ -20,76 +20,138 @@ describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.s
   let store: PostgresStore<PgClientLike>;
   usePgStore('concurrent_claims', 10, (opened) => ({ store } = opened));
 
-  it('four owners and a doubled claim loop drain 1,200 deliveries exactly once, in per-key order', async () => {
-    const handlers = [
-      { name: 'a', maxAttempts: 3 },
-      { name: 'b', maxAttempts: 3 },
-    ];
-    for (let batch = 0; batch < 6; batch += 1) {
-      await store.transaction((tx) =>
-        store.publish(
-          tx,
-          Array.from({ length: 100 }, (_, i) => ({
-            type: 'thing.happened',
-            key: i % 4 === 0 ? null : `k-${i % 30}`,
-            payload: { n: batch * 100 + i },
-            handlers,
-          })),
-        ),
-      );
-    }
-    const total = 1200;
-    const running = new Set<string>();
-    const runningSlots = new Map<string, string>();
-    const seen = new Map<string, number>();
-    const lastSequence = new Map<string, number>();
-    let duplicates = 0;
-    let overlaps = 0;
-    let outOfOrder = 0;
-    let completed = 0;
-
-    async function loop(owner: string): Promise<void> {
-      for (let idle = 0; idle < 20 && completed < total; ) {
-        const batch = await store.claim({ owner, handlers: ['a', 'b'], limit: 25, leaseDurationMs: 60_000 });
-        if (batch.length === 0) {
-          idle += 1;
-          await new Promise((resolve) => setTimeout(resolve, 5));
-          continue;
-        }
-        idle = 0;
-        for (const d of batch) {
-          if (running.has(d.id)) duplicates += 1;
-          running.add(d.id);
-          seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
-          if (d.key !== null) {
-            const slot = `${d.handler}/${d.key}`;
-            if ([...running].some((id) => id !== d.id && runningSlots.get(id) === slot)) overlaps += 1;
-            runningSlots.set(d.id, slot);
-            if ((lastSequence.get(slot) ?? 0) >= Number(d.sequence)) outOfOrder += 1;
-            lastSequence.set(slot, Number(d.sequence));
-          }
-        }
-        await new Promise((resolve) => setTimeout(resolve, 1));
-        // The handlers are done: from here on only the completion write is in flight. The key's next delivery
-        // may be claimed as soon as that write commits, which can be before this loop hears back from it.
-        for (const d of batch) {
-          running.delete(d.id);
-          runningSlots.delete(d.id);
-        }
-        const results = await store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
-        completed += results.filter(Boolean).length;
+  for (const hinted of [false, true])
+    it(`four owners and a doubled claim loop drain 1,200 deliveries exactly once, in per-key order${hinted ? ', each claim naming lanes as wake-ups do' : ''}`, async () => {
+      const handlers = [
+        { name: 'a', maxAttempts: 3 },
+        { name: 'b', maxAttempts: 3 },
+      ];
+      for (let batch = 0; batch < 6; batch += 1) {
+        await store.transaction((tx) =>
+          store.publish(
+            tx,
+            Array.from({ length: 100 }, (_, i) => ({
+              type: 'thing.happened',
+              key: i % 4 === 0 ? null : `k-${i % 30}`,
+              payload: { n: batch * 100 + i },
+              handlers,
+            })),
+          ),
+        );
       }
-    }
-    await Promise.all(['w1', 'w2', 'w3', 'w4', 'w1'].map(loop));
+      const total = 1200;
+      const running = new Set<string>();
+      const runningSlots = new Map<string, string>();
+      const seen = new Map<string, number>();
+      const lastSequence = new Map<string, number>();
+      let duplicates = 0;
+      let overlaps = 0;
+      let outOfOrder = 0;
+      let completed = 0;
 
-    assert.equal(duplicates, 0, 'no delivery handed out while already in flight');
-    assert.equal(overlaps, 0, 'no two deliveries of one (handler, key) in flight together');
-    assert.equal(outOfOrder, 0, 'per-key sequence order');
-    assert.equal(completed, total, 'every delivery completed');
-    assert.equal([...seen.values()].filter((n) => n > 1).length, 0, 'each delivery claimed once');
-    const stats = await store.statistics();
-    assert.equal(stats.pending + stats.inFlight + stats.dead, 0, 'nothing left');
-  });
+      async function loop(owner: string): Promise<void> {
+        for (let idle = 0; idle < 20 && completed < total; ) {
+          // Named lanes are claimed from in the claim's own statement (and taken when they give work).
+          const preferLanes = hinted
+            ? Array.from({ length: 8 }, () => laneOf(null, `k-${Math.floor(Math.random() * 30)}`))
+            : undefined;
+          const batch = await store.claim({
+            owner,
+            handlers: ['a', 'b'],
+            limit: 25,
+            leaseDurationMs: 60_000,
+            ...(preferLanes ? { preferLanes } : {}),
+          });
+          if (batch.length === 0) {
+            idle += 1;
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            continue;
+          }
+          idle = 0;
+          for (const d of batch) {
+            if (running.has(d.id)) duplicates += 1;
+            running.add(d.id);
+            seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
+            if (d.key !== null) {
+              const slot = `${d.handler}/${d.key}`;
+              if ([...running].some((id) => id !== d.id && runningSlots.get(id) === slot)) overlaps += 1;
+              runningSlots.set(d.id, slot);
+              if ((lastSequence.get(slot) ?? 0) >= Number(d.sequence)) outOfOrder += 1;
+              lastSequence.set(slot, Number(d.sequence));
+            }
+          }
+          await new Promise((resolve) => setTimeout(resolve, 1));
+          // The handlers are done: from here on only the completion write is in flight. The key's next delivery
+          // may be claimed as soon as that write commits, which can be before this loop hears back from it.
+          for (const d of batch) {
+            running.delete(d.id);
+            runningSlots.delete(d.id);
+          }
+          const results = await store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+          completed += results.filter(Boolean).length;
+        }
+      }
+      await Promise.all(['w1', 'w2', 'w3', 'w4', 'w1'].map(loop));
+
+      assert.equal(duplicates, 0, 'no delivery handed out while already in flight');
+      assert.equal(overlaps, 0, 'no two deliveries of one (handler, key) in flight together');
+      assert.equal(outOfOrder, 0, 'per-key sequence order');
+      assert.equal(completed, total, 'every delivery completed');
+      assert.equal([...seen.values()].filter((n) => n > 1).length, 0, 'each delivery claimed once');
+      const stats = await store.statistics();
+      assert.equal(stats.pending + stats.inFlight + stats.dead, 0, 'nothing left');
+    });
+});
+
+describe('a claim naming free lanes on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  it('claims their work in its one statement and takes only the lanes that gave work', () =>
+    withPrivateStore('named_lanes', 2, async ({ pool, schema }) => {
+      const statements: string[] = [];
+      const driver = fromPg(pool);
+      const run = driver.executor.run.bind(driver.executor);
+      (driver.executor as { run: typeof run }).run = (statement, params) => {
+        statements.push(statement.name);
+        return run(statement, params);
+      };
+      const store = postgresStore({ driver, schema });
+      const [busy, idle] = [laneOf('k-busy', 'e'), laneOf('k-idle', 'e')];
+      assert.notEqual(busy, idle);
+      await store.transaction((tx) =>
+        store.publish(tx, [{ type: 't', key: 'k-busy', payload: {}, handlers: [{ name: 'a', maxAttempts: 3 }] }]),
+      );
+      const epochs = async () =>
+        new Map(
+          (
+            await pool.query<{ lane: number; epoch: string; lease_owner: string | null }>(
+              `SELECT lane, epoch::text, lease_owner FROM "${schema}".relaybus_lanes WHERE lane = ANY ($1)`,
+              [[busy, idle]],
+            )
+          ).rows.map((row) => [row.lane, row]),
+        );
+      const before = await epochs();
+      statements.length = 0;
+      const claimed = await store.claim({
+        owner: 'w1',
+        handlers: ['a'],
+        limit: 10,
+        leaseDurationMs: 60_000,
+        preferLanes: [busy, idle],
+      });
+      assert.deepEqual(
+        claimed.map((d) => d.key),
+        ['k-busy'],
+      );
+      assert.equal(statements.length, 1, `one statement: ${statements.join(', ')}`);
+      const after = await epochs();
+      assert.equal(after.get(busy)!.lease_owner, 'w1', 'the lane that gave work is taken');
+      assert.equal(BigInt(after.get(busy)!.epoch), BigInt(before.get(busy)!.epoch) + 1n, 'at a new epoch');
+      assert.equal(parseLeaseToken(claimed[0]!.leaseToken).epoch, after.get(busy)!.epoch);
+      assert.equal(after.get(idle)!.lease_owner, null, 'a named lane without work stays free');
+      assert.equal(after.get(idle)!.epoch, before.get(idle)!.epoch);
+      assert.deepEqual(await store.completeMany([{ deliveryId: claimed[0]!.id, leaseToken: claimed[0]!.leaseToken }]), [
+        true,
+      ]);
+    }));
 });
 
 describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
