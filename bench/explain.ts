@@ -230,7 +230,25 @@ RETURNING d.id::text AS id`;
     ];
     const label = stale ? 'stale' : 'fresh';
     const results: [string, number][] = [];
-    const claimParams = [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false, [], [], [], []];
+    const claimParams = [
+      owner,
+      HANDLERS.slice(),
+      batch,
+      600_000,
+      null,
+      [],
+      [],
+      [],
+      [],
+      [],
+      [],
+      [],
+      false,
+      [],
+      [],
+      [],
+      [],
+    ];
     results.push([
       'claim-held-lanes (sql/claim-held-lanes.sql)',
       await explain(`${label}: claim-held-lanes, limit ${batch}`, shipped, claimParams),

@@ -32,8 +32,11 @@ export class ClaimLoop<TTx> {
   readonly index: number;
   readonly owner: string;
   readonly wakeup = new Wakeup();
-  /** Wakes this loop when a delivery it rescheduled is due again. */
-  readonly retryAlarm = new RetryAlarm(() => this.wakeup.wake());
+  /** Wakes this loop when a delivery it rescheduled is due again (a dormant loop too: it claims once more). */
+  readonly retryAlarm = new RetryAlarm(() => {
+    this.dormant = false;
+    this.wakeup.wake();
+  });
   readonly batcher: CompletionBatcher;
   readonly renewer: LeaseRenewer;
   readonly deps: RunnerDeps<TTx>;
@@ -42,6 +45,13 @@ export class ClaimLoop<TTx> {
   lastAcquireWhenFullAt: number | undefined;
   /** Runs (by the dispatcher's run key) that the claim being launched has just completed. */
   justCompleted: Set<string> | undefined;
+  /**
+   * A second (or later) loop whose last claim found, completed and ran nothing: it holds no lane, so it waits until a
+   * claim of the dispatcher comes back full (a backlog) instead of claiming beside the first loop on every wake-up.
+   */
+  dormant = false;
+  /** Runs of this loop that ended so far: a claim may leave a lane held for a run that ended while it was in progress. */
+  runsEnded = 0;
   /** When the first of the current run of failed claims happened. */
   failingSince = 0;
   /** The running loop, once started. */

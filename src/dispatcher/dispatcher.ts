@@ -154,6 +154,8 @@ export class Dispatcher<TTx> {
   /** Handler slots a claim in progress may fill (so two loops never claim more than `concurrency` between them). */
   #reserved = 0;
   #wakeQueued = false;
+  /** The last claim came back full: work is backing up, so every loop claims (see `ClaimLoop.dormant`). */
+  #backlog = false;
   /** Lanes wake-ups named since the last claim: the next claim tries them first (`ClaimParams.preferLanes`). */
   readonly #hintedLanes = new Set<number>();
   readonly #grace = new GracePeriod();
@@ -275,6 +277,12 @@ export class Dispatcher<TTx> {
   async #claimLoop(loop: ClaimLoop<TTx>): Promise<void> {
     const { store, options, logger } = this.#config;
     while (this.#state === 'running') {
+      if (loop.dormant && !this.#backlog) {
+        // One loop keeps up with a shallow queue at the lowest latency; the others would only add claims that find
+        // nothing. They join in as soon as a claim comes back full.
+        await loop.wakeup.wait(options.pollIntervalMs);
+        continue;
+      }
       // A slot is a running handler: a run whose handler returned and that only waits for its outcome
       // write (the completion batch) does not hold one, so the next claim overlaps that write. Those
       // waiting runs are bounded too, to one more `concurrency`, should the writes fall behind. Slots another loop's
@@ -298,6 +306,7 @@ export class Dispatcher<TTx> {
         // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
         // be claimed at once.
         const riding = loop.batcher.take();
+        const runsEndedBefore = loop.runsEnded;
         let claimed: ClaimedDelivery[];
         this.#reserved += limit;
         try {
@@ -331,13 +340,42 @@ export class Dispatcher<TTx> {
           );
           break;
         }
+        const completedAny = loop.justCompleted !== undefined && loop.justCompleted.size > 0;
         for (const delivery of claimed) this.#launch(loop, delivery);
         loop.justCompleted = undefined;
+        // Empty only if no run of this loop ended meanwhile: the claim may have kept that run's lane held (it was still in
+        // flight in its snapshot), and only this loop's next claim hands it back.
+        this.#noteClaim(
+          loop,
+          claimed.length >= limit,
+          claimed.length === 0 && !completedAny && loop.runsEnded === runsEndedBefore,
+        );
         if (claimed.length > 0) this.#activity.maybeReport(Date.now(), this.#running.size);
         if (claimed.length >= limit) continue;
       }
       await loop.wakeup.wait(options.pollIntervalMs);
     }
+  }
+
+  /**
+   * After a claim: a full one means a backlog (every loop claims; the dormant ones are woken), a short one from the first
+   * loop means none; a later loop whose claim found and completed nothing and that runs nothing turns dormant.
+   */
+  #noteClaim(loop: ClaimLoop<TTx>, full: boolean, empty: boolean): void {
+    if (this.#loops.length === 1) return;
+    if (full && !this.#backlog) {
+      this.#backlog = true;
+      for (const other of this.#loops) if (other.dormant) other.wakeup.wake();
+    } else if (!full && loop.index === 0) {
+      this.#backlog = false;
+    }
+    loop.dormant = loop.index > 0 && empty && !this.#backlog && !this.#runsIn(loop);
+  }
+
+  /** Whether any run claimed by `loop` is still in progress (its completion rides on that loop's claims). */
+  #runsIn(loop: ClaimLoop<TTx>): boolean {
+    for (const running of this.#running.values()) if (running.loop === loop) return true;
+    return false;
   }
 
   /**
@@ -461,6 +499,7 @@ export class Dispatcher<TTx> {
     run.end();
     this.#running.delete(run.claimed.leaseToken + '/' + run.claimed.id);
     loop.renewer.untrack(run.lane, run.epoch);
+    loop.runsEnded += 1;
     if (outcome === 'aborted') this.#toRelease.push(run.lease);
     this.#wakeAll();
     return outcome;

@@ -3,7 +3,8 @@
  * owner), they share the handler slots, and the guarantees hold as with one loop: every (event, handler) runs once,
  * a key's deliveries run one at a time in sequence order, never more handlers at once than `concurrency`, and at
  * stop both owners hand their lanes back. A wake-up (NOTIFY) wakes both loops: a publish into an idle bus is
- * delivered at once.
+ * delivered at once. While the first loop keeps up, the second stays dormant (no claims that find nothing); it joins
+ * in when a claim comes back full.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -115,6 +116,77 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
         await waitFor(() => at.length === i + 1, `delivery ${i}`, 5_000);
         assert.ok(at[i]! - sent < 2_000, `delivered by a wake-up, not the 20 s poll (${at[i]! - sent} ms)`);
       }
+    } finally {
+      await bus.stop();
+    }
+  });
+
+  it('the second loop stays dormant while the first keeps up, and claims as soon as a claim comes back full', {
+    timeout: 30_000,
+  }, async () => {
+    // Claims per owner and what they returned, counted at the store the bus calls.
+    const claims = new Map<string, { calls: number; delivered: number }>();
+    const count = (owner: string, delivered: number) => {
+      const entry = claims.get(owner) ?? { calls: 0, delivered: 0 };
+      claims.set(owner, { calls: entry.calls + 1, delivered: entry.delivered + delivered });
+    };
+    const counted = new Proxy(store, {
+      get(target, name, receiver) {
+        if (name === 'claim')
+          return async (params: Parameters<typeof store.claim>[0]) => {
+            const claimed = await target.claim(params);
+            count(params.owner, claimed.length);
+            return claimed;
+          };
+        if (name === 'completeAndClaim')
+          return async (...args: Parameters<typeof store.completeAndClaim>) => {
+            const result = await target.completeAndClaim(...args);
+            count(args[1].owner, result.claimed.length);
+            return result;
+          };
+        return Reflect.get(target, name, receiver);
+      },
+    });
+    const bus = createRelayBus({
+      store: counted,
+      events: [Step],
+      setupStore: false,
+      dispatcher: { claimLoops: 2, concurrency: 16, batchSize: 16, pollIntervalMs: 50 },
+    });
+    let ran = 0;
+    bus.on(Step, 'dormant', async () => {
+      ran += 1;
+      await pause(2);
+    });
+    await bus.start();
+    try {
+      const first = bus.owner!;
+      /** Claims of the second loop: every owner but the first's. */
+      const second = (field: 'calls' | 'delivered') =>
+        [...claims].filter(([owner]) => owner !== first).reduce((sum, [, entry]) => sum + entry[field], 0);
+      await pause(300);
+      claims.clear();
+      // A trickle: the first loop keeps up with it alone.
+      for (let i = 0; i < 10; i += 1) {
+        await store.transaction((tx) => bus.publish(tx, Step, { key: `t-${i}`, n: i }, { key: `t-${i}` }));
+        await pause(30);
+      }
+      await waitFor(() => ran === 10, 'the trickle ran', 5_000);
+      assert.equal(second('calls'), 0, 'the second loop made no claim while the first kept up');
+      assert.ok((claims.get(first)?.calls ?? 0) >= 10, 'the first loop claimed the trickle');
+      // A backlog: claims come back full, and the second loop joins in.
+      await store.transaction((tx) =>
+        bus.publishMany(
+          tx,
+          Array.from({ length: 400 }, (_, i) => ({
+            event: Step,
+            payload: { key: `b-${i % 50}`, n: i },
+            options: { key: `b-${i % 50}` },
+          })),
+        ),
+      );
+      await waitFor(() => ran === 410, 'the backlog ran', 20_000);
+      assert.ok(second('delivered') > 0, 'the second loop claimed part of the backlog');
     } finally {
       await bus.stop();
     }
