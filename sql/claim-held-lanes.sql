@@ -15,8 +15,9 @@
 --                   its turn even when the batch fills before the walk ends.
 -- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_unkeyed_due_idx (unkeyed,
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
---        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight, the event of a
---        delivery published inline); relaybus_events_pkey (payload, history)
+--        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight);
+--        relaybus_events_pkey (payload, history; an event published inline has none: its deliveries carry it, and the
+--        claim reads it with the rest of the row)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
 --         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
@@ -86,7 +87,7 @@ direct AS (
   -- due again (the store remembers its own reschedules). Probed heads go first in a full batch: they waited out a
   -- backoff and would sort last by due time.
   SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
-         n.available_at, n.created_at, NULL::int AS walk_step, q.rank
+         n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, q.rank
   FROM (
     SELECT c.lane, c.handler, c.key, c.sequence AS after, 1 AS rank FROM completed c WHERE c.key IS NOT NULL
     UNION ALL
@@ -95,7 +96,7 @@ direct AS (
   JOIN seen s ON s.lane = q.lane
   CROSS JOIN LATERAL (
     SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-           d.available_at, d.created_at
+           d.available_at, d.created_at, d.event_type, d.payload, d.headers
     FROM /*schema*/relaybus_deliveries d
     WHERE d.lane = q.lane AND d.handler = q.handler AND d.key = q.key AND d.sequence > q.after
       AND d.key IS NOT NULL AND d.status = 'pending'
@@ -105,13 +106,17 @@ direct AS (
   WHERE n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight)
 ),
 share AS (
-  -- Each lane's share of the batch, doubled so lanes with little due work leave room to the others.
-  SELECT ($3::int / greatest(count(*), 1)::int + 1) * 2 AS rows FROM seen
+  -- Each lane's share of what the direct lookups left of the batch, doubled so lanes with little due work leave room to
+  -- the others, and at least 2: under a keyed backlog the successors of the completed heads fill most of each batch,
+  -- and a walk sized for the whole batch would read heads only to drop them, but every lane still gives other keys
+  -- their turn in each claim.
+  SELECT (greatest($3::int - (SELECT count(*) FROM direct), 0)::int / greatest(count(*), 1)::int + 1) * 2 AS rows
+  FROM seen
 ),
 unkeyed AS (
   SELECT c.* FROM seen s CROSS JOIN LATERAL (
     SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-           d.available_at, d.created_at, NULL::int AS walk_step, 1 AS rank
+           d.available_at, d.created_at, d.event_type, d.payload, d.headers, NULL::int AS walk_step, 1 AS rank
     FROM /*schema*/relaybus_deliveries d
     WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
       AND d.handler = ANY ($2::text[]) AND d.id <> ALL (s.in_flight)
@@ -132,11 +137,11 @@ walk AS (
     LIMIT 1
   ) st
   CROSS JOIN LATERAL (
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, false AS wrapped FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, false AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (st.handler, st.key)
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, true FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, true FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending'
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     LIMIT 1
@@ -147,11 +152,11 @@ walk AS (
          w.found + (n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (w.in_flight))::int
   FROM walk w
   CROSS JOIN LATERAL (
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (w.handler, w.key)
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, true FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, true FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND NOT w.wrapped
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     LIMIT 1
@@ -162,7 +167,7 @@ walk AS (
 keyed AS (
   -- The walk carries each head's columns (its index scan read the row anyway): no second lookup.
   SELECT w.id, w.lane, w.event_id, w.handler, w.key, w.sequence, w.attempts, w.max_attempts, w.claims,
-         w.available_at, w.created_at, w.step AS walk_step, 1 AS rank
+         w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 1 AS rank
   FROM walk w
   WHERE w.available_at <= (SELECT now FROM clock) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
@@ -207,19 +212,14 @@ handed_back AS (
       WHERE d.id = ANY (h.in_flight) AND d.id <> ALL (coalesce((SELECT ids FROM finished x WHERE x.lane = h.lane), '{}')))
   RETURNING l.lane
 )
-(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, i.event_type) AS event_type,
-        p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, i.payload) AS payload,
-        coalesce(e.headers, i.headers) AS headers, p.attempts, p.max_attempts, p.available_at,
+(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
+        p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, p.payload) AS payload,
+        coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts, p.available_at,
         p.created_at, p.walk_step, NULL::text AS completed_id, NULL::int AS skipped_lanes
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
+ -- No events row: the event was published inline, and the delivery row the claim read carries it.
  LEFT JOIN /*schema*/relaybus_events e ON e.id = p.event_id
- -- No events row: the event was published inline, its delivery carries it (read only then: OFFSET 0 keeps the
- -- subquery apart, so the test on e is a one-time filter per row instead of a join filter after the lookup).
- LEFT JOIN LATERAL (
-   SELECT x.event_type, x.payload, x.headers FROM /*schema*/relaybus_deliveries x WHERE x.id = p.id AND e.id IS NULL
-   OFFSET 0
- ) i ON true
  ORDER BY p.available_at, p.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, c.id::text, NULL
