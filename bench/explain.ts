@@ -140,6 +140,9 @@ WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pe
 RETURNING d.id::text AS id`;
 
   const shipped = statements['claim-held-lanes'].text;
+  /** claim-held-lanes' parameters for a claim of `owner` with no cursors, completions, probes or named lanes. */
+  const claimParamsOf = (owner: string) =>
+    [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false, [], [], [], []] as unknown[];
   const q = `"${schema}".`;
 
   /** Run a claim statement for real inside a rolled-back transaction: how many it picks, and whether each keyed pick is its key's head. */
@@ -147,25 +150,7 @@ RETURNING d.id::text AS id`;
     const client = await pool.connect();
     try {
       await client.query('BEGIN');
-      const { rows } = await client.query<{ id: string }>(text, [
-        owner,
-        HANDLERS.slice(),
-        batch,
-        600_000,
-        null,
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        false,
-        [],
-        [],
-        [],
-        [],
-      ]);
+      const { rows } = await client.query<{ id: string }>(text, claimParamsOf(owner));
       const {
         rows: [bad],
       } = await client.query<{ n: number }>(
@@ -230,25 +215,7 @@ RETURNING d.id::text AS id`;
     ];
     const label = stale ? 'stale' : 'fresh';
     const results: [string, number][] = [];
-    const claimParams = [
-      owner,
-      HANDLERS.slice(),
-      batch,
-      600_000,
-      null,
-      [],
-      [],
-      [],
-      [],
-      [],
-      [],
-      [],
-      false,
-      [],
-      [],
-      [],
-      [],
-    ];
+    const claimParams = claimParamsOf(owner);
     results.push([
       'claim-held-lanes (sql/claim-held-lanes.sql)',
       await explain(`${label}: claim-held-lanes, limit ${batch}`, shipped, claimParams),
