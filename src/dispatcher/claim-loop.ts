@@ -50,6 +50,8 @@ export class ClaimLoop<TTx> {
    * claim of the dispatcher comes back full (a backlog) instead of claiming beside the first loop on every wake-up.
    */
   dormant = false;
+  /** This loop's last claim returned a busy batch (see `Dispatcher.#runEnded`). */
+  busy = false;
   /** Runs of this loop that ended so far: a claim may leave a lane held for a run that ended while it was in progress. */
   runsEnded = 0;
   /** When the first of the current run of failed claims happened. */
@@ -66,6 +68,8 @@ export class ClaimLoop<TTx> {
       windowMs: config.completionBatchWindowMs,
       now: config.deps.now,
       logger: config.logger,
+      // A completed key's next delivery is due: claim it now rather than at the next wake-up or poll.
+      onNextDue: () => this.wakeup.wake(),
     });
     this.renewer = new LeaseRenewer({
       store: config.store,

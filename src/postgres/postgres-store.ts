@@ -361,19 +361,19 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   }
 
   /** Run a fenced write of many deliveries (`extra`: the statement's parameters after the lease arrays). */
-  async function fencedMany(
-    name: 'complete-many' | 'release',
+  async function fencedMany<Name extends 'complete-many' | 'release'>(
+    name: Name,
     leases: readonly DeliveryLease[],
     now: Date | undefined,
     extra: readonly unknown[],
-  ): Promise<boolean[]> {
+  ): Promise<{ done: boolean[]; rows: RowOf<Name>[] }> {
     const parsed = parseLeases(leases);
     assertOptionalDate(now, 'now');
-    if (parsed.length === 0) return [];
-    const rows = await runOwned<RowOf<'complete-many' | 'release'>>(name, [...leaseArrays(parsed), ...extra]);
-    const done = new Set(rows.map((row) => row.id));
+    if (parsed.length === 0) return { done: [], rows: [] };
+    const rows = await runOwned<RowOf<Name>>(name, [...leaseArrays(parsed), ...extra]);
+    const ids = new Set(rows.map((row) => row.id));
     // A lease listed twice succeeds once, as it would in two calls.
-    return parsed.map((lease) => done.delete(lease.deliveryId));
+    return { done: parsed.map((lease) => ids.delete(lease.deliveryId)), rows };
   }
 
   /**
@@ -695,8 +695,13 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       return { extended: lanes.filter((l) => extended.has(l)), lost: lanes.filter((l) => !extended.has(l)) };
     },
 
-    completeMany(leases, now) {
-      return fencedMany('complete-many', leases, now, [history, iso(now)]);
+    async completeMany(leases, now) {
+      return (await fencedMany('complete-many', leases, now, [history, iso(now)])).done;
+    },
+
+    async completeManyReportingNext(leases, now) {
+      const { done, rows } = await fencedMany('complete-many', leases, now, [history, iso(now)]);
+      return { completed: done, nextDue: rows.some((row) => row.next_due) };
     },
 
     async complete(lease: DeliveryLease, tx: TTx, now?: Date): Promise<boolean> {
@@ -735,8 +740,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       return fenced('bury', parsed, [error, iso(params.now)]);
     },
 
-    release(leases, now) {
-      return fencedMany('release', leases, now, [iso(now)]);
+    async release(leases, now) {
+      return (await fencedMany('release', leases, now, [iso(now)])).done;
     },
 
     async relinquish(owner: string): Promise<number> {

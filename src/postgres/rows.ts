@@ -125,7 +125,7 @@ export const ROW_COLUMNS = {
     /** Set (alone) on the one row that reports held lanes skipped because they changed while the claim waited. */
     skipped_lanes: nullable('int4'),
   },
-  'complete-many': IDS,
+  'complete-many': { id: col('text'), next_due: col('bool') },
   'complete-one': IDS,
   'extend-lease': { lane: col('int2') },
   'list-deliveries': {

@@ -142,6 +142,14 @@ export interface ClaimParams {
   readonly now?: Date;
 }
 
+/** What `completeManyReportingNext` wrote. */
+export interface CompleteManyResult {
+  /** As `completeMany`: `true` per lease that was still held, in input order. */
+  readonly completed: boolean[];
+  /** A completed keyed delivery's key has a next delivery that is due now. */
+  readonly nextDue: boolean;
+}
+
 /** A delivery handed to a worker by `claim`. */
 export interface ClaimedDelivery {
   readonly id: string;
@@ -380,6 +388,13 @@ export interface Store<TTx> {
 
   /** Delete completed deliveries in one statement; `true` per lease that was still held, in input order. */
   completeMany(leases: readonly DeliveryLease[], now?: Date): Promise<boolean[]>;
+
+  /**
+   * `completeMany`, also saying whether a completed keyed delivery left its key a next delivery that is due now (its
+   * new head: a claim would pick it). Optional: with it a dispatcher under a light load claims after a completion write
+   * only when that pays; without it, after every completion write.
+   */
+  completeManyReportingNext?(leases: readonly DeliveryLease[], now?: Date): Promise<CompleteManyResult>;
 
   /** Complete one delivery inside `tx` (transactional handlers): commits with the handler's writes, or not at all. */
   complete(lease: DeliveryLease, tx: TTx, now?: Date): Promise<boolean>;

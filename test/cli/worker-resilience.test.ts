@@ -247,6 +247,11 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
           .at(-1),
       ),
       /^stopped; 30 delivered, 0 failed attempts, 0 dead$/,
+      // What the worker said about its deliveries, should one of them not end as delivered.
+      records
+        .filter((record) => /deliver|lease|complet|releas/.test(String(record.msg)))
+        .map((record) => JSON.stringify(record))
+        .join('\n'),
     );
     const claimRetries = records.filter((record) =>
       /^database (still )?unreachable; claiming again after a backoff$/.test(String(record.msg)),

@@ -89,6 +89,7 @@ export function spyStore<TTx>(
     'completeAndClaim',
     'extendLease',
     'completeMany',
+    'completeManyReportingNext',
     'complete',
     'reschedule',
     'bury',

@@ -1,0 +1,95 @@
+/**
+ * A worker under a light load on real Postgres: a run that ends does not make the claim loop claim again (that claim
+ * would find nothing, and a publish would wait behind it). Its completion is written by the batcher, whose write says
+ * whether a completed key's next delivery is due: only then does the loop claim at once, so a key's deliveries still
+ * follow each other without waiting for the poll.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { createRelayBus, defineEvent, Type } from '../../src/index.js';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
+import { pause, spyStore, waitFor } from '../support/wait.js';
+
+const found = await findPostgres();
+const Step = defineEvent('light-load.step', Type.Object({ n: Type.Integer() }));
+const handlers = [{ name: 'h', maxAttempts: 3 }];
+
+describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
+  let store: PostgresStore<PgClientLike>;
+  usePgStore('light_load', 8, (opened) => ({ store } = opened));
+
+  it("completeManyReportingNext says whether a completed key's next delivery is due", async () => {
+    const later = new Date(Date.now() + 60_000);
+    await store.transaction((tx) =>
+      store.publish(tx, [
+        { type: 't', key: 'chain', payload: { n: 1 }, handlers },
+        { type: 't', key: 'chain', payload: { n: 2 }, handlers },
+        { type: 't', key: 'alone', payload: { n: 3 }, handlers },
+        { type: 't', key: null, payload: { n: 4 }, handlers },
+        { type: 't', key: 'delayed', payload: { n: 5 }, handlers },
+      ]),
+    );
+    await store.transaction((tx) =>
+      store.publish(tx, [{ type: 't', key: 'delayed', payload: { n: 6 }, handlers, availableAt: later }]),
+    );
+    const claimed = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+    const byPayload = new Map(claimed.map((d) => [(d.payload as { n: number }).n, d]));
+    assert.deepEqual([...byPayload.keys()].sort(), [1, 3, 4, 5], 'the heads and the unkeyed one');
+    const complete = (n: number) => {
+      const d = byPayload.get(n)!;
+      return store.completeManyReportingNext!([{ deliveryId: d.id, leaseToken: d.leaseToken }]);
+    };
+    assert.deepEqual(await complete(3), { completed: [true], nextDue: false }, 'a key with nothing after it');
+    assert.deepEqual(await complete(4), { completed: [true], nextDue: false }, 'unkeyed');
+    assert.deepEqual(await complete(5), { completed: [true], nextDue: false }, 'its next is not due yet');
+    assert.deepEqual(await complete(1), { completed: [true], nextDue: true }, 'its next is due');
+    assert.deepEqual(await complete(1), { completed: [false], nextDue: false }, 'already completed: lease lost');
+    await store.relinquish('w');
+  });
+
+  it('a trickle costs about one claim per publish, and a chain of one key runs through without the poll', {
+    timeout: 30_000,
+  }, async () => {
+    const spied = spyStore(store);
+    const bus = createRelayBus({
+      store: spied.store as typeof store,
+      events: [Step],
+      setupStore: false,
+      // A 20 s poll: within this test only wake-ups and the batcher's reports make the loop claim.
+      dispatcher: { pollIntervalMs: 20_000, concurrency: 8, batchSize: 8 },
+    });
+    const ran: number[] = [];
+    bus.on(Step, 'light', ({ n }) => {
+      ran.push(n);
+    });
+    await bus.start();
+    try {
+      await pause(200);
+      const claims = () => spied.calls.filter((c) => c.method === 'claim' || c.method === 'completeAndClaim').length;
+      const before = claims();
+      for (let n = 0; n < 20; n += 1) {
+        await store.transaction((tx) => bus.publish(tx, Step, { n }, { key: `t-${n}` }));
+        await waitFor(() => ran.length === n + 1, `trickle ${n}`, 5_000);
+        await pause(20);
+      }
+      const perPublish = (claims() - before) / 20;
+      assert.ok(
+        perPublish <= 1.5,
+        `claims per publish under a trickle: ${perPublish} (a claim per ended run: 2 or more)`,
+      );
+      // Five deliveries of one key, published together: each follows its predecessor's completion, not the poll.
+      await store.transaction((tx) =>
+        bus.publishMany(
+          tx,
+          Array.from({ length: 5 }, (_, i) => ({ event: Step, payload: { n: 100 + i }, options: { key: 'chain' } })),
+        ),
+      );
+      await waitFor(() => ran.length === 25, 'the chain ran', 5_000);
+      assert.deepEqual(ran.slice(20), [100, 101, 102, 103, 104]);
+    } finally {
+      await bus.stop();
+    }
+  });
+});
