@@ -241,7 +241,6 @@ RETURNING d.id::text AS id`;
         600_000,
         null,
         [],
-        false,
       ]),
     ]);
     results.push([

@@ -5,8 +5,7 @@
 --        (charging)
 -- params: $1 owner text, $2 handlers text[], $3 lanes to take int, $4 start offset int (spreads claimers),
 --         $5 lease_ms int, $6 now timestamptz (null = now()), $7 preferred lanes smallint[] (tried first: the lanes a
---         publish just named in its NOTIFY, the lanes of retried heads due again), $8 preferred only boolean (true:
---         no other lane is tried)
+--         publish just named in its NOTIFY, the lanes of retried heads due again)
 -- returns: one row: lanes taken, deliveries charged
 -- plan: the parameters are read through a materialized CTE, so no plan depends on their values and the prepared
 --       statement settles on its generic plan (with them inline Postgres re-planned it on every call, ~1 ms each).
@@ -15,7 +14,7 @@
 WITH clock AS MATERIALIZED (
   SELECT coalesce($6::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit,
          $1::text AS owner, $2::text[] AS handlers, $3::int AS take,
-         $4::int AS start, $7::smallint[] AS prefer, $8::boolean AS only_preferred
+         $4::int AS start, $7::smallint[] AS prefer
 ),
 free AS (
   -- Lanes are tried one at a time, the preferred ones first, then from the start offset (a lateral probe per lane, in
@@ -26,7 +25,6 @@ free AS (
     UNION ALL
     SELECT (g.i + (SELECT start FROM clock)) % 256, 1000 + g.i FROM generate_series(0, 255) AS g(i)
     WHERE ((g.i + (SELECT start FROM clock)) % 256) <> ALL ((SELECT prefer FROM clock)::int[])
-      AND NOT (SELECT only_preferred FROM clock)
     ORDER BY 2
   ) c
   CROSS JOIN LATERAL (

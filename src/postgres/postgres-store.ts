@@ -416,7 +416,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const again = await claimHeldOnce(want - first.claimedRows.length, [], take);
       return { ...first, claimedRows: [...first.claimedRows, ...again.claimedRows] };
     };
-    const acquire = (take: number, prefer: readonly number[] = params.preferLanes ?? [], onlyPreferred = false) =>
+    const acquire = (take: number, prefer: readonly number[] = params.preferLanes ?? []) =>
       runOwned<RowOf<'acquire-lanes'>>('acquire-lanes', [
         owner,
         handlers,
@@ -425,7 +425,6 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         leaseDurationMs,
         now,
         prefer,
-        onlyPreferred,
       ]);
     /** Lanes of retried heads due again that the last claim did not return: their lanes are not held by this owner. */
     const retryLanes = () => probes.dueLanes((params.now ?? new Date()).getTime());
@@ -447,11 +446,12 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       }
     };
     const hinted = params.preferLanes?.length ?? 0;
-    // The free lanes a wake-up named (and those of retried heads due again) are claimed from in the same statement as
-    // the held lanes, and taken when they give work: one statement for a delivery published into a free lane.
-    const named = hinted === 0 ? [] : [...params.preferLanes!, ...retryLanes()];
+    // The free lanes a wake-up named and those of retried heads due again (handed back while the head waited out its
+    // backoff) are claimed from in the same statement as the held lanes, and taken when they give work: one statement
+    // for a delivery published into a free lane, and a retried head comes back first even when the batch is full.
+    const named = [...(params.preferLanes ?? []), ...retryLanes()];
     let completed: boolean[];
-    if (leases.length === 0 && idleOwners.has(owner) && hinted === 0) {
+    if (leases.length === 0 && idleOwners.has(owner) && named.length === 0) {
       // The owner's last claim found nothing, so it likely holds no lane (a claim hands back lanes that run nothing):
       // take free lanes first, then claim from every held lane. Two statements for a delivery published into an idle
       // worker's free lane instead of three; a lane still held is asked all the same.
@@ -476,12 +476,6 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
           // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
           // worker are taken over (and its work re-run) while everyone is busy.
           await acquire(FIRST_ACQUIRE_ROUND);
-        } else {
-          // A full batch takes no lane, but a retried head due again whose lane was handed back while it waited out its
-          // backoff would then wait until this owner's batches stop filling: take just those lanes (their heads come
-          // first in the next claim).
-          const lanes = retryLanes();
-          if (lanes.length > 0) await acquire(lanes.length, lanes, true);
         }
       } catch (error) {
         // What was claimed (and completed) is recorded: hand it over, or it would stay stuck in flight in this owner's

@@ -40,7 +40,7 @@ describe('asynchronous commit of the dispatcher statements on real Postgres', {
     const statements = loadStatements(schema);
     const cases: [StatementName, unknown[]][] = [
       ['claim-held-lanes', ['w', ['h'], 5, 30_000, null, [], [], [], [], [], [], [], false, [], [], [], []]],
-      ['acquire-lanes', ['w2', ['h'], 4, 0, 30_000, null, [], false]],
+      ['acquire-lanes', ['w2', ['h'], 4, 0, 30_000, null, []]],
       ['extend-lease', ['w', leases.map((l) => Number(l[0])), leases.map((l) => l[1]), 30_000, null]],
       [
         'complete-many',
