@@ -25,9 +25,10 @@
 --         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly),
 --         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone)
 -- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; walk_step orders
---          the keyed rows of a lane in walk order (the store resumes after the last one); then one row per completed
---          delivery with only completed_id set; then, when held lanes changed while this statement waited for them
---          (skipped, see seen), one row with only skipped_lanes set (the store asks again with a fresh snapshot)
+--          the keyed rows of a lane in walk order (the store resumes after the last one); then, when leases were given
+--          or held lanes changed while this statement waited for them (skipped, see seen), one summary row (id NULL):
+--          completed_ids, NULL when every listed lease was completed (the common case: no id is sent back), else the
+--          ids completed; skipped_lanes, how many lanes were skipped (the store asks again with a fresh snapshot)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 WITH RECURSIVE clock AS (
@@ -214,17 +215,20 @@ handed_back AS (
 )
 (SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
         p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, p.payload) AS payload,
-        coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts, p.available_at,
-        p.created_at, p.walk_step, NULL::text AS completed_id, NULL::int AS skipped_lanes
+        coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts,
+        -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
+        round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000) AS available_at,
+        round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at, p.walk_step, NULL::text[] AS completed_ids, NULL::int AS skipped_lanes
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
  -- No events row: the event was published inline, and the delivery row the claim read carries it.
  LEFT JOIN /*schema*/relaybus_events e ON e.id = p.event_id
  ORDER BY p.available_at, p.id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, c.id::text, NULL
-FROM completed c
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, k.lanes
-FROM (SELECT ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes) k
-WHERE k.lanes > 0
+-- One row, not one per completed delivery: a row per id cost the client more than the rest of a delivery's parsing.
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM completed c) END,
+       k.lanes
+FROM (SELECT (SELECT count(*) FROM completed) AS completed,
+             ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes) k
+WHERE k.lanes > 0 OR cardinality($9::bigint[]) > 0

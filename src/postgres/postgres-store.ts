@@ -202,7 +202,9 @@ export function lanesOfPayload(payload: string): number[] | undefined {
 }
 
 const iso = (date: Date | undefined): string | null => (date === undefined ? null : date.toISOString());
-const toDate = (value: unknown): Date => (value instanceof Date ? value : new Date(String(value)));
+/** A timestamp as the drivers hand it back (a Date, or its text), or as milliseconds since the epoch. */
+const toDate = (value: unknown): Date =>
+  value instanceof Date ? value : new Date(typeof value === 'number' ? value : String(value));
 const toInt = (value: unknown): number => Number(value);
 
 // Row types come from the column descriptions of rows.ts, which a test checks against what Postgres describes.
@@ -398,13 +400,15 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         ...probes.due((params.now ?? new Date()).getTime()),
         take,
       ]);
-      const claimedRows = rows.filter((row) => row.completed_id === null && row.skipped_lanes === null);
-      walks.advance(owner, claimedRows);
-      probes.claimed(claimedRows);
+      // The summary row (id NULL) comes last, when leases were given or lanes skipped.
+      const summary = rows.length > 0 && rows[rows.length - 1]!.id === null ? rows.pop() : undefined;
+      walks.advance(owner, rows);
+      probes.claimed(rows);
       return {
-        claimedRows,
-        completedIds: new Set(rows.flatMap((row) => (row.completed_id === null ? [] : [row.completed_id]))),
-        skippedLanes: rows.reduce((sum, row) => sum + (row.skipped_lanes ?? 0), 0),
+        claimedRows: rows,
+        /** The ids completed, or 'all' (every lease listed was: the statement sends no id back then). */
+        completedIds: summary?.completed_ids == null ? ('all' as const) : new Set(summary.completed_ids),
+        skippedLanes: summary?.skipped_lanes ?? 0,
       };
     };
     const claimHeld = async (want: number, complete: readonly ParsedLease[], take: readonly number[] = []) => {
@@ -466,7 +470,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const first = await claimHeld(limit, leases, named);
       claimed.push(...first.claimedRows);
       // A lease listed twice succeeds once, as it would in two calls.
-      completed = leases.map((lease) => first.completedIds.delete(lease.deliveryId));
+      const { completedIds } = first;
+      completed =
+        completedIds === 'all' ? leases.map(() => true) : leases.map((lease) => completedIds.delete(lease.deliveryId));
       try {
         if (claimed.length < limit) {
           // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, free lanes no publish

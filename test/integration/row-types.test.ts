@@ -130,6 +130,7 @@ const VALUE_CHECKS: Readonly<
   int2: { expression: '7::int2', holds: (v) => v === 7 },
   int4: { expression: '7::int4', holds: (v) => v === 7 },
   int8: { expression: '7::int8', holds: (v) => v === '7' || v === 7 },
+  float8: { expression: '1714979289123::float8', holds: (v) => v === 1714979289123 },
   text: { expression: `'x'::text`, holds: (v) => v === 'x' },
   jsonb: { expression: `'{"a":[1]}'::jsonb`, holds: (v) => JSON.stringify(v) === '{"a":[1]}' },
   timestamptz: {

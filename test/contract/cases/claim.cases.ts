@@ -107,6 +107,19 @@ export const claimCases: CaseGroup = {
       },
     },
     {
+      name: 'a claimed delivery carries its due time and creation time to the millisecond, as listed',
+      async run({ harness }) {
+        // An odd millisecond count: a claim that read the times in other units, or rounded, would differ.
+        const at = new Date(Math.floor(harness.clock.now().getTime() / 1000) * 1000 + 60_007);
+        await publish(harness, [event({ id: 'timed', availableAt: at })]);
+        const [listed] = await allDeliveries(harness);
+        harness.clock.advance(61_000);
+        const [claimed] = await claimExpecting(harness, 'w1', ['timed']);
+        assert.equal(claimed?.availableAt.getTime(), at.getTime());
+        assert.equal(claimed?.createdAt.getTime(), listed?.createdAt.getTime());
+      },
+    },
+    {
       name: 'another owner cannot claim from a lane held under a live lease',
       async run({ harness }) {
         // One keyed event with two handlers: both deliveries live in the same lane.
