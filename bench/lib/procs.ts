@@ -21,6 +21,10 @@ export class Child<_R> {
         ...(process.env.BENCH_CPU_PROF && init.role === 'dispatcher'
           ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_CPU_PROF]
           : []),
+        // BENCH_DISPATCHER_FLAGS="--trace-gc ...": more Node flags for dispatcher processes (diagnosis only).
+        ...(process.env.BENCH_DISPATCHER_FLAGS && init.role === 'dispatcher'
+          ? process.env.BENCH_DISPATCHER_FLAGS.split(' ').filter(Boolean)
+          : []),
       ],
       serialization: 'advanced',
       env: { ...process.env, ...env },
