@@ -28,7 +28,8 @@
 --          the keyed rows of a lane in walk order (the store resumes after the last one); then, when leases were given
 --          or held lanes changed while this statement waited for them (skipped, see seen), one summary row (id NULL):
 --          completed_ids, NULL when every listed lease was completed (the common case: no id is sent back), else the
---          ids completed; skipped_lanes, how many lanes were skipped (the store asks again with a fresh snapshot)
+--          ids completed; skipped_lanes, how many lanes were skipped (the store asks again with a fresh snapshot);
+--          handed_back, the lanes handed back (the store drops their walk cursors: a lane taken again starts afresh)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 WITH RECURSIVE clock AS (
@@ -218,7 +219,8 @@ handed_back AS (
         coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts,
         -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
         round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000) AS available_at,
-        round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at, p.walk_step, NULL::text[] AS completed_ids, NULL::int AS skipped_lanes
+        round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at, p.walk_step,
+        NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
  -- No events row: the event was published inline, and the delivery row the claim read carries it.
@@ -228,7 +230,8 @@ UNION ALL
 -- One row, not one per completed delivery: a row per id cost the client more than the rest of a delivery's parsing.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM completed c) END,
-       k.lanes
+       k.lanes, k.handed_back
 FROM (SELECT (SELECT count(*) FROM completed) AS completed,
-             ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes) k
-WHERE k.lanes > 0 OR cardinality($9::bigint[]) > 0
+             ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
+             ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back) k
+WHERE k.lanes > 0 OR cardinality($9::bigint[]) > 0 OR cardinality(k.handed_back) > 0

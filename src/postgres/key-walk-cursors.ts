@@ -2,7 +2,8 @@
  * Where each lane's walk over its keys resumes (see sql/claim-held-lanes.sql). The claim visits a lane's
  * keys in (handler, key) order from just after the key it picked last, wrapping around, so every key of
  * a busy lane gets its turn even when each batch fills before the walk ends. Kept per owner in the
- * store's memory: a lane that changes hands simply starts its walk from the beginning.
+ * store's memory, for the lanes it holds (a claim reports the lanes it handed back): a lane that changes
+ * hands simply starts its walk from the beginning.
  */
 
 /** A claimed row as the cursor needs it. */
@@ -42,6 +43,12 @@ export class KeyWalkCursors {
     let cursors = this.#byOwner.get(owner);
     if (cursors === undefined) this.#byOwner.set(owner, (cursors = new Map()));
     for (const [lane, at] of last) cursors.set(lane, at);
+  }
+
+  /** The owner handed these lanes back: their cursors go (not sent with every claim), a lane taken again starts afresh. */
+  drop(owner: string, lanes: readonly (number | string)[]): void {
+    const cursors = this.#byOwner.get(owner);
+    if (cursors !== undefined) for (const lane of lanes) cursors.delete(Number(lane));
   }
 
   /** The owner handed its lanes back: its walks start afresh. */

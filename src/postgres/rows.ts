@@ -126,6 +126,8 @@ export const ROW_COLUMNS = {
     completed_ids: nullable('_text'),
     /** On the summary row only: held lanes skipped because they changed while the claim waited. */
     skipped_lanes: nullable('int4'),
+    /** On the summary row only: the lanes the claim handed back. */
+    handed_back: nullable('_text'),
   },
   'complete-many': { id: col('text'), next_due: col('bool') },
   'complete-one': IDS,

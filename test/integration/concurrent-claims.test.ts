@@ -154,6 +154,48 @@ describe('a claim naming free lanes on real Postgres', { skip: 'skip' in found ?
     }));
 });
 
+describe('walk cursors on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  it('a lane the claim hands back stops sending its cursor; a lane still held keeps it', () =>
+    withPrivateStore('walk_cursors', 2, async ({ pool, schema }) => {
+      const cursorLanes: number[][] = [];
+      const driver = fromPg(pool);
+      const run = driver.executor.run.bind(driver.executor);
+      (driver.executor as { run: typeof run }).run = (statement, params) => {
+        if (statement.name.startsWith('relaybus_claim_held_lanes')) cursorLanes.push([...(params[5] as number[])]);
+        return run(statement, params);
+      };
+      const store = postgresStore({ driver, schema });
+      const [done, busy] = [laneOf('k-done', 'e'), laneOf('k-busy', 'e')];
+      assert.notEqual(done, busy);
+      const handlers = [{ name: 'a', maxAttempts: 3 }];
+      await store.transaction((tx) =>
+        store.publish(tx, [
+          { type: 't', key: 'k-done', payload: {}, handlers },
+          { type: 't', key: 'k-busy', payload: {}, handlers },
+          { type: 't', key: 'k-busy', payload: {}, handlers },
+        ]),
+      );
+      const params = { owner: 'w1', handlers: ['a'], limit: 10, leaseDurationMs: 60_000, preferLanes: [done, busy] };
+      const first = await store.claim(params);
+      assert.deepEqual(first.map((d) => d.key).sort(), ['k-busy', 'k-done']);
+      const lease = (key: string) => {
+        const d = first.find((c) => c.key === key)!;
+        return { deliveryId: d.id, leaseToken: d.leaseToken };
+      };
+      // Completing k-done leaves its lane without work (handed back); k-busy's next delivery keeps its lane held.
+      const second = await store.completeAndClaim([lease('k-done'), lease('k-busy')], { ...params, preferLanes: [] });
+      assert.deepEqual(second.completed, [true, true]);
+      assert.deepEqual(
+        second.claimed.map((d) => d.key),
+        ['k-busy'],
+      );
+      await store.claim({ ...params, preferLanes: [] });
+      const last = cursorLanes.at(-1)!;
+      assert.ok(!last.includes(done), `the handed-back lane's cursor is not sent: ${last.join(',')}`);
+      assert.ok(last.includes(busy), `the held lane's cursor is: ${last.join(',')}`);
+    }));
+});
+
 describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   it('does not hand out again a delivery rescheduled while the claim waited for its lane', async () => {
     await withPrivateStore('claim_vs_reschedule', 4, async ({ pool, store, schema }) => {

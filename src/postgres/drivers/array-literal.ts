@@ -2,7 +2,9 @@
  * Postgres array literals (`{"a","b",NULL}`), for drivers whose own array handling depends on
  * settings relaybus does not control: postgres.js serialises a JS array only when it fetched the
  * array types at connect (`fetch_types`, on by default), and hands array columns back as text when
- * it did not. Sending the literal and parsing text results keeps both cases right.
+ * it did not. Sending the literal and parsing text results keeps both cases right. The pg driver
+ * sends them too: pg's own array serialiser escapes every element with two replaces, and a claim
+ * sends hundreds of elements.
  */
 
 function element(value: unknown): string {
@@ -14,7 +16,8 @@ function element(value: unknown): string {
   else if (typeof value === 'boolean') return value ? 't' : 'f';
   else if (value instanceof Date) text = value.toISOString();
   else text = JSON.stringify(value);
-  return `"${text.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+  // Most texts need no escape (ids, keys, handler names): quoted as they are, without a replace per element.
+  return text.includes('"') || text.includes('\\') ? `"${text.replace(/[\\"]/g, (c) => `\\${c}`)}"` : `"${text}"`;
 }
 
 /**

@@ -1,5 +1,6 @@
 import { InvalidInputError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+import { toArrayLiteral } from './array-literal.js';
 import { guardCheckedOut, guardPgPool } from './connection-errors.js';
 import { listenOnPgPool } from './pg-listener.js';
 import { runGuarded } from './transaction-guard.js';
@@ -48,9 +49,10 @@ function isPgClient(value: unknown): value is PgClientLike {
 function executorOf(client: PgClientLike, prepared: boolean): SqlExecutor {
   return {
     async run<Row extends object>(statement: SqlStatement, params: readonly unknown[]): Promise<Row[]> {
+      const values = params.map((value) => (Array.isArray(value) ? toArrayLiteral(value) : value));
       const config = prepared
-        ? { name: statement.name, text: statement.text, values: [...params] }
-        : { text: statement.text, values: [...params] };
+        ? { name: statement.name, text: statement.text, values }
+        : { text: statement.text, values };
       return (await client.query(config)).rows as Row[];
     },
     async exec(script: string): Promise<void> {
