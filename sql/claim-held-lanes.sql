@@ -4,10 +4,10 @@
 --                   lanes that got nothing and run nothing. One round trip per cycle: the completion rides on the next
 --                   claim, and a delivery published into a free lane needs no acquire-lanes first.
 --                   Completion: as complete-many (fenced by lane epoch, in_flight and the delivery's claims counter),
---                   plus a history row per delivery when $13. A completed keyed delivery was its key's head when
---                   claimed, and every sequence given later (publish, requeue) is larger while reschedule, bury,
---                   release and takeover keep theirs; so the smallest pending sequence above it is its key's new head,
---                   picked directly (no probe) if due.
+--                   plus a history row per delivery when $13 (sql/fragments/completion-history.sql). A completed
+--                   keyed delivery was its key's head when claimed, and every sequence given later (publish, requeue)
+--                   is larger while reschedule, bury, release and takeover keep theirs; so the smallest pending
+--                   sequence above it is its key's new head, picked directly (no probe) if due.
 --                   Unkeyed rows come oldest first. Keyed rows come from a walk over the lane's keys, one step per
 --                   (handler, key): the key's first pending row is its head, the only one that may run, so blocked
 --                   followers are never read and no backlog shape can hide a due head. The walk starts after the key
@@ -50,7 +50,7 @@ named AS (
   ORDER BY l.lane
   FOR NO KEY UPDATE SKIP LOCKED
 ),
-completed AS (
+deleted AS (
   DELETE FROM /*schema*/relaybus_deliveries d
   USING unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::int[]) AS t(id, lane, epoch, claims)
   WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
@@ -60,17 +60,13 @@ completed AS (
     AND (SELECT async_commit FROM clock) IS NOT NULL
   RETURNING d.id, d.lane, d.event_id, d.event_type, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
 ),
-history AS (
-  INSERT INTO /*schema*/relaybus_completed_deliveries
-    (delivery_id, event_id, event_type, handler, lane, key, sequence, attempts, max_attempts, created_at, completed_at)
-  SELECT c.id, c.event_id, coalesce(c.event_type, e.type), c.handler, c.lane, c.key, c.sequence, c.attempts,
-         c.max_attempts, c.created_at, (SELECT now FROM clock)
-  FROM completed c LEFT JOIN /*schema*/relaybus_events e ON e.id = c.event_id AND c.event_type IS NULL
-  WHERE $13::boolean
+history_params AS (
+  SELECT $13::boolean AS enabled, (SELECT now FROM clock) AS completed_at
 ),
+/*include completion-history*/,
 finished AS (
   -- Completed now: still visible to this statement's snapshot, so named explicitly wherever in_flight is judged.
-  SELECT lane, array_agg(id) AS ids FROM completed GROUP BY lane
+  SELECT lane, array_agg(id) AS ids FROM deleted GROUP BY lane
 ),
 seen AS (
   -- The held lanes whose row did not change since this statement's snapshot, the only ones it may pick from or hand
@@ -91,7 +87,7 @@ direct AS (
   SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
          n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, q.rank
   FROM (
-    SELECT c.lane, c.handler, c.key, c.sequence AS after, 1 AS rank FROM completed c WHERE c.key IS NOT NULL
+    SELECT c.lane, c.handler, c.key, c.sequence AS after, 1 AS rank FROM deleted c WHERE c.key IS NOT NULL
     UNION ALL
     SELECT p.lane, p.handler, p.key, -1, 0 FROM unnest($14::smallint[], $15::text[], $16::text[]) AS p(lane, handler, key)
   ) q
@@ -229,9 +225,9 @@ handed_back AS (
 UNION ALL
 -- One row, not one per completed delivery: a row per id cost the client more than the rest of a delivery's parsing.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM completed c) END,
+       CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END,
        k.lanes, k.handed_back
-FROM (SELECT (SELECT count(*) FROM completed) AS completed,
+FROM (SELECT (SELECT count(*) FROM deleted) AS completed,
              ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
              ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back) k
 WHERE k.lanes > 0 OR cardinality($9::bigint[]) > 0 OR cardinality(k.handed_back) > 0

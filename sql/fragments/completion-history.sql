@@ -1,6 +1,6 @@
--- fragment completion-history: the CTE history of complete-many and complete-one (spliced in where a statement says
---          /*include completion-history*/): one completion-history row per row of the statement's deleted CTE, when
---          its history_params(enabled, completed_at) say so.
+-- fragment completion-history: the CTE history of complete-many, complete-one and claim-held-lanes (spliced in
+--          where a statement says /*include completion-history*/): one completion-history row per row of the
+--          statement's deleted CTE, when its history_params(enabled, completed_at) say so.
 history AS (
   INSERT INTO /*schema*/relaybus_completed_deliveries
     (delivery_id, event_id, event_type, handler, lane, key, sequence, attempts, max_attempts, created_at, completed_at)
