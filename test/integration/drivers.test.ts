@@ -53,14 +53,21 @@ async function countEvents<TTx>(store: PostgresStore<TTx>): Promise<number> {
 async function roundTrip<TTx>(store: PostgresStore<TTx>, id: string) {
   const [published] = await store.transaction((tx) => store.publish(tx, [event(id)]));
   assert.deepEqual(published, { eventId: id, addedHandlers: ['h1', 'h2'], duplicate: false });
-  const claimed = await store.claim({ owner: `w-${id}`, handlers: ['h1', 'h2'], limit: 10, leaseDurationMs: 30_000 });
+  const params = { owner: `w-${id}`, handlers: ['h1', 'h2'], limit: 10, leaseDurationMs: 30_000 };
+  const claimed = await store.claim(params);
   assert.equal(claimed.length, 2);
   assert.deepEqual(claimed[0]!.payload, event(id).payload);
   assert.deepEqual(claimed[0]!.headers, { trace: 't' });
-  assert.deepEqual(await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken }))), [
-    true,
-    true,
-  ]);
+  const leases = claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken }));
+  assert.deepEqual(await store.completeMany([leases[0]!]), [true]);
+  // The other completion rides on a claim that finds a new event's deliveries, next to one that was done already: the
+  // claim's summary row lists the ids it completed (an array column after rows where it is NULL), read alike through
+  // every driver and client setting.
+  await store.transaction((tx) => store.publish(tx, [event(`${id}-next`)]));
+  const riding = await store.completeAndClaim(leases, params);
+  assert.deepEqual(riding.completed, [false, true]);
+  assert.equal(riding.claimed.length, 2);
+  await store.completeMany(riding.claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
   return claimed;
 }
 
@@ -139,6 +146,19 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
           const store = postgresStore({ driver: fromPostgresJs(sql), schema: schemaFor(label) });
           await store.setup();
           await roundTrip(store, `e-${label}`);
+          // An array column NULL in the first rows and set in a later one (the claim's summary row comes last).
+          const arrays = await fromPostgresJs(sql).executor.run<{ a: string[] | null }>(
+            {
+              name: 'relaybus_test_arrays',
+              text: `SELECT NULL::text[] AS a UNION ALL SELECT ARRAY['10', '20']::text[]`,
+            },
+            [],
+          );
+          assert.deepEqual(
+            arrays.map((r) => r.a),
+            [null, ['10', '20']],
+            `${label}: a text[] after NULL rows comes back as an array`,
+          );
           const [row] = await sql.unsafe(`SELECT jsonb_typeof(payload) AS t FROM "${store.schema}".relaybus_events`);
           assert.equal(row?.t, 'object', `${label}: the payload is stored as a JSON object, not as a JSON string`);
         } finally {

@@ -98,9 +98,9 @@ function parametersFor(db: PostgresJsQueryableLike, statement: SqlStatement, par
 /** Parse array columns that came back as text (no array types fetched); everything else is left alone. */
 function normalise(result: PostgresJsResultLike): object[] {
   const rows = result as unknown as Record<string, unknown>[];
-  const first = rows[0];
-  if (!first || !result.columns) return rows;
-  const textArrays = result.columns.filter((c) => ARRAY_OIDS.has(c.type) && typeof first[c.name] === 'string');
+  if (rows.length === 0 || !result.columns) return rows;
+  // Every row is looked at: an array column may be NULL in the first rows (the claim's summary row comes last).
+  const textArrays = result.columns.filter((c) => ARRAY_OIDS.has(c.type));
   if (textArrays.length === 0) return rows;
   for (const row of rows) {
     for (const column of textArrays) {
