@@ -405,10 +405,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       walks.advance(owner, rows);
       if (summary?.handed_back) walks.drop(owner, summary.handed_back);
       probes.claimed(rows);
+      // No ids back: every lease listed was completed. A lease listed twice succeeds once, as it would in two calls.
+      const ids = summary?.completed_ids == null ? undefined : new Set(summary.completed_ids);
       return {
         claimedRows: rows,
-        /** The ids completed, or 'all' (every lease listed was: the statement sends no id back then). */
-        completedIds: summary?.completed_ids == null ? ('all' as const) : new Set(summary.completed_ids),
+        completed: complete.map((lease) => ids === undefined || ids.delete(lease.deliveryId)),
         skippedLanes: summary?.skipped_lanes ?? 0,
       };
     };
@@ -470,10 +471,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     } else {
       const first = await claimHeld(limit, leases, named);
       claimed.push(...first.claimedRows);
-      // A lease listed twice succeeds once, as it would in two calls.
-      const { completedIds } = first;
-      completed =
-        completedIds === 'all' ? leases.map(() => true) : leases.map((lease) => completedIds.delete(lease.deliveryId));
+      completed = first.completed;
       try {
         if (claimed.length < limit) {
           // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, free lanes no publish

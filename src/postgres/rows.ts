@@ -105,6 +105,7 @@ export const ROW_COLUMNS = {
   'acquire-lanes': { lanes: col('int4'), charged: col('int4') },
   bury: IDS,
   'claim-held-lanes': {
+    /** NULL on the summary row only, which the store takes off before it reads the claimed rows. */
     id: col('text'),
     lane: col('int2'),
     epoch: col('text'),
