@@ -10,17 +10,20 @@ export class RetryAlarm {
   /** Due times (monotonic ms), earliest first. */
   readonly #due: number[] = [];
   readonly #onDue: () => void;
+  readonly #clock: () => number;
   #timer: NodeJS.Timeout | undefined;
   #armedFor: number | undefined;
 
-  constructor(onDue: () => void) {
+  /** `clock`: monotonic milliseconds (tests pass their own). */
+  constructor(onDue: () => void, clock: () => number = () => performance.now()) {
     this.#onDue = onDue;
+    this.#clock = clock;
   }
 
   /** Ring once `delayMs` from now. */
   add(delayMs: number): void {
     if (this.#due.length >= MAX_ALARMS || !Number.isFinite(delayMs)) return;
-    const at = performance.now() + Math.max(0, delayMs);
+    const at = this.#clock() + Math.max(0, delayMs);
     let index = this.#due.length;
     while (index > 0 && this.#due[index - 1]! > at) index -= 1;
     this.#due.splice(index, 0, at);
@@ -40,15 +43,17 @@ export class RetryAlarm {
     if (next === undefined || (this.#armedFor !== undefined && this.#armedFor <= next)) return;
     clearTimeout(this.#timer);
     this.#armedFor = next;
-    this.#timer = setTimeout(() => this.#ring(), Math.max(0, next - performance.now()));
+    this.#timer = setTimeout(() => this.#ring(), Math.max(0, next - this.#clock()));
     this.#timer.unref();
   }
 
   #ring(): void {
     this.#timer = undefined;
     this.#armedFor = undefined;
-    // A timer may fire a little before the clock reads its due time (timers have millisecond granularity).
-    const now = performance.now() + 1;
+    // Never early: a timer may fire before the clock reads its due time (timers count whole milliseconds from the
+    // event loop's cached time), and a claim that starts before the retried head is due finds nothing and leaves it
+    // to the next poll. An early timer is set again for what remains.
+    const now = this.#clock();
     let passed = 0;
     while (passed < this.#due.length && this.#due[passed]! <= now) passed += 1;
     this.#due.splice(0, passed);

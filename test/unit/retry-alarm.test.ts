@@ -23,6 +23,27 @@ describe('RetryAlarm', () => {
     );
   });
 
+  it('never rings before the due time, even when its timer fires early (it waits out the rest)', (t) => {
+    // A claim started before the retried head is due finds nothing, and the head then waits for the next poll.
+    t.mock.timers.enable({ apis: ['setTimeout'] });
+    let clock = 1_000;
+    let rings = 0;
+    const alarm = new RetryAlarm(
+      () => (rings += 1),
+      () => clock,
+    );
+    alarm.add(300);
+    clock = 1_299.5; // the timer fires while the clock still reads half a millisecond before the due time
+    t.mock.timers.tick(300);
+    assert.equal(rings, 0, 'rang before the due time');
+    clock = 1_300.2;
+    t.mock.timers.tick(1);
+    assert.equal(rings, 1, 'rang once the due time passed');
+    t.mock.timers.tick(1_000);
+    assert.equal(rings, 1);
+    alarm.stop();
+  });
+
   it('rings no more once stopped', async () => {
     let rings = 0;
     const alarm = new RetryAlarm(() => (rings += 1));
