@@ -219,8 +219,13 @@ handed_back AS (
         NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
- -- No events row: the event was published inline, and the delivery row the claim read carries it.
- LEFT JOIN /*schema*/relaybus_events e ON e.id = p.event_id
+ -- An event published inline (its delivery carries its type) has no events row: not even looked up. Behind OFFSET 0
+ -- the condition is the subquery's one-time filter, checked before the index scan (as a join condition it would
+ -- only filter what the scan found: a probe per delivery for nothing).
+ LEFT JOIN LATERAL (
+   SELECT e.type, e.payload, e.headers FROM /*schema*/relaybus_events e
+   WHERE p.event_type IS NULL AND e.id = p.event_id OFFSET 0
+ ) e ON true
  ORDER BY p.available_at, p.id)
 UNION ALL
 -- One row, not one per completed delivery: a row per id cost the client more than the rest of a delivery's parsing.
