@@ -24,6 +24,7 @@ import { loadStatements } from '../src/postgres/statements.js';
 import type { ClaimedDelivery } from '../src/store/contract.js';
 import { parseLeaseToken } from '../src/core/lease-token.js';
 import { createBenchDatabase, dropBenchDatabase } from './lib/db.js';
+import { publishBacklog } from './lib/backlog.js';
 import { HANDLERS } from './lib/types.js';
 
 const { values: args } = parseArgs({
@@ -45,30 +46,11 @@ try {
   const store = postgresStore({ driver: fromPg(pool), schema });
   await store.setup();
   const statements = loadStatements(schema);
-  const handlers = HANDLERS.map((name) => ({ name, maxAttempts: 10 }));
-  const events = deliveries / HANDLERS.length;
-  const keys = Math.ceil(events / 10);
-  const started = Date.now();
-  for (let from = 0; from < events; from += 1000) {
-    const client = await pool.connect();
-    try {
-      await client.query('BEGIN');
-      await store.publish(
-        client,
-        Array.from({ length: Math.min(1000, events - from) }, (_, k) => {
-          const i = from + k;
-          return { id: `e${i}`, type: 'bench.event', key: `k${i % keys}`, payload: { i }, handlers };
-        }),
-      );
-      await client.query('COMMIT');
-    } finally {
-      client.release();
-    }
-  }
+  const { events, keys, publishMs } = await publishBacklog(pool, store, deliveries);
   say(`# relaybus claim and completion plans at a deep backlog`);
   say('');
   say(
-    `${deliveries} pending deliveries (${events} keyed events x ${HANDLERS.length} handlers, ${keys} keys) published through store.publish in ${((Date.now() - started) / 1000).toFixed(1)} s; ${(await pool.query('SELECT version()')).rows[0].version}`,
+    `${deliveries} pending deliveries (${events} keyed events x ${HANDLERS.length} handlers, ${keys} keys) published through store.publish in ${(publishMs / 1000).toFixed(1)} s; ${(await pool.query('SELECT version()')).rows[0].version}`,
   );
 
   async function analyzeAll(): Promise<void> {

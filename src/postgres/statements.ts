@@ -60,24 +60,41 @@ const rawTexts = new Map<StatementName, string>();
 
 const INCLUDE_MARKER = /\/\*include ([a-z-]+)\*\//g;
 
-/** A fragment of `sql/fragments/` without its header comment: CTEs two statements share, written once. */
-function fragmentText(name: string): string {
-  return readFileSync(packageFile(`sql/fragments/${name}.sql`), 'utf8')
-    .split('\n')
-    .filter((line) => !line.startsWith('--'))
-    .join('\n')
-    .trim();
+/** A fragment file of `sql/fragments/`, as stored (its header comment included). */
+function readFragmentFile(name: string): string {
+  return readFileSync(packageFile(`sql/fragments/${name}.sql`), 'utf8');
+}
+
+/** `raw` with each `/*include name*\/` replaced by that fragment without its header comment: CTEs two statements share. */
+function spliceFragments(raw: string, readFragment: (name: string) => string): string {
+  return raw.replace(INCLUDE_MARKER, (_, name: string) =>
+    readFragment(name)
+      .split('\n')
+      .filter((line) => !line.startsWith('--'))
+      .join('\n')
+      .trim(),
+  );
 }
 
 function rawText(name: StatementName): string {
   let text = rawTexts.get(name);
   if (text === undefined) {
-    text = readFileSync(packageFile(`sql/${name}.sql`), 'utf8').replace(INCLUDE_MARKER, (_, fragment: string) =>
-      fragmentText(fragment),
-    );
+    text = spliceFragments(readFileSync(packageFile(`sql/${name}.sql`), 'utf8'), readFragmentFile);
     rawTexts.set(name, text);
   }
   return text;
+}
+
+/**
+ * A statement file's text as the store sends it: fragments spliced in, every table prefixed with the schema. For tools
+ * that render another version of a statement (bench/claim-compare.ts reads one from a git revision).
+ */
+export function renderStatement(
+  file: string,
+  schema: string,
+  readFragment: (name: string) => string = readFragmentFile,
+): string {
+  return spliceFragments(file, readFragment).replace(SCHEMA_MARKER, `${quoteIdentifier(schema)}.`);
 }
 
 /** `"schema".` for a valid identifier; identifiers are validated by the store's options first. */

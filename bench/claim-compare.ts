@@ -1,0 +1,180 @@
+/**
+ * The claim statement of this checkout against the one of a git revision, on one state, as a ratio.
+ *
+ *   npm run bench:claim-compare -- --against HEAD [--deliveries 50000] [--batch 100] [--runs 40] [--unkeyed]
+ *
+ * A change that saves 5-10% of the claim's execution is lost in a throughput run on this shared machine (identical
+ * runs differ by 10-15%, and the machine's speed drifts within minutes). Here both texts run on the same state, in
+ * turns, so drift cancels out: N deliveries published through the real store (10 events per key, two handlers), one
+ * owner's claim of `batch` in flight, then the next claim of that owner as a dispatcher sends it (completing the batch
+ * in flight, claiming the next one), under EXPLAIN (ANALYZE, TIMING OFF) of its generic plan (as a named prepared
+ * statement runs after its first executions) in a transaction that is rolled back. Prints the median execution time
+ * of each and their ratio, after checking that both pick the same deliveries and complete the same ones.
+ * The revision's text must take the same parameters; sql/fragments/ is read at that revision too.
+ */
+import { execFileSync } from 'node:child_process';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { parseLeaseToken } from '../src/core/lease-token.js';
+import { fromPg, postgresStore } from '../src/postgres/index.js';
+import { loadStatements, renderStatement } from '../src/postgres/statements.js';
+import type { ClaimedDelivery } from '../src/store/contract.js';
+import { publishBacklog } from './lib/backlog.js';
+import { createBenchDatabase, dropBenchDatabase } from './lib/db.js';
+import { HANDLERS } from './lib/types.js';
+
+const { values: args } = parseArgs({
+  options: {
+    against: { type: 'string', default: 'HEAD' },
+    deliveries: { type: 'string', default: '50000' },
+    batch: { type: 'string', default: '100' },
+    runs: { type: 'string', default: '40' },
+    unkeyed: { type: 'boolean', default: false },
+  },
+});
+const deliveries = Number(args.deliveries);
+const batch = Number(args.batch);
+const runs = Number(args.runs);
+for (const [name, value] of Object.entries({ deliveries, batch, runs }))
+  if (!Number.isInteger(value) || value < 1) throw new Error(`--${name} must be a positive integer`);
+const schema = 'bench_claim_compare';
+
+/** A file of this repository at the revision, or an error naming both. */
+function atRevision(path: string): string {
+  try {
+    return execFileSync('git', ['show', `${args.against}:${path}`], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+  } catch (error) {
+    throw new Error(`cannot read ${path} at revision ${args.against}: ${(error as Error).message.split('\n')[0]}`);
+  }
+}
+
+const texts = {
+  [args.against]: renderStatement(atRevision('sql/claim-held-lanes.sql'), schema, (name) =>
+    atRevision(`sql/fragments/${name}.sql`),
+  ),
+  'working tree': loadStatements(schema)['claim-held-lanes'].text,
+};
+const sides = Object.keys(texts);
+if (texts[sides[0]!] === texts[sides[1]!])
+  console.log(`note: the claim statement is the same in both (${sides.join(', ')})`);
+
+/** A parameter as an EXECUTE literal. */
+function literal(client: pg.PoolClient, value: unknown): string {
+  if (value === null) return 'NULL';
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  if (Array.isArray(value))
+    return client.escapeLiteral(`{${value.map((v) => `"${String(v).replace(/["\\]/g, '\\$&')}"`).join(',')}}`);
+  return client.escapeLiteral(String(value));
+}
+
+const { url, created } = await createBenchDatabase('relaybus_bench_claim_compare');
+const pool = new pg.Pool({ connectionString: url, max: 2 });
+try {
+  const store = postgresStore({ driver: fromPg(pool), schema });
+  await store.setup();
+  const backlog = await publishBacklog(pool, store, deliveries, !args.unkeyed);
+  await pool.query(`ANALYZE "${schema}".relaybus_deliveries`);
+  const owner = 'claim-compare';
+  const inFlight: ClaimedDelivery[] = [];
+  while (inFlight.length < batch) {
+    const more = await store.claim({
+      owner,
+      handlers: HANDLERS.slice(),
+      limit: batch - inFlight.length,
+      leaseDurationMs: 600_000,
+    });
+    if (more.length === 0) break;
+    inFlight.push(...more);
+  }
+  const leases = inFlight.map((d) => ({ id: d.id, ...parseLeaseToken(d.leaseToken) }));
+  // The next claim of this owner, as the store sends it with the completions riding (no walk cursors, probes or
+  // named lanes): $1-$17 of sql/claim-held-lanes.sql.
+  const params: unknown[] = [
+    owner,
+    HANDLERS.slice(),
+    batch,
+    600_000,
+    null,
+    [],
+    [],
+    [],
+    leases.map((l) => l.id),
+    leases.map((l) => l.lane),
+    leases.map((l) => l.epoch),
+    leases.map((l) => l.claims),
+    false,
+    [],
+    [],
+    [],
+    [],
+  ];
+  const {
+    rows: [held],
+  } = await pool.query<{ lanes: number }>(
+    `SELECT count(*)::int AS lanes FROM "${schema}".relaybus_lanes WHERE lease_owner = $1`,
+    [owner],
+  );
+  console.log(
+    `${deliveries} deliveries (${backlog.keys === 0 ? 'unkeyed' : `${backlog.keys} keys`}), ${inFlight.length} in flight in ${held!.lanes} lanes; the next claim completes them and claims up to ${batch}`,
+  );
+
+  const client = await pool.connect();
+  try {
+    const prepared = new Map<string, string>();
+    for (const [index, side] of sides.entries()) {
+      const name = `claim_compare_${index}`;
+      await client.query(`PREPARE ${name} AS ${texts[side]}`);
+      prepared.set(side, name);
+    }
+    await client.query('SET plan_cache_mode = force_generic_plan');
+    const execute = (side: string) =>
+      `EXECUTE ${prepared.get(side)}(${params.map((p) => literal(client, p)).join(', ')})`;
+
+    // Both pick and complete the same deliveries (run for real, rolled back).
+    const outcome: string[] = [];
+    for (const side of sides) {
+      await client.query('BEGIN');
+      const { rows } = await client.query<{ id: string | null; completed_ids: string[] | null }>(execute(side));
+      await client.query('ROLLBACK');
+      const picked = rows
+        .filter((r) => r.id !== null)
+        .map((r) => r.id!)
+        .sort();
+      const summary = rows.find((r) => r.id === null);
+      outcome.push(JSON.stringify({ picked, completed: summary?.completed_ids ?? 'all' }));
+    }
+    if (outcome[0] !== outcome[1])
+      console.log(`warning: the two texts picked or completed different deliveries; the times compare different work`);
+
+    // Each round runs both, back to back, in alternating order; the figure is the median of the rounds' ratios, which
+    // a shift of the machine's speed between rounds (seen here: 2.6 <-> 4.2 ms for the same text) does not move.
+    const times = new Map<string, number[]>(sides.map((side) => [side, []]));
+    for (let run = 0; run < runs + 2; run += 1) {
+      for (const side of run % 2 === 0 ? sides : [...sides].reverse()) {
+        await client.query('BEGIN');
+        const { rows } = await client.query<{ 'QUERY PLAN': [{ 'Execution Time': number }] }>(
+          `EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) ${execute(side)}`,
+        );
+        await client.query('ROLLBACK');
+        // The first two rounds warm the caches.
+        if (run >= 2) times.get(side)!.push(rows[0]!['QUERY PLAN'][0]['Execution Time']);
+      }
+    }
+    const median = (values: readonly number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+    const [base, changed] = sides.map((side) => times.get(side)!);
+    const ratios = base!.map((ms, round) => changed![round]! / ms);
+    for (const side of sides)
+      console.log(`${side}: median ${median(times.get(side)!).toFixed(3)} ms over ${runs} runs`);
+    console.log(
+      `working tree / ${args.against}: ${median(ratios).toFixed(3)} (median of ${runs} paired rounds; middle half ${median(ratios.filter((r) => r <= median(ratios))).toFixed(3)}-${median(ratios.filter((r) => r >= median(ratios))).toFixed(3)})`,
+    );
+  } finally {
+    client.release();
+  }
+} finally {
+  await pool.end();
+  if (created) await dropBenchDatabase(url);
+}

@@ -1,0 +1,43 @@
+/**
+ * A backlog for the plan studies (explain.ts, claim-compare.ts): `deliveries` pending deliveries published through the
+ * real store, `deliveries / 2` events with both handlers, 10 events per key (or unkeyed), in transactions of 1,000.
+ */
+import type pg from 'pg';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import { HANDLERS } from './types.js';
+
+export interface Backlog {
+  readonly events: number;
+  /** Distinct keys (0 when unkeyed). */
+  readonly keys: number;
+  readonly publishMs: number;
+}
+
+export async function publishBacklog(
+  pool: pg.Pool,
+  store: PostgresStore<PgClientLike>,
+  deliveries: number,
+  keyed = true,
+): Promise<Backlog> {
+  const handlers = HANDLERS.map((name) => ({ name, maxAttempts: 10 }));
+  const events = deliveries / HANDLERS.length;
+  const keys = keyed ? Math.ceil(events / 10) : 0;
+  const started = Date.now();
+  for (let from = 0; from < events; from += 1000) {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      await store.publish(
+        client,
+        Array.from({ length: Math.min(1000, events - from) }, (_, k) => {
+          const i = from + k;
+          return { id: `e${i}`, type: 'bench.event', key: keyed ? `k${i % keys}` : null, payload: { i }, handlers };
+        }),
+      );
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+  }
+  return { events, keys, publishMs: Date.now() - started };
+}
