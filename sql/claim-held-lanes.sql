@@ -24,12 +24,13 @@
 --         nothing to complete), $13 completion history boolean, $14 probe lanes smallint[], $15 probe handlers text[],
 --         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly),
 --         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone)
--- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; walk_step orders
---          the keyed rows of a lane in walk order (the store resumes after the last one); then, when leases were given
---          or held lanes changed while this statement waited for them (skipped, see seen), one summary row (id NULL):
---          completed_ids, NULL when every listed lease was completed (the common case: no id is sent back), else the
---          ids completed; skipped_lanes, how many lanes were skipped (the store asks again with a fresh snapshot);
---          handed_back, the lanes handed back (the store drops their walk cursors: a lane taken again starts afresh)
+-- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; then, when leases
+--          were given, held lanes changed while this statement waited for them (skipped, see seen), lanes were handed
+--          back or walked, one summary row (id NULL): completed_ids, NULL when every listed lease was completed (the
+--          common case: no id is sent back), else the ids completed; skipped_lanes, how many lanes were skipped (the
+--          store asks again with a fresh snapshot); handed_back, the lanes handed back (the store drops their walk
+--          cursors: a lane taken again starts afresh); walk_ends, lane, handler and key in turn, where each walked lane's
+--          walk resumes (the store sends them back as $6-$8)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 WITH RECURSIVE clock AS (
@@ -108,8 +109,15 @@ share AS (
   -- the others, and at least 2: under a keyed backlog the successors of the completed heads fill most of each batch,
   -- and a walk sized for the whole batch would read heads only to drop them, but every lane still gives other keys
   -- their turn in each claim.
-  SELECT (greatest($3::int - (SELECT count(*) FROM direct), 0)::int / greatest(count(*), 1)::int + 1) * 2 AS rows
-  FROM seen
+  -- visits: how many keys a lane's walk may visit. While successors fill at least half the batch, the keys of a held
+  -- lane are mostly in flight and a walk that looked for its share would visit nearly all of them in every claim
+  -- (80-90 descents for ~10 heads found, a fifth of the claim); it visits twice its share instead, and the next claim,
+  -- which such a flow brings at once, goes on from there (see walk_end). Otherwise a walk goes round its whole lane if
+  -- it must: a due head behind any number of blocked keys is found by the first claim that walks its lane.
+  SELECT d.rows, CASE WHEN d.direct * 2 >= $3::int THEN d.rows * 2 ELSE 2147483647 END AS visits
+  FROM (SELECT (greatest($3::int - (SELECT count(*) FROM direct), 0)::int / greatest(count(*), 1)::int + 1) * 2 AS rows,
+               (SELECT count(*) FROM direct) AS direct
+        FROM seen) d
 ),
 unkeyed AS (
   SELECT c.* FROM seen s CROSS JOIN LATERAL (
@@ -124,7 +132,8 @@ unkeyed AS (
 ),
 walk AS (
   -- One row per visited key: its head, whether it can run now (due, a handler asked for, not in flight), and how
-  -- many of this lane's visited heads could. Stops at the lane's share, or once it is back at its start.
+  -- many of this lane's visited heads could. Stops at the lane's share, after its visits (see share), or once it is
+  -- back at its start.
   SELECT s.lane, s.in_flight, st.handler AS start_handler, st.key AS start_key, n.*, 1 AS step,
          (n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight))::int AS found
   FROM seen s
@@ -159,7 +168,7 @@ walk AS (
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     LIMIT 1
   ) n
-  WHERE w.found < (SELECT rows FROM share)
+  WHERE w.found < (SELECT rows FROM share) AND w.step < (SELECT visits FROM share)
     AND NOT (n.wrapped AND (n.handler, n.key) > (w.start_handler, w.start_key))
 ),
 keyed AS (
@@ -197,6 +206,20 @@ recorded AS (
   WHERE l.lane = g.lane AND (l.lease_owner = $1 OR (l.lease_owner IS NULL AND l.lane IN (SELECT lane FROM named)))
   RETURNING l.lane, l.epoch
 ),
+walk_end AS (
+  -- Where each walked lane's walk resumes next time: after its last visited key or, when the batch left out a head the
+  -- walk found, after the last head of the walk it took (the ones left out keep their turn). Lanes held from now on only.
+  SELECT w.lane, w.handler, w.key
+  FROM (
+    SELECT v.lane, CASE WHEN coalesce(f.found, 0) > coalesce(p.taken, 0) THEN p.last ELSE v.visited END AS step
+    FROM (SELECT lane, max(step) AS visited FROM walk GROUP BY lane) v
+    LEFT JOIN (SELECT lane, count(*) AS found FROM keyed GROUP BY lane) f ON f.lane = v.lane
+    LEFT JOIN (SELECT lane, count(*) AS taken, max(walk_step) AS last FROM picked WHERE walk_step IS NOT NULL GROUP BY lane) p
+      ON p.lane = v.lane
+  ) e
+  JOIN walk w ON w.lane = e.lane AND w.step = e.step
+  WHERE e.lane IN (SELECT lane FROM held) OR e.lane IN (SELECT lane FROM recorded)
+),
 handed_back AS (
   UPDATE /*schema*/relaybus_lanes l
   SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'
@@ -215,8 +238,8 @@ handed_back AS (
         coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts,
         -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
         round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000) AS available_at,
-        round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at, p.walk_step,
-        NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back
+        round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at,
+        NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back, NULL::text[] AS walk_ends
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
  -- An event published inline (its delivery carries its type) has no events row: not even looked up. Behind OFFSET 0
@@ -229,10 +252,12 @@ handed_back AS (
  ORDER BY p.available_at, p.id)
 UNION ALL
 -- One row, not one per completed delivery: a row per id cost the client more than the rest of a delivery's parsing.
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END,
-       k.lanes, k.handed_back
+       k.lanes, k.handed_back, k.walk_ends
 FROM (SELECT (SELECT count(*) FROM deleted) AS completed,
              ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
-             ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back) k
-WHERE k.lanes > 0 OR cardinality($9::bigint[]) > 0 OR cardinality(k.handed_back) > 0
+             ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back,
+             ARRAY(SELECT t.v FROM walk_end w CROSS JOIN LATERAL (VALUES (1, w.lane::text), (2, w.handler), (3, w.key)) AS t(ord, v)
+                   ORDER BY w.lane, t.ord) AS walk_ends) k
+WHERE k.lanes > 0 OR cardinality($9::bigint[]) > 0 OR cardinality(k.handed_back) > 0 OR cardinality(k.walk_ends) > 0

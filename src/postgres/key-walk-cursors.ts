@@ -1,24 +1,14 @@
 /**
  * Where each lane's walk over its keys resumes (see sql/claim-held-lanes.sql). The claim visits a lane's
- * keys in (handler, key) order from just after the key it picked last, wrapping around, so every key of
- * a busy lane gets its turn even when each batch fills before the walk ends. Kept per owner in the
+ * keys in (handler, key) order from just after the key where its last walk ended, wrapping around, so
+ * every key of a busy lane gets its turn even when each batch fills, or a walk stops, before the end. Kept per owner in the
  * store's memory, for the lanes it holds (a claim reports the lanes it handed back): a lane that changes
  * hands simply starts its walk from the beginning.
  */
 
-/** A claimed row as the cursor needs it. */
-export interface WalkedRow {
-  readonly lane: number | string;
-  readonly handler: string;
-  readonly key: string | null;
-  /** Position in the lane's walk; null for unkeyed rows. */
-  readonly walk_step: number | string | null;
-}
-
 interface Position {
   readonly handler: string;
   readonly key: string;
-  readonly step: number;
 }
 
 export class KeyWalkCursors {
@@ -30,19 +20,13 @@ export class KeyWalkCursors {
     return [cursors.map(([lane]) => lane), cursors.map(([, at]) => at.handler), cursors.map(([, at]) => at.key)];
   }
 
-  /** Move each lane's cursor to the last key picked by one claim statement (in walk order). */
-  advance(owner: string, rows: readonly WalkedRow[]): void {
-    const last = new Map<number, Position>();
-    for (const row of rows) {
-      if (row.walk_step === null || row.key === null) continue;
-      const lane = Number(row.lane);
-      const step = Number(row.walk_step);
-      if ((last.get(lane)?.step ?? 0) < step) last.set(lane, { handler: row.handler, key: row.key, step });
-    }
-    if (last.size === 0) return;
+  /** Move the cursors of the lanes a claim walked: `ends` holds lane, handler and key in turn (the claim's walk_ends). */
+  move(owner: string, ends: readonly string[]): void {
+    if (ends.length < 3) return;
     let cursors = this.#byOwner.get(owner);
     if (cursors === undefined) this.#byOwner.set(owner, (cursors = new Map()));
-    for (const [lane, at] of last) cursors.set(lane, at);
+    for (let at = 0; at + 2 < ends.length; at += 3)
+      cursors.set(Number(ends[at]), { handler: ends[at + 1]!, key: ends[at + 2]! });
   }
 
   /** The owner handed these lanes back: their cursors go (not sent with every claim), a lane taken again starts afresh. */

@@ -402,7 +402,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       ]);
       // The summary row (id NULL) comes last, when leases were given or lanes skipped.
       const summary = rows.length > 0 && rows[rows.length - 1]!.id === null ? rows.pop() : undefined;
-      walks.advance(owner, rows);
+      if (summary?.walk_ends) walks.move(owner, summary.walk_ends);
       if (summary?.handed_back) walks.drop(owner, summary.handed_back);
       probes.claimed(rows);
       // No ids back: every lease listed was completed. A lease listed twice succeeds once, as it would in two calls.

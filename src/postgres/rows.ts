@@ -122,13 +122,14 @@ export const ROW_COLUMNS = {
     /** Milliseconds since the epoch (whole): cheaper for the client than a timestamp's text. */
     available_at: col('float8'),
     created_at: col('float8'),
-    walk_step: nullable('int4'),
     /** On the summary row only (id NULL): NULL when every listed lease was completed, else the ids completed. */
     completed_ids: nullable('_text'),
     /** On the summary row only: held lanes skipped because they changed while the claim waited. */
     skipped_lanes: nullable('int4'),
     /** On the summary row only: the lanes the claim handed back. */
     handed_back: nullable('_text'),
+    /** On the summary row only: lane, handler and key in turn, where each walked lane's walk resumes. */
+    walk_ends: nullable('_text'),
   },
   'complete-many': { id: col('text'), next_due: col('bool') },
   'complete-one': IDS,

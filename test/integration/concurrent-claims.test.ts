@@ -196,6 +196,67 @@ describe('walk cursors on real Postgres', { skip: 'skip' in found ? found.skip :
     }));
 });
 
+describe('the walk under a flow of successors on real Postgres', {
+  skip: 'skip' in found ? found.skip : undefined,
+}, () => {
+  it('visits a few keys per claim and goes on from the last one it visited: a due head behind many busy keys comes within a few claims', () =>
+    withPrivateStore('walk_flow', 2, async ({ schema, pool }) => {
+      const store = postgresStore({ driver: fromPg(pool), schema });
+      const lane = laneOf('k-anchor', 'e');
+      /** `count` keys with this prefix in the lane, in (handler, key) order: the walk's order. */
+      const keysInLane = (prefix: string, count: number) => {
+        const keys: string[] = [];
+        for (let i = 0; keys.length < count; i += 1) {
+          const key = `${prefix}-${String(i).padStart(5, '0')}`;
+          if (laneOf(key, 'e') === lane) keys.push(key);
+        }
+        return keys;
+      };
+      const busy = keysInLane('b', 30); // heads claimed and never completed: the walk finds nothing in them
+      const flow = keysInLane('c', 5); // chains of 10: every claim completes their heads and takes the successors
+      // Published after the first claim, whose walk ends at the last flow key: the next walks wrap round to the busy keys
+      // and reach the target after them.
+      const [target] = keysInLane('bz', 1);
+      const handlers = [{ name: 'a', maxAttempts: 3 }];
+      const publish = (keys: readonly string[], perKey: number) =>
+        store.transaction((tx) =>
+          store.publish(
+            tx,
+            keys.flatMap((key) => Array.from({ length: perKey }, () => ({ type: 't', key, payload: {}, handlers }))),
+          ),
+        );
+      await publish(busy, 2);
+      await publish(flow, 10);
+      const params = { owner: 'w1', handlers: ['a'], limit: busy.length + flow.length, leaseDurationMs: 60_000 };
+      const first = await store.claim(params);
+      assert.equal(first.length, busy.length + flow.length, 'every head');
+      await publish([target!], 1);
+      let inFlight = first.filter((d) => d.key!.startsWith('c-'));
+      // Each claim completes the flow's deliveries in flight and has room for one more: the successors are more than
+      // half the batch, so the walk visits at most twice its share (4) of keys.
+      let claims = 1;
+      let found: ClaimedDelivery | undefined;
+      while (found === undefined && claims < 10) {
+        const next = await store.completeAndClaim(
+          inFlight.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })),
+          { ...params, limit: flow.length + 1 },
+        );
+        claims += 1;
+        assert.deepEqual(
+          next.completed,
+          inFlight.map(() => true),
+        );
+        inFlight = next.claimed.filter((d) => d.key!.startsWith('c-'));
+        assert.equal(inFlight.length, flow.length, `claim ${claims} takes every successor`);
+        found = next.claimed.find((d) => d.key === target);
+      }
+      // 30 busy keys to pass at up to 8 visits a claim: the 5th claim; a walk that did not go on from its last visited
+      // key would never get there, and an uncapped one gets there in the 2nd.
+      assert.ok(found, 'the due head behind the busy keys is claimed');
+      assert.ok(claims >= 4 && claims <= 7, `claimed by claim ${claims}`);
+    }));
+});
+
 describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   it('does not hand out again a delivery rescheduled while the claim waited for its lane', async () => {
     await withPrivateStore('claim_vs_reschedule', 4, async ({ pool, store, schema }) => {
