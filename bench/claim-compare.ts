@@ -1,7 +1,7 @@
 /**
  * The claim statement of this checkout against the one of a git revision, on one state, as a ratio.
  *
- *   npm run bench:claim-compare -- --against HEAD [--deliveries 50000] [--batch 100] [--runs 40] [--unkeyed]
+ *   npm run bench:claim-compare -- --against HEAD [--deliveries 50000] [--batch 100] [--runs 40] [--unkeyed] [--plan]
  *
  * A change that saves 5-10% of the claim's execution is lost in a throughput run on this shared machine (identical
  * runs differ by 10-15%, and the machine's speed drifts within minutes). Here both texts run on the same state, in
@@ -10,7 +10,8 @@
  * in flight, claiming the next one), under EXPLAIN (ANALYZE, TIMING OFF) of its generic plan (as a named prepared
  * statement runs after its first executions) in a transaction that is rolled back. Prints the median execution time
  * of each and their ratio, after checking that both pick the same deliveries and complete the same ones.
- * The revision's text must take the same parameters; sql/fragments/ is read at that revision too.
+ * The revision's text must take the same parameters; sql/fragments/ is read at that revision too. --plan prints the
+ * working tree's plan first (EXPLAIN ANALYZE, BUFFERS; timing on), to see which node a change moved.
  */
 import { execFileSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
@@ -30,6 +31,7 @@ const { values: args } = parseArgs({
     batch: { type: 'string', default: '100' },
     runs: { type: 'string', default: '40' },
     unkeyed: { type: 'boolean', default: false },
+    plan: { type: 'boolean', default: false },
   },
 });
 const deliveries = Number(args.deliveries);
@@ -132,6 +134,15 @@ try {
     await client.query('SET plan_cache_mode = force_generic_plan');
     const execute = (side: string) =>
       `EXECUTE ${prepared.get(side)}(${params.map((p) => literal(client, p)).join(', ')})`;
+
+    if (args.plan) {
+      await client.query('BEGIN');
+      const { rows } = await client.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN (ANALYZE, BUFFERS) ${execute('working tree')}`,
+      );
+      await client.query('ROLLBACK');
+      console.log(rows.map((row) => row['QUERY PLAN']).join('\n'));
+    }
 
     // Both pick and complete the same deliveries (run for real, rolled back).
     const outcome: string[] = [];

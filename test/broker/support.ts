@@ -55,6 +55,8 @@ export interface TestSchema {
   readonly store: PostgresStore<PgClientLike>;
   /** `SELECT count(*)` of a table of the schema. */
   count(table: string, where?: string): Promise<number>;
+  /** The deliveries left (at most 20) and the lanes that hold any, for a failure message. */
+  leftovers(): Promise<{ deliveries: unknown[]; lanes: unknown[] }>;
   drop(): Promise<void>;
 }
 
@@ -77,6 +79,15 @@ export async function openSchema(label: string, options: { readonly poolMax?: nu
     async count(table, where = 'true') {
       const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".${table} WHERE ${where}`);
       return (rows[0] as { n: number }).n;
+    },
+    async leftovers() {
+      const deliveries = await pool.query(
+        `SELECT id, lane, handler, key, sequence, status, attempts, claims, available_at, last_error FROM "${schema}".relaybus_deliveries ORDER BY lane, handler, key, sequence LIMIT 20`,
+      );
+      const lanes = await pool.query(
+        `SELECT l.* FROM "${schema}".relaybus_lanes l WHERE lease_owner IS NOT NULL OR cardinality(in_flight) > 0 OR lane IN (SELECT lane FROM "${schema}".relaybus_deliveries)`,
+      );
+      return { deliveries: deliveries.rows, lanes: lanes.rows };
     },
     async drop() {
       try {
