@@ -108,11 +108,13 @@ const PUBLISH: Entry[] = [
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
 /**
- * relaybus tuned (two claim loops) next to its variants in one process: one claim loop (the library's default), and
+ * relaybus tuned (two claim loops) next to its variants in one process: its earlier setting (c200: 200 slots, batch 200),
+ * one claim loop (the library's default), and
  * tracing on (the OpenTelemetry SDK recording a span per delivery into a no-op exporter).
  */
 const TUNED_VARIANTS: Entry[] = [
   e('relaybus', 'tuned', true),
+  e('relaybus', 'c200', true),
   e('relaybus', 'loops1', true),
   e('relaybus', 'traced', true),
 ];
