@@ -1,9 +1,9 @@
 /**
  * Where each lane's walk over its keys resumes (see sql/claim-held-lanes.sql). The claim visits a lane's
  * keys in (handler, key) order from just after the key where its last walk ended, wrapping around, so
- * every key of a busy lane gets its turn even when each batch fills, or a walk stops, before the end. Kept per owner in the
- * store's memory, for the lanes it holds (a claim reports the lanes it handed back): a lane that changes
- * hands simply starts its walk from the beginning.
+ * every key of a busy lane gets its turn even when each batch fills, or a walk stops, before the end.
+ * Kept per owner in the store's memory, for the lanes it holds (a claim reports the lanes it handed
+ * back): a lane that changes hands simply starts its walk from the beginning.
  */
 
 interface Position {
