@@ -98,7 +98,10 @@ describe('nats jetstream relay and inbox', { skip }, () => {
   it('relays with Nats-Msg-Id = event id (a re-send is a duplicate the stream drops); the inbox publishes each once and a redelivery runs no handler twice', {
     timeout: 30_000,
   }, async () => {
-    const s = await stream('relay', { duplicateWindowMs: 1_500 });
+    // Long enough that the re-send below lands in it under CI's load (1.5 s did not: the relay of 200 events and the
+    // bus's stop took longer); the late copy waits until it is over.
+    const windowMs = 5_000;
+    const s = await stream('relay', { duplicateWindowMs: windowMs });
     const target = natsTarget({ servers: NATS_URL });
     cleanups.push(() => target.close());
     const a = bus(db.store);
@@ -112,6 +115,8 @@ describe('nats jetstream relay and inbox', { skip }, () => {
     await a.bus.start();
     cleanups.push(() => a.bus.stop());
     await handlerDrained(a.bus.store, a.handler, 20_000);
+    // Every original is in the stream by now: the window of each ends before windowMs from here.
+    const relayedBy = Date.now();
     await a.bus.stop();
     // A re-send within the duplicate window (the relay crashed after the PubAck): dropped by the stream.
     const js = jetstream(nc);
@@ -144,7 +149,7 @@ describe('nats jetstream relay and inbox', { skip }, () => {
     await inbox.start();
     await until(async () => (runs.size === 200 ? true : undefined), 'B ran its handler for 200 events', 20_000);
     // Past the duplicate window, the same id is a new stream message: the inbox's own dedup must catch it.
-    await new Promise((resolve) => setTimeout(resolve, 1_600));
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, relayedBy + windowMs + 200 - Date.now())));
     const late = await js.publish(s.subject, JSON.stringify({ n: 3 }), {
       msgID: 'na-3',
       headers: (() => {
