@@ -133,11 +133,11 @@ export const relaybus: Contender = {
   variants: {
     // The library's DEFAULT_* (concurrency 10, batch 10, poll 1 s) on a default-sized pg pool.
     defaults: { concurrency: 10, batchSize: 10, pollIntervalMs: 1000, poolSize: 10 },
-    // Two claim loops (two lease owners sharing the slots): under a backlog one loop's claim waits on Postgres while the
-    // other's handlers run; with a shallow queue the second stays dormant. Its best setting here (3 and 4 loops measured
-    // slower on 2 cores).
-    // 500 a claim: per-claim costs (the statement's fixed part, lane locks, a round trip, the loop's turn) spread over
-    // 2.5x more deliveries than at 200/200 (1.24-1.49x deliveries/s here, keyed and unkeyed); one loop of 1,000 is slower.
+    // Its best measured here. Two claim loops (two lease owners sharing the slots): under a backlog one loop's claim waits
+    // on Postgres while the other's handlers run; with a shallow queue the second stays dormant (3 and 4 loops measured
+    // slower on 2 cores). 500 a claim: per-claim costs (the statement's fixed part, lane locks, a round trip, the loop's
+    // turn) spread over 2.5x more deliveries than at 200/200 (1.24-1.49x deliveries/s, keyed and unkeyed); one loop of
+    // 1,000 was slower than 200/200.
     tuned: { concurrency: 1000, batchSize: 500, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
     // The setting tuned had before (concurrency 200, batch 200, two loops): beside tuned in the claim-loops cell.
     c200: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
