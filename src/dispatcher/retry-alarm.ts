@@ -1,5 +1,7 @@
 /** The most due times one alarm remembers; beyond them, the poll finds the retries. */
 const MAX_ALARMS = 1_000;
+/** Due times closer than this ring once (see `add`). */
+const COALESCE_MS = 1;
 
 /**
  * Wakes a claim loop when a delivery it rescheduled is due again, so the retry starts within one claim of its due time
@@ -20,13 +22,18 @@ export class RetryAlarm {
     this.#clock = clock;
   }
 
-  /** Ring once `delayMs` from now. */
+  /**
+   * Ring once `delayMs` from now. Due times less than `COALESCE_MS` apart ring once, at the later one (never early for
+   * either): a batch of failures rescheduled together would otherwise ring once each, microseconds apart.
+   */
   add(delayMs: number): void {
     if (this.#due.length >= MAX_ALARMS || !Number.isFinite(delayMs)) return;
     const at = this.#clock() + Math.max(0, delayMs);
     let index = this.#due.length;
     while (index > 0 && this.#due[index - 1]! > at) index -= 1;
-    this.#due.splice(index, 0, at);
+    if (index < this.#due.length && this.#due[index]! - at < COALESCE_MS) return;
+    if (index > 0 && at - this.#due[index - 1]! < COALESCE_MS) this.#due[index - 1] = at;
+    else this.#due.splice(index, 0, at);
     this.#arm();
   }
 

@@ -44,6 +44,40 @@ describe('RetryAlarm', () => {
     alarm.stop();
   });
 
+  it('rings once for due times less than a millisecond apart, at the later one', (t) => {
+    // A batch of failures rescheduled together: one wake-up, not one per failure microseconds apart.
+    t.mock.timers.enable({ apis: ['setTimeout'] });
+    let clock = 1_000;
+    let rings = 0;
+    const alarm = new RetryAlarm(
+      () => (rings += 1),
+      () => clock,
+    );
+    alarm.add(300);
+    clock = 1_000.4;
+    alarm.add(300); // due at 1,300.4
+    clock = 1_000.2;
+    alarm.add(300); // due at 1,300.2: between the two, folded in too
+    clock = 1_300.3;
+    t.mock.timers.tick(300);
+    assert.equal(rings, 0, 'not before the later due time');
+    clock = 1_300.5;
+    t.mock.timers.tick(1);
+    assert.equal(rings, 1, 'rang once the later due time passed');
+    t.mock.timers.tick(1_000);
+    assert.equal(rings, 1, 'and only once');
+    clock = 1_400;
+    alarm.add(10);
+    clock = 1_402;
+    alarm.add(10); // 2 ms apart: two rings
+    clock = 1_411;
+    t.mock.timers.tick(20);
+    clock = 1_413;
+    t.mock.timers.tick(20);
+    assert.equal(rings, 3);
+    alarm.stop();
+  });
+
   it('rings no more once stopped', async () => {
     let rings = 0;
     const alarm = new RetryAlarm(() => (rings += 1));
