@@ -1,7 +1,24 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { describe, it } from 'node:test';
+import { describe, it, type TestContext } from 'node:test';
 import { RetryAlarm } from '../../src/dispatcher/retry-alarm.js';
+
+/** An alarm on a clock the test sets (`at`) and timers it advances (`tick`); `rings()` counts its rings. */
+function mockedAlarm(t: TestContext) {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  let clock = 1_000;
+  let rings = 0;
+  const alarm = new RetryAlarm(
+    () => (rings += 1),
+    () => clock,
+  );
+  return {
+    alarm,
+    at: (ms: number) => (clock = ms),
+    tick: (ms: number) => t.mock.timers.tick(ms),
+    rings: () => rings,
+  };
+}
 
 describe('RetryAlarm', () => {
   it('rings once per due time, earliest first, whatever order they were added in', async () => {
@@ -25,56 +42,44 @@ describe('RetryAlarm', () => {
 
   it('never rings before the due time, even when its timer fires early (it waits out the rest)', (t) => {
     // A claim started before the retried head is due finds nothing, and the head then waits for the next poll.
-    t.mock.timers.enable({ apis: ['setTimeout'] });
-    let clock = 1_000;
-    let rings = 0;
-    const alarm = new RetryAlarm(
-      () => (rings += 1),
-      () => clock,
-    );
+    const { alarm, at, tick, rings } = mockedAlarm(t);
     alarm.add(300);
-    clock = 1_299.5; // the timer fires while the clock still reads half a millisecond before the due time
-    t.mock.timers.tick(300);
-    assert.equal(rings, 0, 'rang before the due time');
-    clock = 1_300.2;
-    t.mock.timers.tick(1);
-    assert.equal(rings, 1, 'rang once the due time passed');
-    t.mock.timers.tick(1_000);
-    assert.equal(rings, 1);
+    at(1_299.5); // the timer fires while the clock still reads half a millisecond before the due time
+    tick(300);
+    assert.equal(rings(), 0, 'rang before the due time');
+    at(1_300.2);
+    tick(1);
+    assert.equal(rings(), 1, 'rang once the due time passed');
+    tick(1_000);
+    assert.equal(rings(), 1);
     alarm.stop();
   });
 
   it('rings once for due times less than a millisecond apart, at the later one', (t) => {
     // A batch of failures rescheduled together: one wake-up, not one per failure microseconds apart.
-    t.mock.timers.enable({ apis: ['setTimeout'] });
-    let clock = 1_000;
-    let rings = 0;
-    const alarm = new RetryAlarm(
-      () => (rings += 1),
-      () => clock,
-    );
+    const { alarm, at, tick, rings } = mockedAlarm(t);
     alarm.add(300);
-    clock = 1_000.4;
+    at(1_000.4);
     alarm.add(300); // due at 1,300.4
-    clock = 1_000.2;
+    at(1_000.2);
     alarm.add(300); // due at 1,300.2: between the two, folded in too
-    clock = 1_300.3;
-    t.mock.timers.tick(300);
-    assert.equal(rings, 0, 'not before the later due time');
-    clock = 1_300.5;
-    t.mock.timers.tick(1);
-    assert.equal(rings, 1, 'rang once the later due time passed');
-    t.mock.timers.tick(1_000);
-    assert.equal(rings, 1, 'and only once');
-    clock = 1_400;
+    at(1_300.3);
+    tick(300);
+    assert.equal(rings(), 0, 'not before the later due time');
+    at(1_300.5);
+    tick(1);
+    assert.equal(rings(), 1, 'rang once the later due time passed');
+    tick(1_000);
+    assert.equal(rings(), 1, 'and only once');
+    at(1_400);
     alarm.add(10);
-    clock = 1_402;
+    at(1_402);
     alarm.add(10); // 2 ms apart: two rings
-    clock = 1_411;
-    t.mock.timers.tick(20);
-    clock = 1_413;
-    t.mock.timers.tick(20);
-    assert.equal(rings, 3);
+    at(1_411);
+    tick(20);
+    at(1_413);
+    tick(20);
+    assert.equal(rings(), 3);
     alarm.stop();
   });
 
