@@ -150,9 +150,9 @@ describe('end to end: A -> relay -> RabbitMQ -> inbox -> B, with SIGKILLs of the
       60_000,
       50,
     ).catch(async (error: unknown) => {
-      // Say what is stuck: the deliveries left and the lanes that hold them.
-      for (const side of [a, b])
-        t.diagnostic(`${side.schema}: ${JSON.stringify(await side.leftovers())}\n${relay.stdout.slice(-1_500)}`);
+      // Say what is stuck: the deliveries left and the lanes that hold them, and what the relay worker logged last.
+      for (const side of [a, b]) t.diagnostic(`${side.schema}: ${JSON.stringify(await side.leftovers())}`);
+      t.diagnostic(`relay worker, last output:\n${relay.stdout.slice(-1_500)}`);
       throw error;
     });
     for (const p of [relay, inbox]) p.signal('SIGTERM');
