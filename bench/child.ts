@@ -85,6 +85,8 @@ export interface DispatcherResult {
   readonly records: { i: Int32Array; h: Uint8Array; t: Float64Array; e: Float64Array };
   /** Planned failed attempts (liveness): event, handler, time of the throw. */
   readonly failures: { i: Int32Array; h: Uint8Array; t: Float64Array };
+  /** When the library made those attempts due again, where the contender reports it (DispatcherHooks.retryDue). */
+  readonly retryDues: { i: Int32Array; h: Uint8Array; t: Float64Array };
   /** Starts of a (handler, key) while another delivery of it was running in this process. */
   readonly overlaps: number;
   readonly statements: Record<string, { count: number; ms: number }>;
@@ -185,6 +187,7 @@ async function runDispatcher(init: InitMessage): Promise<void> {
   const impl = await loadContender(init.contender);
   const recorder = new Recorder();
   const failures = new Recorder();
+  const dues = new Recorder();
   const state = { overlaps: 0 };
   const warnings: string[] = [];
   let warningCount = 0;
@@ -201,7 +204,9 @@ async function runDispatcher(init: InitMessage): Promise<void> {
     {
       onHandle: makeHook(plan, recorder, failures, state),
       warn,
-      ...(plan.retryBackoffMs !== undefined ? { retryBackoffMs: plan.retryBackoffMs } : {}),
+      ...(plan.retryBackoffMs !== undefined
+        ? { retryBackoffMs: plan.retryBackoffMs, retryDue: (i, h, at) => dues.add(i, h, at, at) }
+        : {}),
     },
   );
   await handle.prepare?.();
@@ -235,6 +240,7 @@ async function runDispatcher(init: InitMessage): Promise<void> {
     type: 'result',
     records: recorder.take(),
     failures: { i: failed.i, h: failed.h, t: failed.t },
+    retryDues: (({ i, h, t }) => ({ i, h, t }))(dues.take()),
     overlaps: state.overlaps,
     statements: statementStats(),
     cpuMs: (cpu.user + cpu.system) / 1000,

@@ -53,6 +53,10 @@ function atRevision(path: string): string {
   }
 }
 
+/** The highest $n a statement text uses. */
+const parameterCount = (text: string): number =>
+  Math.max(0, ...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
+
 const texts = {
   [args.against]: renderStatement(atRevision('sql/claim-held-lanes.sql'), schema, (name) =>
     atRevision(`sql/fragments/${name}.sql`),
@@ -93,7 +97,7 @@ try {
   }
   const leases = inFlight.map((d) => ({ id: d.id, ...parseLeaseToken(d.leaseToken) }));
   // The next claim of this owner, as the store sends it with the completions riding (no walk cursors, probes or
-  // named lanes): $1-$17 of sql/claim-held-lanes.sql.
+  // named lanes, no retry lookahead): $1-$18 of sql/claim-held-lanes.sql.
   const params: unknown[] = [
     owner,
     HANDLERS.slice(),
@@ -112,6 +116,7 @@ try {
     [],
     [],
     [],
+    0,
   ];
   const {
     rows: [held],
@@ -132,8 +137,12 @@ try {
       prepared.set(side, name);
     }
     await client.query('SET plan_cache_mode = force_generic_plan');
+    // A revision from before a parameter was added takes the ones it has (each new one's value here changes nothing).
     const execute = (side: string) =>
-      `EXECUTE ${prepared.get(side)}(${params.map((p) => literal(client, p)).join(', ')})`;
+      `EXECUTE ${prepared.get(side)}(${params
+        .slice(0, parameterCount(texts[side]!))
+        .map((p) => literal(client, p))
+        .join(', ')})`;
 
     if (args.plan) {
       await client.query('BEGIN');

@@ -371,24 +371,33 @@ function mixedTable(rows: readonly Row[]): string[] {
 /** The liveness arm every other arm is compared with (scenarios/liveness.ts LIVENESS_REFERENCE). */
 const LIVENESS_REFERENCE = 'healthy keys only';
 
+/** A liveness row's retry lag, p50 (median over runs) and max (over runs): from the due time its library set, or else
+ * from the throw + backoff (`from: 'throw'`). */
+function retryLag(row: Row, from: 'due' | 'throw'): { p50: number; max: number } {
+  const [p50Of, maxOf] =
+    from === 'due'
+      ? (['retryDueLagP50Ms', 'retryDueLagMaxMs'] as const)
+      : (['retryLagP50Ms', 'retryLagMaxMs'] as const);
+  return {
+    p50: med(row, (r) => r.figures[p50Of]),
+    max: max(row.valid.map((r) => r.figures[maxOf]).filter((v): v is number => typeof v === 'number')),
+  };
+}
+
+const lagText = (lag: { p50: number; max: number }): string => `${fmt(lag.p50, 1)} / ${fmt(lag.max, 1)}`;
+
 function livenessTable(rows: readonly Row[]): string[] {
   const out = [
-    `| cell | contender | arm | healthy keys: deliveries/s median (min-max) | / ${LIVENESS_REFERENCE} | failed head due -> retry start p50 / max ms | poll interval ms | all deliveries/s | valid |`,
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    `| cell | contender | arm | healthy keys: deliveries/s median (min-max) | / ${LIVENESS_REFERENCE} | failed head due -> retry start p50 / max ms | throw + backoff -> retry start p50 / max ms | poll interval ms | all deliveries/s | valid |`,
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const row of rows.filter((r) => r.scenario === 'liveness')) {
     const base = findRow(rows, row.cell, row.contender, row.variant, row.keyed, LIVENESS_REFERENCE);
-    const lagMax = max(row.valid.map((r) => r.figures.retryLagMaxMs).filter((v): v is number => typeof v === 'number'));
     const failing = row.tag === 'failing heads';
     out.push(
       `| ${row.cell} | ${label(row)} | ${row.tag} | ${spread(row.valid.map((r) => r.rate))} | ${row.tag === LIVENESS_REFERENCE ? '-' : ratioText(pairedRatio(row, base))} | ${
-        failing
-          ? `${fmt(
-              med(row, (r) => r.figures.retryLagP50Ms),
-              1,
-            )} / ${fmt(lagMax, 1)}`
-          : '-'
-      } | ${fmt(med(row, (r) => r.figures.pollIntervalMs))} | ${fmt(med(row, (r) => r.figures.allDeliveriesPerSec))} | ${validity(row)} |`,
+        failing ? lagText(retryLag(row, 'due')) : '-'
+      } | ${failing ? lagText(retryLag(row, 'throw')) : '-'} | ${fmt(med(row, (r) => r.figures.pollIntervalMs))} | ${fmt(med(row, (r) => r.figures.allDeliveriesPerSec))} | ${validity(row)} |`,
     );
   }
   return out;
@@ -560,18 +569,16 @@ function targets(rows: readonly Row[]): Target[] {
       measured: stalled || ratioText(r),
       pass: stalled ? false : verdict(r, (v) => v >= 0.8),
     });
-    const lagMax = max(row.valid.map((x) => x.figures.retryLagMaxMs).filter((v): v is number => typeof v === 'number'));
+    const due = retryLag(row, 'due');
+    const thrown = retryLag(row, 'throw');
     const poll = med(row, (x) => x.figures.pollIntervalMs);
     out.push({
       issue: '10',
       what: `${row.cell}, ${label(row)}: failed head retried within one poll interval of being due (max over runs)`,
       measured:
         stalled ||
-        `max ${fmt(lagMax, 1)} ms (p50 ${fmt(
-          med(row, (x) => x.figures.retryLagP50Ms),
-          1,
-        )} ms), poll ${fmt(poll)} ms`,
-      pass: stalled ? false : Number.isFinite(lagMax) && Number.isFinite(poll) ? lagMax <= poll : null,
+        `due -> start max ${fmt(due.max, 1)} ms (p50 ${fmt(due.p50, 1)}); throw + backoff -> start max ${fmt(thrown.max, 1)} (p50 ${fmt(thrown.p50, 1)}); poll ${fmt(poll)} ms`,
+      pass: stalled ? false : Number.isFinite(due.max) && Number.isFinite(poll) ? due.max <= poll : null,
     });
   }
   // The issue's publish targets read relaybus's ordinary path (bus.publish, NOTIFY on); the other paths are in the publish table.

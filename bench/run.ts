@@ -350,7 +350,7 @@ function describe(record: RunRecord): string {
   const warned = record.warnings?.count ? ` warnings ${record.warnings.count}` : '';
   const extra =
     record.scenario === 'liveness' && record.tag === 'failing heads'
-      ? ` retry lag p50 ${Number(record.figures.retryLagP50Ms).toFixed(0)} max ${Number(record.figures.retryLagMaxMs).toFixed(0)} ms, all ${Number(record.figures.allDeliveriesPerSec).toFixed(0)}/s`
+      ? ` retry lag from due p50 ${Number(record.figures.retryDueLagP50Ms).toFixed(0)} max ${Number(record.figures.retryDueLagMaxMs).toFixed(0)} ms (from throw + backoff p50 ${Number(record.figures.retryLagP50Ms).toFixed(0)} max ${Number(record.figures.retryLagMaxMs).toFixed(0)}), all ${Number(record.figures.allDeliveriesPerSec).toFixed(0)}/s`
       : '';
   return `${record.cell}${record.tag ? ` [${record.tag}]` : ''} ${entryLabel(record)} rep ${record.rep}: ${record.rate.toFixed(0)}/s${extra} ${status}${wal}${warned}`;
 }

@@ -23,8 +23,11 @@
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
 --         nothing to complete), $13 completion history boolean, $14 probe lanes smallint[], $15 probe handlers text[],
 --         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly),
---         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone)
--- returns: one row per claimed delivery with the lane epoch it was recorded under, oldest due first; then, when leases
+--         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone),
+--         $18 retry lookahead ms int (a probed head due within it is claimed now and flagged early: the worker starts
+--         it when due, and the key is in flight meanwhile, so nothing of it runs early)
+-- returns: one row per claimed delivery with the lane epoch it was recorded under and whether it was claimed before it
+--          was due (early: only a probed head, see $18), oldest due first; then, when leases
 --          were given, held lanes changed while this statement waited for them (skipped, see seen), lanes were handed
 --          back or walked, one summary row (id NULL): completed_ids, NULL when every listed lease was completed (the
 --          common case: no id is sent back), else the ids completed; skipped_lanes, how many lanes were skipped (the
@@ -84,7 +87,9 @@ direct AS (
   -- Heads looked up at once instead of when the walk comes round to their key: the next pending row of each
   -- completed keyed delivery's key (its new head, see the header), and the head of each key whose retried head is
   -- due again (the store remembers its own reschedules). Probed heads go first in a full batch: they waited out a
-  -- backoff and would sort last by due time.
+  -- backoff and would sort last by due time. A probed head due within the lookahead ($18) comes too: a claim takes
+  -- tens of milliseconds under a backlog, and one that waited for the head to be due would start it a claim or two
+  -- late.
   SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
          n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, q.rank
   FROM (
@@ -102,7 +107,8 @@ direct AS (
     ORDER BY d.handler, d.key, d.sequence
     LIMIT 1
   ) n
-  WHERE n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight)
+  WHERE n.available_at <= (SELECT now FROM clock) + CASE WHEN q.rank = 0 THEN make_interval(secs => $18::int / 1000.0) ELSE interval '0' END
+    AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight)
 ),
 share AS (
   -- Each lane's share of what the direct lookups left of the batch, doubled so lanes with little due work leave room to
@@ -239,6 +245,7 @@ handed_back AS (
         -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
         round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000) AS available_at,
         round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at,
+        p.available_at > (SELECT now FROM clock) AS early,
         NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back, NULL::text[] AS walk_ends
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
@@ -252,7 +259,7 @@ handed_back AS (
  ORDER BY p.available_at, p.id)
 UNION ALL
 -- One row, not one per completed delivery: a row per id cost the client more than the rest of a delivery's parsing.
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END,
        k.lanes, k.handed_back, k.walk_ends
 FROM (SELECT (SELECT count(*) FROM deleted) AS completed,

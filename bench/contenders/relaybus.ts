@@ -242,11 +242,29 @@ export const relaybus: Contender = {
             },
           }
         : {};
-    for (const handler of HANDLERS) {
-      const index = handlerIndex(handler);
-      bus.on(BenchEvent, handler, options, (payload) => {
-        handlerCalls += 1;
-        return hooks.onHandle(payload.i, index);
+    const { retryDue } = hooks;
+    if (retryDue === undefined) {
+      for (const handler of HANDLERS) {
+        const index = handlerIndex(handler);
+        bus.on(BenchEvent, handler, options, (payload) => {
+          handlerCalls += 1;
+          return hooks.onHandle(payload.i, index);
+        });
+      }
+    } else {
+      // Liveness: each failed attempt's due time as relaybus set it (the failed event's retryAt), by delivery id.
+      const eventOf = new Map<string, number>();
+      for (const handler of HANDLERS) {
+        const index = handlerIndex(handler);
+        bus.on(BenchEvent, handler, options, (payload, ctx) => {
+          handlerCalls += 1;
+          if (ctx.delivery.attempt === 1) eventOf.set(ctx.delivery.id, payload.i);
+          return hooks.onHandle(payload.i, index);
+        });
+      }
+      bus.lifecycle.on('failed', ({ delivery, retryAt }) => {
+        const i = eventOf.get(delivery.id);
+        if (i !== undefined) retryDue(i, handlerIndex(delivery.handler), retryAt.getTime());
       });
     }
     return {

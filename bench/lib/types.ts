@@ -49,6 +49,11 @@ export interface DispatcherHooks {
   readonly warn: (message: string) => void;
   /** Backoff after a failed attempt, where the contender can set it (liveness cell); undefined: the library's. */
   readonly retryBackoffMs?: number;
+  /**
+   * The contender reports when its library made a failed attempt due again (epoch ms, the bench's clock), where the
+   * library says (relaybus: the `failed` event's retryAt): the liveness cell's "due -> retry start".
+   */
+  readonly retryDue?: (i: number, handler: number, dueAtMs: number) => void;
 }
 
 export interface PublisherHandle {

@@ -309,6 +309,7 @@ export class Dispatcher<TTx> {
           limit,
           leaseDurationMs: options.leaseDurationMs,
           now: this.#now(),
+          retryLookaheadMs: loop.retryLookaheadMs,
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
           ...(this.#hintedLanes.size === 0 ? {} : { preferLanes: [...this.#hintedLanes] }),
         };
@@ -319,6 +320,7 @@ export class Dispatcher<TTx> {
         const runsEndedBefore = loop.runsEnded;
         let claimed: ClaimedDelivery[];
         this.#reserved += limit;
+        const claimStarted = performance.now();
         try {
           if (riding === undefined) {
             claimed = await store.claim(params);
@@ -342,6 +344,7 @@ export class Dispatcher<TTx> {
           this.#reserved -= limit;
           if (this.#slotsShort) this.#runEnded();
         }
+        loop.claimTook(performance.now() - claimStarted);
         this.#claimSucceeded(loop);
         if (acquireAt !== undefined) loop.lastAcquireWhenFullAt = acquireAt;
         if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit, owner: loop.owner });
@@ -563,6 +566,9 @@ export class Dispatcher<TTx> {
     logger.info('dispatcher stopping', { owner: this.owner, running: this.#running.size, graceMs });
     this.#wakeAll();
     await Promise.all(this.#loops.map((loop) => loop.done));
+    // A retried head claimed before it was due has not started: it is released with the aborted runs, not started now.
+    for (const { run } of this.#running.values())
+      if (run.waitingToStart) run.abort('shutdown', new DOMException('relaybus is stopping', 'AbortError'));
 
     const drained = await this.#grace.wait(
       [...this.#running.values()].map(({ run }) => run.done),

@@ -1,6 +1,7 @@
 import type { TypedEmitter } from '../core/emitter.js';
 import { RelayBusError } from '../core/errors.js';
 import type { DeliveryInfo, HandlerContext, RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
+import { MAX_RETRY_LOOKAHEAD_MS } from '../core/limits.js';
 import { describeError, type Logger } from '../core/logger.js';
 import { decideRetry } from '../core/retry-policy.js';
 import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
@@ -76,6 +77,8 @@ export class RunningDelivery<TTx> {
   done: Promise<RunOutcome> = Promise.resolve('aborted');
   /** Stops the runner's wait for the handler (set by the runner while it waits). */
   onAbort: (() => void) | undefined;
+  /** Claimed before it was due, it waits for `claimed.notBefore`; its handler has not started (set by the runner). */
+  waitingToStart = false;
   #phase: RunPhase = 'running';
   #abortKind: AbortKind | undefined;
   #abortReason: unknown;
@@ -315,6 +318,31 @@ function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, de
   return untilAborted(new Promise<unknown>((resolve) => resolve(result)), run, onLate);
 }
 
+/**
+ * Wait until `notBefore` (the bus's clock) for a delivery claimed before it was due (a retried head,
+ * `ClaimParams.retryLookaheadMs`), or until the run is aborted. Never early: a timer may fire before the clock reads
+ * its time (whole milliseconds), and is then set again for the rest. At most `MAX_RETRY_LOOKAHEAD_MS` in all: the
+ * store claims no earlier than that, so a clock that does not move (a test's) cannot hold a run for longer.
+ */
+async function untilStart<TTx>(run: RunningDelivery<TTx>, notBefore: number, deps: RunnerDeps<TTx>): Promise<void> {
+  const deadline = performance.now() + MAX_RETRY_LOOKAHEAD_MS;
+  for (;;) {
+    const ms = Math.min(notBefore - deps.wallNow().getTime(), deadline - performance.now());
+    if (ms <= 0 || run.abortKind !== undefined) return;
+    run.waitingToStart = true;
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        run.onAbort = undefined;
+        run.waitingToStart = false;
+        resolve();
+      };
+      const timer = setTimeout(done, Math.ceil(ms));
+      run.onAbort = done;
+    });
+  }
+}
+
 /** At most MAX_ERROR_LENGTH characters, without NULs (Postgres cannot store them; the stores strip them too). */
 function clip(text: string): string {
   const clean = text.includes('\0') ? text.replaceAll('\0', '') : text;
@@ -332,6 +360,14 @@ function isPermanent(error: unknown): boolean {
 
 /** Run the handler of `run` and write its outcome. Never rejects. */
 export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>): Promise<RunOutcome> {
+  if (run.claimed.notBefore !== undefined) {
+    await untilStart(run, run.claimed.notBefore.getTime(), deps);
+    if (run.abortKind !== undefined) {
+      // Nothing ran: a lost lease leaves the delivery to the lane's new holder, a stop releases it (no attempt).
+      endHandler(run, deps);
+      return run.leaseLost ? 'lease-lost' : 'aborted';
+    }
+  }
   const started = performance.now();
   const elapsed = (): number => Math.round((performance.now() - started) * 1000) / 1000;
   const { handler, claimed } = run;

@@ -240,6 +240,7 @@ function toClaimed(row: ClaimRow): ClaimedDelivery {
     maxAttempts: toInt(row.max_attempts),
     availableAt: toDate(row.available_at),
     createdAt: toDate(row.created_at),
+    ...(row.early ? { notBefore: toDate(row.available_at) } : {}),
   };
 }
 
@@ -386,6 +387,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
     const { owner, handlers, limit, leaseDurationMs } = params;
     const now = iso(params.now);
+    const lookaheadMs = params.retryLookaheadMs ?? 0;
     /** Claim from the held lanes and from the free lanes of `take` (taken when they give work). */
     const claimHeldOnce = async (want: number, complete: readonly ParsedLease[], take: readonly number[]) => {
       const rows = await runOwned<ClaimRow>('claim-held-lanes', [
@@ -397,8 +399,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         ...walks.parameters(owner),
         ...leaseArrays(complete),
         history,
-        ...probes.due((params.now ?? new Date()).getTime()),
+        ...probes.due((params.now ?? new Date()).getTime(), lookaheadMs),
         take,
+        lookaheadMs,
       ]);
       // The summary row (id NULL) comes last, when leases were given or lanes skipped.
       const summary = rows.length > 0 && rows[rows.length - 1]!.id === null ? rows.pop() : undefined;
@@ -433,7 +436,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         prefer,
       ]);
     /** Lanes of retried heads due again that the last claim did not return: their lanes are not held by this owner. */
-    const retryLanes = () => probes.dueLanes((params.now ?? new Date()).getTime());
+    const retryLanes = () => probes.dueLanes((params.now ?? new Date()).getTime(), lookaheadMs);
     const claimed: ClaimRow[] = [];
     /**
      * Take free lanes with due work, `acquireRounds()` lanes at a time, and claim from the held lanes after each round,

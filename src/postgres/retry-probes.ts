@@ -38,11 +38,14 @@ export class RetryProbes {
     this.#probes.set(id, { lane, handler, key, dueAt: dueAt.getTime() });
   }
 
-  /** The statement parameters (lanes, handlers, keys) of the probes due at `now`; expired ones are dropped. */
-  due(now: number): [number[], string[], string[]] {
+  /**
+   * The statement parameters (lanes, handlers, keys) of the probes due at `now` or within `lookaheadMs` after it (the
+   * claim may take those early, see `ClaimParams.retryLookaheadMs`); expired ones are dropped.
+   */
+  due(now: number, lookaheadMs = 0): [number[], string[], string[]] {
     const due: Probe[] = [];
     for (const [id, probe] of this.#probes) {
-      if (probe.dueAt > now) continue;
+      if (probe.dueAt > now + lookaheadMs) continue;
       if (now - probe.dueAt > PROBE_TTL_MS) {
         this.#probes.delete(id);
         continue;
@@ -52,9 +55,9 @@ export class RetryProbes {
     return [due.map((p) => p.lane), due.map((p) => p.handler), due.map((p) => p.key)];
   }
 
-  /** The lanes of the probes due at `now` (each once). */
-  dueLanes(now: number): number[] {
-    return [...new Set(this.due(now)[0])];
+  /** The lanes of the probes `due` returns (each once). */
+  dueLanes(now: number, lookaheadMs = 0): number[] {
+    return [...new Set(this.due(now, lookaheadMs)[0])];
   }
 
   /** A claim returned these deliveries: the probes of their keys are done. */

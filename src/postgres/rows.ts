@@ -122,6 +122,8 @@ export const ROW_COLUMNS = {
     /** Milliseconds since the epoch (whole): cheaper for the client than a timestamp's text. */
     available_at: col('float8'),
     created_at: col('float8'),
+    /** Claimed before it was due (a probed head within the retry lookahead): start it at available_at. */
+    early: col('bool'),
     /** On the summary row only (id NULL): NULL when every listed lease was completed, else the ids completed. */
     completed_ids: nullable('_text'),
     /** On the summary row only: held lanes skipped because they changed while the claim waited. */

@@ -139,6 +139,13 @@ export interface ClaimParams {
    * may ignore it, and other lanes with due work are still taken.
    */
   readonly preferLanes?: readonly number[];
+  /**
+   * A retried head this store rescheduled may be claimed up to this many milliseconds before it is due (default 0;
+   * at most 1,000). It comes with `notBefore` and no handler may start before then: the key is
+   * held in flight meanwhile, so nothing else of it runs. The dispatcher sets it to cover its claims in progress, so
+   * a retry starts when it is due instead of one or two claims later. A store may ignore it.
+   */
+  readonly retryLookaheadMs?: number;
   readonly now?: Date;
 }
 
@@ -169,6 +176,8 @@ export interface ClaimedDelivery {
   readonly maxAttempts: number;
   readonly availableAt: Date;
   readonly createdAt: Date;
+  /** Set when claimed before it was due (`ClaimParams.retryLookaheadMs`): start no handler before this time. */
+  readonly notBefore?: Date;
 }
 
 /** A reference to a claimed delivery for fenced writes. */

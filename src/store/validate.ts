@@ -1,7 +1,7 @@
 import { InvalidInputError, InvalidPayloadError, InvalidStateError } from '../core/errors.js';
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
 import { LANE_COUNT } from '../core/lanes.js';
-import { echo, nameProblem } from '../core/limits.js';
+import { echo, MAX_RETRY_LOOKAHEAD_MS, nameProblem } from '../core/limits.js';
 import type {
   BuryParams,
   ClaimParams,
@@ -190,6 +190,12 @@ export function validateClaim(params: ClaimParams): void {
       prefer.some((lane) => !Number.isInteger(lane) || lane < 0 || lane >= LANE_COUNT))
   )
     fail(`preferLanes must be at most ${LANE_COUNT} lane numbers from 0 to ${LANE_COUNT - 1}, got ${echo(prefer)}.`);
+  const lookahead: unknown = params.retryLookaheadMs;
+  if (
+    lookahead !== undefined &&
+    (!Number.isInteger(lookahead) || (lookahead as number) < 0 || (lookahead as number) > MAX_RETRY_LOOKAHEAD_MS)
+  )
+    fail(`retryLookaheadMs must be an integer from 0 to ${MAX_RETRY_LOOKAHEAD_MS}, got ${echo(lookahead)}.`);
   assertOptionalDate(params.now, 'now');
 }
 

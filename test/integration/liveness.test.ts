@@ -7,12 +7,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { laneOf } from '../../src/core/lanes.js';
+import { InvalidInputError } from '../../src/core/errors.js';
 import { createRelayBus, defineEvent, Type, type FailedEvent } from '../../src/index.js';
+import type { ClaimedDelivery } from '../../src/store/contract.js';
 import type pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
-import { collect, waitFor } from '../support/wait.js';
+import { collect, pause, spyStore, waitFor } from '../support/wait.js';
 
 const found = await findPostgres();
 const Step = defineEvent('liveness.step', Type.Object({ n: Type.Integer() }));
@@ -231,5 +233,149 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     }
     const lag = attempts[1]! - attempts[0]! - retryMs;
     assert.ok(lag < 1_500, `retry started ${Math.round(lag)} ms after it was due (the poll is 10 s)`);
+  });
+
+  it('a retried head due within the lookahead is claimed early with notBefore; nothing else comes early', async () => {
+    const handlers = [{ name: 'lookahead', maxAttempts: 5 }];
+    const t0 = new Date('2031-01-01T00:00:00Z');
+    const at = (ms: number) => new Date(t0.getTime() + ms);
+    const owner = 'lookahead-owner';
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        [
+          ...[0, 1].map((n) => ({ type: 'liveness.step', key: 'early', payload: { n }, handlers, id: `early-${n}` })),
+          // Due at +300 but never rescheduled by this store: no probe, so no lookahead either.
+          { type: 'liveness.step', key: 'delayed', payload: { n: 0 }, handlers, id: 'delayed-0', availableAt: at(300) },
+        ],
+        t0,
+      ),
+    );
+    const claim = (now: Date, retryLookaheadMs: number) =>
+      store.claim({ owner, handlers: ['lookahead'], limit: 10, leaseDurationMs: 60_000, now, retryLookaheadMs });
+    try {
+      const [head, ...rest] = await claim(t0, 0);
+      assert.equal(head?.eventId, 'early-0');
+      assert.deepEqual(rest, [], 'the follower waits for its head; the delayed event is not due');
+      assert.equal(head.notBefore, undefined, 'a due delivery has no notBefore');
+      const lease = { deliveryId: head.id, leaseToken: head.leaseToken };
+      assert.equal(await store.reschedule(lease, { availableAt: at(400), error: 'once', now: t0 }), true);
+
+      assert.deepEqual(await claim(at(100), 0), [], 'without a lookahead: nothing before +400');
+      assert.deepEqual(await claim(at(100), 250), [], 'a lookahead that ends before +400');
+      const early = await claim(at(100), 400);
+      assert.deepEqual(
+        early.map((d) => d.eventId),
+        ['early-0'],
+        'the retried head, and not the delayed event (due at +300, but not a retry of this store)',
+      );
+      assert.equal(early[0]!.notBefore?.toISOString(), at(400).toISOString());
+      assert.equal(early[0]!.attempts, 1);
+    } finally {
+      await store.relinquish(owner);
+    }
+    for (const bad of [-1, 0.5, 1_001, '10'])
+      await assert.rejects(
+        store.claim({
+          owner,
+          handlers: ['lookahead'],
+          limit: 1,
+          leaseDurationMs: 1_000,
+          retryLookaheadMs: bad as number,
+        }),
+        (error: Error) =>
+          error instanceof InvalidInputError &&
+          /retryLookaheadMs must be an integer from 0 to 1000/.test(error.message),
+      );
+  });
+
+  /** A store whose claims take `ms` longer, recording every delivery they return. */
+  function slowClaims(ms: number) {
+    const claimed: { delivery: ClaimedDelivery; at: number }[] = [];
+    const note = (list: ClaimedDelivery[]) => {
+      for (const delivery of list) claimed.push({ delivery, at: Date.now() });
+      return list;
+    };
+    const { store: slow } = spyStore(store, {
+      claim: async (params) => {
+        await pause(ms);
+        return note(await store.claim(params));
+      },
+      completeAndClaim: async (leases, params) => {
+        await pause(ms);
+        const result = await store.completeAndClaim(leases, params);
+        note(result.claimed);
+        return result;
+      },
+    });
+    return { slow, claimed };
+  }
+
+  it('under claims of 200 ms a retried head is claimed before it is due and starts when due, not before', async () => {
+    const { slow, claimed } = slowClaims(200);
+    const retryMs = 800;
+    const bus = createRelayBus({
+      store: slow,
+      events: [Step],
+      setupStore: false,
+      backoff: { initialDelayMs: retryMs, maxDelayMs: retryMs, jitter: 0 },
+      dispatcher: { pollIntervalMs: POLL_MS, concurrency: 4, batchSize: 4 },
+    });
+    const starts: number[] = [];
+    bus.on(Step, 'held', { maxAttempts: 3 }, (_payload, ctx) => {
+      starts.push(Date.now());
+      if (ctx.delivery.attempt === 1) throw new Error('first attempt fails');
+    });
+    const failed = collect(bus.lifecycle, 'failed');
+    await store.transaction((tx) => bus.publish(tx, Step, { n: 1 }, { key: 'held' }));
+    await bus.start();
+    try {
+      await waitFor(() => starts.length >= 2, 'the retry ran', 10_000);
+    } finally {
+      await bus.stop();
+    }
+    const due = failed[0]!.retryAt.getTime();
+    const retry = claimed.find((c) => c.delivery.attempts === 1);
+    assert.ok(retry, 'a claim returned the retried head');
+    assert.equal(retry.delivery.notBefore?.getTime(), due, 'claimed early, with its due time as notBefore');
+    assert.ok(retry.at < due, `claimed ${due - retry.at} ms before it was due`);
+    const lag = starts[1]! - due;
+    // Without the lookahead the claim that takes it starts after it is due, so it would start at least 200 ms late.
+    assert.ok(lag >= 0 && lag < 150, `the retry started ${lag} ms after it was due`);
+  });
+
+  it('a stop while a retried head waits to start releases it: its handler does not run again', async () => {
+    const { slow, claimed } = slowClaims(200);
+    const retryMs = 1_000;
+    const bus = createRelayBus({
+      store: slow,
+      events: [Step],
+      setupStore: false,
+      backoff: { initialDelayMs: retryMs, maxDelayMs: retryMs, jitter: 0 },
+      dispatcher: { pollIntervalMs: POLL_MS, concurrency: 4, batchSize: 4 },
+    });
+    let runs = 0;
+    bus.on(Step, 'stopped-while-held', { maxAttempts: 3 }, () => {
+      runs += 1;
+      throw new Error('fails every time');
+    });
+    await store.transaction((tx) => bus.publish(tx, Step, { n: 1 }, { key: 'stopped-while-held' }));
+    await bus.start();
+    try {
+      await waitFor(
+        () => claimed.some((c) => c.delivery.notBefore !== undefined),
+        'the retry was claimed early',
+        10_000,
+      );
+    } finally {
+      await bus.stop();
+    }
+    const held = claimed.find((c) => c.delivery.notBefore !== undefined)!;
+    assert.ok(Date.now() < held.delivery.notBefore!.getTime(), 'stop did not wait for the retry to be due');
+    assert.equal(runs, 1, 'the held retry never started');
+    const { rows } = await pool.query(
+      `SELECT attempts, status FROM "${schema}".relaybus_deliveries WHERE handler = 'stopped-while-held'`,
+    );
+    assert.deepEqual(rows, [{ attempts: 1, status: 'pending' }], 'released: pending, no attempt charged for it');
   });
 });
