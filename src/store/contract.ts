@@ -141,9 +141,9 @@ export interface ClaimParams {
   readonly preferLanes?: readonly number[];
   /**
    * A retried head this store rescheduled may be claimed up to this many milliseconds before it is due (default 0;
-   * at most 1,000). It comes with `notBefore` and no handler may start before then: the key is
-   * held in flight meanwhile, so nothing else of it runs. The dispatcher sets it to cover its claims in progress, so
-   * a retry starts when it is due instead of one or two claims later. A store may ignore it.
+   * at most 1,000). It comes with `notBefore` and no handler may start before then: the key is held in flight
+   * meanwhile, so nothing else of it runs. The dispatcher sets it to cover its claims in progress, so a retry starts
+   * when it is due instead of one or two claims later. A store may ignore it.
    */
   readonly retryLookaheadMs?: number;
   readonly now?: Date;
