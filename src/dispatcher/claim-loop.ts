@@ -62,6 +62,11 @@ export class ClaimLoop<TTx> {
   failingSince = 0;
   /** The running loop, once started. */
   done: Promise<void> = Promise.resolve();
+  /**
+   * When (performance.now()) this loop last let a claim take free lanes with due work (`ClaimParams.skipFreeLanes`);
+   * undefined: the next claim does.
+   */
+  freeLanesScannedAt: number | undefined;
   /** The longest of this loop's recent claims (ms), decaying by a tenth a claim. */
   #recentClaimMs = 0;
 

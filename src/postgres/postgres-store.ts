@@ -460,7 +460,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     // for a delivery published into a free lane, and a retried head comes back first even when the batch is full.
     const named = [...(params.preferLanes ?? []), ...retryLanes()];
     let completed: boolean[];
-    if (leases.length === 0 && idleOwners.has(owner) && named.length === 0) {
+    const scanFree = params.skipFreeLanes !== true;
+    if (leases.length === 0 && idleOwners.has(owner) && named.length === 0 && scanFree) {
       // The owner's last claim found nothing, so it likely holds no lane (a claim hands back lanes that run nothing):
       // take free lanes first, then claim from every held lane. Two statements for a delivery published into an idle
       // worker's free lane instead of three; a lane still held is asked all the same.
@@ -477,9 +478,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       completed = first.completed;
       try {
         if (claimed.length < limit) {
-          // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, free lanes no publish
-          // named wait for the next poll; otherwise take free lanes with due work, doubling each round.
-          if (hinted === 0 || claimed.length === 0) await acquireAndClaim(false);
+          // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, or the caller leaves
+          // free lanes to its poll (skipFreeLanes), free lanes no publish named wait for the next poll; otherwise take
+          // free lanes with due work, doubling each round.
+          if (scanFree && (hinted === 0 || claimed.length === 0)) await acquireAndClaim(false);
         } else if (params.acquireWhenFull === true) {
           // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
           // worker are taken over (and its work re-run) while everyone is busy.

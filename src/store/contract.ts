@@ -146,6 +146,14 @@ export interface ClaimParams {
    * when it is due instead of one or two claims later. A store may ignore it.
    */
   readonly retryLookaheadMs?: number;
+  /**
+   * Take no free lane this claim does not name (`preferLanes`, a retried head's lane), even when the held lanes leave
+   * the batch short (default false: a short claim takes free lanes with due work). The dispatcher sets it while it
+   * hears wake-ups, on all but one claim per poll interval: every publish then names its lanes, so a free lane gets
+   * work unannounced only from a delayed delivery coming due, a crashed worker's expired lease or a lost
+   * notification, which that claim looks for. A store may ignore it.
+   */
+  readonly skipFreeLanes?: boolean;
   readonly now?: Date;
 }
 

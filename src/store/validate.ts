@@ -180,8 +180,9 @@ export function validateClaim(params: ClaimParams): void {
   params.handlers.forEach((name, i) => assertName(name, `handlers[${i}]`));
   assertPositiveInteger(params.limit, 'limit', 10_000);
   assertPositiveInteger(params.leaseDurationMs, 'leaseDurationMs', 86_400_000);
-  if (params.acquireWhenFull !== undefined && typeof params.acquireWhenFull !== 'boolean')
-    fail(`acquireWhenFull must be a boolean, got ${echo(params.acquireWhenFull)}.`);
+  for (const flag of ['acquireWhenFull', 'skipFreeLanes'] as const)
+    if (params[flag] !== undefined && typeof params[flag] !== 'boolean')
+      fail(`${flag} must be a boolean, got ${echo(params[flag])}.`);
   const prefer: unknown = params.preferLanes;
   if (
     prefer !== undefined &&
