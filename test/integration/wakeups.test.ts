@@ -19,6 +19,8 @@ const found = await findPostgres();
 const url = 'url' in found ? found.url : '';
 const Ping = defineEvent('wakeups.ping', Type.Object({ n: Type.Integer() }));
 /** An event type of its own: the other cases' buses subscribe to Ping, and must not get these deliveries. */
+/** Its own event type: its deliveries go to no other test's handler (the stored subscriptions fan out too). */
+const Unannounced = defineEvent('wakeups.unannounced', Type.Object({ n: Type.Integer() }));
 const LaneProbe = defineEvent('wakeups.lanes', Type.Object({ n: Type.Integer() }));
 const POLL_MS = 20_000;
 /** Far below the poll interval: only a wake-up delivers this fast. */
@@ -168,6 +170,63 @@ for (const target of TARGETS) {
         );
       } finally {
         await unsubscribe();
+      }
+    });
+
+    it('skipFreeLanes: a claim leaves a free lane it does not name alone; without it, it takes the lane', async () => {
+      const store = postgresStore({ driver: connection.driver, schema });
+      await store.setup();
+      const handlers = [{ name: 'skip-free', maxAttempts: 3 }];
+      await store.transaction((tx) =>
+        store.publish(tx, [{ type: 'wakeups.ping', key: 'skip-free', payload: { n: 1 }, handlers }]),
+      );
+      const owner = `skip-free-${target.name}`;
+      const claim = (extra: { skipFreeLanes?: boolean; preferLanes?: number[] }) =>
+        store.claim({ owner, handlers: ['skip-free'], limit: 5, leaseDurationMs: 10_000, ...extra });
+      try {
+        assert.deepEqual(await claim({ skipFreeLanes: true }), [], 'not named: left alone');
+        const named = await claim({ skipFreeLanes: true, preferLanes: [laneOf('skip-free', '')] });
+        assert.equal(named.length, 1, 'a named free lane is taken all the same');
+        await store.release(named.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+        await store.relinquish(owner);
+        assert.equal((await claim({})).length, 1, 'without skipFreeLanes a short claim takes the free lane');
+      } finally {
+        await store.relinquish(owner);
+      }
+      await assert.rejects(
+        store.claim({ owner, handlers: ['skip-free'], limit: 1, leaseDurationMs: 1_000, skipFreeLanes: 1 as never }),
+        /skipFreeLanes must be a boolean/,
+      );
+    });
+
+    it('a listening dispatcher still finds work published without NOTIFY, with the claim of its poll', async () => {
+      const store = postgresStore({ driver: connection.driver, schema });
+      const quiet = postgresStore({ driver: connection.driver, schema, notify: false });
+      await store.setup();
+      const pollMs = 500;
+      const bus = createRelayBus({
+        store,
+        events: [Unannounced],
+        setupStore: false,
+        dispatcher: { pollIntervalMs: pollMs },
+      });
+      const seen: number[] = [];
+      bus.on(Unannounced, 'unannounced', (payload) => {
+        seen.push(payload.n);
+      });
+      await bus.start();
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const started = performance.now();
+        // Through a bus on the notify: false store (no handler: the fan-out is the subscription the dispatcher's bus
+        // recorded): no NOTIFY is sent.
+        const publisher = createRelayBus({ store: quiet, events: [Unannounced], setupStore: false });
+        await quiet.transaction((tx) => publisher.publish(tx as never, Unannounced, { n: 7 }));
+        await waitFor(() => seen.includes(7), 'the unannounced event was delivered', 10_000);
+        const took = performance.now() - started;
+        assert.ok(took < 3 * pollMs, `delivered ${took.toFixed(0)} ms after the publish (poll ${pollMs} ms)`);
+      } finally {
+        await bus.stop();
       }
     });
 
