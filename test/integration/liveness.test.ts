@@ -289,6 +289,22 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
       );
   });
 
+  /**
+   * A bus whose store's claims take 200 ms longer (recording every delivery they return), with a constant backoff of
+   * `retryMs`.
+   */
+  function busWithSlowClaims(retryMs: number) {
+    const { slow, claimed } = slowClaims(200);
+    const bus = createRelayBus({
+      store: slow,
+      events: [Step],
+      setupStore: false,
+      backoff: { initialDelayMs: retryMs, maxDelayMs: retryMs, jitter: 0 },
+      dispatcher: { pollIntervalMs: POLL_MS, concurrency: 4, batchSize: 4 },
+    });
+    return { bus, claimed };
+  }
+
   /** A store whose claims take `ms` longer, recording every delivery they return. */
   function slowClaims(ms: number) {
     const claimed: { delivery: ClaimedDelivery; at: number }[] = [];
@@ -312,15 +328,7 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
   }
 
   it('under claims of 200 ms a retried head is claimed before it is due and starts when due, not before', async () => {
-    const { slow, claimed } = slowClaims(200);
-    const retryMs = 800;
-    const bus = createRelayBus({
-      store: slow,
-      events: [Step],
-      setupStore: false,
-      backoff: { initialDelayMs: retryMs, maxDelayMs: retryMs, jitter: 0 },
-      dispatcher: { pollIntervalMs: POLL_MS, concurrency: 4, batchSize: 4 },
-    });
+    const { bus, claimed } = busWithSlowClaims(800);
     const starts: number[] = [];
     bus.on(Step, 'held', { maxAttempts: 3 }, (_payload, ctx) => {
       starts.push(Date.now());
@@ -345,15 +353,7 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
   });
 
   it('a stop while a retried head waits to start releases it: its handler does not run again', async () => {
-    const { slow, claimed } = slowClaims(200);
-    const retryMs = 1_000;
-    const bus = createRelayBus({
-      store: slow,
-      events: [Step],
-      setupStore: false,
-      backoff: { initialDelayMs: retryMs, maxDelayMs: retryMs, jitter: 0 },
-      dispatcher: { pollIntervalMs: POLL_MS, concurrency: 4, batchSize: 4 },
-    });
+    const { bus, claimed } = busWithSlowClaims(1_000);
     let runs = 0;
     bus.on(Step, 'stopped-while-held', { maxAttempts: 3 }, () => {
       runs += 1;
