@@ -36,8 +36,11 @@
 --          walk resumes (the store sends them back as $6-$8)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
+-- plan: the time is written out as coalesce($5, now()) wherever it is needed (the same value within the statement's
+--       transaction): a scalar subquery over a CTE is two more plan nodes, and under a light load this statement spends
+--       more time initialising its plan's nodes than running them. For the same reason the summary row is materialized.
 WITH RECURSIVE clock AS (
-  SELECT coalesce($5::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit
+  SELECT set_config('synchronous_commit', 'off', true) AS async_commit
 ),
 held AS (
   -- Locked, so a concurrent claim of the same owner waits; a transactional completion's FOR KEY SHARE does not
@@ -65,7 +68,7 @@ deleted AS (
   RETURNING d.id, d.lane, d.event_id, d.event_type, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
 ),
 history_params AS (
-  SELECT $13::boolean AS enabled, (SELECT now FROM clock) AS completed_at
+  SELECT $13::boolean AS enabled, coalesce($5::timestamptz, now()) AS completed_at
 ),
 /*include completion-history*/,
 finished AS (
@@ -107,7 +110,7 @@ direct AS (
     ORDER BY d.handler, d.key, d.sequence
     LIMIT 1
   ) n
-  WHERE n.available_at <= (SELECT now FROM clock) + CASE WHEN q.rank = 0 THEN make_interval(secs => $18::int / 1000.0) ELSE interval '0' END
+  WHERE n.available_at <= coalesce($5::timestamptz, now()) + CASE WHEN q.rank = 0 THEN make_interval(secs => $18::int / 1000.0) ELSE interval '0' END
     AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight)
 ),
 share AS (
@@ -130,7 +133,7 @@ unkeyed AS (
     SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
            d.available_at, d.created_at, d.event_type, d.payload, d.headers, NULL::int AS walk_step, 1 AS rank
     FROM /*schema*/relaybus_deliveries d
-    WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
+    WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now())
       AND d.handler = ANY ($2::text[]) AND d.id <> ALL (s.in_flight)
     ORDER BY d.available_at, d.id
     LIMIT (SELECT rows FROM share)
@@ -141,7 +144,7 @@ walk AS (
   -- many of this lane's visited heads could. Stops at the lane's share, after its visits (see share), or once it is
   -- back at its start.
   SELECT s.lane, s.in_flight, st.handler AS start_handler, st.key AS start_key, n.*, 1 AS step,
-         (n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight))::int AS found
+         (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (s.in_flight))::int AS found
   FROM seen s
   CROSS JOIN LATERAL (
     SELECT coalesce(c.handler, '') AS handler, coalesce(c.key, '') AS key
@@ -162,7 +165,7 @@ walk AS (
   WHERE NOT (n.wrapped AND (n.handler, n.key) > (st.handler, st.key))
   UNION ALL
   SELECT w.lane, w.in_flight, w.start_handler, w.start_key, n.*, w.step + 1,
-         w.found + (n.available_at <= (SELECT now FROM clock) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (w.in_flight))::int
+         w.found + (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ($2::text[]) AND n.id <> ALL (w.in_flight))::int
   FROM walk w
   CROSS JOIN LATERAL (
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
@@ -182,7 +185,7 @@ keyed AS (
   SELECT w.id, w.lane, w.event_id, w.handler, w.key, w.sequence, w.attempts, w.max_attempts, w.claims,
          w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 1 AS rank
   FROM walk w
-  WHERE w.available_at <= (SELECT now FROM clock) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
+  WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
 picked AS (
   -- A head can come by two ways (the walk and a probe): once, as the probe's row when it is one (rank 0: a retried
@@ -207,7 +210,7 @@ recorded AS (
         SELECT f FROM unnest(l.in_flight) AS f
         WHERE f <> ALL (coalesce((SELECT ids FROM finished x WHERE x.lane = l.lane), '{}'))
           AND EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = f)) || g.ids,
-      lease_expires_at = (SELECT now FROM clock) + make_interval(secs => $4::int / 1000.0)
+      lease_expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => $4::int / 1000.0)
   FROM grouped g
   WHERE l.lane = g.lane AND (l.lease_owner = $1 OR (l.lease_owner IS NULL AND l.lane IN (SELECT lane FROM named)))
   RETURNING l.lane, l.epoch
@@ -238,6 +241,15 @@ handed_back AS (
       SELECT 1 FROM /*schema*/relaybus_deliveries d
       WHERE d.id = ANY (h.in_flight) AND d.id <> ALL (coalesce((SELECT ids FROM finished x WHERE x.lane = h.lane), '{}')))
   RETURNING l.lane
+),
+summary AS MATERIALIZED (
+  -- Materialized: inlined, each of these subqueries was planned twice (select list and WHERE below), and a statement
+  -- this size spends more time initialising its plan's nodes than running them under a light load.
+  SELECT (SELECT count(*) FROM deleted) AS completed,
+         ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
+         ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back,
+         ARRAY(SELECT t.v FROM walk_end w CROSS JOIN LATERAL (VALUES (1, w.lane::text), (2, w.handler), (3, w.key)) AS t(ord, v)
+               ORDER BY w.lane, t.ord) AS walk_ends
 )
 (SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
         p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, p.payload) AS payload,
@@ -245,7 +257,7 @@ handed_back AS (
         -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
         round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000) AS available_at,
         round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at,
-        p.available_at > (SELECT now FROM clock) AS early,
+        p.available_at > coalesce($5::timestamptz, now()) AS early,
         NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back, NULL::text[] AS walk_ends
  FROM picked p
  JOIN recorded r ON r.lane = p.lane
@@ -262,9 +274,5 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END,
        k.lanes, k.handed_back, k.walk_ends
-FROM (SELECT (SELECT count(*) FROM deleted) AS completed,
-             ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
-             ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back,
-             ARRAY(SELECT t.v FROM walk_end w CROSS JOIN LATERAL (VALUES (1, w.lane::text), (2, w.handler), (3, w.key)) AS t(ord, v)
-                   ORDER BY w.lane, t.ord) AS walk_ends) k
+FROM summary k
 WHERE k.lanes > 0 OR cardinality($9::bigint[]) > 0 OR cardinality(k.handed_back) > 0 OR cardinality(k.walk_ends) > 0
