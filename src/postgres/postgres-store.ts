@@ -209,6 +209,9 @@ const toInt = (value: unknown): number => Number(value);
 
 // Row types come from the column descriptions of rows.ts, which a test checks against what Postgres describes.
 type ClaimRow = RowOf<'claim-held-lanes'>;
+
+/** Rows of a lane that claim-light reads at most (a light load leaves a few pending rows in a lane). */
+const LIGHT_ROWS_PER_LANE = 256;
 type DeliveryRow = RowOf<'list-deliveries'>;
 type SubscriptionRow = RowOf<'list-subscriptions'>;
 type StatisticsRow = RowOf<'statistics'>;
@@ -416,13 +419,41 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         skippedLanes: summary?.skipped_lanes ?? 0,
       };
     };
+    /**
+     * claim-light: a claim with nothing riding on it and no retried head to look up, from a caller under a light
+     * load (it leaves free lanes to its poll: `skipFreeLanes`). A third of claim-held-lanes's plan, which under a
+     * light load cost more to set up than to run; a lane whose keys need more than LIGHT_ROWS_PER_LANE rows is read in
+     * part, and its other heads wait for the next claim-held-lanes (at least one per poll interval: the one that
+     * looks at free lanes).
+     */
+    const claimLightOnce = async (want: number, take: readonly number[]) => {
+      const rows = await runOwned<ClaimRow>('claim-light', [
+        owner,
+        handlers,
+        want,
+        leaseDurationMs,
+        now,
+        LIGHT_ROWS_PER_LANE,
+        take,
+      ]);
+      const summary = rows.length > 0 && rows[rows.length - 1]!.id === null ? rows.pop() : undefined;
+      if (summary?.handed_back) walks.drop(owner, summary.handed_back);
+      return { claimedRows: rows, completed: [], skippedLanes: summary?.skipped_lanes ?? 0 };
+    };
+    const light =
+      leases.length === 0 &&
+      params.skipFreeLanes === true &&
+      probes.due((params.now ?? new Date()).getTime(), lookaheadMs)[0].length === 0;
     const claimHeld = async (want: number, complete: readonly ParsedLease[], take: readonly number[] = []) => {
-      const first = await claimHeldOnce(want, complete, take);
+      const claimOnce = light
+        ? (w: number) => claimLightOnce(w, take)
+        : (w: number, c: readonly ParsedLease[]) => claimHeldOnce(w, c, take);
+      const first = await claimOnce(want, complete);
       if (first.skippedLanes === 0 || first.claimedRows.length >= want) return first;
       // Held lanes changed while the claim waited for them (a renewal, a reschedule, another loop of this owner): it
       // left them alone rather than trust its older snapshot. Ask them again at once, or their due work would wait
       // for the next wake-up or poll.
-      const again = await claimHeldOnce(want - first.claimedRows.length, [], take);
+      const again = await claimOnce(want - first.claimedRows.length, []);
       return { ...first, claimedRows: [...first.claimedRows, ...again.claimedRows] };
     };
     const acquire = (take: number, prefer: readonly number[] = params.preferLanes ?? []) =>

@@ -97,6 +97,37 @@ const LEASES = {
   leased_until: typed<'timestamptz', Date | string | null>('timestamptz'),
 };
 
+/** A claimed delivery, and the summary row that may follow it (claim-held-lanes, claim-light). */
+const CLAIMED = {
+  /** NULL on the summary row only, which the store takes off before it reads the claimed rows. */
+  id: col('text'),
+  lane: col('int2'),
+  epoch: col('text'),
+  claims: col('int4'),
+  event_id: col('text'),
+  event_type: col('text'),
+  handler: col('text'),
+  key: nullable('text'),
+  sequence: nullable('text'),
+  payload: col('jsonb'),
+  headers: typed<'jsonb', Record<string, string>>('jsonb'),
+  attempts: col('int4'),
+  max_attempts: col('int4'),
+  /** Milliseconds since the epoch (whole): cheaper for the client than a timestamp's text. */
+  available_at: col('float8'),
+  created_at: col('float8'),
+  /** Claimed before it was due (a probed head within the retry lookahead): start it at available_at. */
+  early: col('bool'),
+  /** On the summary row only (id NULL): NULL when every listed lease was completed, else the ids completed. */
+  completed_ids: nullable('_text'),
+  /** On the summary row only: held lanes skipped because they changed while the claim waited. */
+  skipped_lanes: nullable('int4'),
+  /** On the summary row only: the lanes the claim handed back. */
+  handed_back: nullable('_text'),
+  /** On the summary row only: lane, handler and key in turn, where each walked lane's walk resumes. */
+  walk_ends: nullable('_text'),
+} satisfies Columns;
+
 /**
  * Every statement that returns rows, by name. Each statement is either here or in NO_ROWS (a new
  * one in neither fails to compile; in both, too).
@@ -104,35 +135,8 @@ const LEASES = {
 export const ROW_COLUMNS = {
   'acquire-lanes': { lanes: col('int4'), charged: col('int4') },
   bury: IDS,
-  'claim-held-lanes': {
-    /** NULL on the summary row only, which the store takes off before it reads the claimed rows. */
-    id: col('text'),
-    lane: col('int2'),
-    epoch: col('text'),
-    claims: col('int4'),
-    event_id: col('text'),
-    event_type: col('text'),
-    handler: col('text'),
-    key: nullable('text'),
-    sequence: nullable('text'),
-    payload: col('jsonb'),
-    headers: typed<'jsonb', Record<string, string>>('jsonb'),
-    attempts: col('int4'),
-    max_attempts: col('int4'),
-    /** Milliseconds since the epoch (whole): cheaper for the client than a timestamp's text. */
-    available_at: col('float8'),
-    created_at: col('float8'),
-    /** Claimed before it was due (a probed head within the retry lookahead): start it at available_at. */
-    early: col('bool'),
-    /** On the summary row only (id NULL): NULL when every listed lease was completed, else the ids completed. */
-    completed_ids: nullable('_text'),
-    /** On the summary row only: held lanes skipped because they changed while the claim waited. */
-    skipped_lanes: nullable('int4'),
-    /** On the summary row only: the lanes the claim handed back. */
-    handed_back: nullable('_text'),
-    /** On the summary row only: lane, handler and key in turn, where each walked lane's walk resumes. */
-    walk_ends: nullable('_text'),
-  },
+  'claim-held-lanes': CLAIMED,
+  'claim-light': CLAIMED,
   'complete-many': { id: col('text'), next_due: col('bool') },
   'complete-one': IDS,
   'extend-lease': { lane: col('int2') },

@@ -12,6 +12,7 @@ export const STATEMENT_NAMES = [
   'acquire-lanes',
   'bury',
   'claim-held-lanes',
+  'claim-light',
   'complete-many',
   'complete-one',
   'extend-lease',

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
+import { laneOf } from '../../src/core/lanes.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements, type StatementName } from '../../src/postgres/statements.js';
 import { findPostgres } from '../support/databases.js';
@@ -15,6 +16,7 @@ const found = await findPostgres();
 /** The statements every delivery cycle runs. */
 const HOT: readonly StatementName[] = [
   'claim-held-lanes',
+  'claim-light',
   'acquire-lanes',
   'complete-many',
   'extend-lease',
@@ -74,6 +76,19 @@ describe('plan cache of the hot statements on real Postgres', {
         leaseDurationMs: 30_000,
       });
       await store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+      // A claim under a light load (a wake-up named the lane; free lanes are left to the poll): claim-light.
+      await store.transaction((tx) =>
+        store.publish(tx, [{ type: 't', key: `light-${round % 5}`, payload: { round }, handlers }]),
+      );
+      const light = await store.claim({
+        owner,
+        handlers: ['a', 'b'],
+        limit: 25,
+        leaseDurationMs: 30_000,
+        preferLanes: [laneOf(`light-${round % 5}`, '')],
+        skipFreeLanes: true,
+      });
+      await store.completeMany(light.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
     }
     const names = loadStatements(schema);
     const plans = await pool.query<{ name: string; generic_plans: string; custom_plans: string }>(

@@ -1,0 +1,111 @@
+-- claim-light: the claim of a dispatcher under a light load (no completion riding, no retried head to look up): pick
+--              due heads from the lanes this owner holds and from the free lanes a wake-up named, record them in
+--              flight, take a named lane only when it gives work, hand back held lanes that got nothing and run
+--              nothing. What claim-held-lanes does without its completion, successor lookups, walk cursors and retry
+--              probes: under a light load that statement spent more time initialising its plan's ~150 nodes than
+--              running them (perf: ExecutorStart about half of the backend's time); this one has about a third.
+--              Heads: each lane's first pending rows in (handler, key, sequence) order, at most $6 rows a lane;
+--              the first row of a (handler, key) is its smallest pending sequence, so only heads are picked and a
+--              head in flight holds its key back. A lane whose keys need more than $6 rows is read in part: the
+--              rest waits for claim-held-lanes, which the dispatcher runs at least once per poll interval.
+-- index: relaybus_lanes (the owner's rows and the named ones, locked FOR NO KEY UPDATE);
+--        relaybus_deliveries_lane_handler_key_sequence_idx (keyed heads); relaybus_deliveries_unkeyed_due_idx
+--        (unkeyed); relaybus_deliveries_pkey (pruning finished ids from in_flight, hand-back);
+--        relaybus_events_pkey (payload of an event that has an events row)
+-- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
+--         $6 rows read per lane int, $7 free lanes to take when they give work smallint[]
+-- returns: the columns of claim-held-lanes (early always false, completed_ids and walk_ends always NULL): one row per
+--          claimed delivery, oldest due first; then, when lanes were skipped (changed while this statement waited
+--          for them: see claim-held-lanes, seen) or handed back, one summary row (id NULL)
+-- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
+WITH clock AS (
+  SELECT set_config('synchronous_commit', 'off', true) AS async_commit
+),
+held AS (
+  -- As in claim-held-lanes: a concurrent claim of the same owner waits; one lock order (by lane) everywhere.
+  SELECT l.lane, l.in_flight, l.xmin AS version FROM /*schema*/relaybus_lanes l
+  WHERE l.lease_owner = $1 AND (SELECT async_commit FROM clock) IS NOT NULL
+  ORDER BY l.lane
+  FOR NO KEY UPDATE
+),
+named AS (
+  SELECT l.lane, l.in_flight, l.xmin AS version FROM /*schema*/relaybus_lanes l
+  WHERE l.lane = ANY ($7::smallint[]) AND l.lease_owner IS NULL
+  ORDER BY l.lane
+  FOR NO KEY UPDATE SKIP LOCKED
+),
+seen AS (
+  -- Lanes unchanged since this statement's snapshot (see claim-held-lanes, seen).
+  SELECT h.lane, h.in_flight
+  FROM (SELECT * FROM held UNION ALL SELECT * FROM named) h
+  JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane AND s.xmin = h.version
+),
+candidates AS (
+  SELECT c.* FROM seen s CROSS JOIN LATERAL (
+    (SELECT DISTINCT ON (d.handler, d.key) d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts,
+            d.max_attempts, d.claims, d.available_at, d.created_at, d.event_type, d.payload, d.headers
+     FROM (SELECT * FROM /*schema*/relaybus_deliveries d
+           WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending'
+           ORDER BY d.handler, d.key, d.sequence LIMIT $6::int) d
+     ORDER BY d.handler, d.key, d.sequence)
+    UNION ALL
+    (SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+            d.available_at, d.created_at, d.event_type, d.payload, d.headers
+     FROM /*schema*/relaybus_deliveries d
+     WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now())
+       AND d.handler = ANY ($2::text[]) AND d.id <> ALL (s.in_flight)
+     ORDER BY d.available_at, d.id LIMIT $3::int)
+  ) c
+  WHERE c.available_at <= coalesce($5::timestamptz, now()) AND c.handler = ANY ($2::text[]) AND c.id <> ALL (s.in_flight)
+),
+picked AS (
+  SELECT * FROM candidates ORDER BY available_at, id LIMIT $3::int
+),
+grouped AS (
+  SELECT lane, array_agg(id ORDER BY id) AS ids FROM picked GROUP BY lane
+),
+recorded AS (
+  UPDATE /*schema*/relaybus_lanes l
+  SET epoch = CASE WHEN l.lease_owner IS NULL THEN l.epoch + 1 ELSE l.epoch END, lease_owner = $1,
+      in_flight = ARRAY(
+        SELECT f FROM unnest(l.in_flight) AS f
+        WHERE EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = f)) || g.ids,
+      lease_expires_at = coalesce($5::timestamptz, now()) + make_interval(secs => $4::int / 1000.0)
+  FROM grouped g
+  WHERE l.lane = g.lane AND (l.lease_owner = $1 OR (l.lease_owner IS NULL AND l.lane = ANY ($7::smallint[])))
+  RETURNING l.lane, l.epoch
+),
+handed_back AS (
+  UPDATE /*schema*/relaybus_lanes l
+  SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'
+  FROM seen h
+  -- h.in_flight, the locked row's (see claim-held-lanes).
+  WHERE l.lane = h.lane AND l.lease_owner = $1
+    AND l.lane NOT IN (SELECT lane FROM grouped)
+    AND NOT EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = ANY (h.in_flight))
+  RETURNING l.lane
+),
+summary AS MATERIALIZED (
+  SELECT ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
+         ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back
+)
+(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
+        p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, p.payload) AS payload,
+        coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts,
+        round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000) AS available_at,
+        round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at,
+        false AS early,
+        NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back, NULL::text[] AS walk_ends
+ FROM picked p
+ JOIN recorded r ON r.lane = p.lane
+ -- An event published inline has no events row: not even looked up (see claim-held-lanes).
+ LEFT JOIN LATERAL (
+   SELECT e.type, e.payload, e.headers FROM /*schema*/relaybus_events e
+   WHERE p.event_type IS NULL AND e.id = p.event_id OFFSET 0
+ ) e ON true
+ ORDER BY p.available_at, p.id)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, k.lanes, k.handed_back, NULL
+FROM summary k
+WHERE k.lanes > 0 OR cardinality(k.handed_back) > 0

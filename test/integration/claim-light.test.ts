@@ -1,0 +1,169 @@
+/**
+ * claim-light on real Postgres: the claim of a caller under a light load (`skipFreeLanes`, nothing riding, no retried
+ * head to look up) runs the small statement, and keeps what claim-held-lanes keeps: only a key's head, nothing of a
+ * key whose head is in flight, a named free lane taken only when it gives work, held lanes that run nothing handed
+ * back, leases that fence. A lane whose keys need more rows than it reads gives the heads it read, never a follower;
+ * claim-held-lanes finds the others.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type pg from 'pg';
+import { laneOf } from '../../src/core/lanes.js';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import { loadStatements } from '../../src/postgres/statements.js';
+import type { ClaimedDelivery, ClaimParams } from '../../src/store/contract.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
+
+const found = await findPostgres();
+const handlers = [{ name: 'h', maxAttempts: 3 }];
+
+/** `count` distinct keys (with `prefix`) that fall into one lane, the lane of the first. */
+function keysInOneLane(prefix: string, count: number): { lane: number; keys: string[] } {
+  const lane = laneOf(`${prefix}-0`, '');
+  const keys: string[] = [];
+  for (let i = 0; keys.length < count; i += 1) if (laneOf(`${prefix}-${i}`, '') === lane) keys.push(`${prefix}-${i}`);
+  return { lane, keys };
+}
+
+describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
+  let pool: pg.Pool;
+  let store: PostgresStore<PgClientLike>;
+  // One connection: the test reads that backend's prepared statements to see which claim statement ran.
+  const schema = usePgStore('claim_light', 1, (opened) => ({ pool, store } = opened));
+
+  /** How often each claim statement ran on the connection so far. */
+  async function runs(): Promise<{ light: number; full: number }> {
+    const names = loadStatements(schema);
+    const { rows } = await pool.query<{ name: string; n: string }>(
+      'SELECT name, (generic_plans + custom_plans)::text AS n FROM pg_prepared_statements WHERE name = ANY ($1)',
+      [[names['claim-light'].name, names['claim-held-lanes'].name]],
+    );
+    const of = (name: string) => Number(rows.find((row) => row.name === name)?.n ?? 0);
+    return { light: of(names['claim-light'].name), full: of(names['claim-held-lanes'].name) };
+  }
+
+  /** A light claim (as the dispatcher makes one under a light load), checking that claim-light ran. */
+  async function claimLight(owner: string, preferLanes: readonly number[]): Promise<ClaimedDelivery[]> {
+    const before = await runs();
+    const params: ClaimParams = {
+      owner,
+      handlers: ['h'],
+      limit: 50,
+      leaseDurationMs: 60_000,
+      preferLanes,
+      skipFreeLanes: true,
+    };
+    const claimed = await store.claim(params);
+    const after = await runs();
+    assert.ok(after.light > before.light, 'claim-light ran');
+    assert.equal(after.full, before.full, 'claim-held-lanes did not');
+    return claimed;
+  }
+
+  const payloadOf = (d: ClaimedDelivery) => (d.payload as { n: number }).n;
+  const complete = (batch: readonly ClaimedDelivery[]) =>
+    store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+  const ownerOf = async (lane: number) =>
+    (
+      await pool.query<{ lease_owner: string | null; epoch: string }>(
+        `SELECT lease_owner, epoch::text FROM "${schema}".relaybus_lanes WHERE lane = $1`,
+        [lane],
+      )
+    ).rows[0]!;
+
+  it('gives only heads, nothing of a key whose head is in flight, and its leases complete', async () => {
+    await store.transaction((tx) =>
+      store.publish(tx, [
+        { type: 't', key: 'light-a', payload: { n: 1 }, handlers },
+        { type: 't', key: 'light-a', payload: { n: 2 }, handlers },
+        { type: 't', key: 'light-b', payload: { n: 3 }, handlers },
+        { type: 't', key: null, id: 'light-u', payload: { n: 4 }, handlers },
+      ]),
+    );
+    const lanes = [laneOf('light-a', ''), laneOf('light-b', ''), laneOf(null, 'light-u')];
+    const first = await claimLight('w1', lanes);
+    assert.deepEqual(first.map(payloadOf).sort(), [1, 3, 4], 'the two heads and the unkeyed one');
+    assert.deepEqual(await claimLight('w1', lanes), [], 'the heads are in flight: nothing of their keys');
+    assert.deepEqual(await claimLight('w2', lanes), [], 'another owner leaves the held lanes alone');
+    assert.deepEqual(await complete(first), [true, true, true], 'the leases fence and complete');
+    const second = await claimLight('w1', lanes);
+    assert.deepEqual(second.map(payloadOf), [2], "the key's next delivery, once its head is done");
+    await complete(second);
+    await store.relinquish('w1');
+  });
+
+  it('takes a named free lane only when it gives work, and hands back a held lane that runs nothing', async () => {
+    const { lane, keys } = keysInOneLane('light-take', 2);
+    await store.transaction((tx) =>
+      store.publish(tx, [
+        { type: 't', key: keys[0]!, payload: { n: 1 }, handlers, availableAt: new Date(Date.now() + 60_000) },
+      ]),
+    );
+    const before = await ownerOf(lane);
+    assert.deepEqual(await claimLight('w3', [lane]), [], 'nothing due in the named lane');
+    assert.deepEqual(await ownerOf(lane), before, 'the lane stays free, at its epoch');
+
+    await store.transaction((tx) => store.publish(tx, [{ type: 't', key: keys[1]!, payload: { n: 2 }, handlers }]));
+    const claimed = await claimLight('w3', [lane]);
+    assert.deepEqual(claimed.map(payloadOf), [2]);
+    const taken = await ownerOf(lane);
+    assert.equal(taken.lease_owner, 'w3', 'taken by the claim');
+    assert.equal(BigInt(taken.epoch), BigInt(before.epoch) + 1n, 'at a new epoch');
+
+    await complete(claimed);
+    assert.deepEqual(await claimLight('w3', []), []);
+    assert.equal((await ownerOf(lane)).lease_owner, null, 'handed back: it ran nothing and got nothing');
+  });
+
+  it('a lane whose keys need more rows than it reads gives heads only; claim-held-lanes finds the rest', async () => {
+    // Handler order, then key: every row of the first key comes before the second key's head in the lane's index.
+    const { lane, keys } = keysInOneLane('light-deep', 2);
+    const [deep, after] = [...keys].sort();
+    await store.transaction((tx) =>
+      store.publish(tx, [
+        ...Array.from({ length: 300 }, (_, n) => ({ type: 't', key: deep!, payload: { n }, handlers })),
+        { type: 't', key: after!, payload: { n: 1000 }, handlers },
+      ]),
+    );
+    const light = await claimLight('w4', [lane]);
+    assert.deepEqual(light.map(payloadOf), [0], "the deep key's head; the other key lies past the rows read");
+    const full = await store.claim({ owner: 'w4', handlers: ['h'], limit: 50, leaseDurationMs: 60_000 });
+    assert.deepEqual(full.map(payloadOf), [1000], "claim-held-lanes finds the other key's head, and no follower");
+    await complete([...light, ...full]);
+    await store.relinquish('w4');
+  });
+
+  it('a retried head due again, or a completion riding on the claim, goes through claim-held-lanes', async () => {
+    await store.transaction((tx) => store.publish(tx, [{ type: 't', key: 'light-r', payload: { n: 1 }, handlers }]));
+    const lane = laneOf('light-r', '');
+    const [head] = await claimLight('w5', [lane]);
+    assert.ok(head);
+    assert.ok(
+      await store.reschedule(
+        { deliveryId: head.id, leaseToken: head.leaseToken },
+        { availableAt: new Date(Date.now() - 1), error: 'x' },
+      ),
+    );
+    const before = await runs();
+    const again = await store.claim({
+      owner: 'w5',
+      handlers: ['h'],
+      limit: 50,
+      leaseDurationMs: 60_000,
+      skipFreeLanes: true,
+    });
+    assert.deepEqual(again.map(payloadOf), [1], 'the retried head');
+    assert.equal((await runs()).full, before.full + 1, 'its probe needs claim-held-lanes');
+    const riding = await store.completeAndClaim([{ deliveryId: again[0]!.id, leaseToken: again[0]!.leaseToken }], {
+      owner: 'w5',
+      handlers: ['h'],
+      limit: 50,
+      leaseDurationMs: 60_000,
+      skipFreeLanes: true,
+    });
+    assert.deepEqual(riding.completed, [true]);
+    assert.equal((await runs()).full, before.full + 2, 'a riding completion needs claim-held-lanes');
+    await store.relinquish('w5');
+  });
+});
