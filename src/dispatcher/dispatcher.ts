@@ -311,6 +311,7 @@ export class Dispatcher<TTx> {
         // A loop claims at most its share of the slots, so the others find free slots while its handlers run.
         const limit = Math.min(options.batchSize, free, Math.ceil(options.concurrency / this.#loops.length));
         const acquireAt = this.#acquireWhenFullDue(loop);
+        const light = this.#skipFreeLanes(loop);
         const params: ClaimParams = {
           owner: loop.owner,
           handlers: this.#handlerNames,
@@ -318,14 +319,16 @@ export class Dispatcher<TTx> {
           leaseDurationMs: options.leaseDurationMs,
           now: this.#now(),
           retryLookaheadMs: loop.retryLookaheadMs,
-          ...(this.#skipFreeLanes(loop) ? { skipFreeLanes: true } : {}),
+          ...(light ? { skipFreeLanes: true } : {}),
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
           ...(this.#hintedLanes.size === 0 ? {} : { preferLanes: [...this.#hintedLanes] }),
         };
         this.#hintedLanes.clear();
         // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
-        // be claimed at once.
-        const riding = loop.batcher.take();
+        // be claimed at once. Not under a light load: the batcher writes them on their own (its report of a due next
+        // delivery wakes this loop), so the claim can be the store's light one (Postgres: claim-light, a third of the
+        // full claim's plan), which is what a publish waits for.
+        const riding = light ? undefined : loop.batcher.take();
         const runsEndedBefore = loop.runsEnded;
         let claimed: ClaimedDelivery[];
         this.#reserved += limit;

@@ -92,4 +92,49 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
       await bus.stop();
     }
   });
+
+  it('under a light load no completion rides on a claim: the claim stays the light one, the batcher writes them', {
+    timeout: 30_000,
+  }, async () => {
+    const spied = spyStore(store);
+    const bus = createRelayBus({
+      store: spied.store as typeof store,
+      events: [Step],
+      setupStore: false,
+      // A long completion window: a completion still waits in the batcher when the next publish's claim starts.
+      dispatcher: { pollIntervalMs: 20_000, concurrency: 8, batchSize: 8, completionBatchWindowMs: 300 },
+    });
+    const ran: number[] = [];
+    bus.on(Step, 'rides', ({ n }) => {
+      ran.push(n);
+    });
+    await bus.start();
+    try {
+      await pause(200);
+      const from = spied.calls.length;
+      for (let n = 0; n < 6; n += 1) {
+        await store.transaction((tx) => bus.publish(tx, Step, { n }, { key: `r-${n}` }));
+        await waitFor(() => ran.length === n + 1, `publish ${n}`, 5_000);
+      }
+      const calls = spied.calls.slice(from);
+      const light = (call: (typeof calls)[number]) =>
+        (call.args[call.method === 'claim' ? 0 : 1] as { skipFreeLanes?: boolean } | undefined)?.skipFreeLanes === true;
+      assert.ok(
+        calls.some((call) => call.method === 'claim' && light(call)),
+        'claims under the light load skip free lanes',
+      );
+      assert.deepEqual(
+        calls.filter((call) => call.method === 'completeAndClaim' && light(call)).length,
+        0,
+        'no completion rode on such a claim',
+      );
+      await waitFor(
+        () => spied.calls.slice(from).some((call) => call.method.startsWith('completeMany')),
+        'the batcher wrote the completions',
+        5_000,
+      );
+    } finally {
+      await bus.stop();
+    }
+  });
 });
