@@ -251,24 +251,7 @@ summary AS MATERIALIZED (
          ARRAY(SELECT t.v FROM walk_end w CROSS JOIN LATERAL (VALUES (1, w.lane::text), (2, w.handler), (3, w.key)) AS t(ord, v)
                ORDER BY w.lane, t.ord) AS walk_ends
 )
-(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
-        p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, p.payload) AS payload,
-        coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts,
-        -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
-        round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000) AS available_at,
-        round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at,
-        p.available_at > coalesce($5::timestamptz, now()) AS early,
-        NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back, NULL::text[] AS walk_ends
- FROM picked p
- JOIN recorded r ON r.lane = p.lane
- -- An event published inline (its delivery carries its type) has no events row: not even looked up. Behind OFFSET 0
- -- the condition is the subquery's one-time filter, checked before the index scan (as a join condition it would
- -- only filter what the scan found: a probe per delivery for nothing).
- LEFT JOIN LATERAL (
-   SELECT e.type, e.payload, e.headers FROM /*schema*/relaybus_events e
-   WHERE p.event_type IS NULL AND e.id = p.event_id OFFSET 0
- ) e ON true
- ORDER BY p.available_at, p.id)
+/*include claimed-rows*/
 UNION ALL
 -- One row, not one per completed delivery: a row per id cost the client more than the rest of a delivery's parsing.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,

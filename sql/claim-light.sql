@@ -14,9 +14,9 @@
 --        relaybus_events_pkey (payload of an event that has an events row)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
 --         $6 rows read per lane int, $7 free lanes to take when they give work smallint[]
--- returns: the columns of claim-held-lanes (early always false, completed_ids and walk_ends always NULL): one row per
---          claimed delivery, oldest due first; then, when lanes were skipped (changed while this statement waited
---          for them: see claim-held-lanes, seen) or handed back, one summary row (id NULL)
+-- returns: the rows of sql/fragments/claimed-rows.sql (early always false, completed_ids and walk_ends always NULL):
+--          one per claimed delivery, oldest due first; then, when lanes were skipped (changed while this statement
+--          waited for them: see claim-held-lanes, seen) or handed back, one summary row (id NULL)
 -- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
 WITH clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
@@ -89,21 +89,7 @@ summary AS MATERIALIZED (
   SELECT ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
          ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back
 )
-(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
-        p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, p.payload) AS payload,
-        coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts,
-        round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000) AS available_at,
-        round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at,
-        false AS early,
-        NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back, NULL::text[] AS walk_ends
- FROM picked p
- JOIN recorded r ON r.lane = p.lane
- -- An event published inline has no events row: not even looked up (see claim-held-lanes).
- LEFT JOIN LATERAL (
-   SELECT e.type, e.payload, e.headers FROM /*schema*/relaybus_events e
-   WHERE p.event_type IS NULL AND e.id = p.event_id OFFSET 0
- ) e ON true
- ORDER BY p.available_at, p.id)
+/*include claimed-rows*/
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, k.lanes, k.handed_back, NULL

@@ -20,6 +20,31 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
   let store: PostgresStore<PgClientLike>;
   usePgStore('light_load', 8, (opened) => ({ store } = opened));
 
+  /**
+   * A started bus over a spied store, its handler recording each payload. A 20 s poll: within these tests only wake-ups
+   * and the batcher's reports make the loop claim.
+   */
+  async function startSpiedBus(completionBatchWindowMs?: number) {
+    const spied = spyStore(store);
+    const bus = createRelayBus({
+      store: spied.store as typeof store,
+      events: [Step],
+      setupStore: false,
+      dispatcher: {
+        pollIntervalMs: 20_000,
+        concurrency: 8,
+        batchSize: 8,
+        ...(completionBatchWindowMs === undefined ? {} : { completionBatchWindowMs }),
+      },
+    });
+    const ran: number[] = [];
+    bus.on(Step, 'light', ({ n }) => {
+      ran.push(n);
+    });
+    await bus.start();
+    return { spied, bus, ran };
+  }
+
   it("completeManyReportingNext says whether a completed key's next delivery is due", async () => {
     const later = new Date(Date.now() + 60_000);
     await store.transaction((tx) =>
@@ -52,19 +77,7 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
   it('a trickle costs about one claim per publish, and a chain of one key runs through without the poll', {
     timeout: 30_000,
   }, async () => {
-    const spied = spyStore(store);
-    const bus = createRelayBus({
-      store: spied.store as typeof store,
-      events: [Step],
-      setupStore: false,
-      // A 20 s poll: within this test only wake-ups and the batcher's reports make the loop claim.
-      dispatcher: { pollIntervalMs: 20_000, concurrency: 8, batchSize: 8 },
-    });
-    const ran: number[] = [];
-    bus.on(Step, 'light', ({ n }) => {
-      ran.push(n);
-    });
-    await bus.start();
+    const { spied, bus, ran } = await startSpiedBus();
     try {
       await pause(200);
       const claims = () => spied.calls.filter((c) => c.method === 'claim' || c.method === 'completeAndClaim').length;
@@ -96,19 +109,8 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
   it('under a light load no completion rides on a claim: the claim stays the light one, the batcher writes them', {
     timeout: 30_000,
   }, async () => {
-    const spied = spyStore(store);
-    const bus = createRelayBus({
-      store: spied.store as typeof store,
-      events: [Step],
-      setupStore: false,
-      // A long completion window: a completion still waits in the batcher when the next publish's claim starts.
-      dispatcher: { pollIntervalMs: 20_000, concurrency: 8, batchSize: 8, completionBatchWindowMs: 300 },
-    });
-    const ran: number[] = [];
-    bus.on(Step, 'rides', ({ n }) => {
-      ran.push(n);
-    });
-    await bus.start();
+    // A long completion window: a completion still waits in the batcher when the next publish's claim starts.
+    const { spied, bus, ran } = await startSpiedBus(300);
     try {
       await pause(200);
       const from = spied.calls.length;
