@@ -209,12 +209,12 @@ const toInt = (value: unknown): number => Number(value);
 
 // Row types come from the column descriptions of rows.ts, which a test checks against what Postgres describes.
 type ClaimRow = RowOf<'claim-held-lanes'>;
-
-/** Rows of a lane that claim-light reads at most (a light load leaves a few pending rows in a lane). */
-const LIGHT_ROWS_PER_LANE = 256;
 type DeliveryRow = RowOf<'list-deliveries'>;
 type SubscriptionRow = RowOf<'list-subscriptions'>;
 type StatisticsRow = RowOf<'statistics'>;
+
+/** Rows of a lane that claim-light reads at most (a light load leaves a few pending rows in a lane). */
+const LIGHT_ROWS_PER_LANE = 256;
 
 function leaseArrays(leases: readonly ParsedLease[]): [string[], number[], string[], number[]] {
   return [
