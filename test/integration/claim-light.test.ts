@@ -9,11 +9,13 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
 import { laneOf } from '../../src/core/lanes.js';
+import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements } from '../../src/postgres/statements.js';
 import type { ClaimedDelivery, ClaimParams } from '../../src/store/contract.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import { pause, waitFor } from '../support/wait.js';
 
 const found = await findPostgres();
 const handlers = [{ name: 'h', maxAttempts: 3 }];
@@ -165,5 +167,50 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
     assert.deepEqual(riding.completed, [true]);
     assert.equal((await runs()).full, before.full + 2, 'a riding completion needs claim-held-lanes');
     await store.relinquish('w5');
+  });
+});
+
+describe('claim-light in a running dispatcher on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
+  let store: PostgresStore<PgClientLike>;
+  usePgStore('claim_light_bus', 6, (opened) => ({ store } = opened));
+  const Step = defineEvent('claim-light.step', Type.Object({ n: Type.Integer() }));
+
+  it("a head behind more rows than claim-light reads runs within a poll or two: the poll's claim walks the lane", {
+    timeout: 30_000,
+  }, async () => {
+    // Key order in the lane: 300 rows of `blocked` (its head not due for a minute), then `other`. A wake-up's light
+    // claim reads the first 256 rows of the lane and finds no head it may run; the claim that looks at free lanes once
+    // per poll interval is claim-held-lanes, whose walk goes past the blocked key.
+    const { keys } = keysInOneLane('light-bus', 2);
+    const [blocked, other] = [...keys].sort();
+    const ran: number[] = [];
+    const bus = createRelayBus({
+      store,
+      events: [Step],
+      setupStore: false,
+      dispatcher: { pollIntervalMs: 300, concurrency: 8, batchSize: 8 },
+    });
+    bus.on(Step, 'h', ({ n }) => {
+      ran.push(n);
+    });
+    await bus.start();
+    try {
+      await store.transaction(async (tx) => {
+        await bus.publish(tx, Step, { n: 0 }, { key: blocked!, availableAt: new Date(Date.now() + 60_000) });
+        await bus.publishMany(
+          tx,
+          Array.from({ length: 300 }, (_, i) => ({ event: Step, payload: { n: i + 1 }, options: { key: blocked! } })),
+        );
+      });
+      await pause(400);
+      const publishedAt = Date.now();
+      await store.transaction((tx) => bus.publish(tx, Step, { n: 1000 }, { key: other! }));
+      await waitFor(() => ran.includes(1000), 'the other key of the lane ran', 5_000);
+      const tookMs = Date.now() - publishedAt;
+      assert.ok(tookMs < 2_000, `within a few polls of 300 ms: ${tookMs} ms`);
+      assert.deepEqual(ran, [1000], 'nothing of the blocked key ran: its head is not due');
+    } finally {
+      await bus.stop();
+    }
   });
 });
