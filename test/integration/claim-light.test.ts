@@ -14,6 +14,7 @@ import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements } from '../../src/postgres/statements.js';
 import type { ClaimedDelivery, ClaimParams } from '../../src/store/contract.js';
 import { findPostgres } from '../support/databases.js';
+import { keysInLane } from '../support/lanes.js';
 import { usePgStore } from '../support/pg-store.js';
 import { pause, waitFor } from '../support/wait.js';
 
@@ -23,9 +24,7 @@ const handlers = [{ name: 'h', maxAttempts: 3 }];
 /** `count` distinct keys (with `prefix`) that fall into one lane, the lane of the first. */
 function keysInOneLane(prefix: string, count: number): { lane: number; keys: string[] } {
   const lane = laneOf(`${prefix}-0`, '');
-  const keys: string[] = [];
-  for (let i = 0; keys.length < count; i += 1) if (laneOf(`${prefix}-${i}`, '') === lane) keys.push(`${prefix}-${i}`);
-  return { lane, keys };
+  return { lane, keys: keysInLane(lane, prefix, count) };
 }
 
 describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {

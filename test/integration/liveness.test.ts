@@ -13,6 +13,7 @@ import type { ClaimedDelivery } from '../../src/store/contract.js';
 import type pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
+import { keysInLane } from '../support/lanes.js';
 import { usePgStore } from '../support/pg-store.js';
 import { collect, pause, spyStore, waitFor } from '../support/wait.js';
 
@@ -85,8 +86,7 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
   it('a key with 10,000 pending behind a head that fails three times does not hold back 500 other keys of its lane', async () => {
     const deep = 'deep-key';
     const lane = laneOf(deep, 'unused');
-    const others: string[] = [];
-    for (let i = 0; others.length < 500; i += 1) if (laneOf(`other-${i}`, 'unused') === lane) others.push(`other-${i}`);
+    const others = keysInLane(lane, 'other', 500);
     const { bus, runs } = busWith(3, (key, n) => key === deep && n === 0);
     const failed = collect(bus.lifecycle, 'failed');
     const lost = collect(bus.lifecycle, 'lease-lost');
@@ -147,8 +147,7 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
   it('a retried head is among the first claimed once due, even in a lane full of other due keys', async () => {
     const retried = 'a-retried-key'; // first in the walk's key order: the walk reaches it only after wrapping round
     const lane = laneOf(retried, 'unused');
-    const others: string[] = [];
-    for (let i = 0; others.length < 60; i += 1) if (laneOf(`other-${i}`, 'unused') === lane) others.push(`other-${i}`);
+    const others = keysInLane(lane, 'other', 60);
     const handlers = [{ name: 'probe', maxAttempts: 5 }];
     const t0 = new Date('2030-01-01T00:00:00Z');
     await store.transaction((tx) =>
