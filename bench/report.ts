@@ -345,8 +345,8 @@ function processTable(rows: readonly Row[]): string[] {
 
 function mixedTable(rows: readonly Row[]): string[] {
   const out = [
-    '| cell | contender | achieved deliveries/s (offered) | e2e p50 / p95 / p99 ms | backlog max | WAL B/delivery (own) | stmts/delivery | valid |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| cell | contender | achieved deliveries/s (offered) | e2e p50 / p95 / p99 ms | warm-up p99 ms | backlog max | WAL B/delivery (own) | stmts/delivery | valid |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const row of rows.filter((r) => r.scenario === 'mixed')) {
     out.push(
@@ -359,7 +359,7 @@ function mixedTable(rows: readonly Row[]): string[] {
       )} / ${fmt(
         med(row, (r) => r.figures.latencyP99Ms),
         1,
-      )} | ${fmt(med(row, (r) => r.figures.backlogMax))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
+      )} | ${fmt(med(row, (r) => r.figures.startupP99Ms), 1)} | ${fmt(med(row, (r) => r.figures.backlogMax))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
         med(row, (r) => r.db?.statementsPerUnit),
         3,
       )} | ${validity(row)} |`,

@@ -141,7 +141,7 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       { deliveries: 2_000, dispatchers: 1, eventsPerKey: 10, entries: ORDERING },
     ],
     sweepReps: 0,
-    mixed: [{ ratePerSec: 500, windowMs: 3_000, publishers: 2, dispatchers: 1 }],
+    mixed: [{ ratePerSec: 500, windowMs: 3_000, warmupMs: 1_000, publishers: 2, dispatchers: 1 }],
     mixedEntries: MIXED.filter((entry) => entry.contender !== 'relaybus' || entry.keyed),
     liveness: [
       { failingKeys: 5, eventsPerFailingKey: 300, healthyKeys: 1_000, eventsPerHealthyKey: 10, backoffMs: 500 },
@@ -171,9 +171,9 @@ const PLANS: Record<'quick' | 'full', Plan> = {
     ],
     sweepReps: 3,
     mixed: [
-      { ratePerSec: 500, windowMs: 20_000, publishers: 2, dispatchers: 1 },
-      { ratePerSec: 1_000, windowMs: 20_000, publishers: 2, dispatchers: 1 },
-      { ratePerSec: 5_000, windowMs: 20_000, publishers: 4, dispatchers: 2 },
+      { ratePerSec: 500, windowMs: 20_000, warmupMs: 2_000, publishers: 2, dispatchers: 1 },
+      { ratePerSec: 1_000, windowMs: 20_000, warmupMs: 2_000, publishers: 2, dispatchers: 1 },
+      { ratePerSec: 5_000, windowMs: 20_000, warmupMs: 2_000, publishers: 4, dispatchers: 2 },
     ],
     mixedEntries: MIXED,
     liveness: [
@@ -338,7 +338,7 @@ const context: RunContext = { url, admin, walinspect, timeoutMs: plan.timeoutMs,
 // A mixed run's backlog is small: a drain that has not ended 15 s after the window is stuck.
 const mixedContext = (cell: MixedCell): RunContext => ({
   ...context,
-  timeoutMs: Math.min(plan.timeoutMs, cell.windowMs + 15_000),
+  timeoutMs: Math.min(plan.timeoutMs, cell.warmupMs + cell.windowMs + 15_000),
 });
 const runs: RunRecord[] = [];
 
