@@ -359,7 +359,10 @@ function mixedTable(rows: readonly Row[]): string[] {
       )} / ${fmt(
         med(row, (r) => r.figures.latencyP99Ms),
         1,
-      )} | ${fmt(med(row, (r) => r.figures.startupP99Ms), 1)} | ${fmt(med(row, (r) => r.figures.backlogMax))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
+      )} | ${fmt(
+        med(row, (r) => r.figures.startupP99Ms),
+        1,
+      )} | ${fmt(med(row, (r) => r.figures.backlogMax))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
         med(row, (r) => r.db?.statementsPerUnit),
         3,
       )} | ${validity(row)} |`,
