@@ -141,7 +141,7 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       { deliveries: 2_000, dispatchers: 1, eventsPerKey: 10, entries: ORDERING },
     ],
     sweepReps: 0,
-    mixed: [{ ratePerSec: 500, windowMs: 3_000, warmupMs: 1_000, publishers: 2, dispatchers: 1 }],
+    mixed: [{ ratePerSec: 500, windowMs: 3_000, warmupMs: 2_000, publishers: 2, dispatchers: 1 }],
     mixedEntries: MIXED.filter((entry) => entry.contender !== 'relaybus' || entry.keyed),
     liveness: [
       { failingKeys: 5, eventsPerFailingKey: 300, healthyKeys: 1_000, eventsPerHealthyKey: 10, backoffMs: 500 },
