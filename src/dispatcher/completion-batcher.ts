@@ -93,19 +93,32 @@ export class CompletionBatcher {
     };
   }
 
-  /** Write what is waiting now and wait for every write in progress. */
+  /** Write what is waiting now and wait for every write in progress (and the writes of what waited for them). */
   async flush(): Promise<void> {
-    this.#writeNow();
-    await Promise.all([...this.#writes]);
+    while (this.#waiting.length > 0 || this.#writes.size > 0) {
+      this.#writeNow();
+      await Promise.all([...this.#writes]);
+    }
   }
 
+  /**
+   * One write at a time (a second only once `maxBatchSize` completions wait): what completes while a write runs goes out
+   * in one batch when it ends. Unbounded, a slow write (a worker's first statements on cold connections took 100 ms at
+   * start-up) let the next windows' writes start beside it, each on another cold connection, each as slow: nine in
+   * flight at once within 300 ms of a start.
+   */
   #writeNow(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#waiting.length === 0) return;
+    if (this.#writes.size > 0 && this.#waiting.length < (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) return;
     const batch = this.#waiting;
     this.#waiting = [];
-    const write = this.#write(batch).finally(() => this.#writes.delete(write));
+    const write = this.#write(batch).finally(() => {
+      this.#writes.delete(write);
+      // What waited for this write (its window over, or none set: a window still open writes when it closes).
+      if (this.#timer === undefined) this.#writeNow();
+    });
     this.#writes.add(write);
   }
 

@@ -13,7 +13,7 @@ import { noopLogger } from '../../src/core/logger.js';
 import { StoreUnavailableError } from '../../src/core/errors.js';
 import type { ClaimParams, DeliveryLease, Store } from '../../src/store/contract.js';
 import { StubClock } from '../support/clock.js';
-import { collect, deferred, nextEvent, pause, spyStore, waitFor } from '../support/wait.js';
+import { collect, deferred, nextEvent, pause, spyStore, waitFor, type Deferred } from '../support/wait.js';
 
 /**
  * The dispatcher, run for real through the bus against the in-memory store. Time that matters to
@@ -589,6 +589,80 @@ describe('dispatcher: completion batcher', () => {
     ]);
     assert.deepEqual(results, [true, false, true]);
     assert.equal(attempts, 2);
+  });
+
+  it('runs one write at a time: what completes meanwhile goes out in one batch when it ends, and flush waits for it', async () => {
+    const writes: string[][] = [];
+    const gates: Deferred<void>[] = [];
+    let inFlight = 0;
+    let mostInFlight = 0;
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          writes.push(leases.map((item) => item.deliveryId));
+          inFlight += 1;
+          mostInFlight = Math.max(mostInFlight, inFlight);
+          const gate = deferred();
+          gates.push(gate);
+          await gate.promise;
+          inFlight -= 1;
+          return leases.map(() => true);
+        },
+      },
+      windowMs: 0,
+      now: () => undefined,
+      logger: noopLogger,
+    });
+    const first = batcher.complete(lease('1'));
+    await waitFor(() => writes.length === 1, 'the first write');
+    // Three windows pass while the first write is held.
+    const later = [batcher.complete(lease('2'))];
+    await pause(5);
+    later.push(batcher.complete(lease('3')));
+    await pause(5);
+    later.push(batcher.complete(lease('4')));
+    await pause(5);
+    assert.deepEqual(writes, [['1']]);
+    const flushed = batcher.flush();
+    gates[0]!.resolve();
+    assert.equal(await first, true);
+    await waitFor(() => writes.length === 2, 'the second write');
+    assert.deepEqual(writes[1], ['2', '3', '4']);
+    let flushDone = false;
+    void flushed.then(() => (flushDone = true));
+    await pause(5);
+    assert.equal(flushDone, false, 'flush waits for the write of what waited');
+    gates[1]!.resolve();
+    await flushed;
+    assert.deepEqual(await Promise.all(later), [true, true, true]);
+    assert.equal(mostInFlight, 1);
+  });
+
+  it('starts a second write beside the first once maxBatchSize completions wait', async () => {
+    const writes: string[][] = [];
+    const gate = deferred();
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          writes.push(leases.map((item) => item.deliveryId));
+          await gate.promise;
+          return leases.map(() => true);
+        },
+      },
+      windowMs: 0,
+      maxBatchSize: 2,
+      now: () => undefined,
+      logger: noopLogger,
+    });
+    const all = [batcher.complete(lease('1')), batcher.complete(lease('2'))];
+    all.push(batcher.complete(lease('3')), batcher.complete(lease('4')));
+    await waitFor(() => writes.length === 2, 'two writes');
+    assert.deepEqual(writes, [
+      ['1', '2'],
+      ['3', '4'],
+    ]);
+    gate.resolve();
+    assert.deepEqual(await Promise.all(all), [true, true, true, true]);
   });
 
   it('rejects every caller when the write keeps failing, without retrying input errors', async () => {
