@@ -62,7 +62,10 @@ export interface DispatcherOptions {
   readonly pollIntervalMs?: number;
   /** Lane lease, 100 ms..1 day. Default `DEFAULT_LEASE_DURATION_MS` (30 000). */
   readonly leaseDurationMs?: number;
-  /** Completion batching window, 0..1000 ms. Default `DEFAULT_COMPLETION_BATCH_WINDOW_MS` (2). */
+  /**
+   * Completion batching window, 0..1000 ms: completions within it are one write; one write at a time (per claim loop),
+   * what completes while it runs is the next. Default `DEFAULT_COMPLETION_BATCH_WINDOW_MS` (2).
+   */
   readonly completionBatchWindowMs?: number;
   /** Grace period of `stop()`, 0 ms..24.8 days. Default `DEFAULT_SHUTDOWN_GRACE_MS` (10 000). */
   readonly shutdownGraceMs?: number;
