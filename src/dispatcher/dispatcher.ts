@@ -256,11 +256,11 @@ export class Dispatcher<TTx> {
       // Every loop: the published lane may be held by any of them (a loop that finds nothing costs one acquire; waking
       // them in turn measured no better, and left a delivery in a busy loop's lane until that loop claimed again).
       const unsubscribe = await store.subscribeWakeups((lanes) => {
-        if (lanes !== undefined && this.#hintedLanes.size < MAX_HINTED_LANES)
-          for (const lane of lanes) this.#hintedLanes.add(lane);
-        // No lanes named (the listener reconnected, or a foreign payload): publishes may have gone unheard, so the next
-        // claims look at the free lanes too.
-        if (lanes === undefined) for (const loop of this.#loops) loop.freeLanesScannedAt = undefined;
+        const remembered = lanes !== undefined && this.#hintedLanes.size < MAX_HINTED_LANES;
+        if (remembered) for (const lane of lanes) this.#hintedLanes.add(lane);
+        // No lanes named (the listener reconnected, or a foreign payload), or more than are remembered: publishes may
+        // have gone unheard, or their lanes are named to no claim, so the next claims look at the free lanes too.
+        if (!remembered) for (const loop of this.#loops) loop.freeLanesScannedAt = undefined;
         this.#wakeAll();
       });
       // A 'poll' store resolves a no-op: nothing is heard.

@@ -10,7 +10,8 @@ import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
-import { pause, spyStore, waitFor } from '../support/wait.js';
+import { deferred, pause, spyStore, waitFor, type Deferred } from '../support/wait.js';
+import { laneOf } from '../../src/core/lanes.js';
 
 const found = await findPostgres();
 const Step = defineEvent('light-load.step', Type.Object({ n: Type.Integer() }));
@@ -24,8 +25,8 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
    * A started bus over a spied store, its handler recording each payload. A 20 s poll: within these tests only wake-ups
    * and the batcher's reports make the loop claim.
    */
-  async function startSpiedBus(completionBatchWindowMs?: number) {
-    const spied = spyStore(store);
+  async function startSpiedBus(completionBatchWindowMs?: number, overrides: Partial<typeof store> = {}) {
+    const spied = spyStore(store, overrides);
     const bus = createRelayBus({
       store: spied.store as typeof store,
       events: [Step],
@@ -101,6 +102,72 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
       );
       await waitFor(() => ran.length === 25, 'the chain ran', 5_000);
       assert.deepEqual(ran.slice(20), [100, 101, 102, 103, 104]);
+    } finally {
+      await bus.stop();
+    }
+  });
+
+  it('wake-ups naming more lanes than the dispatcher remembers make its next claim look at every free lane', {
+    timeout: 30_000,
+  }, async () => {
+    // A claim held in progress while two publishes name 40 lanes each, then one more: the dispatcher remembers 64 named
+    // lanes, so the last publish's lane is not named to the next claim. Unless that claim looks at the free lanes, its
+    // delivery waits for the poll (20 s here). (One publish names at most 64 lanes; beyond, it names none: look
+    // everywhere.)
+    let gate: Deferred<void> | undefined;
+    const entered = deferred();
+    const held = async () => {
+      if (gate === undefined) return;
+      entered.resolve();
+      await gate.promise;
+    };
+    const { bus, ran } = await startSpiedBus(undefined, {
+      claim: async (params) => {
+        await held();
+        return store.claim(params);
+      },
+      completeAndClaim: async (leases, params) => {
+        await held();
+        return store.completeAndClaim(leases, params);
+      },
+    });
+    try {
+      await pause(200);
+      const lanes = new Set<number>();
+      const elsewhere: string[] = [];
+      for (let i = 0; elsewhere.length < 80; i += 1)
+        if (!lanes.has(laneOf(`elsewhere-${i}`, ''))) {
+          lanes.add(laneOf(`elsewhere-${i}`, ''));
+          elsewhere.push(`elsewhere-${i}`);
+        }
+      let mine = 'mine-0';
+      for (let i = 1; lanes.has(laneOf(mine, '')); i += 1) mine = `mine-${i}`;
+      // Work for a handler this bus does not run: named by a wake-up, such a lane gives the claim nothing.
+      const publishElsewhere = (keys: readonly string[]) =>
+        store.transaction((tx) =>
+          store.publish(
+            tx,
+            keys.map((key, n) => ({
+              type: 't',
+              key,
+              payload: { n },
+              handlers: [{ name: 'elsewhere', maxAttempts: 3 }],
+            })),
+          ),
+        );
+      gate = deferred();
+      await publishElsewhere(elsewhere.slice(0, 1));
+      await entered.promise;
+      // While that claim waits: 80 lanes named in two wake-ups, then the delivery of this bus's handler.
+      await publishElsewhere(elsewhere.slice(0, 40));
+      await publishElsewhere(elsewhere.slice(40));
+      await pause(100);
+      await store.transaction((tx) => bus.publish(tx, Step, { n: 1 }, { key: mine }));
+      await pause(100);
+      const release = gate;
+      gate = undefined;
+      release.resolve();
+      await waitFor(() => ran.length === 1, 'the delivery in a lane no claim was told of ran before the poll', 5_000);
     } finally {
       await bus.stop();
     }
