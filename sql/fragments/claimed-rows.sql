@@ -2,7 +2,11 @@
 --          /*include claimed-rows*/): one per picked delivery, with the epoch its lane was recorded under, its event's
 --          type, payload and headers (from the events row when it has one), times as whole milliseconds since the epoch,
 --          and NULL in the summary row's columns; oldest due first. The statement defines picked, recorded and $5.
-(SELECT p.id::text AS id, p.lane, r.epoch::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
+--          The epochs are a jsonb object by lane, built once (an uncorrelated subquery: an InitPlan): as a join of
+--          picked with recorded, the generic plan (both estimated at one row) was a nested loop that scanned every
+--          recorded lane for every picked row (500 x 28 in a claim of 500).
+(SELECT p.id::text AS id, p.lane,
+        (SELECT jsonb_object_agg(r.lane, r.epoch::text) FROM recorded r) ->> p.lane::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
         p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, p.payload) AS payload,
         coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts,
         -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
@@ -11,7 +15,6 @@
         p.available_at > coalesce($5::timestamptz, now()) AS early,
         NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back, NULL::text[] AS walk_ends
  FROM picked p
- JOIN recorded r ON r.lane = p.lane
  -- An event published inline (its delivery carries its type) has no events row: not even looked up. Behind OFFSET 0
  -- the condition is the subquery's one-time filter, checked before the index scan (as a join condition it would
  -- only filter what the scan found: a probe per delivery for nothing).
@@ -19,4 +22,7 @@
    SELECT e.type, e.payload, e.headers FROM /*schema*/relaybus_events e
    WHERE p.event_type IS NULL AND e.id = p.event_id OFFSET 0
  ) e ON true
+ -- Only rows of a lane recorded in flight (every picked lane is: its row is locked and unchanged since the snapshot).
+ -- The object again, not IN (SELECT lane FROM recorded): that was a nested-loop semi-join, the same scans by half.
+ WHERE (SELECT jsonb_object_agg(r.lane, r.epoch) FROM recorded r) ? p.lane::text
  ORDER BY p.available_at, p.id)
