@@ -22,7 +22,7 @@ export interface MixedCell {
   readonly windowMs: number;
   /**
    * Publishing at the offered rate before the measured window: every contender's dispatcher starts at 'go' with the
-   * publishers, so this second holds its start-up (first claims, statements prepared and planned per connection, code
+   * publishers, so the warm-up holds their start-up (first claims, statements prepared and planned per connection, code
    * not yet optimised by V8). Its latency is reported on its own (`startupP99Ms`), not mixed into the window's.
    */
   readonly warmupMs: number;

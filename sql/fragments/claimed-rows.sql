@@ -5,8 +5,7 @@
 --          The epochs are a jsonb object by lane, built once (an uncorrelated subquery: an InitPlan): as a join of
 --          picked with recorded, the generic plan (both estimated at one row) was a nested loop that scanned every
 --          recorded lane for every picked row (500 x 28 in a claim of 500).
-(SELECT p.id::text AS id, p.lane,
-        (SELECT jsonb_object_agg(r.lane, r.epoch::text) FROM recorded r) ->> p.lane::text AS epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
+(SELECT p.id::text AS id, p.lane, p.epoch, p.claims, p.event_id, coalesce(e.type, p.event_type) AS event_type,
         p.handler, p.key, p.sequence::text AS sequence, coalesce(e.payload, p.payload) AS payload,
         coalesce(e.headers, p.headers) AS headers, p.attempts, p.max_attempts,
         -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
@@ -14,7 +13,11 @@
         round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000) AS created_at,
         p.available_at > coalesce($5::timestamptz, now()) AS early,
         NULL::text[] AS completed_ids, NULL::int AS skipped_lanes, NULL::text[] AS handed_back, NULL::text[] AS walk_ends
- FROM picked p
+ FROM (
+   -- OFFSET 0: evaluated here, once per row, so the object's subquery is one InitPlan for the select list and the filter.
+   SELECT p.*, (SELECT jsonb_object_agg(r.lane, r.epoch::text) FROM recorded r) ->> p.lane::text AS epoch
+   FROM picked p OFFSET 0
+ ) p
  -- An event published inline (its delivery carries its type) has no events row: not even looked up. Behind OFFSET 0
  -- the condition is the subquery's one-time filter, checked before the index scan (as a join condition it would
  -- only filter what the scan found: a probe per delivery for nothing).
@@ -23,6 +26,6 @@
    WHERE p.event_type IS NULL AND e.id = p.event_id OFFSET 0
  ) e ON true
  -- Only rows of a lane recorded in flight (every picked lane is: its row is locked and unchanged since the snapshot).
- -- The object again, not IN (SELECT lane FROM recorded): that was a nested-loop semi-join, the same scans by half.
- WHERE (SELECT jsonb_object_agg(r.lane, r.epoch) FROM recorded r) ? p.lane::text
+ -- Not IN (SELECT lane FROM recorded): that was a nested-loop semi-join, the same scans by half.
+ WHERE p.epoch IS NOT NULL
  ORDER BY p.available_at, p.id)

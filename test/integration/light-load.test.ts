@@ -6,12 +6,12 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { deferred, pause, spyStore, waitFor, type Deferred } from '../support/wait.js';
-import { laneOf } from '../../src/core/lanes.js';
 
 const found = await findPostgres();
 const Step = defineEvent('light-load.step', Type.Object({ n: Type.Integer() }));
