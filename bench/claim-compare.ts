@@ -18,6 +18,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { parseLeaseToken } from '../src/core/lease-token.js';
 import { fromPg, postgresStore } from '../src/postgres/index.js';
+import type { ClaimedTuple } from '../src/postgres/rows.js';
 import { loadStatements, renderStatement } from '../src/postgres/statements.js';
 import type { ClaimedDelivery } from '../src/store/contract.js';
 import { publishBacklog } from './lib/backlog.js';
@@ -157,13 +158,11 @@ try {
     const outcome: string[] = [];
     for (const side of sides) {
       await client.query('BEGIN');
-      const { rows } = await client.query<{ id: string | null; completed_ids: string[] | null }>(execute(side));
+      const {
+        rows: [summary],
+      } = await client.query<{ claimed: string | null; completed_ids: string[] | null }>(execute(side));
       await client.query('ROLLBACK');
-      const picked = rows
-        .filter((r) => r.id !== null)
-        .map((r) => r.id!)
-        .sort();
-      const summary = rows.find((r) => r.id === null);
+      const picked = (JSON.parse(summary?.claimed ?? '[]') as ClaimedTuple[]).map(([id]) => id).sort();
       outcome.push(JSON.stringify({ picked, completed: summary?.completed_ids ?? 'all' }));
     }
     if (outcome[0] !== outcome[1])

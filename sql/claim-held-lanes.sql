@@ -26,14 +26,14 @@
 --         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone),
 --         $18 retry lookahead ms int (a probed head due within it is claimed now and flagged early: the worker starts
 --         it when due, and the key is in flight meanwhile, so nothing of it runs early)
--- returns: one row per claimed delivery with the lane epoch it was recorded under and whether it was claimed before it
---          was due (early: only a probed head, see $18), oldest due first; then, when leases
---          were given, held lanes changed while this statement waited for them (skipped, see seen), lanes were handed
---          back or walked, one summary row (id NULL): completed_ids, NULL when every listed lease was completed (the
---          common case: no id is sent back), else the ids completed; skipped_lanes, how many lanes were skipped (the
---          store asks again with a fresh snapshot); handed_back, the lanes handed back (the store drops their walk
---          cursors: a lane taken again starts afresh); walk_ends, lane, handler and key in turn, where each walked lane's
---          walk resumes (the store sends them back as $6-$8)
+-- returns: one row: claimed, the claimed deliveries as one JSON text (sql/fragments/claimed-rows.sql: each with the
+--          lane epoch it was recorded under and whether it was claimed before it was due, early: only a probed head,
+--          see $18; oldest due first; NULL when nothing was picked); completed_ids, NULL when every listed lease was
+--          completed (the common case: no id is sent back), else the ids completed; skipped_lanes, how many held lanes
+--          were skipped because they changed while this statement waited for them (see seen; the store asks again
+--          with a fresh snapshot); handed_back, the lanes handed back (the store drops their walk cursors: a lane taken
+--          again starts afresh); walk_ends, lane, handler and key in turn, where each walked lane's walk resumes (the
+--          store sends them back as $6-$8)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 -- plan: the time is written out as coalesce($5, now()) wherever it is needed (the same value within the statement's
@@ -251,11 +251,10 @@ summary AS MATERIALIZED (
          ARRAY(SELECT t.v FROM walk_end w CROSS JOIN LATERAL (VALUES (1, w.lane::text), (2, w.handler), (3, w.key)) AS t(ord, v)
                ORDER BY w.lane, t.ord) AS walk_ends
 )
-/*include claimed-rows*/
-UNION ALL
--- One row, not one per completed delivery: a row per id cost the client more than the rest of a delivery's parsing.
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END,
-       k.lanes, k.handed_back, k.walk_ends
+-- One row: the claimed deliveries as one JSON value (sql/fragments/claimed-rows.sql), then the summary. Not a row per
+-- completed delivery either: a row per id cost the client more than the rest of a delivery's parsing.
+SELECT /*include claimed-rows*/ AS claimed,
+       CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END
+         AS completed_ids,
+       k.lanes AS skipped_lanes, k.handed_back, k.walk_ends
 FROM summary k
-WHERE k.lanes > 0 OR cardinality($9::bigint[]) > 0 OR cardinality(k.handed_back) > 0 OR cardinality(k.walk_ends) > 0

@@ -14,9 +14,9 @@
 --        relaybus_events_pkey (payload of an event that has an events row)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
 --         $6 rows read per lane int, $7 free lanes to take when they give work smallint[]
--- returns: the rows of sql/fragments/claimed-rows.sql (early always false, completed_ids and walk_ends always NULL):
---          one per claimed delivery, oldest due first; then, when lanes were skipped (changed while this statement
---          waited for them: see claim-held-lanes, seen) or handed back, one summary row (id NULL)
+-- returns: one row as claim-held-lanes's: claimed (sql/fragments/claimed-rows.sql; early always false), skipped_lanes
+--          (held lanes changed while this statement waited for them: see claim-held-lanes, seen), handed_back;
+--          completed_ids and walk_ends always NULL
 -- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
 WITH clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
@@ -89,9 +89,7 @@ summary AS MATERIALIZED (
   SELECT ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
          ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back
 )
-/*include claimed-rows*/
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, k.lanes, k.handed_back, NULL
+-- One row: the claimed deliveries as one JSON value (sql/fragments/claimed-rows.sql), then the summary.
+SELECT /*include claimed-rows*/ AS claimed, NULL::text[] AS completed_ids, k.lanes AS skipped_lanes, k.handed_back,
+       NULL::text[] AS walk_ends
 FROM summary k
-WHERE k.lanes > 0 OR cardinality(k.handed_back) > 0

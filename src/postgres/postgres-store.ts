@@ -61,7 +61,7 @@ import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
 import { KeyWalkCursors } from './key-walk-cursors.js';
 import { RetryProbes } from './retry-probes.js';
-import type { RowOf } from './rows.js';
+import type { ClaimedTuple, RowOf } from './rows.js';
 import { setupPostgres } from './setup.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import { loadStatements, type StatementName } from './statements.js';
@@ -225,26 +225,49 @@ function leaseArrays(leases: readonly ParsedLease[]): [string[], number[], strin
   ];
 }
 
-function toClaimed(row: ClaimRow): ClaimedDelivery {
-  const claims = toInt(row.claims);
-  const lane = toInt(row.lane);
-  return {
-    id: row.id,
-    leaseToken: formatLeaseToken({ lane, epoch: row.epoch, claims }),
-    lane,
-    eventId: row.event_id,
-    eventType: row.event_type,
-    handler: row.handler,
-    key: row.key,
-    sequence: row.sequence,
-    payload: row.payload,
-    headers: row.headers ?? {},
-    attempts: toInt(row.attempts),
-    maxAttempts: toInt(row.max_attempts),
-    availableAt: toDate(row.available_at),
-    createdAt: toDate(row.created_at),
-    ...(row.early ? { notBefore: toDate(row.available_at) } : {}),
-  };
+/** The deliveries of a claim's JSON text (see `ClaimedTuple`); none when it is NULL. */
+function toClaimed(text: string | null): ClaimedDelivery[] {
+  if (text === null) return [];
+  const tuples = JSON.parse(text) as ClaimedTuple[];
+  const claimed = new Array<ClaimedDelivery>(tuples.length);
+  for (let index = 0; index < tuples.length; index += 1) {
+    const [
+      id,
+      lane,
+      epoch,
+      claims,
+      eventId,
+      eventType,
+      handler,
+      key,
+      sequence,
+      payload,
+      headers,
+      attempts,
+      maxAttempts,
+      availableAt,
+      createdAt,
+      early,
+    ] = tuples[index]!;
+    const delivery: ClaimedDelivery = {
+      id,
+      leaseToken: formatLeaseToken({ lane, epoch, claims }),
+      lane,
+      eventId,
+      eventType,
+      handler,
+      key,
+      sequence,
+      payload,
+      headers: headers ?? {},
+      attempts,
+      maxAttempts,
+      availableAt: new Date(availableAt),
+      createdAt: new Date(createdAt),
+    };
+    claimed[index] = early ? { ...delivery, notBefore: new Date(availableAt) } : delivery;
+  }
+  return claimed;
 }
 
 function toView(row: DeliveryRow): DeliveryView {
@@ -406,17 +429,17 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         take,
         lookaheadMs,
       ]);
-      // The summary row (id NULL) comes last, when leases were given or lanes skipped.
-      const summary = rows.length > 0 && rows[rows.length - 1]!.id === null ? rows.pop() : undefined;
-      if (summary?.walk_ends) walks.move(owner, summary.walk_ends);
-      if (summary?.handed_back) walks.drop(owner, summary.handed_back);
-      probes.claimed(rows);
+      const [summary] = rows;
+      const claimedNow = toClaimed(summary!.claimed);
+      if (summary!.walk_ends) walks.move(owner, summary!.walk_ends);
+      if (summary!.handed_back.length > 0) walks.drop(owner, summary!.handed_back);
+      probes.claimed(claimedNow);
       // No ids back: every lease listed was completed. A lease listed twice succeeds once, as it would in two calls.
-      const ids = summary?.completed_ids == null ? undefined : new Set(summary.completed_ids);
+      const ids = summary!.completed_ids === null ? undefined : new Set(summary!.completed_ids);
       return {
-        claimedRows: rows,
+        claimedRows: claimedNow,
         completed: complete.map((lease) => ids === undefined || ids.delete(lease.deliveryId)),
-        skippedLanes: summary?.skipped_lanes ?? 0,
+        skippedLanes: summary!.skipped_lanes,
       };
     };
     /**
@@ -436,9 +459,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         LIGHT_ROWS_PER_LANE,
         take,
       ]);
-      const summary = rows.length > 0 && rows[rows.length - 1]!.id === null ? rows.pop() : undefined;
-      if (summary?.handed_back) walks.drop(owner, summary.handed_back);
-      return { claimedRows: rows, completed: [], skippedLanes: summary?.skipped_lanes ?? 0 };
+      const [summary] = rows;
+      if (summary!.handed_back.length > 0) walks.drop(owner, summary!.handed_back);
+      return { claimedRows: toClaimed(summary!.claimed), completed: [], skippedLanes: summary!.skipped_lanes };
     };
     const light =
       leases.length === 0 &&
@@ -468,7 +491,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       ]);
     /** Lanes of retried heads due again that the last claim did not return: their lanes are not held by this owner. */
     const retryLanes = () => probes.dueLanes((params.now ?? new Date()).getTime(), lookaheadMs);
-    const claimed: ClaimRow[] = [];
+    const claimed: ClaimedDelivery[] = [];
     /**
      * Take free lanes with due work, `acquireRounds()` lanes at a time, and claim from the held lanes after each round,
      * until the batch is full, a claim finds nothing, or a round took fewer lanes than it asked (no more free lanes with
@@ -526,7 +549,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     }
     if (claimed.length === 0 && !completed.includes(true)) idleOwners.add(owner);
     else idleOwners.delete(owner);
-    return { claimed: claimed.map(toClaimed), completed };
+    return { claimed, completed };
   }
 
   return {

@@ -97,36 +97,46 @@ const LEASES = {
   leased_until: typed<'timestamptz', Date | string | null>('timestamptz'),
 };
 
-/** A claimed delivery, and the summary row that may follow it (claim-held-lanes, claim-light). */
+/** The one row of a claim (claim-held-lanes, claim-light): what it claimed, as one JSON text, and its summary. */
 const CLAIMED = {
-  /** NULL on the summary row only, which the store takes off before it reads the claimed rows. */
-  id: col('text'),
-  lane: col('int2'),
-  epoch: col('text'),
-  claims: col('int4'),
-  event_id: col('text'),
-  event_type: col('text'),
-  handler: col('text'),
-  key: nullable('text'),
-  sequence: nullable('text'),
-  payload: col('jsonb'),
-  headers: typed<'jsonb', Record<string, string>>('jsonb'),
-  attempts: col('int4'),
-  max_attempts: col('int4'),
-  /** Milliseconds since the epoch (whole): cheaper for the client than a timestamp's text. */
-  available_at: col('float8'),
-  created_at: col('float8'),
-  /** Claimed before it was due (a probed head within the retry lookahead): start it at available_at. */
-  early: col('bool'),
-  /** On the summary row only (id NULL): NULL when every listed lease was completed, else the ids completed. */
+  /**
+   * The claimed deliveries (sql/fragments/claimed-rows.sql): a JSON array of `ClaimedTuple`s, oldest due first; NULL
+   * when the claim picked nothing.
+   */
+  claimed: nullable('text'),
+  /** NULL when every listed lease was completed (or none was listed), else the ids completed. */
   completed_ids: nullable('_text'),
-  /** On the summary row only: held lanes skipped because they changed while the claim waited. */
-  skipped_lanes: nullable('int4'),
-  /** On the summary row only: the lanes the claim handed back. */
-  handed_back: nullable('_text'),
-  /** On the summary row only: lane, handler and key in turn, where each walked lane's walk resumes. */
+  /** Held lanes skipped because they changed while the claim waited. */
+  skipped_lanes: col('int4'),
+  /** The lanes the claim handed back. */
+  handed_back: col('_text'),
+  /** Lane, handler and key in turn, where each walked lane's walk resumes (claim-light walks none: NULL). */
   walk_ends: nullable('_text'),
 } satisfies Columns;
+
+/**
+ * One claimed delivery in the claim's JSON text, in the fragment's order: id, lane, epoch, claims, event id, event type,
+ * handler, key, sequence, payload, headers, attempts, max attempts, available_at and created_at (milliseconds since the
+ * epoch), early (claimed before it was due: start it at available_at).
+ */
+export type ClaimedTuple = readonly [
+  id: string,
+  lane: number,
+  epoch: string,
+  claims: number,
+  eventId: string,
+  eventType: string,
+  handler: string,
+  key: string | null,
+  sequence: string | null,
+  payload: unknown,
+  headers: Record<string, string> | null,
+  attempts: number,
+  maxAttempts: number,
+  availableAt: number,
+  createdAt: number,
+  early: boolean,
+];
 
 /**
  * Every statement that returns rows, by name. Each statement is either here or in NO_ROWS (a new
