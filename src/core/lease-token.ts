@@ -21,6 +21,15 @@ export function formatLeaseToken(parts: LeaseTokenParts): string {
   return `${parts.lane}:${parts.epoch}:${parts.claims}`;
 }
 
+/**
+ * Tokens parsed lately, and their parts (frozen, so one object can be handed to every caller). Every delivery of a lane
+ * claimed at one epoch and never claimed before shares one token, and each is parsed twice (when its run starts and
+ * when its completion is written): a regular expression and a BigInt per delivery were a visible share of the
+ * dispatcher's time. Cleared when full, which bounds it.
+ */
+const parsedTokens = new Map<string, LeaseTokenParts>();
+const PARSED_TOKENS_KEPT = 4_096;
+
 /** Parse a token; throws `InvalidLeaseError` when it is not `lane:epoch:claims` with a lane in 0..255. */
 export function parseLeaseToken(token: unknown): LeaseTokenParts {
   if (typeof token !== 'string') {
@@ -28,6 +37,10 @@ export function parseLeaseToken(token: unknown): LeaseTokenParts {
       `A lease token must be a string "lane:epoch:claims", got ${typeof token}. Pass the lease of a claimed delivery unchanged.`,
     );
   }
+  return parsedTokens.get(token) ?? parseNewToken(token);
+}
+
+function parseNewToken(token: string): LeaseTokenParts {
   const match = TOKEN.exec(token);
   if (!match) {
     throw new InvalidLeaseError(
@@ -42,5 +55,8 @@ export function parseLeaseToken(token: unknown): LeaseTokenParts {
   if (claims > 2_147_483_647) {
     throw new InvalidLeaseError(`Malformed lease token "${token}": claims ${claims} is out of range.`);
   }
-  return { lane, epoch: BigInt(match[2]!).toString(), claims };
+  const parts = Object.freeze({ lane, epoch: BigInt(match[2]!).toString(), claims });
+  if (parsedTokens.size >= PARSED_TOKENS_KEPT) parsedTokens.clear();
+  parsedTokens.set(token, parts);
+  return parts;
 }

@@ -30,6 +30,14 @@ describe('lease tokens', () => {
     });
   }
 
+  it('hands every parse of one token the same frozen parts, normalised once (leading zeros of the epoch)', () => {
+    const first = parseLeaseToken('12:0042:3');
+    assert.deepEqual(first, { lane: 12, epoch: '42', claims: 3 });
+    assert.equal(parseLeaseToken('12:0042:3'), first, 'parsed once, then remembered');
+    assert.ok(Object.isFrozen(first), 'no caller can change what the next one is handed');
+    assert.throws(() => parseLeaseToken('12:0042:3:'), InvalidLeaseError, 'a near miss is parsed, and refused');
+  });
+
   it('rejects a token that is not a string', () => {
     assert.throws(() => parseLeaseToken(42), InvalidLeaseError);
   });
