@@ -28,7 +28,13 @@ function element(value: unknown): string {
  * ```
  */
 export function toArrayLiteral(values: readonly unknown[]): string {
-  return `{${values.map(element).join(',')}}`;
+  // A loop, not map + join: a completion sends four arrays of a few hundred elements per claim.
+  let literal = '{';
+  for (let index = 0; index < values.length; index += 1) {
+    if (index > 0) literal += ',';
+    literal += element(values[index]);
+  }
+  return `${literal}}`;
 }
 
 /**
