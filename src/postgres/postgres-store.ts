@@ -414,6 +414,14 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     const { owner, handlers, limit, leaseDurationMs } = params;
     const now = iso(params.now);
     const lookaheadMs = params.retryLookaheadMs ?? 0;
+    /** The one row of a claim statement, and what it claimed; lanes it handed back lose their walk cursors. */
+    const readClaim = (rows: readonly ClaimRow[]) => {
+      const [summary] = rows;
+      if (summary === undefined)
+        throw new StoreUnavailableError('a claim statement returned no row; it always returns one');
+      if (summary.handed_back.length > 0) walks.drop(owner, summary.handed_back);
+      return { summary, claimedRows: toClaimed(summary.claimed) };
+    };
     /** Claim from the held lanes and from the free lanes of `take` (taken when they give work). */
     const claimHeldOnce = async (want: number, complete: readonly ParsedLease[], take: readonly number[]) => {
       const rows = await runOwned<ClaimRow>('claim-held-lanes', [
@@ -429,17 +437,15 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         take,
         lookaheadMs,
       ]);
-      const [summary] = rows;
-      const claimedNow = toClaimed(summary!.claimed);
-      if (summary!.walk_ends) walks.move(owner, summary!.walk_ends);
-      if (summary!.handed_back.length > 0) walks.drop(owner, summary!.handed_back);
-      probes.claimed(claimedNow);
+      const { summary, claimedRows } = readClaim(rows);
+      if (summary.walk_ends) walks.move(owner, summary.walk_ends);
+      probes.claimed(claimedRows);
       // No ids back: every lease listed was completed. A lease listed twice succeeds once, as it would in two calls.
-      const ids = summary!.completed_ids === null ? undefined : new Set(summary!.completed_ids);
+      const ids = summary.completed_ids === null ? undefined : new Set(summary.completed_ids);
       return {
-        claimedRows: claimedNow,
+        claimedRows,
         completed: complete.map((lease) => ids === undefined || ids.delete(lease.deliveryId)),
-        skippedLanes: summary!.skipped_lanes,
+        skippedLanes: summary.skipped_lanes,
       };
     };
     /**
@@ -459,9 +465,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         LIGHT_ROWS_PER_LANE,
         take,
       ]);
-      const [summary] = rows;
-      if (summary!.handed_back.length > 0) walks.drop(owner, summary!.handed_back);
-      return { claimedRows: toClaimed(summary!.claimed), completed: [], skippedLanes: summary!.skipped_lanes };
+      const { summary, claimedRows } = readClaim(rows);
+      return { claimedRows, completed: [], skippedLanes: summary.skipped_lanes };
     };
     const light =
       leases.length === 0 &&

@@ -99,7 +99,7 @@ function parametersFor(db: PostgresJsQueryableLike, statement: SqlStatement, par
 function normalise(result: PostgresJsResultLike): object[] {
   const rows = result as unknown as Record<string, unknown>[];
   if (rows.length === 0 || !result.columns) return rows;
-  // Every row is looked at: an array column may be NULL in the first rows (the claim's summary row comes last).
+  // Every row is looked at: an array column may be NULL in some rows and not in others.
   const textArrays = result.columns.filter((c) => ARRAY_OIDS.has(c.type));
   if (textArrays.length === 0) return rows;
   for (const row of rows) {
