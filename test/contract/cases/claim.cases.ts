@@ -36,6 +36,41 @@ export const claimCases: CaseGroup = {
       },
     },
     {
+      name: 'a claim hands back every field as published: quotes, backslashes, unicode, nesting, big numbers',
+      async run({ harness }) {
+        const awkward = 'quote " backslash \\ tab \t newline \n unicode é 😀 end';
+        const payload = { text: awkward, nested: { list: [1, -2.5, null, true, 'x'] }, big: 9_007_199_254_740_991 };
+        const headers = { 'trace-id': awkward, plain: 'v' };
+        const large = { text: 'x'.repeat(4_000) }; // too big to travel inline: an events row carries it
+        await publish(harness, [
+          event({ id: 'e-awkward', key: awkward, payload, headers }),
+          event({ id: 'e-large', payload: large }),
+          event({ payload: [awkward, 0] }),
+        ]);
+        const claimed = await claim(harness, 'w1', { limit: 10 });
+        assert.equal(claimed.length, 3);
+        const byPayloadKind = (predicate: (p: unknown) => boolean) => claimed.find((c) => predicate(c.payload))!;
+        const first = claimed.find((c) => c.eventId === 'e-awkward')!;
+        assert.deepEqual(first.payload, payload);
+        assert.deepEqual(first.headers, headers);
+        assert.equal(first.key, awkward);
+        assert.equal(first.eventType, 'test.event');
+        assert.equal(first.handler, H1);
+        assert.equal(first.attempts, 0);
+        assert.equal(first.maxAttempts, 5);
+        assert.ok(first.sequence !== null && /^\d+$/.test(first.sequence), 'a keyed delivery has a sequence');
+        assert.equal(first.createdAt.getTime(), harness.clock.now().getTime());
+        assert.equal(first.availableAt.getTime(), harness.clock.now().getTime());
+        assert.equal(first.notBefore, undefined);
+        assert.deepEqual(claimed.find((c) => c.eventId === 'e-large')!.payload, large);
+        const unkeyed = byPayloadKind((p) => Array.isArray(p));
+        assert.deepEqual(unkeyed.payload, [awkward, 0]);
+        assert.equal(unkeyed.key, null);
+        assert.equal(unkeyed.sequence, null);
+        assert.deepEqual(unkeyed.headers, {});
+      },
+    },
+    {
       name: 'a claim respects its limit and never returns a delivery twice while it is in flight',
       async run({ harness }) {
         const ids = Array.from({ length: 10 }, (_, i) => `e${i}`);
