@@ -414,11 +414,15 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     const { owner, handlers, limit, leaseDurationMs } = params;
     const now = iso(params.now);
     const lookaheadMs = params.retryLookaheadMs ?? 0;
-    /** The one row of a claim statement, and what it claimed; lanes it handed back lose their walk cursors. */
+    /**
+     * The one row of a claim statement, and what it claimed. The walks move on, then the lanes it handed back lose their
+     * cursors (in that order: a handed-back lane may have walked in the same claim).
+     */
     const readClaim = (rows: readonly ClaimRow[]) => {
       const [summary] = rows;
       if (summary === undefined)
         throw new StoreUnavailableError('a claim statement returned no row; it always returns one');
+      if (summary.walk_ends) walks.move(owner, summary.walk_ends);
       if (summary.handed_back.length > 0) walks.drop(owner, summary.handed_back);
       return { summary, claimedRows: toClaimed(summary.claimed) };
     };
@@ -438,7 +442,6 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         lookaheadMs,
       ]);
       const { summary, claimedRows } = readClaim(rows);
-      if (summary.walk_ends) walks.move(owner, summary.walk_ends);
       probes.claimed(claimedRows);
       // No ids back: every lease listed was completed. A lease listed twice succeeds once, as it would in two calls.
       const ids = summary.completed_ids === null ? undefined : new Set(summary.completed_ids);
