@@ -20,7 +20,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { laneOf } from '../src/core/lanes.js';
 import { fromPg, postgresStore } from '../src/postgres/index.js';
-import type { ClaimedTuple } from '../src/postgres/rows.js';
+import { claimedTuples } from '../src/postgres/rows.js';
 import { loadStatements } from '../src/postgres/statements.js';
 import type { ClaimedDelivery } from '../src/store/contract.js';
 import { parseLeaseToken } from '../src/core/lease-token.js';
@@ -134,7 +134,7 @@ RETURNING d.id::text AS id`;
     try {
       await client.query('BEGIN');
       const { rows: out } = await client.query<{ claimed: string | null }>(text, claimParamsOf(owner));
-      const rows = (JSON.parse(out[0]?.claimed ?? '[]') as ClaimedTuple[]).map(([id]) => ({ id }));
+      const rows = claimedTuples(out[0]?.claimed ?? null).map(([id]) => ({ id }));
       const {
         rows: [bad],
       } = await client.query<{ n: number }>(

@@ -61,7 +61,7 @@ import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
 import { KeyWalkCursors } from './key-walk-cursors.js';
 import { RetryProbes } from './retry-probes.js';
-import type { ClaimedTuple, RowOf } from './rows.js';
+import { claimedTuples, type RowOf } from './rows.js';
 import { setupPostgres } from './setup.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import { loadStatements, type StatementName } from './statements.js';
@@ -227,8 +227,7 @@ function leaseArrays(leases: readonly ParsedLease[]): [string[], number[], strin
 
 /** The deliveries of a claim's JSON text (see `ClaimedTuple`); none when it is NULL. */
 function toClaimed(text: string | null): ClaimedDelivery[] {
-  if (text === null) return [];
-  const tuples = JSON.parse(text) as ClaimedTuple[];
+  const tuples = claimedTuples(text);
   const claimed = new Array<ClaimedDelivery>(tuples.length);
   for (let index = 0; index < tuples.length; index += 1) {
     const [

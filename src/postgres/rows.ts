@@ -138,6 +138,11 @@ export type ClaimedTuple = readonly [
   early: boolean,
 ];
 
+/** The tuples of a claim's `claimed` text; none when it is NULL (the claim picked nothing). */
+export function claimedTuples(text: string | null): ClaimedTuple[] {
+  return text === null ? [] : (JSON.parse(text) as ClaimedTuple[]);
+}
+
 /**
  * Every statement that returns rows, by name. Each statement is either here or in NO_ROWS (a new
  * one in neither fails to compile; in both, too).
