@@ -13,6 +13,9 @@
 --                   followers are never read and no backlog shape can hide a due head. The walk starts after the key
 --                   this owner picked last in the lane (a cursor the store keeps) and wraps around, so every key gets
 --                   its turn even when the batch fills before the walk ends.
+--                   Followers ($19): each due keyed head (not a probe) brings its key's next rows beyond the limit, as
+--                   long as each is due and not in flight, marked with the row that must succeed first; the worker
+--                   runs them one after another and releases the rest of a run whose row fails.
 -- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_unkeyed_due_idx (unkeyed,
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
 --        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight);
@@ -25,7 +28,8 @@
 --         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly),
 --         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone),
 --         $18 retry lookahead ms int (a probed head due within it is claimed now and flagged early: the worker starts
---         it when due, and the key is in flight meanwhile, so nothing of it runs early)
+--         it when due, and the key is in flight meanwhile, so nothing of it runs early), $19 followers int (how many
+--         of its key's next due deliveries each keyed head brings, beyond $3; 0: none)
 -- returns: one row: claimed, the claimed deliveries as one JSON text (sql/fragments/claimed-rows.sql: each with the
 --          lane epoch it was recorded under and whether it was claimed before it was due, early: only a probed head,
 --          see $18; oldest due first; NULL when nothing was picked); completed_ids, NULL when every listed lease was
@@ -96,7 +100,9 @@ direct AS (
   SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
          n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, q.rank
   FROM (
-    SELECT c.lane, c.handler, c.key, c.sequence AS after, 1 AS rank FROM deleted c WHERE c.key IS NOT NULL
+    -- One lookup per key: a key whose head and followers complete together has one new head, after the last of them.
+    SELECT c.lane, c.handler, c.key, max(c.sequence) AS after, 1 AS rank FROM deleted c WHERE c.key IS NOT NULL
+    GROUP BY c.lane, c.handler, c.key
     UNION ALL
     SELECT p.lane, p.handler, p.key, -1, 0 FROM unnest($14::smallint[], $15::text[], $16::text[]) AS p(lane, handler, key)
   ) q
@@ -187,7 +193,7 @@ keyed AS (
   FROM walk w
   WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
-picked AS (
+heads AS (
   -- A head can come by two ways (the walk and a probe): once, as the probe's row when it is one (rank 0: a retried
   -- head goes first in a full batch; the walk's row would sort it last, by its late due time).
   SELECT * FROM (
@@ -198,6 +204,35 @@ picked AS (
   ) c
   ORDER BY c.rank, c.available_at, c.id
   LIMIT $3::int
+),
+followers AS (
+  -- Up to $19 rows after each due keyed head that is not a probe (those wait out a backoff), in its key's order, as
+  -- long as each is due and not in flight: the head's key's next deliveries, read by the scan that continues from
+  -- the head instead of one descent each in later claims. A row not due ends its key's run (nothing after it may run
+  -- first). after: the row that must succeed before this one starts (the head, or the follower before it).
+  SELECT r.id, r.lane, r.event_id, r.handler, r.key, r.sequence, r.attempts, r.max_attempts, r.claims,
+         r.available_at, r.created_at, r.event_type, r.payload, r.headers, NULL::int AS walk_step, 2 AS rank, r.after
+  FROM heads h
+  JOIN seen s ON s.lane = h.lane
+  CROSS JOIN LATERAL (
+    SELECT x.*, bool_and(x.ok) OVER (ORDER BY x.sequence) AS run, lag(x.id, 1, h.id) OVER (ORDER BY x.sequence) AS after
+    FROM (
+      SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+             d.available_at, d.created_at, d.event_type, d.payload, d.headers,
+             d.available_at <= coalesce($5::timestamptz, now()) AND d.id <> ALL (s.in_flight) AS ok
+      FROM /*schema*/relaybus_deliveries d
+      WHERE d.lane = h.lane AND d.handler = h.handler AND d.key = h.key AND d.sequence > h.sequence
+        AND d.key IS NOT NULL AND d.status = 'pending'
+      ORDER BY d.handler, d.key, d.sequence
+      LIMIT $19::int
+    ) x
+  ) r
+  WHERE $19::int > 0 AND h.key IS NOT NULL AND h.rank = 1 AND r.run
+),
+picked AS (
+  SELECT h.*, NULL::bigint AS after FROM heads h
+  UNION ALL
+  SELECT * FROM followers
 ),
 grouped AS (
   SELECT lane, array_agg(id ORDER BY id) AS ids FROM picked GROUP BY lane

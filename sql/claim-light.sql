@@ -59,7 +59,7 @@ candidates AS (
   WHERE c.available_at <= coalesce($5::timestamptz, now()) AND c.handler = ANY ($2::text[]) AND c.id <> ALL (s.in_flight)
 ),
 picked AS (
-  SELECT * FROM candidates ORDER BY available_at, id LIMIT $3::int
+  SELECT c.*, NULL::bigint AS after FROM candidates c ORDER BY c.available_at, c.id LIMIT $3::int
 ),
 grouped AS (
   SELECT lane, array_agg(id ORDER BY id) AS ids FROM picked GROUP BY lane

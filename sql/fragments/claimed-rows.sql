@@ -2,7 +2,8 @@
 --          /*include claimed-rows*/), as one JSON text: an array with one array per picked delivery, oldest due first,
 --          holding in turn id, lane, the epoch its lane was recorded under, claims, event id, event type, handler,
 --          key, sequence, payload, headers, attempts, max attempts, available_at and created_at (whole milliseconds
---          since the epoch), and early (claimed before it was due). NULL when nothing was picked. One value instead of
+--          since the epoch), early (claimed before it was due) and after (the id of the delivery of this claim that
+--          must succeed before this one starts: a follower of its key's head; else null). NULL when nothing was picked. One value instead of
 --          a row per delivery: the client parses it with one JSON.parse, where a row per delivery cost it a string and a
 --          parse per column (about half of the dispatcher's time to receive a claim). The event's type, payload and
 --          headers come from its events row when it has one. The statement defines picked, recorded and $5.
@@ -15,7 +16,7 @@
           -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
           round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000),
           round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000),
-          p.available_at > coalesce($5::timestamptz, now()))
+          p.available_at > coalesce($5::timestamptz, now()), p.after::text)
         ORDER BY p.available_at, p.id)::text
  FROM (
    -- OFFSET 0: evaluated here, once per row, so the object's subquery is one InitPlan for the select list and the filter.

@@ -7,6 +7,9 @@ export const MAX_NAME_LENGTH = 200;
 /** The longest `ClaimParams.retryLookaheadMs`: how early a retried head may be claimed (it still starts when due). */
 export const MAX_RETRY_LOOKAHEAD_MS = 1_000;
 
+/** Most followers a claim may bring with each keyed head (`ClaimParams.followers`, the dispatcher's `followers`). */
+export const MAX_FOLLOWERS = 100;
+
 /** Longest excerpt of a bad value repeated in an error message. */
 const MAX_ECHO_LENGTH = 60;
 

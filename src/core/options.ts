@@ -3,6 +3,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { Store } from '../store/contract.js';
 import type { Clock } from './clock.js';
 import { InvalidOptionsError } from './errors.js';
+import { MAX_FOLLOWERS } from './limits.js';
 import { isEventDefinition, type EventDefinition } from './events.js';
 import type { HandlerOptions } from './handlers.js';
 import type { Instrumentation } from './instrumentation.js';
@@ -45,6 +46,8 @@ export const DEFAULT_BACKOFF: BackoffOptions = Object.freeze({
 });
 /** Claim loops per dispatcher (see `DispatcherOptions.claimLoops`). */
 export const DEFAULT_CLAIM_LOOPS = 1;
+/** Followers a claim brings with each keyed head (see `DispatcherOptions.followers`): none. */
+export const DEFAULT_FOLLOWERS = 0;
 /** `start()` runs `store.setup()` unless told otherwise. */
 export const DEFAULT_SETUP_STORE = true;
 
@@ -78,6 +81,14 @@ export interface DispatcherOptions {
    * the bench's claim-loops cell).
    */
   readonly claimLoops?: number;
+  /**
+   * With each keyed head it claims, a claim also takes up to this many of that key's next deliveries that are due,
+   * 0..100, beyond `batchSize` (default `DEFAULT_FOLLOWERS`, 0: none). They run one after another in this worker, each
+   * once the one before it succeeded (a failure releases the rest unrun, in order for their next claim), and hold no
+   * handler slot while they wait. Pays off for deep per-key backlogs: one read of a key's run instead of a claim per
+   * delivery (the bench's followers cell). A store may ignore it (the memory store does).
+   */
+  readonly followers?: number;
 }
 
 /** `DispatcherOptions` with every default applied. */
@@ -90,6 +101,7 @@ export interface ResolvedDispatcherOptions {
   readonly shutdownGraceMs: number;
   readonly ownerPrefix: string | undefined;
   readonly claimLoops: number;
+  readonly followers: number;
 }
 
 /** Options of `createRelayBus`. */
@@ -164,6 +176,7 @@ const DispatcherSchema = Type.Object(
     shutdownGraceMs: integer(0, MAX_TIMER_MS),
     ownerPrefix: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     claimLoops: integer(1, 8),
+    followers: integer(0, MAX_FOLLOWERS),
   },
   { additionalProperties: false },
 );
@@ -339,6 +352,7 @@ export function resolveDispatcherOptions(input: DispatcherOptions = {}): Resolve
     shutdownGraceMs: input.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS,
     ownerPrefix: input.ownerPrefix,
     claimLoops: input.claimLoops ?? DEFAULT_CLAIM_LOOPS,
+    followers: input.followers ?? DEFAULT_FOLLOWERS,
   });
 }
 

@@ -150,6 +150,17 @@ interface Running<TTx> {
   readonly loop: ClaimLoop<TTx>;
 }
 
+/** A follower (`ClaimedDelivery.follows`) claimed with its key's head, waiting for the delivery before it to succeed. */
+interface Waiting<TTx> {
+  readonly delivery: ClaimedDelivery;
+  readonly loop: ClaimLoop<TTx>;
+  /** Its lane and the epoch it was claimed at, as `lane:epoch` (the one before it has the same). */
+  readonly leaseOf: string;
+}
+
+/** Where a follower waits: the id of the delivery before it, in the lane and epoch both were claimed at. */
+const waitingKey = (before: string, leaseOf: string): string => before + '@' + leaseOf;
+
 /** The worker loop of one bus; see the module header for its states. Created by `bus.start()`. */
 export class Dispatcher<TTx> {
   /** The lease owner id of the first claim loop (each loop claims lanes as an owner of its own; see `owners`). */
@@ -160,6 +171,8 @@ export class Dispatcher<TTx> {
   readonly #handlerNames: readonly string[];
   readonly #loops: readonly ClaimLoop<TTx>[];
   readonly #running = new Map<string, Running<TTx>>();
+  /** Followers by `waitingKey` of the delivery before them: not running, holding no slot. */
+  readonly #waiting = new Map<string, Waiting<TTx>>();
   /** Runs of `#running` in phase `running` (the others only wait for their outcome write); changes with a run's phase. */
   #active = 0;
   /** Handler slots a claim in progress may fill (so two loops never claim more than `concurrency` between them). */
@@ -212,6 +225,7 @@ export class Dispatcher<TTx> {
             wallNow: this.#wallNow,
             random: config.random,
             handlerEnded: () => this.#handlerEnded(),
+            succeeded: (run) => this.#startFollower(run),
           },
           random: config.random,
           claimBackoff: index === 0 ? config.claimBackoff : undefined,
@@ -324,6 +338,7 @@ export class Dispatcher<TTx> {
           retryLookaheadMs: loop.retryLookaheadMs,
           ...(light ? { skipFreeLanes: true } : {}),
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
+          ...(options.followers > 0 ? { followers: options.followers } : {}),
           ...(this.#hintedLanes.size === 0 ? {} : { preferLanes: [...this.#hintedLanes] }),
         };
         this.#hintedLanes.clear();
@@ -371,18 +386,24 @@ export class Dispatcher<TTx> {
           break;
         }
         const completedAny = loop.justCompleted !== undefined && loop.justCompleted.size > 0;
-        loop.busy = claimed.length >= Math.min(BUSY_CLAIM, limit);
-        for (const delivery of claimed) this.#launch(loop, delivery);
+        // Followers come beyond the limit: only heads count. They wait before their heads start (a handler that
+        // returns at once starts its follower from within #launch).
+        let heads = 0;
+        for (const delivery of claimed)
+          if (delivery.follows === undefined) heads += 1;
+          else this.#wait(loop, delivery);
+        loop.busy = heads >= Math.min(BUSY_CLAIM, limit);
+        for (const delivery of claimed) if (delivery.follows === undefined) this.#launch(loop, delivery);
         loop.justCompleted = undefined;
         // Empty only if no run of this loop ended meanwhile: the claim may have kept that run's lane held (it was still in
         // flight in its snapshot), and only this loop's next claim hands it back.
         this.#noteClaim(
           loop,
-          claimed.length >= limit,
+          heads >= limit,
           claimed.length === 0 && !completedAny && loop.runsEnded === runsEndedBefore,
         );
         if (claimed.length > 0) this.#activity.maybeReport(Date.now(), this.#running.size);
-        if (claimed.length >= limit) continue;
+        if (heads >= limit) continue;
       } else {
         this.#slotsShort = true;
       }
@@ -489,6 +510,42 @@ export class Dispatcher<TTx> {
     }
   }
 
+  /** Park a follower until the delivery before it succeeds (`#startFollower`) or does not (`#dropFollowers`). */
+  #wait(loop: ClaimLoop<TTx>, delivery: ClaimedDelivery): void {
+    let leaseOf: string;
+    try {
+      const { lane, epoch } = parseLeaseToken(delivery.leaseToken);
+      leaseOf = lane + ':' + epoch;
+    } catch {
+      return; // #launch would log and skip it alike; its lane lease expiring frees it
+    }
+    this.#waiting.set(waitingKey(delivery.follows!, leaseOf), { delivery, loop, leaseOf });
+  }
+
+  /** A run succeeded: start the follower waiting for it (when stopping, it waits to be released with the rest). */
+  #startFollower(run: RunningDelivery<TTx>): void {
+    if (this.#waiting.size === 0 || this.#state !== 'running') return;
+    const key = waitingKey(run.claimed.id, run.lane + ':' + run.epoch);
+    const next = this.#waiting.get(key);
+    if (next === undefined) return;
+    this.#waiting.delete(key);
+    this.#launch(next.loop, next.delivery);
+  }
+
+  /** Take the followers waiting behind delivery `id` (each behind the one before it) off the wait: their leases. */
+  #dropFollowers(id: string, lane: number, epoch: string): DeliveryLease[] {
+    const leases: DeliveryLease[] = [];
+    if (this.#waiting.size === 0) return leases;
+    const leaseOf = lane + ':' + epoch;
+    let key = waitingKey(id, leaseOf);
+    for (let next = this.#waiting.get(key); next !== undefined; next = this.#waiting.get(key)) {
+      this.#waiting.delete(key);
+      leases.push({ deliveryId: next.delivery.id, leaseToken: next.delivery.leaseToken });
+      key = waitingKey(next.delivery.id, leaseOf);
+    }
+    return leases;
+  }
+
   #launch(loop: ClaimLoop<TTx>, claimed: ClaimedDelivery): void {
     const { logger } = this.#config;
     const handler = this.#config.handlers.get(claimed.handler);
@@ -509,7 +566,10 @@ export class Dispatcher<TTx> {
         deliveryId: claimed.id,
         handler: claimed.handler,
       });
-      this.#releaseNow([{ deliveryId: claimed.id, leaseToken: claimed.leaseToken }]);
+      this.#releaseNow([
+        { deliveryId: claimed.id, leaseToken: claimed.leaseToken },
+        ...this.#dropFollowers(claimed.id, lane, epoch),
+      ]);
       return;
     }
     if (!loop.renewer.track(lane, epoch)) {
@@ -518,6 +578,7 @@ export class Dispatcher<TTx> {
         lane,
         epoch,
       });
+      this.#dropFollowers(claimed.id, lane, epoch);
       return;
     }
     this.#activity.started(lane);
@@ -570,6 +631,14 @@ export class Dispatcher<TTx> {
     loop.renewer.untrack(run.lane, run.epoch);
     loop.runsEnded += 1;
     if (outcome === 'aborted') this.#toRelease.push(run.lease);
+    // A run that did not succeed keeps its key's head: what waits behind it goes back unrun (no attempt charged), in
+    // order for a later claim (when stopping, with the rest, by #shutdown). Under a lost lease the lane's new holder
+    // has them.
+    if (outcome === 'lease-lost') this.#dropFollowers(run.claimed.id, run.lane, run.epoch);
+    else if (outcome !== 'delivered' && this.#state === 'running') {
+      const followers = this.#dropFollowers(run.claimed.id, run.lane, run.epoch);
+      if (followers.length > 0) this.#releaseNow(followers);
+    }
     // Under a light load a completion through the batcher (or riding on a claim) is the batcher's to report; any other
     // end may have made a key's next delivery its head (a transactional completion, a dead letter, a lost lease), and
     // while work flows every end is a reason to claim: wake the loops.
@@ -579,6 +648,9 @@ export class Dispatcher<TTx> {
   }
 
   #onLaneLost(loop: ClaimLoop<TTx>, lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
+    const leaseOf = lane + ':' + epoch;
+    for (const [key, waiting] of this.#waiting)
+      if (waiting.loop === loop && waiting.leaseOf === leaseOf) this.#waiting.delete(key);
     for (const [key, running] of this.#running) {
       const { run } = running;
       if (running.loop === loop && run.lane === lane && run.epoch === epoch && loop.justCompleted?.has(key) !== true)
@@ -614,6 +686,10 @@ export class Dispatcher<TTx> {
     await Promise.all(aborted.map((run) => run.done));
     this.#grace.dispose();
 
+    // Followers still waiting: their run ended while stopping (a success starts nothing new then), or did not.
+    for (const { delivery } of this.#waiting.values())
+      this.#toRelease.push({ deliveryId: delivery.id, leaseToken: delivery.leaseToken });
+    this.#waiting.clear();
     const leases = this.#toRelease.splice(0);
     if (leases.length > 0) {
       try {

@@ -51,6 +51,11 @@ export interface RunnerDeps<TTx> {
   readonly handlerEnded?: (run: RunningDelivery<TTx>) => void;
   /** Called once a reschedule is written: the delivery is due again `delayMs` from now. */
   readonly retryScheduled?: (delayMs: number) => void;
+  /**
+   * Called once the handler succeeded and its completion is on its way (queued in the completion batch; a
+   * transactional handler's: committed): what follows it in its key may start (`ClaimedDelivery.follows`).
+   */
+  readonly succeeded?: (run: RunningDelivery<TTx>) => void;
 }
 
 /** Longest error text recorded with a failed delivery. */
@@ -427,11 +432,17 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
   endHandler(run, deps);
 
   if (succeeded) {
-    if (handler.transactional) return delivered(run, deps, elapsed());
+    if (handler.transactional) {
+      deps.succeeded?.(run);
+      return delivered(run, deps, elapsed());
+    }
     if (run.leaseLost) return 'lease-lost';
     let completed: boolean;
     try {
-      completed = await deps.batcher.complete(run.lease);
+      const completion = deps.batcher.complete(run.lease);
+      // Queued before the next delivery of this key starts, so its completion is never written in an earlier batch.
+      deps.succeeded?.(run);
+      completed = await completion;
     } catch (error) {
       return unrecorded(run, deps, 'complete', error);
     }

@@ -247,6 +247,7 @@ function toClaimed(text: string | null): ClaimedDelivery[] {
       availableAt,
       createdAt,
       early,
+      after,
     ] = tuples[index]!;
     const delivery: ClaimedDelivery = {
       id,
@@ -264,7 +265,11 @@ function toClaimed(text: string | null): ClaimedDelivery[] {
       availableAt: new Date(availableAt),
       createdAt: new Date(createdAt),
     };
-    claimed[index] = early ? { ...delivery, notBefore: new Date(availableAt) } : delivery;
+    claimed[index] = early
+      ? { ...delivery, notBefore: new Date(availableAt) }
+      : after === null
+        ? delivery
+        : { ...delivery, follows: after };
   }
   return claimed;
 }
@@ -423,7 +428,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         throw new StoreUnavailableError('a claim statement returned no row; it always returns one');
       if (summary.walk_ends) walks.move(owner, summary.walk_ends);
       if (summary.handed_back.length > 0) walks.drop(owner, summary.handed_back);
-      return { summary, claimedRows: toClaimed(summary.claimed) };
+      const claimedRows = toClaimed(summary.claimed);
+      // What counts against the limit: followers come beyond it.
+      let heads = 0;
+      for (const row of claimedRows) if (row.follows === undefined) heads += 1;
+      return { summary, claimedRows, heads };
     };
     /** Claim from the held lanes and from the free lanes of `take` (taken when they give work). */
     const claimHeldOnce = async (want: number, complete: readonly ParsedLease[], take: readonly number[]) => {
@@ -439,13 +448,15 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         ...probes.due((params.now ?? new Date()).getTime(), lookaheadMs),
         take,
         lookaheadMs,
+        params.followers ?? 0,
       ]);
-      const { summary, claimedRows } = readClaim(rows);
+      const { summary, claimedRows, heads } = readClaim(rows);
       probes.claimed(claimedRows);
       // No ids back: every lease listed was completed. A lease listed twice succeeds once, as it would in two calls.
       const ids = summary.completed_ids === null ? undefined : new Set(summary.completed_ids);
       return {
         claimedRows,
+        heads,
         completed: complete.map((lease) => ids === undefined || ids.delete(lease.deliveryId)),
         skippedLanes: summary.skipped_lanes,
       };
@@ -467,8 +478,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         LIGHT_ROWS_PER_LANE,
         take,
       ]);
-      const { summary, claimedRows } = readClaim(rows);
-      return { claimedRows, completed: [], skippedLanes: summary.skipped_lanes };
+      const { summary, claimedRows, heads } = readClaim(rows);
+      return { claimedRows, heads, completed: [], skippedLanes: summary.skipped_lanes };
     };
     const light =
       leases.length === 0 &&
@@ -479,12 +490,12 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         ? (w: number) => claimLightOnce(w, take)
         : (w: number, c: readonly ParsedLease[]) => claimHeldOnce(w, c, take);
       const first = await claimOnce(want, complete);
-      if (first.skippedLanes === 0 || first.claimedRows.length >= want) return first;
+      if (first.skippedLanes === 0 || first.heads >= want) return first;
       // Held lanes changed while the claim waited for them (a renewal, a reschedule, another loop of this owner): it
       // left them alone rather than trust its older snapshot. Ask them again at once, or their due work would wait
       // for the next wake-up or poll.
-      const again = await claimOnce(want - first.claimedRows.length, []);
-      return { ...first, claimedRows: [...first.claimedRows, ...again.claimedRows] };
+      const again = await claimOnce(want - first.heads, []);
+      return { ...first, claimedRows: [...first.claimedRows, ...again.claimedRows], heads: first.heads + again.heads };
     };
     const acquire = (take: number, prefer: readonly number[] = params.preferLanes ?? []) =>
       runOwned<RowOf<'acquire-lanes'>>('acquire-lanes', [
@@ -499,6 +510,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     /** Lanes of retried heads due again that the last claim did not return: their lanes are not held by this owner. */
     const retryLanes = () => probes.dueLanes((params.now ?? new Date()).getTime(), lookaheadMs);
     const claimed: ClaimedDelivery[] = [];
+    /** The deliveries of `claimed` that count against the limit (not followers). */
+    let heads = 0;
     /**
      * Take free lanes with due work, `acquireRounds()` lanes at a time, and claim from the held lanes after each round,
      * until the batch is full, a claim finds nothing, or a round took fewer lanes than it asked (no more free lanes with
@@ -510,9 +523,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         const [acquired] = await acquire(take, [...(params.preferLanes ?? []), ...retryLanes()]);
         const taken = acquired ? toInt(acquired.lanes) : 0;
         if (taken === 0 && !(alwaysClaim && take === FIRST_ACQUIRE_ROUND)) break;
-        const more = (await claimHeld(limit - claimed.length, [])).claimedRows;
-        claimed.push(...more);
-        if (taken < take || more.length === 0 || claimed.length >= limit) break;
+        const more = await claimHeld(limit - heads, []);
+        claimed.push(...more.claimedRows);
+        heads += more.heads;
+        if (taken < take || more.heads === 0 || heads >= limit) break;
       }
     };
     const hinted = params.preferLanes?.length ?? 0;
@@ -536,9 +550,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     } else {
       const first = await claimHeld(limit, leases, named);
       claimed.push(...first.claimedRows);
+      heads = first.heads;
       completed = first.completed;
       try {
-        if (claimed.length < limit) {
+        if (heads < limit) {
           // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, or the caller leaves
           // free lanes to its poll (skipFreeLanes), free lanes no publish named wait for the next poll; otherwise take
           // free lanes with due work, doubling each round.

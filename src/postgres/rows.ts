@@ -117,7 +117,8 @@ const CLAIMED = {
 /**
  * One claimed delivery in the claim's JSON text, in the fragment's order: id, lane, epoch, claims, event id, event type,
  * handler, key, sequence, payload, headers, attempts, max attempts, available_at and created_at (milliseconds since the
- * epoch), early (claimed before it was due: start it at available_at).
+ * epoch), early (claimed before it was due: start it at available_at), after (a follower: the id of the delivery of
+ * the same claim that must succeed before it starts).
  */
 export type ClaimedTuple = readonly [
   id: string,
@@ -136,6 +137,7 @@ export type ClaimedTuple = readonly [
   availableAt: number,
   createdAt: number,
   early: boolean,
+  after: string | null,
 ];
 
 /** The tuples of a claim's `claimed` text; none when it is NULL (the claim picked nothing). */

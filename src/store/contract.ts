@@ -154,6 +154,12 @@ export interface ClaimParams {
    * notification, which that claim looks for. A store may ignore it.
    */
   readonly skipFreeLanes?: boolean;
+  /**
+   * With each keyed head it claims, the store may also claim up to this many of that key's next deliveries (default
+   * 0; at most 100), beyond `limit`, as long as each is due: they come with `follows`, in key order. One read of a
+   * key's run instead of a claim per delivery, for deep per-key backlogs. A store may ignore it.
+   */
+  readonly followers?: number;
   readonly now?: Date;
 }
 
@@ -186,6 +192,12 @@ export interface ClaimedDelivery {
   readonly createdAt: Date;
   /** Set when claimed before it was due (`ClaimParams.retryLookaheadMs`): start no handler before this time. */
   readonly notBefore?: Date;
+  /**
+   * Set on a follower (`ClaimParams.followers`): the id of the delivery of the same claim, of the same key, that comes
+   * right before it. Start this one only after that one's handler succeeded; if it did not, release this one (and what
+   * follows it) unrun.
+   */
+  readonly follows?: string;
 }
 
 /** A reference to a claimed delivery for fenced writes. */

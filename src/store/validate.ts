@@ -1,7 +1,7 @@
 import { InvalidInputError, InvalidPayloadError, InvalidStateError } from '../core/errors.js';
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
 import { LANE_COUNT } from '../core/lanes.js';
-import { echo, MAX_RETRY_LOOKAHEAD_MS, nameProblem } from '../core/limits.js';
+import { echo, MAX_FOLLOWERS, MAX_RETRY_LOOKAHEAD_MS, nameProblem } from '../core/limits.js';
 import type {
   BuryParams,
   ClaimParams,
@@ -197,6 +197,9 @@ export function validateClaim(params: ClaimParams): void {
     (!Number.isInteger(lookahead) || (lookahead as number) < 0 || (lookahead as number) > MAX_RETRY_LOOKAHEAD_MS)
   )
     fail(`retryLookaheadMs must be an integer from 0 to ${MAX_RETRY_LOOKAHEAD_MS}, got ${echo(lookahead)}.`);
+  const followers: unknown = params.followers;
+  if (followers !== undefined && (!Number.isInteger(followers) || (followers as number) < 0 || (followers as number) > MAX_FOLLOWERS))
+    fail(`followers must be an integer from 0 to ${MAX_FOLLOWERS}, got ${echo(followers)}.`);
   assertOptionalDate(params.now, 'now');
 }
 

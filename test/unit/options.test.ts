@@ -54,6 +54,7 @@ describe('resolveRelayBusOptions', () => {
       shutdownGraceMs: DEFAULT_SHUTDOWN_GRACE_MS,
       ownerPrefix: undefined,
       claimLoops: 1,
+      followers: 0,
     });
     assert.equal(options.events.get('ping'), Ping);
     assert.ok(Object.isFrozen(options));
@@ -94,6 +95,8 @@ describe('resolveRelayBusOptions', () => {
       /completionBatchWindowMs: .*less or equal to 1000/,
     );
     invalid({ ...base, dispatcher: { claimLoops: 9 } }, /dispatcher\.claimLoops: .*less or equal to 8 \(got 9\)/);
+    invalid({ ...base, dispatcher: { followers: 101 } }, /dispatcher\.followers: .*less or equal to 100 \(got 101\)/);
+    invalid({ ...base, dispatcher: { followers: -1 } }, /dispatcher\.followers: .*greater or equal to 0 \(got -1\)/);
     invalid({ ...base, maxAttempts: 0 }, /maxAttempts: .*greater or equal to 1/);
     invalid({ ...base, handlerTimeoutMs: Number.POSITIVE_INFINITY }, /handlerTimeoutMs: .*\(got Infinity\)/);
     invalid({ ...base, backoff: { jitter: 2 } }, /backoff\.jitter: .*less or equal to 1/);

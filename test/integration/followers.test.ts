@@ -1,0 +1,197 @@
+/**
+ * Followers (`ClaimParams.followers`, the dispatcher's `followers`), on real Postgres: a claim brings each due keyed
+ * head's next due deliveries of its key, beyond the limit, each marked with the one before it; the dispatcher runs
+ * them one after another and gives back, unrun, what waits behind a delivery that did not succeed.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type pg from 'pg';
+import { createRelayBus, defineEvent, Type } from '../../src/index.js';
+import type { ClaimedDelivery } from '../../src/store/contract.js';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
+import { waitFor } from '../support/wait.js';
+
+const found = await findPostgres();
+const Step = defineEvent('followers.step', Type.Object({ n: Type.Integer() }));
+
+describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  let store: PostgresStore<PgClientLike>;
+  let pool: pg.Pool;
+  usePgStore('followers', 6, (opened) => ({ store, pool } = opened));
+
+  /** Publish `count` events of `key` for `handlers` (one transaction); the n-th is due `delayed(n)` ms from now. */
+  async function publish(
+    key: string,
+    count: number,
+    handlers: readonly string[],
+    delayed: (n: number) => number = () => 0,
+  ): Promise<void> {
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        Array.from({ length: count }, (_, n) => ({
+          type: Step.type,
+          key,
+          payload: { n },
+          handlers: handlers.map((name) => ({ name, maxAttempts: 3 })),
+          ...(delayed(n) > 0 ? { availableAt: new Date(Date.now() + delayed(n)) } : {}),
+        })),
+      ),
+    );
+  }
+
+  const payloads = (claimed: readonly ClaimedDelivery[], key: string) =>
+    claimed.filter((d) => d.key === key).map((d) => (d.payload as { n: number }).n);
+
+  it('a claim brings each keyed head and its next due deliveries, beyond the limit, each after the one before it', async () => {
+    await publish('run-a', 6, ['h1', 'h2']);
+    await publish('run-b', 2, ['h1']);
+    // A delayed delivery in the middle ends its key's run: nothing after it may run first.
+    await publish('run-c', 4, ['h1'], (n) => (n === 2 ? 60_000 : 0));
+    const owner = 'followers-claim';
+    try {
+      const claimed = await store.claim({ owner, handlers: ['h1'], limit: 3, leaseDurationMs: 10_000, followers: 3 });
+      assert.deepEqual(payloads(claimed, 'run-a'), [0, 1, 2, 3], 'the head and 3 followers, no more');
+      assert.deepEqual(payloads(claimed, 'run-b'), [0, 1], 'a key with less behind its head');
+      assert.deepEqual(payloads(claimed, 'run-c'), [0, 1], 'up to the delivery that is not due');
+      assert.ok(
+        claimed.every((d) => d.handler === 'h1'),
+        'only the handler asked for (h2 has the same keys)',
+      );
+      for (const key of ['run-a', 'run-b', 'run-c']) {
+        const run = claimed.filter((d) => d.key === key).sort((a, b) => Number(a.sequence) - Number(b.sequence));
+        assert.equal(run[0]!.follows, undefined, `${key}: the head follows nothing`);
+        for (let i = 1; i < run.length; i += 1)
+          assert.equal(run[i]!.follows, run[i - 1]!.id, `${key}: each follower names the one before it`);
+      }
+      assert.equal(claimed.filter((d) => d.follows === undefined).length, 3, 'the limit counts heads only');
+      const again = await store.claim({ owner, handlers: ['h1'], limit: 10, leaseDurationMs: 10_000, followers: 3 });
+      assert.deepEqual(again, [], 'every key of h1 is in flight: nothing more');
+
+      // Completing the head and its followers together: the next claim goes on after the last of them.
+      const runA = claimed.filter((d) => d.key === 'run-a');
+      const next = await store.completeAndClaim(
+        runA.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })),
+        { owner, handlers: ['h1'], limit: 10, leaseDurationMs: 10_000, followers: 3 },
+      );
+      assert.deepEqual(next.completed, [true, true, true, true]);
+      assert.deepEqual(payloads(next.claimed, 'run-a'), [4, 5], 'the new head, after the last completed, and its follower');
+      const leases = [...claimed.filter((d) => d.key !== 'run-a'), ...next.claimed];
+      await store.release(leases.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+      const h2 = await store.claim({ owner, handlers: ['h2'], limit: 10, leaseDurationMs: 10_000 });
+      assert.deepEqual(payloads(h2, 'run-a'), [0], 'without followers: the head alone');
+      assert.equal(h2[0]!.follows, undefined);
+      await store.release(h2.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+    } finally {
+      await store.relinquish(owner);
+      await pool.query(`DELETE FROM "${store.schema}".relaybus_deliveries WHERE key LIKE 'run-%'`);
+    }
+    await assert.rejects(
+      store.claim({ owner, handlers: ['h1'], limit: 1, leaseDurationMs: 1_000, followers: 101 }),
+      /followers must be an integer from 0 to 100, got 101/,
+    );
+  });
+
+  /** A bus with followers whose handler records each run, failing where `fails` says (first attempt only). */
+  function busWith(fails: (key: string, n: number) => boolean, slowMs = 0) {
+    const bus = createRelayBus({
+      store,
+      events: [Step],
+      setupStore: false,
+      backoff: { initialDelayMs: 200, maxDelayMs: 200, jitter: 0 },
+      dispatcher: { pollIntervalMs: 50, concurrency: 8, batchSize: 8, followers: 6, shutdownGraceMs: 0 },
+    });
+    const runs: { key: string; n: number; attempt: number; start: number; end: number }[] = [];
+    const started: number[] = [];
+    bus.on(Step, 'chain', { maxAttempts: 3 }, async (payload, ctx) => {
+      const start = performance.now();
+      started.push(payload.n);
+      if (slowMs > 0) await new Promise((resolve) => setTimeout(resolve, slowMs));
+      runs.push({ key: ctx.delivery.key!, n: payload.n, attempt: ctx.delivery.attempt, start, end: performance.now() });
+      if (ctx.delivery.attempt === 1 && fails(ctx.delivery.key!, payload.n)) throw new Error('fails once');
+    });
+    return { bus, runs, started };
+  }
+
+  /** Per key: the runs in the order they started, never two at once. */
+  function assertSerialPerKey(runs: readonly { key: string; start: number; end: number }[]): void {
+    const last = new Map<string, number>();
+    for (const run of [...runs].sort((a, b) => a.start - b.start)) {
+      assert.ok((last.get(run.key) ?? -Infinity) <= run.start, `two runs of ${run.key} overlapped`);
+      last.set(run.key, run.end);
+    }
+  }
+
+  it('the dispatcher runs a key run in order, one at a time; a failure gives back what waits behind it, unrun', async () => {
+    const keys = ['chain-a', 'chain-b', 'chain-c'];
+    const { bus, runs } = busWith((key, n) => key === 'chain-b' && n === 3);
+    for (const key of keys)
+      await store.transaction((tx) =>
+        bus.publishMany(
+          tx,
+          Array.from({ length: 30 }, (_, n) => ({ event: Step, payload: { n }, options: { key } })),
+        ),
+      );
+    await bus.start();
+    try {
+      const delivered = () =>
+        new Set(runs.filter((r) => r.attempt > 1 || !(r.key === 'chain-b' && r.n === 3)).map((r) => `${r.key}/${r.n}`));
+      await waitFor(() => delivered().size >= 90, 'all 90 delivered', 15_000);
+    } finally {
+      await bus.stop();
+    }
+    assertSerialPerKey(runs);
+    for (const key of keys) {
+      const order = runs.filter((r) => r.key === key).map((r) => r.n);
+      const expected = Array.from({ length: 30 }, (_, n) => n);
+      // chain-b: 3 fails once and runs again when due; nothing after it ran in between.
+      assert.deepEqual(order, key === 'chain-b' ? [0, 1, 2, 3, ...expected.slice(3)] : expected, key);
+    }
+    const retried = runs.filter((r) => r.attempt > 1);
+    assert.deepEqual(
+      retried.map((r) => `${r.key}/${r.n}`),
+      ['chain-b/3'],
+      'the followers given back were not charged an attempt',
+    );
+    const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${store.schema}".relaybus_deliveries`);
+    assert.equal(rows[0].n, 0, 'nothing left pending');
+  });
+
+  it('stop() lets a running head finish and gives back its followers unrun, with no attempt charged', async () => {
+    const { bus, runs, started } = busWith(() => false, 300);
+    await store.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        Array.from({ length: 5 }, (_, n) => ({ event: Step, payload: { n }, options: { key: 'stop-run' } })),
+      ),
+    );
+    await bus.start();
+    await waitFor(() => started.length >= 1, 'the head started', 5_000);
+    await bus.stop({ graceMs: 5_000 });
+    assert.deepEqual(runs.map((r) => r.n), [0], 'the head finished within the grace period; nothing after it started');
+    const { rows } = await pool.query<{ n: number; attempts: number; claims: number }>(
+      `SELECT (coalesce(e.payload, d.payload)->>'n')::int AS n, d.attempts, d.claims FROM "${store.schema}".relaybus_deliveries d
+       LEFT JOIN "${store.schema}".relaybus_events e ON e.id = d.event_id WHERE d.key = 'stop-run' ORDER BY d.sequence`,
+    );
+    assert.deepEqual(rows.map((row) => row.n), [1, 2, 3, 4], 'the head is done, its followers pending');
+    for (const row of rows) assert.equal(row.attempts, 0, `no attempt charged to ${row.n}`);
+    const { rows: lanes } = await pool.query(
+      `SELECT count(*)::int AS n FROM "${store.schema}".relaybus_lanes WHERE lease_owner IS NOT NULL OR cardinality(in_flight) > 0`,
+    );
+    assert.equal(lanes[0].n, 0, 'every lane handed back, nothing left in flight');
+    // A new worker runs what is left, in order, after what ran.
+    const next = busWith(() => false);
+    await next.bus.start();
+    try {
+      await waitFor(() => next.runs.length >= rows.length, 'the rest delivered by the next worker', 10_000);
+    } finally {
+      await next.bus.stop();
+    }
+    assert.deepEqual(
+      next.runs.map((r) => r.n),
+      rows.map((row) => row.n),
+    );
+  });
+});
