@@ -98,7 +98,7 @@ try {
   }
   const leases = inFlight.map((d) => ({ id: d.id, ...parseLeaseToken(d.leaseToken) }));
   // The next claim of this owner, as the store sends it with the completions riding (no walk cursors, probes or
-  // named lanes, no retry lookahead): $1-$18 of sql/claim-held-lanes.sql.
+  // named lanes, no retry lookahead; followers from CLAIM_FOLLOWERS, default none): $1-$19 of sql/claim-held-lanes.sql.
   const params: unknown[] = [
     owner,
     HANDLERS.slice(),
@@ -118,6 +118,7 @@ try {
     [],
     [],
     0,
+    Number(process.env.CLAIM_FOLLOWERS ?? 0),
   ];
   const {
     rows: [held],

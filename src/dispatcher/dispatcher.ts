@@ -1,4 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import type { Clock } from '../core/clock.js';
 import type { TypedEmitter } from '../core/emitter.js';
 import { InvalidStateError, isRetryableError } from '../core/errors.js';
@@ -403,7 +403,12 @@ export class Dispatcher<TTx> {
           claimed.length === 0 && !completedAny && loop.runsEnded === runsEndedBefore,
         );
         if (claimed.length > 0) this.#activity.maybeReport(Date.now(), this.#running.size);
-        if (heads >= limit) continue;
+        if (heads >= limit) {
+          // One turn of the event loop first: handlers that finish at once (and the followers they start) queue their
+          // completions for this claim to carry, instead of a write of their own beside it.
+          if (this.#waiting.size > 0) await nextTurn();
+          continue;
+        }
       } else {
         this.#slotsShort = true;
       }
