@@ -125,7 +125,27 @@ RETURNING d.id::text AS id`;
   const shipped = statements['claim-held-lanes'].text;
   /** claim-held-lanes' parameters for a claim of `owner` with no cursors, completions, probes, named lanes or lookahead. */
   const claimParamsOf = (owner: string) =>
-    [owner, HANDLERS.slice(), batch, 600_000, null, [], [], [], [], [], [], [], false, [], [], [], [], 0, Number(process.env.EXPLAIN_FOLLOWERS ?? 0)] as unknown[];
+    [
+      owner,
+      HANDLERS.slice(),
+      batch,
+      600_000,
+      null,
+      [],
+      [],
+      [],
+      [],
+      [],
+      [],
+      [],
+      false,
+      [],
+      [],
+      [],
+      [],
+      0,
+      Number(process.env.EXPLAIN_FOLLOWERS ?? 0),
+    ] as unknown[];
   const q = `"${schema}".`;
 
   /** Run a claim statement for real inside a rolled-back transaction: how many it picks, and whether each keyed pick is its key's head. */

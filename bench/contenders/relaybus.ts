@@ -148,7 +148,13 @@ export const relaybus: Contender = {
     // claim of 100 heads hands out up to 1,000. Measured here (keyed 50k, 3 runs each, beside tuned): batch 50 / 100
     // with 9 followers 46.7-47.5k/s, batch 200 with 4 and 500 with 9 slower (claims of 1,000-5,000 rows leave Node and
     // Postgres idle in turn).
-    followers: { concurrency: 1000, batchSize: 100, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2, followers: 9 } },
+    followers: {
+      concurrency: 1000,
+      batchSize: 100,
+      pollIntervalMs: 50,
+      poolSize: 20,
+      extra: { claimLoops: 2, followers: 9 },
+    },
     // tuned with one claim loop (the library's default count).
     loops1: { concurrency: 1000, batchSize: 500, pollIntervalMs: 50, poolSize: 20 },
     // tuned with tracing on: the OpenTelemetry SDK records a consumer span per delivery (no-op exporter).

@@ -198,7 +198,10 @@ export function validateClaim(params: ClaimParams): void {
   )
     fail(`retryLookaheadMs must be an integer from 0 to ${MAX_RETRY_LOOKAHEAD_MS}, got ${echo(lookahead)}.`);
   const followers: unknown = params.followers;
-  if (followers !== undefined && (!Number.isInteger(followers) || (followers as number) < 0 || (followers as number) > MAX_FOLLOWERS))
+  if (
+    followers !== undefined &&
+    (!Number.isInteger(followers) || (followers as number) < 0 || (followers as number) > MAX_FOLLOWERS)
+  )
     fail(`followers must be an integer from 0 to ${MAX_FOLLOWERS}, got ${echo(followers)}.`);
   assertOptionalDate(params.now, 'now');
 }

@@ -77,7 +77,11 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
         { owner, handlers: ['h1'], limit: 10, leaseDurationMs: 10_000, followers: 3 },
       );
       assert.deepEqual(next.completed, [true, true, true, true]);
-      assert.deepEqual(payloads(next.claimed, 'run-a'), [4, 5], 'the new head, after the last completed, and its follower');
+      assert.deepEqual(
+        payloads(next.claimed, 'run-a'),
+        [4, 5],
+        'the new head, after the last completed, and its follower',
+      );
       const leases = [...claimed.filter((d) => d.key !== 'run-a'), ...next.claimed];
       await store.release(leases.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
       const h2 = await store.claim({ owner, handlers: ['h2'], limit: 10, leaseDurationMs: 10_000 });
@@ -170,12 +174,20 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
     await bus.start();
     await waitFor(() => started.length >= 1, 'the head started', 5_000);
     await bus.stop({ graceMs: 5_000 });
-    assert.deepEqual(runs.map((r) => r.n), [0], 'the head finished within the grace period; nothing after it started');
+    assert.deepEqual(
+      runs.map((r) => r.n),
+      [0],
+      'the head finished within the grace period; nothing after it started',
+    );
     const { rows } = await pool.query<{ n: number; attempts: number; claims: number }>(
       `SELECT (coalesce(e.payload, d.payload)->>'n')::int AS n, d.attempts, d.claims FROM "${store.schema}".relaybus_deliveries d
        LEFT JOIN "${store.schema}".relaybus_events e ON e.id = d.event_id WHERE d.key = 'stop-run' ORDER BY d.sequence`,
     );
-    assert.deepEqual(rows.map((row) => row.n), [1, 2, 3, 4], 'the head is done, its followers pending');
+    assert.deepEqual(
+      rows.map((row) => row.n),
+      [1, 2, 3, 4],
+      'the head is done, its followers pending',
+    );
     for (const row of rows) assert.equal(row.attempts, 0, `no attempt charged to ${row.n}`);
     const { rows: lanes } = await pool.query(
       `SELECT count(*)::int AS n FROM "${store.schema}".relaybus_lanes WHERE lease_owner IS NOT NULL OR cardinality(in_flight) > 0`,
