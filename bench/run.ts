@@ -114,12 +114,12 @@ const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
 const LIVENESS: Entry[] = [e('relaybus', 'tuned', true), e('relaybus', 'c200', true)];
 /**
  * relaybus tuned (two claim loops) next to its variants in one process: its earlier setting (c200: 200 slots, batch 200),
- * followers (each keyed head brings up to 9 of its key's next due deliveries), one claim loop (the library's default),
- * and tracing on (the OpenTelemetry SDK recording a span per delivery into a no-op exporter).
+ * heads (tuned without followers: the keyed heads alone), one claim loop (the library's default), and tracing on (the
+ * OpenTelemetry SDK recording a span per delivery into a no-op exporter).
  */
 const TUNED_VARIANTS: Entry[] = [
   e('relaybus', 'tuned', true),
-  e('relaybus', 'followers', true),
+  e('relaybus', 'heads', true),
   e('relaybus', 'c200', true),
   e('relaybus', 'loops1', true),
   e('relaybus', 'traced', true),

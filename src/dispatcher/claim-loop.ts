@@ -18,6 +18,8 @@ export interface ClaimLoopConfig<TTx> {
   readonly store: Store<TTx>;
   readonly leaseDurationMs: number;
   readonly completionBatchWindowMs: number;
+  /** Completions written at once at most (a claim's batch, with its followers, is one write). */
+  readonly maxCompletionBatch: number;
   readonly logger: Logger;
   /** The runner's dependencies shared by every loop; the loop adds its own completion batcher. */
   readonly deps: Omit<RunnerDeps<TTx>, 'batcher'>;
@@ -77,6 +79,7 @@ export class ClaimLoop<TTx> {
     this.batcher = new CompletionBatcher({
       store: config.store,
       windowMs: config.completionBatchWindowMs,
+      maxBatchSize: config.maxCompletionBatch,
       now: config.deps.now,
       logger: config.logger,
       // A completed key's next delivery is due: claim it now rather than at the next wake-up or poll.

@@ -68,6 +68,11 @@ export class CompletionBatcher {
   }
 
   /** Complete one delivery; resolves `true` when it was deleted, `false` when its lease was lost. */
+  /** Completions waiting for a write (or a claim to ride on). */
+  get waiting(): number {
+    return this.#waiting.length;
+  }
+
   complete(lease: DeliveryLease): Promise<boolean> {
     return new Promise<boolean>((resolve, reject) => {
       this.#waiting.push({ lease, resolve, reject });

@@ -144,6 +144,12 @@ const MAX_HINTED_LANES = 64;
  */
 const BUSY_CLAIM = 32;
 
+/**
+ * The completion batch is written at once when it reaches this size or twice a claim's batch with its followers,
+ * whichever is larger (below that it waits for its window or rides on the next claim: a claim's whole batch must fit).
+ */
+const MIN_COMPLETION_BATCH = 1_000;
+
 /** A run and the claim loop whose lane it was claimed in. */
 interface Running<TTx> {
   readonly run: RunningDelivery<TTx>;
@@ -171,6 +177,8 @@ export class Dispatcher<TTx> {
   readonly #handlerNames: readonly string[];
   readonly #loops: readonly ClaimLoop<TTx>[];
   readonly #running = new Map<string, Running<TTx>>();
+  /** Runs at most, running or waiting for their outcome write (see `#claimLoop`). */
+  readonly #maxRuns: number;
   /** Followers by `waitingKey` of the delivery before them: not running, holding no slot. */
   readonly #waiting = new Map<string, Waiting<TTx>>();
   /** Runs of `#running` in phase `running` (the others only wait for their outcome write); changes with a run's phase. */
@@ -207,6 +215,9 @@ export class Dispatcher<TTx> {
     this.#now = () => config.clock?.now();
     this.#wallNow = () => config.clock?.now() ?? new Date();
     const { options } = config;
+    this.#maxRuns =
+      options.concurrency +
+      Math.max(options.concurrency, options.claimLoops * options.batchSize * (1 + options.followers));
     this.#loops = Array.from(
       { length: options.claimLoops },
       (_, index) =>
@@ -216,6 +227,7 @@ export class Dispatcher<TTx> {
           store: config.store,
           leaseDurationMs: options.leaseDurationMs,
           completionBatchWindowMs: options.completionBatchWindowMs,
+          maxCompletionBatch: Math.max(MIN_COMPLETION_BATCH, 2 * options.batchSize * (1 + options.followers)),
           logger: config.logger,
           deps: {
             store: config.store,
@@ -320,10 +332,9 @@ export class Dispatcher<TTx> {
       }
       // A slot is a running handler: a run whose handler returned and that only waits for its outcome
       // write (the completion batch) does not hold one, so the next claim overlaps that write. Those
-      // waiting runs are bounded too, to one more `concurrency`, should the writes fall behind. Slots another loop's
-      // claim in progress may fill are reserved.
-      const free =
-        Math.min(options.concurrency - this.#active, 2 * options.concurrency - this.#running.size) - this.#reserved;
+      // waiting runs are bounded too, to one more `concurrency` (or what the loops' claims bring with their followers,
+      // if more), should the writes fall behind. Slots another loop's claim in progress may fill are reserved.
+      const free = Math.min(options.concurrency - this.#active, this.#maxRuns - this.#running.size) - this.#reserved;
       if (free > 0) {
         // A loop claims at most its share of the slots, so the others find free slots while its handlers run.
         const limit = Math.min(options.batchSize, free, Math.ceil(options.concurrency / this.#loops.length));
@@ -392,7 +403,8 @@ export class Dispatcher<TTx> {
         for (const delivery of claimed)
           if (delivery.follows === undefined) heads += 1;
           else this.#wait(loop, delivery);
-        loop.busy = heads >= Math.min(BUSY_CLAIM, limit);
+        // Busy by what it hands out, followers included: a few heads with long runs behind them are work flowing.
+        loop.busy = claimed.length >= Math.min(BUSY_CLAIM, limit);
         for (const delivery of claimed) if (delivery.follows === undefined) this.#launch(loop, delivery);
         loop.justCompleted = undefined;
         // Empty only if no run of this loop ended meanwhile: the claim may have kept that run's lane held (it was still in
@@ -408,6 +420,12 @@ export class Dispatcher<TTx> {
           // completions for this claim to carry, instead of a write of their own beside it.
           if (this.#waiting.size > 0) await nextTurn();
           continue;
+        }
+        if (loop.busy) {
+          // Work is flowing but this claim was short: once the handlers that finish at once have, claim again with
+          // their completions riding, rather than wait for a run to end, which takes their write of their own first.
+          await nextTurn();
+          if (loop.batcher.waiting > 0 && this.#state === 'running') continue;
         }
       } else {
         this.#slotsShort = true;

@@ -265,11 +265,9 @@ function toClaimed(text: string | null): ClaimedDelivery[] {
       availableAt: new Date(availableAt),
       createdAt: new Date(createdAt),
     };
-    claimed[index] = early
-      ? { ...delivery, notBefore: new Date(availableAt) }
-      : after === null
-        ? delivery
-        : { ...delivery, follows: after };
+    // Set on the object made above rather than spread into a copy: a claim of followers is mostly followers.
+    if (after !== null) (delivery as { follows?: string }).follows = after;
+    claimed[index] = early ? { ...delivery, notBefore: new Date(availableAt) } : delivery;
   }
   return claimed;
 }
