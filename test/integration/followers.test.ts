@@ -206,4 +206,60 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
       rows.map((row) => row.n),
     );
   });
+  it('a lost lane drops the followers waiting in it: the new holder runs them, in order, after the head', async () => {
+    let release: () => void = () => {};
+    const blocked = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const first = createRelayBus({
+      store,
+      events: [Step],
+      setupStore: false,
+      dispatcher: { pollIntervalMs: 50, concurrency: 4, batchSize: 4, followers: 6, leaseDurationMs: 600 },
+    });
+    const ran: number[] = [];
+    const lost = new Promise<void>((resolve) => first.lifecycle.on('lease-lost', () => resolve()));
+    first.on(Step, 'chain', async (payload) => {
+      ran.push(payload.n);
+      if (payload.n === 0) await blocked;
+    });
+    await store.transaction((tx) =>
+      first.publishMany(
+        tx,
+        Array.from({ length: 5 }, (_, n) => ({ event: Step, payload: { n }, options: { key: 'lost-run' } })),
+      ),
+    );
+    await first.start();
+    try {
+      await waitFor(() => ran.length >= 1, 'the head started', 5_000);
+      // Another owner takes the lane over (a new epoch), as after an expired lease.
+      await pool.query(
+        `UPDATE "${store.schema}".relaybus_lanes SET epoch = epoch + 1, lease_owner = 'elsewhere', in_flight = '{}',
+           lease_expires_at = now() + interval '1 min'
+         WHERE lease_owner IS NOT NULL`,
+      );
+      await lost;
+      release();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      assert.deepEqual(ran, [0], 'nothing behind the head ran on the worker that lost the lane');
+    } finally {
+      release();
+      await first.stop();
+    }
+    // The other owner lets go of the lane (as its crash and expired lease would).
+    await pool.query(
+      `UPDATE "${store.schema}".relaybus_lanes SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = 'elsewhere'`,
+    );
+    const next = busWith(() => false);
+    await next.bus.start();
+    try {
+      await waitFor(() => next.runs.length >= 5, 'the new holder ran the whole run', 10_000);
+    } finally {
+      await next.bus.stop();
+    }
+    assert.deepEqual(
+      next.runs.map((r) => r.n),
+      [0, 1, 2, 3, 4],
+    );
+  });
 });
