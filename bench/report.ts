@@ -553,6 +553,18 @@ function targets(rows: readonly Row[]): Target[] {
       measured: `p50 ${fmt(p50, 1)} ms, p99 ${fmt(p99, 1)} ms`,
       pass: Number.isFinite(p50) && Number.isFinite(p99) ? p50 <= 2 && p99 <= 10 : null,
     });
+    // "At or below graphile-worker's": its fastest-rate row in the same cell (medians of the runs, as above).
+    const gw = bestRow(rows, row.cell, 'graphile-worker');
+    if (gw) {
+      const gwP50 = med(gw, (r) => r.figures.latencyP50Ms);
+      const gwP99 = med(gw, (r) => r.figures.latencyP99Ms);
+      out.push({
+        issue: '10',
+        what: `${row.cell}: relaybus tuned keyed p50 and p99 at or below graphile-worker's (${label(gw)})`,
+        measured: `p50 ${fmt(p50, 1)} / ${fmt(gwP50, 1)} ms, p99 ${fmt(p99, 1)} / ${fmt(gwP99, 1)} ms`,
+        pass: [p50, p99, gwP50, gwP99].every(Number.isFinite) ? p50 <= gwP50 && p99 <= gwP99 : null,
+      });
+    }
   }
   for (const row of rows.filter((r) => r.scenario === 'liveness' && r.tag === 'failing heads')) {
     const base = findRow(rows, row.cell, row.contender, row.variant, row.keyed, LIVENESS_REFERENCE);

@@ -106,6 +106,11 @@ describe('relaybus: usage errors are one line and exit non-zero (built bin)', ()
       /^relaybus: --concurrency must be an integer from 1 to 1000, got "many"\n$/,
     );
     assertOneLineError(
+      await runCli(['worker', '--followers', '101']),
+      2,
+      /^relaybus: --followers must be an integer from 0 to 100, got "101"\n$/,
+    );
+    assertOneLineError(
       await runCli(['worker', '--log-level', 'loud']),
       2,
       /^relaybus: --log-level must be one of debug, info, warn, error, got "loud"\n$/,

@@ -9,6 +9,7 @@ import {
 } from '../../index.js';
 import type { DeliveryInfo } from '../../core/handlers.js';
 import { laneOf } from '../../core/lanes.js';
+import { MAX_FOLLOWERS } from '../../core/limits.js';
 import { describeError } from '../../core/logger.js';
 import { durationFlag, HELP_FLAG, integerFlag, listFlag, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
 import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
@@ -73,6 +74,12 @@ const FLAGS = {
     value: 'n',
     description:
       "Claim loops, 1..8: each holds its own lanes, so claims overlap handler work. Default: the config's (1).",
+  },
+  followers: {
+    type: 'string',
+    value: 'n',
+    description:
+      "With each keyed head, claim up to n of its key's next due deliveries too, 0..100 (run in order, one after another). Default: the config's (0).",
   },
   handlers: {
     type: 'string',
@@ -173,11 +180,12 @@ function overridesOf(values: ReturnType<typeof parseFlags<typeof FLAGS>>['values
     pollIntervalMs: durationFlag('poll-interval', values['poll-interval'], 1, DAY_MS),
     leaseDurationMs: durationFlag('lease-duration', values['lease-duration'], 100, DAY_MS),
     claimLoops: integerFlag('claim-loops', values['claim-loops'], 1, 8),
+    followers: integerFlag('followers', values.followers, 0, MAX_FOLLOWERS),
   };
   const given = Object.fromEntries(Object.entries(dispatcher).filter(([, value]) => value !== undefined));
   const handlers = listFlag('handlers', values.handlers);
   const flags = (
-    ['concurrency', 'batch-size', 'poll-interval', 'lease-duration', 'claim-loops', 'handlers'] as const
+    ['concurrency', 'batch-size', 'poll-interval', 'lease-duration', 'claim-loops', 'followers', 'handlers'] as const
   ).filter((flag) => values[flag] !== undefined);
   return {
     options: { ...(Object.keys(given).length > 0 ? { dispatcher: given } : {}), ...(handlers ? { handlers } : {}) },
