@@ -57,6 +57,10 @@ export class CompletionBatcher {
   #waiting: Waiting[] = [];
   #timer: NodeJS.Timeout | undefined;
   readonly #writes = new Set<Promise<void>>();
+  /** Held (`hold`): a window that closes leaves its completions for the next claim instead of writing them. */
+  #held = false;
+  /** A window closed while held: `unhold` writes what waits. */
+  #closedWhileHeld = false;
 
   constructor(options: CompletionBatcherOptions) {
     this.#options = options;
@@ -68,21 +72,41 @@ export class CompletionBatcher {
   }
 
   /** Complete one delivery; resolves `true` when it was deleted, `false` when its lease was lost. */
-  /** Completions waiting for a write (or a claim to ride on). */
-  get waiting(): number {
-    return this.#waiting.length;
-  }
-
   complete(lease: DeliveryLease): Promise<boolean> {
     return new Promise<boolean>((resolve, reject) => {
       this.#waiting.push({ lease, resolve, reject });
       if (this.#waiting.length >= (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) this.#writeNow();
-      else if (this.#timer === undefined) this.#timer = setTimeout(() => this.#writeNow(), this.#options.windowMs);
+      else if (this.#timer === undefined) this.#timer = setTimeout(() => this.#windowClosed(), this.#options.windowMs);
     });
   }
 
-  /** Take every waiting completion for the next claim to write (none waiting: undefined). */
+  /**
+   * Until the next `take` or `unhold`, let windows close without a write: the caller's next claim carries what waits
+   * (a claim launching its runs over several turns of the event loop). `maxBatchSize` still writes at once.
+   */
+  hold(): void {
+    this.#held = true;
+  }
+
+  /** End a hold: what waits is written now if its window closed meanwhile. */
+  unhold(): void {
+    this.#held = false;
+    if (this.#closedWhileHeld) {
+      this.#closedWhileHeld = false;
+      this.#writeNow();
+    }
+  }
+
+  #windowClosed(): void {
+    this.#timer = undefined;
+    if (this.#held) this.#closedWhileHeld = true;
+    else this.#writeNow();
+  }
+
+  /** Take every waiting completion for the next claim to write (none waiting: undefined). Ends a hold. */
   take(): RidingCompletions | undefined {
+    this.#held = false;
+    this.#closedWhileHeld = false;
     if (this.#waiting.length === 0) return undefined;
     clearTimeout(this.#timer);
     this.#timer = undefined;
