@@ -665,6 +665,43 @@ describe('dispatcher: completion batcher', () => {
     assert.deepEqual(await Promise.all(all), [true, true, true, true]);
   });
 
+  it('held, a closing window writes nothing: the next claim takes it all, or unhold writes it', async () => {
+    const writes: string[][] = [];
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          writes.push(leases.map((item) => item.deliveryId));
+          return leases.map(() => true);
+        },
+      },
+      windowMs: 1,
+      now: () => undefined,
+      logger: noopLogger,
+    });
+    batcher.hold();
+    const taken = [batcher.complete(lease('1')), batcher.complete(lease('2'))];
+    await pause(20);
+    assert.deepEqual(writes, [], 'the window closed while held: no write of its own');
+    const riding = batcher.take();
+    assert.deepEqual(
+      riding?.leases.map((item) => item.deliveryId),
+      ['1', '2'],
+      'the claim carries them',
+    );
+    riding!.settle([true, true]);
+    assert.deepEqual(await Promise.all(taken), [true, true]);
+    batcher.complete(lease('3'));
+    await pause(20);
+    assert.deepEqual(writes, [['3']], 'take ended the hold: the next window writes');
+    batcher.hold();
+    const late = batcher.complete(lease('4'));
+    await pause(20);
+    assert.deepEqual(writes, [['3']]);
+    batcher.unhold();
+    assert.equal(await late, true);
+    assert.deepEqual(writes, [['3'], ['4']], 'unhold writes what a closed window left');
+  });
+
   it('rejects every caller when the write keeps failing, without retrying input errors', async () => {
     let attempts = 0;
     const batcher = new CompletionBatcher({
