@@ -417,9 +417,11 @@ export class Dispatcher<TTx> {
         const perTurn = Math.max(1, Math.floor(LAUNCH_TURN_RUNS / (1 + options.followers)));
         // Their completions wait for the next claim meanwhile, rather than a write of their own at each turn.
         if (heads > perTurn) loop.batcher.hold();
+        // A retried head claimed before it was due goes first: it waits for its time, which the later turns would miss.
+        for (const delivery of claimed) if (delivery.notBefore !== undefined) this.#launch(loop, delivery);
         let launched = 0;
         for (const delivery of claimed) {
-          if (delivery.follows !== undefined) continue;
+          if (delivery.follows !== undefined || delivery.notBefore !== undefined) continue;
           if (launched > 0 && launched % perTurn === 0) {
             await nextTurn();
             // Stopping: what is not launched goes back (its followers wait in #waiting for #shutdown to release them).
