@@ -14,8 +14,9 @@
 --        relaybus_events_pkey (payload of an event that has an events row)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
 --         $6 rows read per lane int, $7 free lanes to take when they give work smallint[]
--- returns: one row as claim-held-lanes's: claimed (sql/fragments/claimed-rows.sql; early always false, after always null: no followers), skipped_lanes
---          (held lanes changed while this statement waited for them: see claim-held-lanes, seen), handed_back;
+-- returns: one row as claim-held-lanes's: claimed (sql/fragments/claimed-rows.sql; early always false, after always
+--          null: no followers), skipped_lanes (held lanes changed while this statement waited for them: see
+--          claim-held-lanes, seen), handed_back;
 --          completed_ids and walk_ends always NULL
 -- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
 WITH clock AS (
