@@ -142,9 +142,9 @@ export const relaybus: Contender = {
     tuned: { concurrency: 1000, batchSize: 500, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
     // tuned with followers 9: each keyed head brings up to 9 of its key's next due deliveries, read by one scan (keyed
     // 50k, 3 runs each beside tuned: 1.12-1.18x; unkeyed the same; 3 followers 1.08x; batches of 100 or 250 with 9 as
-    // fast keyed, slower unkeyed). Not tuned itself: a retried head starts later (liveness cell, 3 runs: due -> start
-    // p50 31.8 ms, max 41.0, against tuned's 1.1 / 22.9; before the dispatcher launched a claim's runs in turns, max
-    // 130-180 ms), close to the one poll interval the target allows.
+    // fast keyed, slower unkeyed). Not tuned itself: with the liveness cell's handler, which yields to the event loop,
+    // its healthy keys drained 0.8-0.9x as fast as tuned's (a key's run goes one delivery a turn), and a retried head
+    // waits for a longer claim (due -> start max 4-21 ms in 4 ad hoc runs of 3, tuned 6-21 ms).
     followers: {
       concurrency: 1000,
       batchSize: 500,

@@ -393,7 +393,6 @@ export class Dispatcher<TTx> {
           this.#reserved -= limit;
           if (this.#slotsShort) this.#runEnded();
         }
-        loop.claimTook(performance.now() - claimStarted);
         this.#claimSucceeded(loop);
         if (acquireAt !== undefined) loop.lastAcquireWhenFullAt = acquireAt;
         if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit, owner: loop.owner });
@@ -433,6 +432,8 @@ export class Dispatcher<TTx> {
           this.#launch(loop, delivery);
           launched += 1;
         }
+        // The claim and the turns that launched it: a retried head due meanwhile waits for both (`retryLookaheadMs`).
+        loop.claimTook(performance.now() - claimStarted);
         loop.justCompleted = undefined;
         // Empty only if no run of this loop ended meanwhile: the claim may have kept that run's lane held (it was still in
         // flight in its snapshot), and only this loop's next claim hands it back.
