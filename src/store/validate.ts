@@ -49,8 +49,13 @@ export function assertPositiveInteger(
   what: string,
   max = Number.MAX_SAFE_INTEGER,
 ): asserts value is number {
-  if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > max) {
-    fail(`${what} must be an integer from 1 to ${max}, got ${echo(value)}.`);
+  assertIntegerIn(value, what, 1, max);
+}
+
+/** An integer from `min` to `max`, else an error that names `what`, the range and the value. */
+function assertIntegerIn(value: unknown, what: string, min: number, max: number): asserts value is number {
+  if (!Number.isInteger(value) || (value as number) < min || (value as number) > max) {
+    fail(`${what} must be an integer from ${min} to ${max}, got ${echo(value)}.`);
   }
 }
 
@@ -191,18 +196,9 @@ export function validateClaim(params: ClaimParams): void {
       prefer.some((lane) => !Number.isInteger(lane) || lane < 0 || lane >= LANE_COUNT))
   )
     fail(`preferLanes must be at most ${LANE_COUNT} lane numbers from 0 to ${LANE_COUNT - 1}, got ${echo(prefer)}.`);
-  const lookahead: unknown = params.retryLookaheadMs;
-  if (
-    lookahead !== undefined &&
-    (!Number.isInteger(lookahead) || (lookahead as number) < 0 || (lookahead as number) > MAX_RETRY_LOOKAHEAD_MS)
-  )
-    fail(`retryLookaheadMs must be an integer from 0 to ${MAX_RETRY_LOOKAHEAD_MS}, got ${echo(lookahead)}.`);
-  const followers: unknown = params.followers;
-  if (
-    followers !== undefined &&
-    (!Number.isInteger(followers) || (followers as number) < 0 || (followers as number) > MAX_FOLLOWERS)
-  )
-    fail(`followers must be an integer from 0 to ${MAX_FOLLOWERS}, got ${echo(followers)}.`);
+  if (params.retryLookaheadMs !== undefined)
+    assertIntegerIn(params.retryLookaheadMs, 'retryLookaheadMs', 0, MAX_RETRY_LOOKAHEAD_MS);
+  if (params.followers !== undefined) assertIntegerIn(params.followers, 'followers', 0, MAX_FOLLOWERS);
   assertOptionalDate(params.now, 'now');
 }
 
