@@ -221,9 +221,9 @@ export class Dispatcher<TTx> {
     this.#now = () => config.clock?.now();
     this.#wallNow = () => config.clock?.now() ?? new Date();
     const { options } = config;
-    this.#maxRuns =
-      options.concurrency +
-      Math.max(options.concurrency, options.claimLoops * options.batchSize * (1 + options.followers));
+    /** The most deliveries one claim hands out: its batch and their followers. */
+    const claimRows = options.batchSize * (1 + options.followers);
+    this.#maxRuns = options.concurrency + Math.max(options.concurrency, options.claimLoops * claimRows);
     this.#loops = Array.from(
       { length: options.claimLoops },
       (_, index) =>
@@ -233,7 +233,7 @@ export class Dispatcher<TTx> {
           store: config.store,
           leaseDurationMs: options.leaseDurationMs,
           completionBatchWindowMs: options.completionBatchWindowMs,
-          maxCompletionBatch: Math.max(MIN_COMPLETION_BATCH, 2 * options.batchSize * (1 + options.followers)),
+          maxCompletionBatch: Math.max(MIN_COMPLETION_BATCH, 2 * claimRows),
           logger: config.logger,
           deps: {
             store: config.store,
@@ -403,35 +403,9 @@ export class Dispatcher<TTx> {
           break;
         }
         const completedAny = loop.justCompleted !== undefined && loop.justCompleted.size > 0;
-        // Followers come beyond the limit: only heads count. They wait before their heads start (a handler that
-        // returns at once starts its follower from within #launch).
-        let heads = 0;
-        for (const delivery of claimed)
-          if (delivery.follows === undefined) heads += 1;
-          else this.#wait(loop, delivery);
         // Busy by what it hands out, followers included: a few heads with long runs behind them are work flowing.
         loop.busy = claimed.length >= Math.min(BUSY_CLAIM, limit);
-        // In turns of about LAUNCH_TURN_RUNS runs (a head starts its followers at once when its handler does not wait):
-        // timers, a retried head's start among them, fire between turns.
-        const perTurn = Math.max(1, Math.floor(LAUNCH_TURN_RUNS / (1 + options.followers)));
-        // Their completions wait for the next claim meanwhile, rather than a write of their own at each turn.
-        if (heads > perTurn) loop.batcher.hold();
-        // A retried head claimed before it was due goes first: it waits for its time, which the later turns would miss.
-        for (const delivery of claimed) if (delivery.notBefore !== undefined) this.#launch(loop, delivery);
-        let launched = 0;
-        for (const delivery of claimed) {
-          if (delivery.follows !== undefined || delivery.notBefore !== undefined) continue;
-          if (launched > 0 && launched % perTurn === 0) {
-            await nextTurn();
-            // Stopping: what is not launched goes back (its followers wait in #waiting for #shutdown to release them).
-            if (this.#state !== 'running') {
-              this.#toRelease.push({ deliveryId: delivery.id, leaseToken: delivery.leaseToken });
-              continue;
-            }
-          }
-          this.#launch(loop, delivery);
-          launched += 1;
-        }
+        const heads = await this.#launchClaimed(loop, claimed);
         // The claim and the turns that launched it: a retried head due meanwhile waits for both (`retryLookaheadMs`).
         loop.claimTook(performance.now() - claimStarted);
         loop.justCompleted = undefined;
@@ -561,6 +535,38 @@ export class Dispatcher<TTx> {
     } else if (first) {
       this.#config.logger.debug('first claim succeeded; the bus is ready', { owner: loop.owner });
     }
+  }
+
+  /**
+   * Start the runs of a claim; returns its heads (followers come beyond the limit: only heads count). Followers wait
+   * for the delivery before them (a handler that returns at once starts its follower from within #launch). The heads
+   * go in turns of about LAUNCH_TURN_RUNS runs, followers included, so timers fire between turns; their completions
+   * wait for the next claim meanwhile, rather than a write of their own at each turn. A retried head claimed before
+   * it was due goes first: it waits for its time, which the later turns would miss.
+   */
+  async #launchClaimed(loop: ClaimLoop<TTx>, claimed: readonly ClaimedDelivery[]): Promise<number> {
+    let heads = 0;
+    for (const delivery of claimed)
+      if (delivery.follows === undefined) heads += 1;
+      else this.#wait(loop, delivery);
+    const perTurn = Math.max(1, Math.floor(LAUNCH_TURN_RUNS / (1 + this.#config.options.followers)));
+    if (heads > perTurn) loop.batcher.hold();
+    for (const delivery of claimed) if (delivery.notBefore !== undefined) this.#launch(loop, delivery);
+    let launched = 0;
+    for (const delivery of claimed) {
+      if (delivery.follows !== undefined || delivery.notBefore !== undefined) continue;
+      if (launched > 0 && launched % perTurn === 0) {
+        await nextTurn();
+        // Stopping: what is not launched goes back (its followers wait in #waiting for #shutdown to release them).
+        if (this.#state !== 'running') {
+          this.#toRelease.push({ deliveryId: delivery.id, leaseToken: delivery.leaseToken });
+          continue;
+        }
+      }
+      this.#launch(loop, delivery);
+      launched += 1;
+    }
+    return heads;
   }
 
   /** Park a follower until the delivery before it succeeds (`#startFollower`) or does not (`#dropFollowers`). */
