@@ -52,6 +52,12 @@ export class TypedEmitter<TMap> implements TypedEvents<TMap> {
   }
 
   /** Deliver `event` to every listener of `name`; listener errors are logged, never thrown. */
+  /** Whether `name` has a listener: a hot path can skip building an event nobody hears. */
+  has<K extends keyof TMap>(name: K): boolean {
+    const set = this.#listeners.get(name);
+    return set !== undefined && set.size > 0;
+  }
+
   emit<K extends keyof TMap>(name: K, event: TMap[K]): void {
     const set = this.#listeners.get(name);
     if (set === undefined) return;

@@ -49,7 +49,10 @@ export class ClaimLoop<TTx> {
   readonly claimBackoff: RetryBackoff;
   /** When (config clock, ms) the last claim that asked to acquire lanes even when full succeeded. */
   lastAcquireWhenFullAt: number | undefined;
-  /** Runs (by the dispatcher's run key) that the claim being launched has just completed. */
+  /**
+   * The deliveries (by id) the claim being launched has just completed: a completed delivery is deleted, so no other run
+   * of the same id can be in progress.
+   */
   justCompleted: Set<string> | undefined;
   /**
    * A second (or later) loop whose last claim found, completed and ran nothing: it holds no lane, so it waits until a

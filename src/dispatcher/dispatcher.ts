@@ -156,12 +156,6 @@ const MIN_COMPLETION_BATCH = 1_000;
  */
 const LAUNCH_TURN_RUNS = 500;
 
-/** A run and the claim loop whose lane it was claimed in. */
-interface Running<TTx> {
-  readonly run: RunningDelivery<TTx>;
-  readonly loop: ClaimLoop<TTx>;
-}
-
 /** A follower (`ClaimedDelivery.follows`) claimed with its key's head, waiting for the delivery before it to succeed. */
 interface Waiting<TTx> {
   readonly delivery: ClaimedDelivery;
@@ -182,7 +176,8 @@ export class Dispatcher<TTx> {
   readonly #config: DispatcherConfig<TTx>;
   readonly #handlerNames: readonly string[];
   readonly #loops: readonly ClaimLoop<TTx>[];
-  readonly #running = new Map<string, Running<TTx>>();
+  /** Every run in progress, with the claim loop whose lane it was claimed in. */
+  readonly #running = new Map<RunningDelivery<TTx>, ClaimLoop<TTx>>();
   /** Runs at most, running or waiting for their outcome write (see `#claimLoop`). */
   readonly #maxRuns: number;
   /** Followers by `waitingKey` of the delivery before them: not running, holding no slot. */
@@ -378,11 +373,10 @@ export class Dispatcher<TTx> {
             claimed = result.claimed;
             // Those runs learn of their completion a few microtasks later; until then a lane the same statement
             // handed back and took again at a newer epoch must not report them lost (they are done).
-            loop.justCompleted = new Set(
-              riding.leases
-                .filter((_, index) => result.completed[index] === true)
-                .map((lease) => lease.leaseToken + '/' + lease.deliveryId),
-            );
+            const completed = new Set<string>();
+            for (let index = 0; index < riding.leases.length; index += 1)
+              if (result.completed[index] === true) completed.add(riding.leases[index]!.deliveryId);
+            loop.justCompleted = completed;
           }
         } catch (error) {
           riding?.giveBack();
@@ -455,7 +449,7 @@ export class Dispatcher<TTx> {
 
   /** Whether any run claimed by `loop` is still in progress (its completion rides on that loop's claims). */
   #runsIn(loop: ClaimLoop<TTx>): boolean {
-    for (const running of this.#running.values()) if (running.loop === loop) return true;
+    for (const runLoop of this.#running.values()) if (runLoop === loop) return true;
     return false;
   }
 
@@ -549,7 +543,8 @@ export class Dispatcher<TTx> {
     for (const delivery of claimed)
       if (delivery.follows === undefined) heads += 1;
       else this.#wait(loop, delivery);
-    const perTurn = Math.max(1, Math.floor(LAUNCH_TURN_RUNS / (1 + this.#config.options.followers)));
+    // Sized by the runs this claim brought per head: an unkeyed claim (no followers) launches in one turn.
+    const perTurn = Math.max(1, Math.floor((LAUNCH_TURN_RUNS * heads) / Math.max(claimed.length, 1)));
     if (heads > perTurn) loop.batcher.hold();
     for (const delivery of claimed) if (delivery.notBefore !== undefined) this.#launch(loop, delivery);
     let launched = 0;
@@ -642,7 +637,7 @@ export class Dispatcher<TTx> {
     }
     this.#activity.started(lane);
     const run = new RunningDelivery(claimed, handler, lane, epoch);
-    this.#running.set(claimed.leaseToken + '/' + claimed.id, { run, loop });
+    this.#running.set(run, loop);
     this.#active += 1;
     run.done = runDelivery(run, loop.deps).then(
       (outcome) => this.#finish(loop, run, outcome),
@@ -686,7 +681,7 @@ export class Dispatcher<TTx> {
     // A run that ended without its runner ending the handler phase (an unexpected failure) frees its slot here.
     if (run.endHandler()) this.#active -= 1;
     run.end();
-    this.#running.delete(run.claimed.leaseToken + '/' + run.claimed.id);
+    this.#running.delete(run);
     loop.renewer.untrack(run.lane, run.epoch);
     loop.runsEnded += 1;
     if (outcome === 'aborted') this.#toRelease.push(run.lease);
@@ -710,9 +705,13 @@ export class Dispatcher<TTx> {
     const leaseOf = lane + ':' + epoch;
     for (const [key, waiting] of this.#waiting)
       if (waiting.loop === loop && waiting.leaseOf === leaseOf) this.#waiting.delete(key);
-    for (const [key, running] of this.#running) {
-      const { run } = running;
-      if (running.loop === loop && run.lane === lane && run.epoch === epoch && loop.justCompleted?.has(key) !== true)
+    for (const [run, runLoop] of this.#running) {
+      if (
+        runLoop === loop &&
+        run.lane === lane &&
+        run.epoch === epoch &&
+        loop.justCompleted?.has(run.claimed.id) !== true
+      )
         reportLeaseLost(run, detectedBy, loop.deps);
     }
   }
@@ -732,14 +731,14 @@ export class Dispatcher<TTx> {
     this.#wakeAll();
     await Promise.all(this.#loops.map((loop) => loop.done));
     // A retried head claimed before it was due has not started: it is released with the aborted runs, not started now.
-    for (const { run } of this.#running.values())
+    for (const run of this.#running.keys())
       if (run.waitingToStart) run.abort('shutdown', new DOMException('relaybus is stopping', 'AbortError'));
 
     const drained = await this.#grace.wait(
-      [...this.#running.values()].map(({ run }) => run.done),
+      [...this.#running.keys()].map((run) => run.done),
       graceMs,
     );
-    const aborted = [...this.#running.values()].map(({ run }) => run);
+    const aborted = [...this.#running.keys()];
     for (const run of aborted)
       run.abort('shutdown', new DOMException('relaybus is stopping and the grace period is over', 'AbortError'));
     await Promise.all(aborted.map((run) => run.done));

@@ -286,16 +286,6 @@ function contextOf<TTx>(
  * only a returned promise (thenable) is raced against the abort.
  */
 function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, deps: RunnerDeps<TTx>): unknown {
-  const onLate = (late: string): void => {
-    deps.logger.debug('a handler settled after relaybus stopped waiting for it; its result was ignored', {
-      deliveryId: run.claimed.id,
-      handler: run.claimed.handler,
-      attempt: run.info.attempt,
-      lane: run.lane,
-      abortedBy: run.abortKind,
-      late,
-    });
-  };
   let result: unknown;
   const { instrumentation } = run.handler;
   try {
@@ -307,20 +297,36 @@ function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, de
           );
   } catch (error) {
     if (run.abortKind === undefined) throw error;
-    onLate('rejected');
+    reportLate(run, deps, 'rejected');
     throw new StoppedWaiting();
   }
-  if (
-    result === null ||
-    (typeof result !== 'object' && typeof result !== 'function') ||
-    typeof (result as PromiseLike<unknown>).then !== 'function'
-  ) {
+  if (!isThenable(result)) {
     if (run.abortKind === undefined) return result;
-    onLate('resolved');
+    reportLate(run, deps, 'resolved');
     throw new StoppedWaiting();
   }
   // Adopt the thenable as a promise would, so a thenable whose `then` throws rejects the run.
-  return untilAborted(new Promise<unknown>((resolve) => resolve(result)), run, onLate);
+  return untilAborted(new Promise<unknown>((resolve) => resolve(result)), run, (late) => reportLate(run, deps, late));
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    value !== null &&
+    (typeof value === 'object' || typeof value === 'function') &&
+    typeof (value as PromiseLike<unknown>).then === 'function'
+  );
+}
+
+/** A handler settled after the runner stopped waiting for it (timeout, lease loss, stop): its result was ignored. */
+function reportLate<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, late: string): void {
+  deps.logger.debug('a handler settled after relaybus stopped waiting for it; its result was ignored', {
+    deliveryId: run.claimed.id,
+    handler: run.claimed.handler,
+    attempt: run.info.attempt,
+    lane: run.lane,
+    abortedBy: run.abortKind,
+    late,
+  });
 }
 
 /**
@@ -363,6 +369,27 @@ function isPermanent(error: unknown): boolean {
   return error instanceof RelayBusError && !error.retryable;
 }
 
+/** Milliseconds since `started` (performance.now()), to the microsecond. */
+function msSince(started: number): number {
+  return Math.round((performance.now() - started) * 1000) / 1000;
+}
+
+/** Abort `run` with a TimeoutError after `ms` (at once when none is left). */
+function armTimeout<TTx>(run: RunningDelivery<TTx>, ms: number): NodeJS.Timeout {
+  const { handler } = run;
+  return setTimeout(
+    () =>
+      run.abort(
+        'timeout',
+        new DOMException(
+          `handler "${handler.name}" did not finish within ${handler.timeoutMs} ms (timeoutMs)`,
+          'TimeoutError',
+        ),
+      ),
+    Math.max(0, ms),
+  );
+}
+
 /** Run the handler of `run` and write its outcome. Never rejects. */
 export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>): Promise<RunOutcome> {
   if (run.claimed.notBefore !== undefined) {
@@ -374,7 +401,6 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
     }
   }
   const started = performance.now();
-  const elapsed = (): number => Math.round((performance.now() - started) * 1000) / 1000;
   const { handler, claimed } = run;
 
   if (claimed.eventType !== handler.eventType) {
@@ -382,7 +408,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
       `handler "${handler.name}" is registered for event type "${handler.eventType}" but was handed a delivery of "${claimed.eventType}"; a handler name must not move between event types`,
     );
     endHandler(run, deps);
-    return writeFailure(run, deps, error, elapsed, true);
+    return writeFailure(run, deps, error, started, true);
   }
   // A payload published through SQL (relaybus_publish, a trigger) was never checked against the event's schema: one
   // that breaks it is dead at once, with the rules it breaks (a retry would break them again).
@@ -393,23 +419,17 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
       `the payload of event "${claimed.eventId}" does not match the schema of "${claimed.eventType}" (${shown}); it was published without that check (from SQL?). Fix the publisher, then requeue the delivery`,
     );
     endHandler(run, deps);
-    return writeFailure(run, deps, error, elapsed, true);
+    return writeFailure(run, deps, error, started, true);
   }
-
-  const timer = setTimeout(() => {
-    run.abort(
-      'timeout',
-      new DOMException(
-        `handler "${handler.name}" did not finish within ${handler.timeoutMs} ms (timeoutMs)`,
-        'TimeoutError',
-      ),
-    );
-  }, handler.timeoutMs);
 
   let succeeded = false;
   let thrown: unknown;
+  // Armed only while something can still end before the timeout: the transaction, or the promise a handler returned.
+  // A handler that returns synchronously is over before any timer could fire: no timer, no wait for its result.
+  let timer: NodeJS.Timeout | undefined;
   try {
     if (handler.transactional) {
+      timer = armTimeout(run, handler.timeoutMs);
       await deps.store.transaction(async (tx) => {
         await invoke(run, tx, deps);
         if (run.leaseLost) throw new LeaseLostSignal();
@@ -421,20 +441,25 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
         }
       });
     } else {
-      await invoke(run, undefined, deps);
+      const result = invoke(run, undefined, deps);
+      if (result instanceof Promise) {
+        // What the handler's synchronous part took counts against its timeout.
+        timer = armTimeout(run, handler.timeoutMs - (performance.now() - started));
+        await result;
+      }
     }
     succeeded = true;
   } catch (error) {
     thrown = error;
   } finally {
-    clearTimeout(timer);
+    if (timer !== undefined) clearTimeout(timer);
   }
   endHandler(run, deps);
 
   if (succeeded) {
     if (handler.transactional) {
       deps.succeeded?.(run);
-      return delivered(run, deps, elapsed());
+      return delivered(run, deps, msSince(started));
     }
     if (run.leaseLost) return 'lease-lost';
     let completed: boolean;
@@ -450,7 +475,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
       reportLeaseLost(run, 'outcome', deps);
       return 'lease-lost';
     }
-    return delivered(run, deps, elapsed());
+    return delivered(run, deps, msSince(started));
   }
 
   if (thrown instanceof LeaseLostSignal || run.leaseLost) {
@@ -459,7 +484,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
   }
   if (run.abortKind === 'shutdown') return 'aborted';
   const error: unknown = run.abortKind === 'timeout' ? run.abortReason : thrown;
-  return writeFailure(run, deps, error, elapsed, false);
+  return writeFailure(run, deps, error, started, false);
 }
 
 /** The handler's part of the run is over: its slot is free before the outcome is written. */
@@ -475,7 +500,7 @@ function delivered<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, durati
     lane: run.lane,
     durationMs,
   });
-  deps.emitter.emit('delivered', { delivery: run.info, durationMs });
+  if (deps.emitter.has('delivered')) deps.emitter.emit('delivered', { delivery: run.info, durationMs });
   return 'delivered';
 }
 
@@ -483,7 +508,7 @@ async function writeFailure<TTx>(
   run: RunningDelivery<TTx>,
   deps: RunnerDeps<TTx>,
   error: unknown,
-  elapsed: () => number,
+  started: number,
   permanent: boolean,
 ): Promise<RunOutcome> {
   const { claimed, handler } = run;
@@ -506,7 +531,7 @@ async function writeFailure<TTx>(
     error: describeError(error),
     stack: error instanceof Error ? error.stack : undefined,
   };
-  const durationMs = elapsed();
+  const durationMs = msSince(started);
   let written: boolean;
   try {
     written =
