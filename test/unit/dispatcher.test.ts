@@ -252,6 +252,31 @@ describe('dispatcher: failures', () => {
     assert.match(items[0]?.lastError ?? '', /TimeoutError: handler "hang" did not finish within 30 ms/);
   });
 
+  it("counts a handler's synchronous part against its timeout", async (t) => {
+    const { bus, publish } = harness(t);
+    bus.on(Order, 'slow-start', { timeoutMs: 50, maxAttempts: 1 }, () => {
+      const until = performance.now() + 80;
+      while (performance.now() < until); // 80 ms of synchronous work, then a promise that settles 30 ms later
+      return new Promise<void>((resolve) => setTimeout(resolve, 30));
+    });
+    const dead = nextEvent(bus.lifecycle, 'dead');
+    await publish(1);
+    await bus.start();
+    assert.equal(((await dead).error as DOMException).name, 'TimeoutError');
+  });
+
+  it('takes the result of a handler that returns synchronously, however long it took', async (t) => {
+    const { bus, publish } = harness(t);
+    bus.on(Order, 'slow-sync', { timeoutMs: 20, maxAttempts: 1 }, () => {
+      const until = performance.now() + 40;
+      while (performance.now() < until); // nothing can interrupt it: its return is its outcome
+    });
+    const delivered = nextEvent(bus.lifecycle, 'delivered');
+    await publish(1);
+    await bus.start();
+    assert.ok((await delivered).durationMs >= 40);
+  });
+
   it('keeps running when a claim fails', async (t) => {
     let failures = 1;
     const memory = memoryStore();
