@@ -20,6 +20,8 @@ export interface ClaimLoopConfig<TTx> {
   readonly completionBatchWindowMs: number;
   /** Completions written at once at most (a claim's batch, with its followers, is one write). */
   readonly maxCompletionBatch: number;
+  /** The batcher commits completions in the order they were asked for (`CompletionBatcherOptions.inOrder`). */
+  readonly completionsInOrder: boolean;
   readonly logger: Logger;
   /** The runner's dependencies shared by every loop; the loop adds its own completion batcher. */
   readonly deps: Omit<RunnerDeps<TTx>, 'batcher'>;
@@ -83,6 +85,8 @@ export class ClaimLoop<TTx> {
       store: config.store,
       windowMs: config.completionBatchWindowMs,
       maxBatchSize: config.maxCompletionBatch,
+      // Followers start once the completion before them is queued: completions must commit in that order.
+      inOrder: config.completionsInOrder,
       now: config.deps.now,
       logger: config.logger,
       // A completed key's next delivery is due: claim it now rather than at the next wake-up or poll.

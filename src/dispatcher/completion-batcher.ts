@@ -24,6 +24,14 @@ export interface CompletionBatcherOptions {
   readonly windowMs: number;
   /** Write at once when this many completions are waiting. */
   readonly maxBatchSize?: number;
+  /**
+   * Completions commit in the order they were asked for: one write at a time, whether its own or riding on a claim
+   * (a claim takes none while a write is out, and none is written while a claim carries some), with no second write
+   * at `maxBatchSize`. For followers (`ClaimedDelivery.follows`), which start once the completion before them is
+   * queued: a later completion of a key committed before an earlier one, a crash in between would run the earlier
+   * delivery again after the later one.
+   */
+  readonly inOrder?: boolean;
   /** Pauses before the retries of a failed write. */
   readonly retryDelaysMs?: readonly number[];
   readonly now: () => Date | undefined;
@@ -61,6 +69,8 @@ export class CompletionBatcher {
   #held = false;
   /** A window closed while held: `unhold` writes what waits. */
   #closedWhileHeld = false;
+  /** Completions taken by a claim that has not settled or given them back yet. */
+  #riding = false;
 
   constructor(options: CompletionBatcherOptions) {
     this.#options = options;
@@ -76,7 +86,7 @@ export class CompletionBatcher {
     return new Promise<boolean>((resolve, reject) => {
       this.#waiting.push({ lease, resolve, reject });
       if (this.#waiting.length >= (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) this.#writeNow();
-      else if (this.#timer === undefined) this.#timer = setTimeout(() => this.#windowClosed(), this.#options.windowMs);
+      else if (this.#timer === undefined) this.#openWindow();
     });
   }
 
@@ -97,6 +107,10 @@ export class CompletionBatcher {
     }
   }
 
+  #openWindow(): void {
+    this.#timer = setTimeout(() => this.#windowClosed(), this.#options.windowMs);
+  }
+
   #windowClosed(): void {
     this.#timer = undefined;
     if (this.#held) this.#closedWhileHeld = true;
@@ -107,16 +121,25 @@ export class CompletionBatcher {
   take(): RidingCompletions | undefined {
     this.#held = false;
     this.#closedWhileHeld = false;
-    if (this.#waiting.length === 0) return undefined;
+    // In order: not while a write is out (what waits goes out when it ends, or with a later claim).
+    if (this.#waiting.length === 0 || (this.#options.inOrder === true && this.#writes.size > 0)) return undefined;
     clearTimeout(this.#timer);
     this.#timer = undefined;
     const batch = this.#waiting;
     this.#waiting = [];
+    this.#riding = true;
     return {
       leases: batch.map((item) => item.lease),
-      settle: (results) => batch.forEach((item, index) => item.resolve(results[index] === true)),
+      settle: (results) => {
+        this.#riding = false;
+        batch.forEach((item, index) => item.resolve(results[index] === true));
+        // In order, a window that closed meanwhile wrote nothing: a new one, so the next claim can carry what waits.
+        if (this.#waiting.length > 0 && this.#timer === undefined) this.#openWindow();
+      },
       giveBack: () => {
-        this.#waiting.push(...batch);
+        this.#riding = false;
+        // Older than what waits: first.
+        this.#waiting.unshift(...batch);
         this.#writeNow();
       },
     };
@@ -140,7 +163,11 @@ export class CompletionBatcher {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#waiting.length === 0) return;
-    if (this.#writes.size > 0 && this.#waiting.length < (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) return;
+    if (this.#options.inOrder === true) {
+      if (this.#writes.size > 0 || this.#riding) return;
+    } else if (this.#writes.size > 0 && this.#waiting.length < (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) {
+      return;
+    }
     const batch = this.#waiting;
     this.#waiting = [];
     const write = this.#write(batch).finally(() => {

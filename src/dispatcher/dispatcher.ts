@@ -229,6 +229,7 @@ export class Dispatcher<TTx> {
           leaseDurationMs: options.leaseDurationMs,
           completionBatchWindowMs: options.completionBatchWindowMs,
           maxCompletionBatch: Math.max(MIN_COMPLETION_BATCH, 2 * claimRows),
+          completionsInOrder: options.followers > 0,
           logger: config.logger,
           deps: {
             store: config.store,

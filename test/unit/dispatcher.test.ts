@@ -690,6 +690,91 @@ describe('dispatcher: completion batcher', () => {
     assert.deepEqual(await Promise.all(all), [true, true, true, true]);
   });
 
+  it('in order (followers): one write at a time, none beside it at maxBatchSize, and no claim takes what waits meanwhile', async () => {
+    const writes: string[][] = [];
+    const gates: Deferred<void>[] = [];
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          writes.push(leases.map((item) => item.deliveryId));
+          const gate = deferred();
+          gates.push(gate);
+          await gate.promise;
+          return leases.map(() => true);
+        },
+      },
+      windowMs: 1,
+      maxBatchSize: 2,
+      inOrder: true,
+      now: () => undefined,
+      logger: noopLogger,
+    });
+    const all = [batcher.complete(lease('1'))];
+    await waitFor(() => writes.length === 1, 'the first write');
+    all.push(batcher.complete(lease('2')), batcher.complete(lease('3')));
+    assert.equal(batcher.take(), undefined, 'a claim takes none while a write is out');
+    await pause(10);
+    assert.deepEqual(writes, [['1']], 'no second write beside it, even at maxBatchSize');
+    gates[0]!.resolve();
+    await waitFor(() => writes.length === 2, 'the second write');
+    assert.deepEqual(writes[1], ['2', '3']);
+    gates[1]!.resolve();
+    assert.deepEqual(await Promise.all(all), [true, true, true]);
+  });
+
+  it('in order (followers): no write of its own while a claim carries earlier completions; the next claim takes it', async () => {
+    const writes: string[][] = [];
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          writes.push(leases.map((item) => item.deliveryId));
+          return leases.map(() => true);
+        },
+      },
+      windowMs: 1,
+      inOrder: true,
+      now: () => undefined,
+      logger: noopLogger,
+    });
+    const earlier = [batcher.complete(lease('1')), batcher.complete(lease('2'))];
+    const riding = batcher.take();
+    const later = batcher.complete(lease('3'));
+    await pause(10);
+    assert.deepEqual(writes, [], 'its window closed while the claim was out: nothing written');
+    riding!.settle([true, true]);
+    assert.deepEqual(await Promise.all(earlier), [true, true]);
+    const next = batcher.take();
+    assert.deepEqual(
+      next?.leases.map((item) => item.deliveryId),
+      ['3'],
+      'the next claim carries it',
+    );
+    next!.giveBack(); // that claim failed: a write of its own
+    assert.equal(await later, true);
+    assert.deepEqual(writes, [['3']]);
+  });
+
+  it('a claim that fails gives its completions back ahead of the ones asked for since', async () => {
+    const writes: string[][] = [];
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          writes.push(leases.map((item) => item.deliveryId));
+          return leases.map(() => true);
+        },
+      },
+      windowMs: 1,
+      now: () => undefined,
+      logger: noopLogger,
+    });
+    const taken = batcher.complete(lease('1'));
+    const riding = batcher.take();
+    const since = batcher.complete(lease('2'));
+    riding!.giveBack();
+    assert.deepEqual(await Promise.all([taken, since]), [true, true]);
+    assert.deepEqual(writes, [['1', '2']]);
+  });
+
   it('held, a closing window writes nothing: the next claim takes it all, or unhold writes it', async () => {
     const writes: string[][] = [];
     const batcher = new CompletionBatcher({
