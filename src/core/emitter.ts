@@ -51,13 +51,13 @@ export class TypedEmitter<TMap> implements TypedEvents<TMap> {
     this.#listeners.get(name)?.delete(listener as (event: never) => void);
   }
 
-  /** Deliver `event` to every listener of `name`; listener errors are logged, never thrown. */
   /** Whether `name` has a listener: a hot path can skip building an event nobody hears. */
   has<K extends keyof TMap>(name: K): boolean {
     const set = this.#listeners.get(name);
     return set !== undefined && set.size > 0;
   }
 
+  /** Deliver `event` to every listener of `name`; listener errors are logged, never thrown. */
   emit<K extends keyof TMap>(name: K, event: TMap[K]): void {
     const set = this.#listeners.get(name);
     if (set === undefined) return;

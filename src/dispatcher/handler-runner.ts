@@ -309,6 +309,7 @@ function invoke<TTx>(run: RunningDelivery<TTx>, transaction: TTx | undefined, de
   return untilAborted(new Promise<unknown>((resolve) => resolve(result)), run, (late) => reportLate(run, deps, late));
 }
 
+/** A promise or any object with a `then` method (what `await` would adopt). */
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (
     value !== null &&
