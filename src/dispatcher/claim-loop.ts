@@ -43,8 +43,14 @@ export class ClaimLoop<TTx> {
   /** Wakes this loop when a delivery it rescheduled is due again (a dormant loop too: it claims once more). */
   readonly retryAlarm = new RetryAlarm(() => {
     this.dormant = false;
+    this.retryDue = true;
     this.wakeup.wake();
   });
+  /**
+   * A delivery this loop rescheduled is due again (or about to be: the alarm rings a lookahead early) and no claim has
+   * started since: followers leave the handler slots they free to that claim (`Dispatcher.#startFollower`).
+   */
+  retryDue = false;
   readonly batcher: CompletionBatcher;
   readonly renewer: LeaseRenewer;
   readonly deps: RunnerDeps<TTx>;

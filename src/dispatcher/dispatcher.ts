@@ -182,6 +182,11 @@ export class Dispatcher<TTx> {
   readonly #maxRuns: number;
   /** Followers by `waitingKey` of the delivery before them: not running, holding no slot. */
   readonly #waiting = new Map<string, Waiting<TTx>>();
+  /**
+   * Followers whose delivery before them succeeded while a retried head was due (`ClaimLoop.retryDue`): their slot went
+   * to that claim. Started by `#startReady` once a claim has started and a slot is free.
+   */
+  readonly #ready: Waiting<TTx>[] = [];
   /** Runs of `#running` in phase `running` (the others only wait for their outcome write); changes with a run's phase. */
   #active = 0;
   /** Handler slots a claim in progress may fill (so two loops never claim more than `concurrency` between them). */
@@ -364,6 +369,8 @@ export class Dispatcher<TTx> {
         const runsEndedBefore = loop.runsEnded;
         let claimed: ClaimedDelivery[];
         this.#reserved += limit;
+        // This claim has its slots and looks up the retried heads due: followers may take free slots again.
+        loop.retryDue = false;
         const claimStarted = performance.now();
         try {
           if (riding === undefined) {
@@ -401,6 +408,7 @@ export class Dispatcher<TTx> {
         // Busy by what it hands out, followers included: a few heads with long runs behind them are work flowing.
         loop.busy = claimed.length >= Math.min(BUSY_CLAIM, limit);
         const heads = await this.#launchClaimed(loop, claimed);
+        this.#startReady();
         // The claim and the turns that launched it: a retried head due meanwhile waits for both (`retryLookaheadMs`).
         loop.claimTook(performance.now() - claimStarted);
         loop.justCompleted = undefined;
@@ -584,7 +592,34 @@ export class Dispatcher<TTx> {
     const next = this.#waiting.get(key);
     if (next === undefined) return;
     this.#waiting.delete(key);
+    if (this.#retryWanted()) {
+      // Its run would take the slot its predecessor freed, and runs of followers can hold every slot for many turns: a
+      // retried head due now would wait for a run to end (due -> start 245-400 ms in the liveness bench). The slot goes
+      // to the claim that looks it up; this one starts after that claim.
+      this.#ready.push(next);
+      this.#runEnded();
+      return;
+    }
     this.#launch(next.loop, next.delivery);
+  }
+
+  /** A loop has a retried head due and no claim started since (`ClaimLoop.retryDue`). */
+  #retryWanted(): boolean {
+    for (const loop of this.#loops) if (loop.retryDue) return true;
+    return false;
+  }
+
+  /** Start followers parked by `#startFollower` while slots are free and no retried head waits for one. */
+  #startReady(): void {
+    while (
+      this.#ready.length > 0 &&
+      this.#state === 'running' &&
+      !this.#retryWanted() &&
+      this.#active + this.#reserved < this.#config.options.concurrency
+    ) {
+      const next = this.#ready.shift()!;
+      this.#launch(next.loop, next.delivery);
+    }
   }
 
   /** Take the followers waiting behind delivery `id` (each behind the one before it) off the wait: their leases. */
@@ -664,11 +699,12 @@ export class Dispatcher<TTx> {
    * deliveries/s in process).
    */
   #runEnded(): void {
-    if (this.#wakeQueued || !(this.#slotsShort || this.#flowing())) return;
+    if (this.#wakeQueued || !(this.#slotsShort || this.#flowing() || this.#ready.length > 0)) return;
     this.#wakeQueued = true;
     setImmediate(() => {
       this.#wakeQueued = false;
       this.#slotsShort = false;
+      this.#startReady();
       this.#wakeAll();
     });
   }
@@ -706,6 +742,10 @@ export class Dispatcher<TTx> {
     const leaseOf = lane + ':' + epoch;
     for (const [key, waiting] of this.#waiting)
       if (waiting.loop === loop && waiting.leaseOf === leaseOf) this.#waiting.delete(key);
+    for (let index = this.#ready.length - 1; index >= 0; index -= 1) {
+      const ready = this.#ready[index]!;
+      if (ready.loop === loop && ready.leaseOf === leaseOf) this.#ready.splice(index, 1);
+    }
     for (const [run, runLoop] of this.#running) {
       if (
         runLoop === loop &&
@@ -746,8 +786,9 @@ export class Dispatcher<TTx> {
     this.#grace.dispose();
 
     // Followers still waiting: their run ended while stopping (a success starts nothing new then), or did not.
-    for (const { delivery } of this.#waiting.values())
+    for (const { delivery } of [...this.#ready, ...this.#waiting.values()])
       this.#toRelease.push({ deliveryId: delivery.id, leaseToken: delivery.leaseToken });
+    this.#ready.length = 0;
     this.#waiting.clear();
     const leases = this.#toRelease.splice(0);
     if (leases.length > 0) {

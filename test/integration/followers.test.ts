@@ -15,6 +15,8 @@ import { waitFor } from '../support/wait.js';
 
 const found = await findPostgres();
 const Step = defineEvent('followers.step', Type.Object({ n: Type.Integer() }));
+/** Its own type: the subscriptions other cases record for Step would fan its events out to their handlers too. */
+const Slot = defineEvent('followers.slot', Type.Object({ n: Type.Integer() }));
 
 describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
   let store: PostgresStore<PgClientLike>;
@@ -206,6 +208,55 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
       rows.map((row) => row.n),
     );
   });
+  it('a retried head due while runs of followers hold every slot starts within a poll interval of its due time', async () => {
+    const bus = createRelayBus({
+      store,
+      events: [Slot],
+      setupStore: false,
+      // Beyond what a claim takes ahead of its due time (twice a recent claim's time): only a claim at about its due
+      // time finds it.
+      backoff: { initialDelayMs: 300, maxDelayMs: 300, jitter: 0 },
+      dispatcher: { pollIntervalMs: 50, concurrency: 2, batchSize: 2, followers: 80, shutdownGraceMs: 0 },
+    });
+    const starts: { key: string; n: number; attempt: number; at: number }[] = [];
+    bus.on(Slot, 'slots', { maxAttempts: 3 }, async (payload, ctx) => {
+      starts.push({ key: ctx.delivery.key!, n: payload.n, attempt: ctx.delivery.attempt, at: Date.now() });
+      if (ctx.delivery.key === 'slot-retry' && payload.n === 0 && ctx.delivery.attempt === 1) throw new Error('once');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    });
+    let dueAt = 0;
+    bus.lifecycle.on('failed', ({ retryAt }) => {
+      dueAt = retryAt.getTime();
+    });
+    // The retried key first (its head is claimed first and fails at once), then two keys whose runs of 81 take a
+    // slot each for 800 ms and more: without the slot going to the retry, it would wait about 500 ms past due.
+    for (const [key, count] of [
+      ['slot-retry', 2],
+      ['slot-busy-a', 81],
+      ['slot-busy-b', 81],
+    ] as const)
+      await store.transaction((tx) =>
+        bus.publishMany(
+          tx,
+          Array.from({ length: count }, (_, n) => ({ event: Slot, payload: { n }, options: { key } })),
+        ),
+      );
+    await bus.start();
+    try {
+      await waitFor(() => starts.length >= 165, 'every delivery started', 15_000);
+    } finally {
+      await bus.stop();
+      await pool.query(`DELETE FROM "${store.schema}".relaybus_deliveries WHERE key LIKE 'slot-%'`);
+    }
+    const retry = starts.find((s) => s.key === 'slot-retry' && s.attempt === 2);
+    assert.ok(retry !== undefined && dueAt > 0, 'the head failed once and ran again');
+    const lateMs = retry.at - dueAt;
+    assert.ok(lateMs >= -5 && lateMs < 50, `the retry started ${lateMs} ms after it was due`);
+    const busyDone = Math.max(...starts.filter((s) => s.key !== 'slot-retry').map((s) => s.at));
+    assert.ok(retry.at < busyDone - 100, 'it did not wait for the runs of followers to end');
+    assertSerialPerKey(starts.map((s) => ({ key: s.key, start: s.at, end: s.at })));
+  });
+
   it('a lost lane drops the followers waiting in it: the new holder runs them, in order, after the head', async () => {
     let release: () => void = () => {};
     const blocked = new Promise<void>((resolve) => {
