@@ -6,7 +6,7 @@ import { defineEvent } from '../../src/core/events.js';
 import { laneOf } from '../../src/core/lanes.js';
 import type { HandlerContext } from '../../src/core/handlers.js';
 import type { DispatcherOptions } from '../../src/core/options.js';
-import { CompletionBatcher } from '../../src/dispatcher/completion-batcher.js';
+import { CompletionBatcher, type CompletionBatcherOptions } from '../../src/dispatcher/completion-batcher.js';
 import { LeaseRenewer } from '../../src/dispatcher/lease-renewer.js';
 import { memoryStore, type MemoryTransaction } from '../../src/memory/memory-store.js';
 import { noopLogger } from '../../src/core/logger.js';
@@ -591,6 +591,23 @@ describe('dispatcher: claim loops', () => {
 
 describe('dispatcher: completion batcher', () => {
   const lease = (id: string): DeliveryLease => ({ deliveryId: id, leaseToken: `1:1:0` });
+  /** A batcher over a store whose writes succeed at once, recording the ids of each write. */
+  const recordingBatcher = (options: Partial<CompletionBatcherOptions> = {}) => {
+    const writes: string[][] = [];
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          writes.push(leases.map((item) => item.deliveryId));
+          return leases.map(() => true);
+        },
+      },
+      windowMs: 1,
+      now: () => undefined,
+      logger: noopLogger,
+      ...options,
+    });
+    return { batcher, writes };
+  };
 
   it('maps each result to its caller and retries a failing write', async () => {
     let attempts = 0;
@@ -723,19 +740,7 @@ describe('dispatcher: completion batcher', () => {
   });
 
   it('in order (followers): no write of its own while a claim carries earlier completions; the next claim takes it', async () => {
-    const writes: string[][] = [];
-    const batcher = new CompletionBatcher({
-      store: {
-        completeMany: async (leases) => {
-          writes.push(leases.map((item) => item.deliveryId));
-          return leases.map(() => true);
-        },
-      },
-      windowMs: 1,
-      inOrder: true,
-      now: () => undefined,
-      logger: noopLogger,
-    });
+    const { batcher, writes } = recordingBatcher({ inOrder: true });
     const earlier = [batcher.complete(lease('1')), batcher.complete(lease('2'))];
     const riding = batcher.take();
     const later = batcher.complete(lease('3'));
@@ -755,18 +760,7 @@ describe('dispatcher: completion batcher', () => {
   });
 
   it('a claim that fails gives its completions back ahead of the ones asked for since', async () => {
-    const writes: string[][] = [];
-    const batcher = new CompletionBatcher({
-      store: {
-        completeMany: async (leases) => {
-          writes.push(leases.map((item) => item.deliveryId));
-          return leases.map(() => true);
-        },
-      },
-      windowMs: 1,
-      now: () => undefined,
-      logger: noopLogger,
-    });
+    const { batcher, writes } = recordingBatcher();
     const taken = batcher.complete(lease('1'));
     const riding = batcher.take();
     const since = batcher.complete(lease('2'));
@@ -776,18 +770,7 @@ describe('dispatcher: completion batcher', () => {
   });
 
   it('held, a closing window writes nothing: the next claim takes it all, or unhold writes it', async () => {
-    const writes: string[][] = [];
-    const batcher = new CompletionBatcher({
-      store: {
-        completeMany: async (leases) => {
-          writes.push(leases.map((item) => item.deliveryId));
-          return leases.map(() => true);
-        },
-      },
-      windowMs: 1,
-      now: () => undefined,
-      logger: noopLogger,
-    });
+    const { batcher, writes } = recordingBatcher();
     batcher.hold();
     const taken = [batcher.complete(lease('1')), batcher.complete(lease('2'))];
     await pause(20);
