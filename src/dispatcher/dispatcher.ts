@@ -593,9 +593,9 @@ export class Dispatcher<TTx> {
     if (next === undefined) return;
     this.#waiting.delete(key);
     if (this.#retryWanted()) {
-      // Its run would take the slot its predecessor freed, and runs of followers can hold every slot for many turns: a
-      // retried head due now would wait for a run to end (due -> start 245-400 ms in the liveness bench). The slot goes
-      // to the claim that looks it up; this one starts after that claim.
+      // Its run would take the slot its predecessor freed, and runs of followers can hold every slot for many turns: no
+      // claim would run, and a retried head due now would wait for a whole run to end (566 ms past due in the followers
+      // test). The slot goes to the claim that looks it up; this one starts after that claim.
       this.#ready.push(next);
       this.#runEnded();
       return;
