@@ -164,6 +164,9 @@ interface Waiting<TTx> {
   readonly leaseOf: string;
 }
 
+/** A lane at an epoch, as `Waiting.leaseOf` holds it. */
+const leaseOfLane = (lane: number, epoch: string): string => lane + ':' + epoch;
+
 /** Where a follower waits: the id of the delivery before it, in the lane and epoch both were claimed at. */
 const waitingKey = (before: string, leaseOf: string): string => before + '@' + leaseOf;
 
@@ -578,7 +581,7 @@ export class Dispatcher<TTx> {
     let leaseOf: string;
     try {
       const { lane, epoch } = parseLeaseToken(delivery.leaseToken);
-      leaseOf = lane + ':' + epoch;
+      leaseOf = leaseOfLane(lane, epoch);
     } catch {
       return; // #launch would log and skip it alike; its lane lease expiring frees it
     }
@@ -588,7 +591,7 @@ export class Dispatcher<TTx> {
   /** A run succeeded: start the follower waiting for it (when stopping, it waits to be released with the rest). */
   #startFollower(run: RunningDelivery<TTx>): void {
     if (this.#waiting.size === 0 || this.#state !== 'running') return;
-    const key = waitingKey(run.claimed.id, run.lane + ':' + run.epoch);
+    const key = waitingKey(run.claimed.id, leaseOfLane(run.lane, run.epoch));
     const next = this.#waiting.get(key);
     if (next === undefined) return;
     this.#waiting.delete(key);
@@ -626,7 +629,7 @@ export class Dispatcher<TTx> {
   #dropFollowers(id: string, lane: number, epoch: string): DeliveryLease[] {
     const leases: DeliveryLease[] = [];
     if (this.#waiting.size === 0) return leases;
-    const leaseOf = lane + ':' + epoch;
+    const leaseOf = leaseOfLane(lane, epoch);
     let key = waitingKey(id, leaseOf);
     for (let next = this.#waiting.get(key); next !== undefined; next = this.#waiting.get(key)) {
       this.#waiting.delete(key);
@@ -739,7 +742,7 @@ export class Dispatcher<TTx> {
   }
 
   #onLaneLost(loop: ClaimLoop<TTx>, lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
-    const leaseOf = lane + ':' + epoch;
+    const leaseOf = leaseOfLane(lane, epoch);
     for (const [key, waiting] of this.#waiting)
       if (waiting.loop === loop && waiting.leaseOf === leaseOf) this.#waiting.delete(key);
     for (let index = this.#ready.length - 1; index >= 0; index -= 1) {
