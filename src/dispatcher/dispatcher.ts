@@ -6,9 +6,10 @@ import type { RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
 import { parseLeaseToken } from '../core/lease-token.js';
 import { describeError, type Logger } from '../core/logger.js';
 import type { ResolvedDispatcherOptions } from '../core/options.js';
+import type { BackoffOptions } from '../core/retry-policy.js';
 import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
 import { ActivityReport } from './activity-report.js';
-import { ClaimLoop } from './claim-loop.js';
+import { ClaimLoop, MIN_FOLLOWER_CYCLE_BUDGET_MS } from './claim-loop.js';
 import { reportLeaseLost, runDelivery, RunningDelivery, type RunOutcome } from './handler-runner.js';
 import { GracePeriod } from './shutdown.js';
 import type { RetryBackoff } from './wakeup.js';
@@ -132,6 +133,18 @@ export interface StopOptions {
 
 export { createOwnerId } from './owner-id.js';
 
+/**
+ * The soonest a handler's first retry can be due after its failure (ms): its backoff's first delay less the jitter. A
+ * claim cycle with followers is kept under half of it (`ClaimLoop.followersNow`): the retry is claimed by the claim
+ * that starts after the cycle in progress, and must come back before it is due.
+ */
+function shortestFirstRetryMs(handlers: ReadonlyMap<string, { readonly backoff: BackoffOptions }>): number {
+  let shortest = Number.POSITIVE_INFINITY;
+  for (const { backoff } of handlers.values())
+    shortest = Math.min(shortest, backoff.initialDelayMs * (1 - backoff.jitter));
+  return shortest;
+}
+
 /** At most this many lanes named by wake-ups are remembered until the next claim (beyond, the claim looks everywhere). */
 const MAX_HINTED_LANES = 64;
 
@@ -155,6 +168,12 @@ const MIN_COMPLETION_BATCH = 1_000;
  * heads with 9 followers each, in one turn, held timers for 60 ms and more (a retried head started up to 180 ms late).
  */
 const LAUNCH_TURN_RUNS = 500;
+
+/**
+ * Handler slots followers leave free while a retried head is due and its claim has not started (`#startFollower`): as
+ * many as the probes one claim looks up (the Postgres store's limit).
+ */
+const RETRY_SLOTS = 64;
 
 /** A follower (`ClaimedDelivery.follows`) claimed with its key's head, waiting for the delivery before it to succeed. */
 interface Waiting<TTx> {
@@ -227,6 +246,7 @@ export class Dispatcher<TTx> {
     /** The most deliveries one claim hands out: its batch and their followers. */
     const claimRows = options.batchSize * (1 + options.followers);
     this.#maxRuns = options.concurrency + Math.max(options.concurrency, options.claimLoops * claimRows);
+    const followerCycleBudgetMs = Math.max(MIN_FOLLOWER_CYCLE_BUDGET_MS, shortestFirstRetryMs(config.handlers) / 2);
     this.#loops = Array.from(
       { length: options.claimLoops },
       (_, index) =>
@@ -237,6 +257,8 @@ export class Dispatcher<TTx> {
           leaseDurationMs: options.leaseDurationMs,
           completionBatchWindowMs: options.completionBatchWindowMs,
           maxCompletionBatch: Math.max(MIN_COMPLETION_BATCH, 2 * claimRows),
+          followers: options.followers,
+          followerCycleBudgetMs,
           completionsInOrder: options.followers > 0,
           logger: config.logger,
           deps: {
@@ -359,7 +381,7 @@ export class Dispatcher<TTx> {
           retryLookaheadMs: loop.retryLookaheadMs,
           ...(light ? { skipFreeLanes: true } : {}),
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
-          ...(options.followers > 0 ? { followers: options.followers } : {}),
+          ...(options.followers > 0 ? { followers: loop.followersNow } : {}),
           ...(this.#hintedLanes.size === 0 ? {} : { preferLanes: [...this.#hintedLanes] }),
         };
         this.#hintedLanes.clear();
@@ -372,8 +394,10 @@ export class Dispatcher<TTx> {
         const runsEndedBefore = loop.runsEnded;
         let claimed: ClaimedDelivery[];
         this.#reserved += limit;
-        // This claim has its slots and looks up the retried heads due: followers may take free slots again.
+        // This claim has its slots and looks up the retried heads due: followers may take free slots again, the parked
+        // ones at once (after the claim and its launch, they had waited a whole cycle: a fifth of the slots idle).
         loop.retryDue = false;
+        this.#startReady();
         const claimStarted = performance.now();
         try {
           if (riding === undefined) {
@@ -595,10 +619,11 @@ export class Dispatcher<TTx> {
     const next = this.#waiting.get(key);
     if (next === undefined) return;
     this.#waiting.delete(key);
-    if (this.#retryWanted()) {
+    if (this.#retryWanted() && this.#freeSlots() <= RETRY_SLOTS) {
       // Its run would take the slot its predecessor freed, and runs of followers can hold every slot for many turns: no
       // claim would run, and a retried head due now would wait for a whole run to end (566 ms past due in the followers
-      // test). The slot goes to the claim that looks it up; this one starts after that claim.
+      // test). The slot goes to the claim that looks it up; this one starts once that claim has its slots. Only while
+      // few are free: parking every follower left a fifth of 1,000 slots idle under a keyed backlog.
       this.#ready.push(next);
       this.#runEnded();
       return;
@@ -612,13 +637,17 @@ export class Dispatcher<TTx> {
     return false;
   }
 
-  /** Start followers parked by `#startFollower` while slots are free and no retried head waits for one. */
+  /** Handler slots no run holds and no claim in progress reserved. */
+  #freeSlots(): number {
+    return this.#config.options.concurrency - this.#active - this.#reserved;
+  }
+
+  /** Start followers parked by `#startFollower` while slots are free, leaving `RETRY_SLOTS` to a retried head's claim. */
   #startReady(): void {
     while (
       this.#ready.length > 0 &&
       this.#state === 'running' &&
-      !this.#retryWanted() &&
-      this.#active + this.#reserved < this.#config.options.concurrency
+      this.#freeSlots() > (this.#retryWanted() ? RETRY_SLOTS : 0)
     ) {
       const next = this.#ready.shift()!;
       this.#launch(next.loop, next.delivery);

@@ -589,6 +589,43 @@ describe('dispatcher: claim loops', () => {
   });
 });
 
+describe('dispatcher: followers per claim', () => {
+  it('start at one, double while claim cycles stay under half the budget, halve after one over it', async (t) => {
+    // The budget is half the soonest first retry of a handler (100 ms, no jitter): 50 ms.
+    let slow = false;
+    const asked: { followers: number | undefined; slow: boolean }[] = [];
+    const { bus } = harness(
+      t,
+      { followers: 8, concurrency: 4, batchSize: 2 },
+      {
+        async claim(params: ClaimParams) {
+          asked.push({ followers: params.followers, slow });
+          if (slow) await pause(80);
+          return [];
+        },
+      },
+    );
+    bus.on(Order, 'order-a', { backoff: { initialDelayMs: 100 } }, () => {});
+    await bus.start();
+    await waitFor(() => asked.filter((a) => a.followers === 8).length >= 2, 'claims asking for all 8 followers');
+    assert.deepEqual(
+      asked.slice(0, 4).map((a) => a.followers),
+      [1, 2, 4, 8],
+    );
+    slow = true;
+    await waitFor(() => asked.some((a) => a.slow && a.followers === 0), 'a slow claim asking for none');
+    const whileSlow = asked.filter((a) => a.slow).map((a) => a.followers);
+    assert.deepEqual(whileSlow.slice(0, 5), [8, 4, 2, 1, 0]);
+    slow = false;
+    const back = asked.length;
+    await waitFor(() => asked.slice(back).some((a) => a.followers === 8), 'back to 8 followers');
+    assert.deepEqual(
+      asked.slice(back, back + 5).map((a) => a.followers),
+      [0, 1, 2, 4, 8],
+    );
+  });
+});
+
 describe('dispatcher: completion batcher', () => {
   const lease = (id: string): DeliveryLease => ({ deliveryId: id, leaseToken: `1:1:0` });
   /** A batcher over a store whose writes succeed at once, recording the ids of each write. */
