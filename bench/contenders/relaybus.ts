@@ -130,7 +130,7 @@ export const relaybus: Contender = {
   ordersKeys: true,
   keyed: true,
   retryBackoff: true,
-  keyedVariants: ['defaults', 'tuned', 'followers', 'c200', 'pipelined', 'loops1', 'traced'],
+  keyedVariants: ['defaults', 'tuned', 'no-followers', 'c200', 'pipelined', 'loops1', 'traced'],
   variants: {
     // The library's DEFAULT_* (concurrency 10, batch 10, poll 1 s) on a default-sized pg pool.
     defaults: { concurrency: 10, batchSize: 10, pollIntervalMs: 1000, poolSize: 10 },
@@ -139,32 +139,32 @@ export const relaybus: Contender = {
     // slower on 2 cores). 500 a claim: per-claim costs (the statement's fixed part, lane locks, a round trip, the loop's
     // turn) spread over 2.5x more deliveries than at 200/200 (1.24-1.49x deliveries/s, keyed and unkeyed); one loop of
     // 1,000 was slower than 200/200.
-    tuned: { concurrency: 1000, batchSize: 500, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
-    // tuned with followers 9: each keyed head brings up to 9 of its key's next due deliveries, read by one scan (keyed
-    // 50k beside tuned, 3 runs each, on a slower machine: 1.37x and 1.50x; unkeyed the same; faster at 2 and 4
-    // processes). Not tuned itself: claims of 500 heads with their followers (5,000 rows) took 150-460 ms with the
-    // liveness cell's handler, which yields to the event loop, and a retried head due meanwhile waited for them (due ->
-    // start p50 17-28 ms, max 245-400 ms, against a poll interval of 50 ms; tuned max 23-37 ms in the same runs).
-    followers: {
+    // followers 9: each keyed head brings up to 9 of its key's next due deliveries, read by one scan, as many as the
+    // claim cycle allows (DispatcherOptions.followers: each loop adapts the count to its claims' duration). Beside the
+    // same without followers (no-followers), 50k keyed, 3 runs each: 1.20-1.28x; unkeyed and at a light load the same.
+    tuned: {
       concurrency: 1000,
       batchSize: 500,
       pollIntervalMs: 50,
       poolSize: 20,
       extra: { claimLoops: 2, followers: 9 },
     },
+    // tuned without followers (what tuned was until followers adapted to the claim cycle: with a fixed 9, claims of 500
+    // heads and their followers took 150-460 ms on a loaded machine and a retried head due meanwhile waited for them).
+    'no-followers': { concurrency: 1000, batchSize: 500, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
     // The setting tuned had before (concurrency 200, batch 200, two loops): beside tuned in the claim-loops cell.
     c200: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
     // Twice the batch in handler slots: the next claim overlaps the completion of the previous batch.
     pipelined: { concurrency: 400, batchSize: 200, pollIntervalMs: 50, poolSize: 20 },
     // tuned with one claim loop (the library's default count).
-    loops1: { concurrency: 1000, batchSize: 500, pollIntervalMs: 50, poolSize: 20 },
+    loops1: { concurrency: 1000, batchSize: 500, pollIntervalMs: 50, poolSize: 20, extra: { followers: 9 } },
     // tuned with tracing on: the OpenTelemetry SDK records a consumer span per delivery (no-op exporter).
     traced: {
       concurrency: 1000,
       batchSize: 500,
       pollIntervalMs: 50,
       poolSize: 20,
-      extra: { claimLoops: 2, tracing: 1 },
+      extra: { claimLoops: 2, followers: 9, tracing: 1 },
     },
   },
   tables: { deliveries: 'relaybus_deliveries', lanes: 'relaybus_lanes' },
