@@ -395,7 +395,8 @@ export class Dispatcher<TTx> {
         let claimed: ClaimedDelivery[];
         this.#reserved += limit;
         // This claim has its slots and looks up the retried heads due: followers may take free slots again, the parked
-        // ones at once (after the claim and its launch, they had waited a whole cycle: a fifth of the slots idle).
+        // ones at once (started after the claim and its launch, they had waited a whole cycle, with up to 750 of 1,000
+        // slots idle in the bench's liveness cell).
         loop.retryDue = false;
         this.#startReady();
         const claimStarted = performance.now();
@@ -623,7 +624,7 @@ export class Dispatcher<TTx> {
       // Its run would take the slot its predecessor freed, and runs of followers can hold every slot for many turns: no
       // claim would run, and a retried head due now would wait for a whole run to end (566 ms past due in the followers
       // test). The slot goes to the claim that looks it up; this one starts once that claim has its slots. Only while
-      // few are free: parking every follower left a fifth of 1,000 slots idle under a keyed backlog.
+      // few are free: parking every follower cost the liveness cell's healthy keys a quarter of their throughput.
       this.#ready.push(next);
       this.#runEnded();
       return;

@@ -11,7 +11,7 @@ import type { ClaimedDelivery } from '../../src/store/contract.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
-import { waitFor } from '../support/wait.js';
+import { pause, waitFor } from '../support/wait.js';
 
 const found = await findPostgres();
 const Step = defineEvent('followers.step', Type.Object({ n: Type.Integer() }));
@@ -228,20 +228,26 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
     bus.lifecycle.on('failed', ({ retryAt }) => {
       dueAt = retryAt.getTime();
     });
+    await bus.start();
+    // Claims of an idle bus are short, and each doubles the followers the next one asks for (from 1): after a dozen
+    // polls, claims bring whole runs of 81.
+    await pause(600);
     // The retried key first (its head is claimed first and fails at once), then two keys whose runs of 81 take a
     // slot each for 800 ms and more: without the slot going to the retry, it would wait about 500 ms past due.
-    for (const [key, count] of [
-      ['slot-retry', 2],
-      ['slot-busy-a', 81],
-      ['slot-busy-b', 81],
-    ] as const)
-      await store.transaction((tx) =>
-        bus.publishMany(
-          tx,
+    await store.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        (
+          [
+            ['slot-retry', 2],
+            ['slot-busy-a', 81],
+            ['slot-busy-b', 81],
+          ] as const
+        ).flatMap(([key, count]) =>
           Array.from({ length: count }, (_, n) => ({ event: Slot, payload: { n }, options: { key } })),
         ),
-      );
-    await bus.start();
+      ),
+    );
     try {
       await waitFor(() => starts.length >= 165, 'every delivery started', 15_000);
     } finally {
