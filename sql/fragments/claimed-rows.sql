@@ -13,9 +13,11 @@
 (SELECT json_agg(json_build_array(
           p.id::text, p.lane, p.epoch, p.claims, p.event_id, coalesce(e.type, p.event_type), p.handler, p.key,
           p.sequence::text, coalesce(e.payload, p.payload), coalesce(e.headers, p.headers), p.attempts, p.max_attempts,
-          -- Milliseconds since the epoch, exact (whole milliseconds): the client reads a number, not a timestamp's text.
-          round(date_part('epoch', date_trunc('milliseconds', p.available_at)) * 1000),
-          round(date_part('epoch', date_trunc('milliseconds', p.created_at)) * 1000),
+          -- Milliseconds since the epoch, to the nearest (the client reads a number, not a timestamp's text). In double
+          -- precision: exact to well under a microsecond for any date a delivery has, and a quarter of the cost of the
+          -- exact truncation (round(date_part(date_trunc('milliseconds', ...)) * 1000), 1.9 us a row at 5,000 rows).
+          (date_part('epoch', p.available_at) * 1000)::int8,
+          (date_part('epoch', p.created_at) * 1000)::int8,
           p.available_at > coalesce($5::timestamptz, now()), p.after::text)
         ORDER BY p.available_at, p.id)::text
  FROM (
