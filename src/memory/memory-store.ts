@@ -259,6 +259,8 @@ class MemoryStore implements Store<MemoryTransaction> {
   readonly #transactions = new WeakMap<MemoryTransaction, TransactionState>();
   /** Deliveries completed by an open transaction: delivery id -> lane. */
   readonly #locked = new Map<string, number>();
+  /** Lanes each owner's last claim that took any took in all: its next claim's first round (`acquireRounds`). */
+  readonly #lanesTakenLast = new Map<string, number>();
   #nextDeliveryId = 1n;
   #closed = false;
 
@@ -584,16 +586,22 @@ class MemoryStore implements Store<MemoryTransaction> {
       if (!busy.has(lane) && this.#lanes[lane]!.inFlight.size === 0) this.#handBack(lane);
     }
 
-    // 2. Take free (or expired) lanes with due work, 4, 8, 16, ... per round, until the batch is full. A full batch
+    // 2. Take free (or expired) lanes with due work, doubling per round from what the owner's last claim took (at
+    //    least 4), until the batch is full. A full batch
     //    takes a few lanes only when the caller asks (`acquireWhenFull`); their work comes with the next claim.
     if (picks.length >= params.limit) {
       if (params.acquireWhenFull === true) this.#acquireFreeLanes(params, handlers, now, FIRST_ACQUIRE_ROUND);
       return picks;
     }
-    for (const take of acquireRounds()) {
-      if (this.#acquireFreeLanes(params, handlers, now, take) === 0) break;
+    let takenInAll = 0;
+    for (const take of acquireRounds(this.#lanesTakenLast.get(params.owner))) {
+      const taken = this.#acquireFreeLanes(params, handlers, now, take);
+      takenInAll += taken;
+      if (taken === 0) break;
       if (this.#pickFromHeldLanes(params, handlers, now, picks).size === 0 || picks.length >= params.limit) break;
     }
+    if (takenInAll > 0) this.#lanesTakenLast.set(params.owner, takenInAll);
+    else this.#lanesTakenLast.delete(params.owner);
     return picks;
   }
 
@@ -839,6 +847,7 @@ class MemoryStore implements Store<MemoryTransaction> {
   async relinquish(owner: string): Promise<number> {
     this.#assertOpen();
     assertName(owner, 'owner');
+    this.#lanesTakenLast.delete(owner);
     let count = 0;
     for (const lane of this.#lanesOwnedBy(owner)) {
       this.#pruneInFlight(lane);

@@ -363,6 +363,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const probes = new RetryProbes();
   /** Owners whose last claim claimed and completed nothing (see claimCycle). */
   const idleOwners = new Set<string>();
+  /** Lanes each owner's last claim that took any took in all: its next claim's first round (`acquireRounds`). */
+  const lanesTakenLast = new Map<string, number>();
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
     throw new InvalidOptionsError(`notify must be a boolean, got ${JSON.stringify(options.notify)}.`);
   }
@@ -516,15 +518,24 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
      * due work). With `alwaysClaim`, the held lanes are asked once even when the first round took no lane.
      */
     const acquireAndClaim = async (alwaysClaim: boolean) => {
-      for (const take of acquireRounds()) {
-        // Lanes of retried heads due again are tried first, after those a wake-up named.
-        const [acquired] = await acquire(take, [...(params.preferLanes ?? []), ...retryLanes()]);
-        const taken = acquired ? toInt(acquired.lanes) : 0;
-        if (taken === 0 && !(alwaysClaim && take === FIRST_ACQUIRE_ROUND)) break;
-        const more = await claimHeld(limit - heads, []);
-        claimed.push(...more.claimedRows);
-        heads += more.heads;
-        if (taken < take || more.heads === 0 || heads >= limit) break;
+      let takenInAll = 0;
+      let first = true;
+      try {
+        for (const take of acquireRounds(lanesTakenLast.get(owner))) {
+          // Lanes of retried heads due again are tried first, after those a wake-up named.
+          const [acquired] = await acquire(take, [...(params.preferLanes ?? []), ...retryLanes()]);
+          const taken = acquired ? toInt(acquired.lanes) : 0;
+          takenInAll += taken;
+          if (taken === 0 && !(alwaysClaim && first)) break;
+          first = false;
+          const more = await claimHeld(limit - heads, []);
+          claimed.push(...more.claimedRows);
+          heads += more.heads;
+          if (taken < take || more.heads === 0 || heads >= limit) break;
+        }
+      } finally {
+        if (takenInAll > 0) lanesTakenLast.set(owner, takenInAll);
+        else lanesTakenLast.delete(owner);
       }
     };
     const hinted = params.preferLanes?.length ?? 0;
@@ -826,6 +837,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       assertName(owner, 'owner');
       walks.forget(owner);
       idleOwners.delete(owner);
+      lanesTakenLast.delete(owner);
       return (await runOwned('relinquish', [owner])).length;
     },
 

@@ -1,0 +1,77 @@
+/**
+ * How many acquire-lanes statements a claim runs. A claim whose held lanes do not fill its batch takes free lanes in
+ * rounds (an acquire, then a claim of the held lanes, per round). The first round is as large as what the owner's last
+ * claim took in all: a backlog drained lane by lane (followers read a key's whole run) hands back and takes lanes in
+ * every claim, and rounds from 4 up cost a statement pair each.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type pg from 'pg';
+import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import type { ClaimParams } from '../../src/store/contract.js';
+import { findPostgres } from '../support/databases.js';
+import { keysInLane } from '../support/lanes.js';
+import { usePgStore } from '../support/pg-store.js';
+
+const found = await findPostgres();
+const handlers = [{ name: 'a', maxAttempts: 3 }];
+
+describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  let pool: pg.Pool;
+  let store: PostgresStore<PgClientLike>;
+  // One connection: the prepared statements' execution counters live per connection.
+  usePgStore('acquire_rounds', 1, (opened) => ({ pool, store } = opened));
+
+  /** How many times this connection ran acquire-lanes so far. */
+  async function acquires(): Promise<number> {
+    const { rows } = await pool.query<{ runs: string | null }>(
+      `SELECT sum(generic_plans + custom_plans) AS runs FROM pg_prepared_statements WHERE name LIKE 'relaybus_acquire_lanes%'`,
+    );
+    return Number(rows[0]?.runs ?? 0);
+  }
+
+  /** One keyed event in each of `lanes`. */
+  async function publishInto(lanes: readonly number[], prefix: string): Promise<void> {
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        lanes.map((lane) => ({ type: 't', key: keysInLane(lane, prefix, 1)[0]!, payload: { lane }, handlers })),
+      ),
+    );
+  }
+
+  it("starts taking lanes at what the owner's last claim took, not at 4 again", async () => {
+    const params: ClaimParams = { owner: 'rounds-w', handlers: ['a'], limit: 500, leaseDurationMs: 30_000 };
+    const first = Array.from({ length: 64 }, (_, i) => i);
+    const second = Array.from({ length: 64 }, (_, i) => 64 + i);
+    await publishInto(first, 'one');
+
+    const before = await acquires();
+    const wave = await store.claim(params);
+    assert.equal(wave.length, 64);
+    // 4, 8, 16 and 32 lanes, then a round of 64 that finds the last 4.
+    const firstRounds = (await acquires()) - before;
+    assert.equal(firstRounds, 5);
+
+    // Every lane drained: the claim that completes the wave hands them back, and the next wave is in 64 other lanes.
+    await publishInto(second, 'two');
+    const between = await acquires();
+    const next = await store.completeAndClaim(
+      wave.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })),
+      params,
+    );
+    assert.ok(
+      next.completed.every((done) => done),
+      'the first wave completed',
+    );
+    assert.deepEqual(
+      [...new Set(next.claimed.map((d) => d.lane))].sort((a, b) => a - b),
+      second,
+    );
+    // One round of 64 takes them all, and one of 128 finds no more.
+    assert.equal((await acquires()) - between, 2);
+
+    await store.completeMany(next.claimed.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+    await store.relinquish(params.owner);
+  });
+});
