@@ -135,6 +135,8 @@ const PLANS: Record<'quick' | 'full', Plan> = {
     reps: 3,
     publish: [
       { publishers: 1, batch: 1, windowMs: 1_500 },
+      // Four concurrent single-event publishers: what NOTIFY costs when commits contend (it serialises them on a lock).
+      { publishers: 4, batch: 1, windowMs: 1_500 },
       { publishers: 4, batch: 100, windowMs: 1_500 },
     ],
     publishEntries: PUBLISH,

@@ -94,6 +94,7 @@ export class ClaimLoop<TTx> {
   #recentClaimMs = 0;
   readonly #maxFollowers: number;
   readonly #followerCycleBudgetMs: number;
+  readonly #logger: Logger;
   /** Followers per keyed head this loop's next claim asks for (`followersNow`). */
   #followers: number;
 
@@ -103,6 +104,7 @@ export class ClaimLoop<TTx> {
     this.claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
     this.#maxFollowers = config.followers;
     this.#followerCycleBudgetMs = config.followerCycleBudgetMs;
+    this.#logger = config.logger;
     // Starts low: the first cycles are also the ones a failing head fails in, and its retry waits for them.
     this.#followers = Math.min(1, config.followers);
     this.batcher = new CompletionBatcher({
@@ -140,9 +142,17 @@ export class ClaimLoop<TTx> {
   /** A claim of this loop took `ms`, launching its batch included. */
   claimTook(ms: number): void {
     this.#recentClaimMs = Math.max(ms, this.#recentClaimMs * 0.9);
-    if (ms > this.#followerCycleBudgetMs) this.#followers = Math.floor(this.#followers / 2);
+    const before = this.#followers;
+    if (ms > this.#followerCycleBudgetMs) this.#followers = Math.floor(before / 2);
     else if (ms < this.#followerCycleBudgetMs / 2)
-      this.#followers = Math.min(this.#maxFollowers, Math.max(1, this.#followers * 2));
+      this.#followers = Math.min(this.#maxFollowers, Math.max(1, before * 2));
+    if (this.#followers !== before)
+      this.#logger.debug('followers per keyed head changed', {
+        owner: this.owner,
+        followers: this.#followers,
+        claimCycleMs: Math.round(ms),
+        budgetMs: this.#followerCycleBudgetMs,
+      });
   }
 
   /**
