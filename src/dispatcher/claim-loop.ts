@@ -143,9 +143,13 @@ export class ClaimLoop<TTx> {
   claimTook(ms: number): void {
     this.#recentClaimMs = Math.max(ms, this.#recentClaimMs * 0.9);
     const before = this.#followers;
-    if (ms > this.#followerCycleBudgetMs) this.#followers = Math.floor(before / 2);
-    else if (ms < this.#followerCycleBudgetMs / 2)
-      this.#followers = Math.min(this.#maxFollowers, Math.max(1, before * 2));
+    // While a retried head waits to be due (or for its claim), cycles are kept under half the budget and the count does
+    // not grow: doubling from 1 reached 8 followers about when the liveness cell's retries came due, and on a loaded
+    // machine the cycle then in progress started one up to 132 ms late.
+    const retryWaiting = this.retryDue || this.retryAlarm.pending;
+    const budget = this.#followerCycleBudgetMs;
+    if (ms > (retryWaiting ? budget / 2 : budget)) this.#followers = Math.floor(before / 2);
+    else if (ms < budget / 2 && !retryWaiting) this.#followers = Math.min(this.#maxFollowers, Math.max(1, before * 2));
     if (this.#followers !== before)
       this.#logger.debug('followers per keyed head changed', {
         owner: this.owner,
@@ -160,7 +164,8 @@ export class ClaimLoop<TTx> {
    * and the turns that launch it longer: a retried head due meanwhile waits for them and for the claim after them (on a
    * loaded 2-core machine, cycles of 500 heads with 9 followers each took 600-770 ms, and retries due 500 ms after the
    * failure started 120-320 ms late). So the count follows the cycles: halved after one over the budget, doubled after
-   * one under half of it, between 0 and `DispatcherOptions.followers`.
+   * one under half of it, between 0 and `DispatcherOptions.followers`; while a retry of this loop waits, halved after
+   * one over half the budget and never doubled.
    */
   get followersNow(): number {
     return this.#followers;

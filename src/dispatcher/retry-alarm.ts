@@ -37,6 +37,11 @@ export class RetryAlarm {
     this.#arm();
   }
 
+  /** Some due time has not rung yet. */
+  get pending(): boolean {
+    return this.#due.length > 0;
+  }
+
   /** Forget every due time. */
   stop(): void {
     clearTimeout(this.#timer);

@@ -624,6 +624,52 @@ describe('dispatcher: followers per claim', () => {
       [0, 1, 2, 4, 8],
     );
   });
+
+  it('do not grow while a retried head waits to be due, and grow again once its claim has started', async (t) => {
+    const asked: { followers: number | undefined; at: number }[] = [];
+    let inner: Store<MemoryTransaction> | undefined;
+    const record = (params: ClaimParams) => asked.push({ followers: params.followers, at: performance.now() });
+    const { bus, memory, publish } = harness(
+      t,
+      { followers: 8, concurrency: 4, batchSize: 2 },
+      {
+        claim(params: ClaimParams) {
+          record(params);
+          return inner!.claim(params);
+        },
+        completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
+          record(params);
+          return inner!.completeAndClaim(leases, params);
+        },
+      },
+    );
+    inner = memory;
+    // Its retry is due 300 ms after it fails, as the loop's alarm counts (the stub clock does not move: the store never
+    // hands it out again, which this test does not need).
+    bus.on(Order, 'fails-once', { backoff: { initialDelayMs: 300 } }, () => {
+      throw new Error('once');
+    });
+    let failedAt = 0;
+    bus.lifecycle.on('failed', () => {
+      failedAt ||= performance.now();
+    });
+    await publish(1, 'k');
+    await bus.start();
+    await waitFor(() => failedAt > 0, 'the failure');
+    await waitFor(
+      () => asked.some((a) => a.at > failedAt + 350 && a.followers === 8),
+      'all 8 followers again after the retry came due',
+    );
+    const waiting = asked.filter((a) => a.at > failedAt + 20 && a.at < failedAt + 250);
+    assert.ok(waiting.length >= 5, `claims while the retry waited: ${waiting.length}`);
+    const held = waiting[0]!.followers!;
+    assert.ok(held < 8, `the count had not grown to 8 by the failure (${held})`);
+    assert.deepEqual(
+      waiting.map((a) => a.followers),
+      waiting.map(() => held),
+      'no growth while the retry waited',
+    );
+  });
 });
 
 describe('dispatcher: completion batcher', () => {

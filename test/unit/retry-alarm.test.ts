@@ -21,6 +21,25 @@ function mockedAlarm(t: TestContext) {
 }
 
 describe('RetryAlarm', () => {
+  it('is pending from the first due time added until the last has rung', (t) => {
+    const { alarm, at, tick, rings } = mockedAlarm(t);
+    assert.equal(alarm.pending, false);
+    alarm.add(50);
+    alarm.add(100);
+    assert.equal(alarm.pending, true);
+    at(1_050);
+    tick(50);
+    assert.equal(rings(), 1);
+    assert.equal(alarm.pending, true, 'one due time left');
+    at(1_100);
+    tick(50);
+    assert.equal(rings(), 2);
+    assert.equal(alarm.pending, false);
+    alarm.add(10);
+    alarm.stop();
+    assert.equal(alarm.pending, false, 'stop forgets them');
+  });
+
   it('rings once per due time, earliest first, whatever order they were added in', async () => {
     const start = performance.now();
     const rings: number[] = [];
