@@ -89,7 +89,8 @@ export interface DispatcherOptions {
    * delivery (the bench's followers cell). At most: claims with followers take longer, and a retried head waits for the
    * claim in progress, so each claim loop starts at 1 and doubles the count after a claim (with the turns launching its
    * batch) shorter than a quarter of the soonest first retry of its handlers, halving it after one longer than half of
-   * it (at least 50 ms). A store may ignore it (the memory store does).
+   * it (at least 50 ms); while one of its retried heads waits to be due it does not grow, and halves after a cycle
+   * longer than a quarter of that soonest first retry. A store may ignore it (the memory store does).
    */
   readonly followers?: number;
 }
