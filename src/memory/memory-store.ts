@@ -587,8 +587,8 @@ class MemoryStore implements Store<MemoryTransaction> {
     }
 
     // 2. Take free (or expired) lanes with due work, doubling per round from what the owner's last claim took (at
-    //    least 4), until the batch is full. A full batch
-    //    takes a few lanes only when the caller asks (`acquireWhenFull`); their work comes with the next claim.
+    //    least 4), until the batch is full. A full batch takes a few lanes only when the caller asks
+    //    (`acquireWhenFull`); their work comes with the next claim.
     if (picks.length >= params.limit) {
       if (params.acquireWhenFull === true) this.#acquireFreeLanes(params, handlers, now, FIRST_ACQUIRE_ROUND);
       return picks;

@@ -4,8 +4,8 @@
  *
  * While the held lanes do not fill the batch, a claim takes free (or expired) lanes with due work in rounds of
  * `acquireRounds()`: 4, 8, 16, ... lanes (or from what the owner's last claim took), at most `MAX_ACQUIRE_ROUNDS`
- * rounds. A claim with `takeover` whose held
- * lanes fill the batch takes one round of `FIRST_ACQUIRE_ROUND` lanes (see `ClaimParams.takeover`).
+ * rounds. A claim with `takeover` whose held lanes fill the batch takes one round of `FIRST_ACQUIRE_ROUND` lanes (see
+ * `ClaimParams.takeover`).
  */
 import { LANE_COUNT } from '../core/lanes.js';
 
