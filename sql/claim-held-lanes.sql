@@ -98,7 +98,7 @@ direct AS (
   -- tens of milliseconds under a backlog, and one that waited for the head to be due would start it a claim or two
   -- late.
   SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
-         n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, q.rank
+         n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, q.rank, s.in_flight
   FROM (
     -- One lookup per key: a key whose head and followers complete together has one new head, after the last of them.
     SELECT c.lane, c.handler, c.key, max(c.sequence) AS after, 1 AS rank FROM deleted c WHERE c.key IS NOT NULL
@@ -137,7 +137,7 @@ share AS (
 unkeyed AS (
   SELECT c.* FROM seen s CROSS JOIN LATERAL (
     SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-           d.available_at, d.created_at, d.event_type, d.payload, d.headers, NULL::int AS walk_step, 1 AS rank
+           d.available_at, d.created_at, d.event_type, d.payload, d.headers, NULL::int AS walk_step, 1 AS rank, s.in_flight
     FROM /*schema*/relaybus_deliveries d
     WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now())
       AND d.handler = ANY ($2::text[]) AND d.id <> ALL (s.in_flight)
@@ -189,7 +189,7 @@ walk AS (
 keyed AS (
   -- The walk carries each head's columns (its index scan read the row anyway): no second lookup.
   SELECT w.id, w.lane, w.event_id, w.handler, w.key, w.sequence, w.attempts, w.max_attempts, w.claims,
-         w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 1 AS rank
+         w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 1 AS rank, w.in_flight
   FROM walk w
   WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ($2::text[]) AND w.id <> ALL (w.in_flight)
 ),
@@ -209,17 +209,17 @@ followers AS (
   -- Up to $19 rows after each due keyed head that is not a probe (those wait out a backoff), in its key's order, as
   -- long as each is due and not in flight: the head's key's next deliveries, read by the scan that continues from
   -- the head instead of one descent each in later claims. A row not due ends its key's run (nothing after it may run
-  -- first). after: the row that must succeed before this one starts (the head, or the follower before it).
+  -- first). after: the row that must succeed before this one starts (the head, or the follower before it). Each head
+  -- carries its lane's in_flight (from seen): joined with seen again, each head scanned every held lane.
   SELECT r.id, r.lane, r.event_id, r.handler, r.key, r.sequence, r.attempts, r.max_attempts, r.claims,
          r.available_at, r.created_at, r.event_type, r.payload, r.headers, NULL::int AS walk_step, 2 AS rank, r.after
   FROM heads h
-  JOIN seen s ON s.lane = h.lane
   CROSS JOIN LATERAL (
     SELECT x.*, bool_and(x.ok) OVER (ORDER BY x.sequence) AS run, lag(x.id, 1, h.id) OVER (ORDER BY x.sequence) AS after
     FROM (
       SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
              d.available_at, d.created_at, d.event_type, d.payload, d.headers,
-             d.available_at <= coalesce($5::timestamptz, now()) AND d.id <> ALL (s.in_flight) AS ok
+             d.available_at <= coalesce($5::timestamptz, now()) AND d.id <> ALL (h.in_flight) AS ok
       FROM /*schema*/relaybus_deliveries d
       WHERE d.lane = h.lane AND d.handler = h.handler AND d.key = h.key AND d.sequence > h.sequence
         AND d.key IS NOT NULL AND d.status = 'pending'
@@ -230,7 +230,9 @@ followers AS (
   WHERE $19::int > 0 AND h.key IS NOT NULL AND h.rank = 1 AND r.run
 ),
 picked AS (
-  SELECT h.*, NULL::bigint AS after FROM heads h
+  SELECT h.id, h.lane, h.event_id, h.handler, h.key, h.sequence, h.attempts, h.max_attempts, h.claims,
+         h.available_at, h.created_at, h.event_type, h.payload, h.headers, h.walk_step, h.rank, NULL::bigint AS after
+  FROM heads h
   UNION ALL
   SELECT * FROM followers
 ),
