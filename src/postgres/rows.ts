@@ -100,8 +100,8 @@ const LEASES = {
 /** The one row of a claim (claim-held-lanes, claim-light): what it claimed, as one JSON text, and its summary. */
 const CLAIMED = {
   /**
-   * The claimed deliveries (sql/fragments/claimed-rows.sql): a JSON array of `ClaimedTuple`s, oldest due first; NULL
-   * when the claim picked nothing.
+   * The claimed deliveries (sql/fragments/claimed-rows.sql): a JSON array of `ClaimedTuple`s, heads oldest due first
+   * (their followers after them); NULL when the claim picked nothing.
    */
   claimed: nullable('text'),
   /** NULL when every listed lease was completed (or none was listed), else the ids completed. */
@@ -140,9 +140,23 @@ export type ClaimedTuple = readonly [
   after: string | null,
 ];
 
-/** The tuples of a claim's `claimed` text; none when it is NULL (the claim picked nothing). */
+/** Values in a `ClaimedTuple`. */
+const CLAIMED_TUPLE_LENGTH = 17;
+
+/**
+ * The tuples of a claim's `claimed` text; none when it is NULL (the claim picked nothing). The fragment writes each
+ * tuple's values as text, one after another: a tuple of another length means a value went missing (a NULL the
+ * fragment did not write as 'null'), and every value after it would be read as the one before.
+ */
 export function claimedTuples(text: string | null): ClaimedTuple[] {
-  return text === null ? [] : (JSON.parse(text) as ClaimedTuple[]);
+  if (text === null) return [];
+  const tuples = JSON.parse(text) as ClaimedTuple[];
+  for (const tuple of tuples)
+    if (tuple.length !== CLAIMED_TUPLE_LENGTH)
+      throw new Error(
+        `a claimed delivery came with ${tuple.length} values instead of ${CLAIMED_TUPLE_LENGTH} (sql/fragments/claimed-rows.sql): ${JSON.stringify(tuple).slice(0, 200)}`,
+      );
+  return tuples;
 }
 
 /**
