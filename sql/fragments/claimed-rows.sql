@@ -1,8 +1,8 @@
 -- fragment claimed-rows: the claimed deliveries of claim-held-lanes and claim-light (spliced in where they say
 --          /*include claimed-rows*/), as one JSON text: an array with one array per picked delivery, in picked's order
 --          (claim-light: oldest due first; claim-held-lanes: its heads by rank and due time, then their followers),
---          holding in turn id, lane, the epoch its lane was recorded under, claims, event id, event type, handler,
---          key, sequence, payload, headers, attempts, max attempts, available_at and created_at (whole milliseconds
+--          holding in turn id, lane, the epoch its lane was recorded under, claims, [event id, event type, handler,
+--          key], sequence, payload, headers, attempts, max attempts, available_at and created_at (whole milliseconds
 --          since the epoch), early (claimed before it was due) and after (the id of the delivery of this claim that
 --          must succeed before this one starts: a follower of its key's head; else null). NULL when nothing was picked.
 --          One value instead of a row per delivery: the client parses it with one JSON.parse, where a row per delivery
@@ -19,9 +19,11 @@
 --          picked with recorded, the generic plan (both estimated at one row) was a nested loop that scanned every
 --          recorded lane for every picked row (500 x 28 in a claim of 500).
 (SELECT '[' || string_agg(concat_ws(',',
-          -- Ids, sequences and epochs are digits: quoted as they are. Text a user chose goes through to_json (escaped).
-          '["' || p.id || '"', p.lane, '"' || p.epoch || '"', p.claims, to_json(p.event_id),
-          to_json(coalesce(e.type, p.event_type)), to_json(p.handler), coalesce(to_json(p.key)::text, 'null'),
+          -- Ids, sequences and epochs are digits: quoted as they are. Text a user chose is escaped by array_to_json.
+          '["' || p.id || '"', p.lane, '"' || p.epoch || '"', p.claims,
+          -- One array of the four: array_to_json looks up the element type once, to_json once per value (11% of the
+          -- claim for four of them; the array 7%).
+          array_to_json(ARRAY[p.event_id, coalesce(e.type, p.event_type), p.handler, p.key]),
           coalesce('"' || p.sequence || '"', 'null'), coalesce(coalesce(e.payload, p.payload)::text, 'null'),
           coalesce(coalesce(e.headers, p.headers)::text, 'null'), p.attempts, p.max_attempts,
           -- Milliseconds since the epoch, to the nearest (the client reads a number, not a timestamp's text). In double

@@ -115,8 +115,8 @@ const CLAIMED = {
 } satisfies Columns;
 
 /**
- * One claimed delivery in the claim's JSON text, in the fragment's order: id, lane, epoch, claims, event id, event type,
- * handler, key, sequence, payload, headers, attempts, max attempts, available_at and created_at (milliseconds since the
+ * One claimed delivery in the claim's JSON text, in the fragment's order: id, lane, epoch, claims, its texts (event id,
+ * event type, handler, key: one array, escaped by one array_to_json), sequence, payload, headers, attempts, max attempts, available_at and created_at (milliseconds since the
  * epoch), early (claimed before it was due: start it at available_at), after (a follower: the id of the delivery of
  * the same claim that must succeed before it starts).
  */
@@ -125,10 +125,7 @@ export type ClaimedTuple = readonly [
   lane: number,
   epoch: string,
   claims: number,
-  eventId: string,
-  eventType: string,
-  handler: string,
-  key: string | null,
+  texts: readonly [eventId: string, eventType: string, handler: string, key: string | null],
   sequence: string | null,
   payload: unknown,
   headers: Record<string, string> | null,
@@ -141,7 +138,7 @@ export type ClaimedTuple = readonly [
 ];
 
 /** Values in a `ClaimedTuple`. */
-const CLAIMED_TUPLE_LENGTH = 17;
+const CLAIMED_TUPLE_LENGTH = 14;
 
 /**
  * The tuples of a claim's `claimed` text; none when it is NULL (the claim picked nothing). The fragment writes each
