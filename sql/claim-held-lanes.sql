@@ -30,9 +30,10 @@
 --         $18 retry lookahead ms int (a probed head due within it is claimed now and flagged early: the worker starts
 --         it when due, and the key is in flight meanwhile, so nothing of it runs early), $19 followers int (how many
 --         of its key's next due deliveries each keyed head brings, beyond $3; 0: none)
--- returns: one row: claimed, the claimed deliveries as one JSON text (sql/fragments/claimed-rows.sql: each with the
---          lane epoch it was recorded under and whether it was claimed before it was due, early: only a probed head,
---          see $18; oldest due first; NULL when nothing was picked); completed_ids, NULL when every listed lease was
+-- returns: one row: claimed, the claimed deliveries as one JSON text (sql/fragments/claimed-rows.sql: each with
+--          whether it was claimed before it was due, early: only a probed head, see $18; heads oldest due first, then
+--          their followers; NULL when nothing was picked); lane_epochs, 'lane:epoch' of each lane recorded in flight
+--          (the epoch of a claimed delivery's lease is its lane's); completed_ids, NULL when every listed lease was
 --          completed (the common case: no id is sent back), else the ids completed; skipped_lanes, how many held lanes
 --          were skipped because they changed while this statement waited for them (see seen; the store asks again
 --          with a fresh snapshot); handed_back, the lanes handed back (the store drops their walk cursors: a lane taken
@@ -295,7 +296,7 @@ summary AS MATERIALIZED (
 )
 -- One row: the claimed deliveries as one JSON value (sql/fragments/claimed-rows.sql), then the summary. Not a row per
 -- completed delivery either: a row per id cost the client more than the rest of a delivery's parsing.
-SELECT /*include claimed-rows*/ AS claimed,
+SELECT /*include claimed-rows*/ AS claimed, ARRAY(SELECT r.lane || ':' || r.epoch FROM recorded r) AS lane_epochs,
        CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END
          AS completed_ids,
        k.lanes AS skipped_lanes, k.handed_back, k.walk_ends

@@ -15,7 +15,7 @@
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
 --         $6 rows read per lane int, $7 free lanes to take when they give work smallint[]
 -- returns: one row as claim-held-lanes's: claimed (sql/fragments/claimed-rows.sql; early always false, after always
---          null: no followers), skipped_lanes (held lanes changed while this statement waited for them: see
+--          null: no followers), lane_epochs, skipped_lanes (held lanes changed while this statement waited for them: see
 --          claim-held-lanes, seen), handed_back;
 --          completed_ids and walk_ends always NULL
 -- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
@@ -91,6 +91,7 @@ summary AS MATERIALIZED (
          ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back
 )
 -- One row: the claimed deliveries as one JSON value (sql/fragments/claimed-rows.sql), then the summary.
-SELECT /*include claimed-rows*/ AS claimed, NULL::text[] AS completed_ids, k.lanes AS skipped_lanes, k.handed_back,
+SELECT /*include claimed-rows*/ AS claimed, ARRAY(SELECT r.lane || ':' || r.epoch FROM recorded r) AS lane_epochs,
+       NULL::text[] AS completed_ids, k.lanes AS skipped_lanes, k.handed_back,
        NULL::text[] AS walk_ends
 FROM summary k

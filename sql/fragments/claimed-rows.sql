@@ -1,26 +1,25 @@
 -- fragment claimed-rows: the claimed deliveries of claim-held-lanes and claim-light (spliced in where they say
 --          /*include claimed-rows*/), as one JSON text: an array with one array per picked delivery, in picked's order
 --          (claim-light: oldest due first; claim-held-lanes: its heads by rank and due time, then their followers),
---          holding in turn id, lane, the epoch its lane was recorded under, claims, [event id, event type, handler,
---          key], sequence, payload, headers, attempts, max attempts, available_at and created_at (whole milliseconds
---          since the epoch), early (claimed before it was due) and after (the id of the delivery of this claim that
+--          holding in turn id, lane, claims, [event id, event type, handler, key], sequence, payload, headers,
+--          attempts, max attempts, available_at and created_at (whole milliseconds since the epoch), early (claimed before it was due) and after (the id of the delivery of this claim that
 --          must succeed before this one starts: a follower of its key's head; else null). NULL when nothing was picked.
 --          One value instead of a row per delivery: the client parses it with one JSON.parse, where a row per delivery
 --          cost it a string and a parse per column (about half of the dispatcher's time to receive a claim). The
---          event's type, payload and headers come from its events row when it has one. The statement defines picked,
---          recorded and $5.
+--          event's type, payload and headers come from its events row when it has one. The statement defines picked and
+--          $5.
 --          Written out as text (concat_ws of each value's text, string_agg of the rows) rather than json_agg of
 --          json_build_array, which looks up every argument's type for every row: 0.87x the claim of 500 heads with
 --          their followers (bench:claim-compare). concat_ws skips a NULL, which would shift every later value: each
 --          value that may be NULL is written 'null' instead (the client checks each tuple's length). Not sorted here:
 --          sorting the rows' text was 8% of that claim, and picked's order is the one wanted (no ORDER BY can keep it
 --          for less; the dispatcher only launches heads in that order).
---          The epochs are a jsonb object by lane, built once (an uncorrelated subquery: an InitPlan): as a join of
---          picked with recorded, the generic plan (both estimated at one row) was a nested loop that scanned every
---          recorded lane for every picked row (500 x 28 in a claim of 500).
+--          The epoch each lane was recorded under is not in the rows: the statement returns it once per lane
+--          (lane_epochs), and the client reads a row of a lane not listed there as not claimed (none is: every picked
+--          lane's row is locked and unchanged since the snapshot). Looked up for each row, it was 3% of the claim.
 (SELECT '[' || string_agg(concat_ws(',',
-          -- Ids, sequences and epochs are digits: quoted as they are. Text a user chose is escaped by array_to_json.
-          '["' || p.id || '"', p.lane, '"' || p.epoch || '"', p.claims,
+          -- Ids and sequences are digits: quoted as they are. Text a user chose is escaped by array_to_json.
+          '["' || p.id || '"', p.lane, p.claims,
           -- One array of the four: array_to_json looks up the element type once, to_json once per value (11% of the
           -- claim for four of them; the array 7%).
           array_to_json(ARRAY[p.event_id, coalesce(e.type, p.event_type), p.handler, p.key]),
@@ -33,18 +32,11 @@
           (date_part('epoch', p.created_at) * 1000)::int8,
           CASE WHEN p.available_at > coalesce($5::timestamptz, now()) THEN 'true' ELSE 'false' END,
           coalesce('"' || p.after || '"', 'null') || ']'), ',') || ']'
-FROM (
-   -- OFFSET 0: evaluated here, once per row, so the object's subquery is one InitPlan for the select list and the filter.
-   SELECT p.*, (SELECT jsonb_object_agg(r.lane, r.epoch::text) FROM recorded r) ->> p.lane::text AS epoch
-   FROM picked p OFFSET 0
- ) p
- -- An event published inline (its delivery carries its type) has no events row: not even looked up. Behind OFFSET 0
- -- the condition is the subquery's one-time filter, checked before the index scan (as a join condition it would
- -- only filter what the scan found: a probe per delivery for nothing).
- LEFT JOIN LATERAL (
-   SELECT e.type, e.payload, e.headers FROM /*schema*/relaybus_events e
-   WHERE p.event_type IS NULL AND e.id = p.event_id OFFSET 0
- ) e ON true
- -- Only rows of a lane recorded in flight (every picked lane is: its row is locked and unchanged since the snapshot).
- -- Not IN (SELECT lane FROM recorded): that was a nested-loop semi-join, the same scans by half.
- WHERE p.epoch IS NOT NULL)
+FROM picked p
+-- An event published inline (its delivery carries its type) has no events row: not even looked up. Behind OFFSET 0
+-- the condition is the subquery's one-time filter, checked before the index scan (as a join condition it would only
+-- filter what the scan found: a probe per delivery for nothing).
+LEFT JOIN LATERAL (
+  SELECT e.type, e.payload, e.headers FROM /*schema*/relaybus_events e
+  WHERE p.event_type IS NULL AND e.id = p.event_id OFFSET 0
+) e ON true)

@@ -225,15 +225,24 @@ function leaseArrays(leases: readonly ParsedLease[]): [string[], number[], strin
   ];
 }
 
-/** The deliveries of a claim's JSON text (see `ClaimedTuple`); none when it is NULL. */
-function toClaimed(text: string | null): ClaimedDelivery[] {
+/**
+ * The deliveries of a claim's JSON text (see `ClaimedTuple`); none when it is NULL. Each one's lease is under the epoch
+ * its lane was recorded under (`lane_epochs`, `lane:epoch` each); a delivery of a lane not recorded in flight is not
+ * claimed (the statement never returns one: its lanes are locked and unchanged since its snapshot).
+ */
+function toClaimed(text: string | null, laneEpochs: readonly string[]): ClaimedDelivery[] {
   const tuples = claimedTuples(text);
-  const claimed = new Array<ClaimedDelivery>(tuples.length);
+  if (tuples.length === 0) return [];
+  const epochs: string[] = [];
+  for (const laneEpoch of laneEpochs) {
+    const colon = laneEpoch.indexOf(':');
+    epochs[Number(laneEpoch.slice(0, colon))] = laneEpoch.slice(colon + 1);
+  }
+  const claimed: ClaimedDelivery[] = [];
   for (let index = 0; index < tuples.length; index += 1) {
     const [
       id,
       lane,
-      epoch,
       claims,
       [eventId, eventType, handler, key],
       sequence,
@@ -246,6 +255,8 @@ function toClaimed(text: string | null): ClaimedDelivery[] {
       early,
       after,
     ] = tuples[index]!;
+    const epoch = epochs[lane];
+    if (epoch === undefined) continue;
     const delivery: ClaimedDelivery = {
       id,
       leaseToken: formatLeaseToken({ lane, epoch, claims }),
@@ -264,7 +275,7 @@ function toClaimed(text: string | null): ClaimedDelivery[] {
     };
     // Set on the object made above rather than spread into a copy: a claim of followers is mostly followers.
     if (after !== null) (delivery as { follows?: string }).follows = after;
-    claimed[index] = early ? { ...delivery, notBefore: new Date(availableAt) } : delivery;
+    claimed.push(early ? { ...delivery, notBefore: new Date(availableAt) } : delivery);
   }
   return claimed;
 }
@@ -425,7 +436,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         throw new StoreUnavailableError('a claim statement returned no row; it always returns one');
       if (summary.walk_ends) walks.move(owner, summary.walk_ends);
       if (summary.handed_back.length > 0) walks.drop(owner, summary.handed_back);
-      const claimedRows = toClaimed(summary.claimed);
+      const claimedRows = toClaimed(summary.claimed, summary.lane_epochs);
       // What counts against the limit: followers come beyond it.
       let heads = 0;
       for (const row of claimedRows) if (row.follows === undefined) heads += 1;

@@ -104,6 +104,8 @@ const CLAIMED = {
    * (their followers after them); NULL when the claim picked nothing.
    */
   claimed: nullable('text'),
+  /** `lane:epoch` of each lane the claim recorded in flight: a claimed delivery's lease is under its lane's epoch. */
+  lane_epochs: col('_text'),
   /** NULL when every listed lease was completed (or none was listed), else the ids completed. */
   completed_ids: nullable('_text'),
   /** Held lanes skipped because they changed while the claim waited. */
@@ -115,7 +117,7 @@ const CLAIMED = {
 } satisfies Columns;
 
 /**
- * One claimed delivery in the claim's JSON text, in the fragment's order: id, lane, epoch, claims, its texts (event id,
+ * One claimed delivery in the claim's JSON text, in the fragment's order: id, lane, claims, its texts (event id,
  * event type, handler, key: one array, escaped by one array_to_json), sequence, payload, headers, attempts, max attempts, available_at and created_at (milliseconds since the
  * epoch), early (claimed before it was due: start it at available_at), after (a follower: the id of the delivery of
  * the same claim that must succeed before it starts).
@@ -123,7 +125,6 @@ const CLAIMED = {
 export type ClaimedTuple = readonly [
   id: string,
   lane: number,
-  epoch: string,
   claims: number,
   texts: readonly [eventId: string, eventType: string, handler: string, key: string | null],
   sequence: string | null,
@@ -138,7 +139,7 @@ export type ClaimedTuple = readonly [
 ];
 
 /** Values in a `ClaimedTuple`. */
-const CLAIMED_TUPLE_LENGTH = 14;
+const CLAIMED_TUPLE_LENGTH = 13;
 
 /**
  * The tuples of a claim's `claimed` text; none when it is NULL (the claim picked nothing). The fragment writes each
