@@ -1,11 +1,13 @@
 /**
  * The claim statement of this checkout against the one of a git revision, on one state, as a ratio.
  *
- *   npm run bench:claim-compare -- --against HEAD [--deliveries 50000] [--batch 100] [--runs 40] [--unkeyed] [--plan]
+ *   npm run bench:claim-compare -- --against HEAD [--deliveries 50000] [--batch 100] [--runs 40] [--unkeyed] [--ids]
+ *                                   [--plan]
  *
  * A change that saves 5-10% of the claim's execution is lost in a throughput run on this shared machine (identical
  * runs differ by 10-15%, and the machine's speed drifts within minutes). Here both texts run on the same state, in
- * turns, so drift cancels out: N deliveries published through the real store (10 events per key, two handlers), one
+ * turns, so drift cancels out: N deliveries published through the real store (10 events per key, two handlers; inline,
+ * as the dispatch cells publish them, or with --ids each event with an id and so an events row the claim reads), one
  * owner's claim of `batch` in flight, then the next claim of that owner as a dispatcher sends it (completing the batch
  * in flight, claiming the next one), under EXPLAIN (ANALYZE, TIMING OFF) of its generic plan (as a named prepared
  * statement runs after its first executions) in a transaction that is rolled back. Prints the median execution time
@@ -31,6 +33,7 @@ const { values: args } = parseArgs({
     batch: { type: 'string', default: '100' },
     runs: { type: 'string', default: '40' },
     unkeyed: { type: 'boolean', default: false },
+    ids: { type: 'boolean', default: false },
     plan: { type: 'boolean', default: false },
   },
 });
@@ -40,6 +43,8 @@ const runs = Number(args.runs);
 for (const [name, value] of Object.entries({ deliveries, batch, runs }))
   if (!Number.isInteger(value) || value < 1) throw new Error(`--${name} must be a positive integer`);
 const schema = 'bench_claim_compare';
+/** Followers per keyed head (ClaimParams.followers) of the claims in flight and of the compared claim. */
+const followers = Number(process.env.CLAIM_FOLLOWERS ?? 0);
 
 /** A file of this repository at the revision, or an error naming both. */
 function atRevision(path: string): string {
@@ -81,16 +86,18 @@ const pool = new pg.Pool({ connectionString: url, max: 2 });
 try {
   const store = postgresStore({ driver: fromPg(pool), schema });
   await store.setup();
-  const backlog = await publishBacklog(pool, store, deliveries, !args.unkeyed);
+  const backlog = await publishBacklog(pool, store, deliveries, !args.unkeyed, args.ids);
   await pool.query(`ANALYZE "${schema}".relaybus_deliveries`);
   const owner = 'claim-compare';
   const inFlight: ClaimedDelivery[] = [];
   while (inFlight.length < batch) {
+    // With followers, as a dispatcher's claims under a keyed backlog: the next claim completes the heads and their runs.
     const more = await store.claim({
       owner,
       handlers: HANDLERS.slice(),
       limit: batch - inFlight.length,
       leaseDurationMs: 600_000,
+      followers,
     });
     if (more.length === 0) break;
     inFlight.push(...more);
@@ -117,7 +124,7 @@ try {
     [],
     [],
     0,
-    Number(process.env.CLAIM_FOLLOWERS ?? 0),
+    followers,
   ];
   const {
     rows: [held],
@@ -126,7 +133,7 @@ try {
     [owner],
   );
   console.log(
-    `${deliveries} deliveries (${backlog.keys === 0 ? 'unkeyed' : `${backlog.keys} keys`}), ${inFlight.length} in flight in ${held!.lanes} lanes; the next claim completes them and claims up to ${batch}`,
+    `${deliveries} deliveries (${backlog.keys === 0 ? 'unkeyed' : `${backlog.keys} keys`}, ${args.ids ? 'events with ids: events rows' : 'events inline'}), ${inFlight.length} in flight in ${held!.lanes} lanes; the next claim completes them and claims up to ${batch}`,
   );
 
   const client = await pool.connect();

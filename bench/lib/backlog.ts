@@ -1,6 +1,8 @@
 /**
  * A backlog for the plan studies (explain.ts, claim-compare.ts): `deliveries` pending deliveries published through the
  * real store, `deliveries / 2` events with both handlers, 10 events per key (or unkeyed), in transactions of 1,000.
+ * With `withIds` each event has an id (`e<i>`), so it is written to an events row that its deliveries' claims read;
+ * without, each event travels inline in its deliveries, as the bench's dispatch cells publish.
  */
 import type pg from 'pg';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
@@ -18,6 +20,7 @@ export async function publishBacklog(
   store: PostgresStore<PgClientLike>,
   deliveries: number,
   keyed = true,
+  withIds = true,
 ): Promise<Backlog> {
   const handlers = HANDLERS.map((name) => ({ name, maxAttempts: 10 }));
   const events = deliveries / HANDLERS.length;
@@ -31,7 +34,8 @@ export async function publishBacklog(
         client,
         Array.from({ length: Math.min(1000, events - from) }, (_, k) => {
           const i = from + k;
-          return { id: `e${i}`, type: 'bench.event', key: keyed ? `k${i % keys}` : null, payload: { i }, handlers };
+          const key = keyed ? `k${i % keys}` : null;
+          return { ...(withIds ? { id: `e${i}` } : {}), type: 'bench.event', key, payload: { i }, handlers };
         }),
       );
       await client.query('COMMIT');
