@@ -2,18 +2,20 @@
 --          /*include claimed-rows*/), as one JSON text: an array with one array per picked delivery, in picked's order
 --          (claim-light: oldest due first; claim-held-lanes: its heads by rank and due time, then their followers),
 --          holding in turn id, lane, claims, [event id, event type, handler, key], sequence, payload, headers,
---          attempts, max attempts, available_at and created_at (whole milliseconds since the epoch), early (claimed before it was due) and after (the id of the delivery of this claim that
---          must succeed before this one starts: a follower of its key's head; else null). NULL when nothing was picked.
+--          attempts, max attempts, available_at and created_at (whole milliseconds since the epoch), early (claimed
+--          before it was due) and after (the id of the delivery of this claim that must succeed before this one
+--          starts: a follower of its key's head; else null). NULL when nothing was picked.
 --          One value instead of a row per delivery: the client parses it with one JSON.parse, where a row per delivery
 --          cost it a string and a parse per column (about half of the dispatcher's time to receive a claim). The
 --          event's type, payload and headers come from its events row when it has one. The statement defines picked and
 --          $5.
 --          Written out as text (concat_ws of each value's text, string_agg of the rows) rather than json_agg of
 --          json_build_array, which looks up every argument's type for every row: 0.87x the claim of 500 heads with
---          their followers (bench:claim-compare). concat_ws skips a NULL, which would shift every later value: each
---          value that may be NULL is written 'null' instead (the client checks each tuple's length). Not sorted here:
---          sorting the rows' text was 8% of that claim, and picked's order is the one wanted (no ORDER BY can keep it
---          for less; the dispatcher only launches heads in that order).
+--          their followers (bench:claim-compare --ids, CLAIM_FOLLOWERS=9; the figures here are of that state).
+--          concat_ws skips a NULL, which would shift every later value: each value that may be NULL is written 'null'
+--          instead (the client checks each tuple's length). Not sorted here: sorting the rows' text was 8% of that
+--          claim, and picked's order is the one wanted (no ORDER BY can keep it for less; the dispatcher only launches
+--          heads in that order).
 --          The epoch each lane was recorded under is not in the rows: the statement returns it once per lane
 --          (lane_epochs), and the client reads a row of a lane not listed there as not claimed (none is: every picked
 --          lane's row is locked and unchanged since the snapshot). Looked up for each row, it was 3% of the claim.

@@ -117,10 +117,10 @@ const CLAIMED = {
 } satisfies Columns;
 
 /**
- * One claimed delivery in the claim's JSON text, in the fragment's order: id, lane, claims, its texts (event id,
- * event type, handler, key: one array, escaped by one array_to_json), sequence, payload, headers, attempts, max attempts, available_at and created_at (milliseconds since the
- * epoch), early (claimed before it was due: start it at available_at), after (a follower: the id of the delivery of
- * the same claim that must succeed before it starts).
+ * One claimed delivery in the claim's JSON text, in the fragment's order: id, lane, claims, its texts (event id, event
+ * type, handler, key: one array, escaped by one array_to_json), sequence, payload, headers, attempts, max attempts,
+ * available_at and created_at (milliseconds since the epoch), early (claimed before it was due: start it at
+ * available_at), after (a follower: the id of the delivery of the same claim that must succeed before it starts).
  */
 export type ClaimedTuple = readonly [
   id: string,
