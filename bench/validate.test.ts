@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { makeHook } from './lib/hook.js';
 import type { KeyMap } from './lib/keys.js';
 import { Recorder } from './lib/recorder.js';
-import { comparePairs, orderCheck, validate, type Records } from './validate.js';
+import { comparePairs, mergeRecords, orderCheck, validate, type Records } from './validate.js';
 
 const keys: KeyMap = { kind: 'table', keys: Int32Array.from([7, 7, 7, 8]) };
 const records = (rows: [i: number, h: number, start: number, end: number][]): Records => ({
@@ -43,6 +43,38 @@ test("a timestamp tie is never broken in the contender's favour", () => {
     [1, 0, 1, 1],
   ]);
   assert.equal(orderCheck(r, keys).orderViolations, 1);
+});
+
+test('a tie between two starts of one dispatcher process is read in the order it recorded them', () => {
+  const one = (rows: [i: number, h: number, start: number, end: number][]) => ({
+    ...records(rows),
+    p: new Uint8Array(rows.length),
+  });
+  assert.equal(
+    orderCheck(
+      one([
+        [0, 0, 1, 1],
+        [1, 0, 1, 1],
+      ]),
+      keys,
+    ).orderViolations,
+    0,
+  );
+  // Recorded out of publish order: a violation, tie or not.
+  assert.equal(
+    orderCheck(
+      one([
+        [1, 0, 1, 1],
+        [0, 0, 1, 1],
+      ]),
+      keys,
+    ).orderViolations,
+    1,
+  );
+  // Two processes: a tie is a violation.
+  const two = { ...records([[0, 0, 1, 1]]) };
+  const merged = mergeRecords([two, records([[1, 0, 1, 1]])]);
+  assert.equal(orderCheck(merged, keys).orderViolations, 1);
 });
 
 test('a delivery starting before the previous one of its (handler, key) ended is an overlap', () => {
