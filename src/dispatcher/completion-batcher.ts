@@ -38,10 +38,14 @@ export interface CompletionBatcherOptions {
   readonly logger: Logger;
 }
 
-interface Waiting {
+/**
+ * A completion waiting for its write: told once, `resolve` (`true` completed, `false` lease lost) or `reject` (the
+ * write failed for good). A run that finished at once is its own waiter (`enqueue`): no promise per delivery.
+ */
+export interface CompletionWaiter {
   readonly lease: DeliveryLease;
-  readonly resolve: (completed: boolean) => void;
-  readonly reject: (error: unknown) => void;
+  resolve(completed: boolean): void;
+  reject(error: unknown): void;
 }
 
 const DEFAULT_MAX_BATCH_SIZE = 1_000;
@@ -62,7 +66,7 @@ export interface RidingCompletions {
 /** Batches completions of one dispatcher into `completeMany` calls, or hands them to the next claim. */
 export class CompletionBatcher {
   readonly #options: CompletionBatcherOptions;
-  #waiting: Waiting[] = [];
+  #waiting: CompletionWaiter[] = [];
   #timer: NodeJS.Timeout | undefined;
   readonly #writes = new Set<Promise<void>>();
   /** Held (`hold`): a window that closes leaves its completions for the next claim instead of writing them. */
@@ -83,11 +87,14 @@ export class CompletionBatcher {
 
   /** Complete one delivery; resolves `true` when it was deleted, `false` when its lease was lost. */
   complete(lease: DeliveryLease): Promise<boolean> {
-    return new Promise<boolean>((resolve, reject) => {
-      this.#waiting.push({ lease, resolve, reject });
-      if (this.#waiting.length >= (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) this.#writeNow();
-      else if (this.#timer === undefined) this.#openWindow();
-    });
+    return new Promise<boolean>((resolve, reject) => this.enqueue({ lease, resolve, reject }));
+  }
+
+  /** Complete one delivery and tell `waiter` how it went (as `complete`, without a promise). */
+  enqueue(waiter: CompletionWaiter): void {
+    this.#waiting.push(waiter);
+    if (this.#waiting.length >= (this.#options.maxBatchSize ?? DEFAULT_MAX_BATCH_SIZE)) this.#writeNow();
+    else if (this.#timer === undefined) this.#openWindow();
   }
 
   /**
@@ -189,7 +196,7 @@ export class CompletionBatcher {
     return { results: completed, nextDue };
   }
 
-  async #write(batch: readonly Waiting[]): Promise<void> {
+  async #write(batch: readonly CompletionWaiter[]): Promise<void> {
     const delays = this.#options.retryDelaysMs ?? DEFAULT_RETRY_DELAYS_MS;
     const leases = batch.map((item) => item.lease);
     for (let attempt = 0; ; attempt += 1) {

@@ -10,7 +10,7 @@ import type { BackoffOptions } from '../core/retry-policy.js';
 import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
 import { ActivityReport } from './activity-report.js';
 import { ClaimLoop, MIN_FOLLOWER_CYCLE_BUDGET_MS } from './claim-loop.js';
-import { reportLeaseLost, runDelivery, RunningDelivery, type RunOutcome } from './handler-runner.js';
+import { reportLeaseLost, runAtOnce, runDelivery, RunningDelivery, type RunOutcome } from './handler-runner.js';
 import { GracePeriod } from './shutdown.js';
 import type { RetryBackoff } from './wakeup.js';
 
@@ -270,6 +270,10 @@ export class Dispatcher<TTx> {
             random: config.random,
             handlerEnded: () => this.#handlerEnded(),
             succeeded: (run) => this.#startFollower(run),
+            finished: (run, outcome) => {
+              const runLoop = this.#running.get(run);
+              if (runLoop !== undefined) this.#finish(runLoop, run, outcome);
+            },
           },
           random: config.random,
           claimBackoff: index === 0 ? config.claimBackoff : undefined,
@@ -708,6 +712,7 @@ export class Dispatcher<TTx> {
     const run = new RunningDelivery(claimed, handler, lane, epoch);
     this.#running.set(run, loop);
     this.#active += 1;
+    if (runAtOnce(run, loop.deps)) return;
     run.done = runDelivery(run, loop.deps).then(
       (outcome) => this.#finish(loop, run, outcome),
       (error: unknown) => {

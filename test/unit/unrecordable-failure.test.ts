@@ -142,6 +142,33 @@ describe('a failure whose outcome cannot be recorded', () => {
     assert.equal(items[0]!.attempts, 1, 'the released run charged no attempt');
   });
 
+  it("a handler's completion refused for good releases the delivery: it runs again, and is completed then", async (t) => {
+    // The first completion write of the run is refused (not retryable: the batcher does not retry it); later ones work.
+    let refuse = true;
+    const failFirst = <T>(write: () => Promise<T>): Promise<T> => {
+      if (!refuse) return write();
+      refuse = false;
+      return Promise.reject(refused('complete-many'));
+    };
+    const { bus, memory, calls, lines, publish } = harness(t, {
+      completeMany: (leases, now) => failFirst(() => memory.completeMany(leases, now)),
+      completeAndClaim: (leases, params) => failFirst(() => memory.completeAndClaim(leases, params)),
+    });
+    let runs = 0;
+    bus.on(Order, 'succeeds', { maxAttempts: 5 }, () => {
+      runs += 1;
+    });
+    const delivered = nextEvent(bus.lifecycle, 'delivered');
+    await publish(1);
+    await bus.start();
+    await delivered;
+    assert.equal(runs, 2, 'released after the first run, completed after the second');
+    assert.equal(calls.filter((c) => c.method === 'release').length, 1);
+    const line = lines.find((l) => /could not record the outcome/.test(l.message));
+    assert.equal(line?.fields?.write, 'complete');
+    assert.equal((await memory.statistics(new Date())).pending, 0);
+  });
+
   it('a retryable write failure only releases the delivery: it runs again, no bury', async (t) => {
     let failNext = true;
     const { bus, memory, calls, publish } = harness(t, {
