@@ -471,12 +471,8 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
     return completeThroughBatcher(run, deps, started);
   }
 
-  let succeeded = false;
-  let thrown: unknown;
-  // Armed while the transaction can still end before the timeout.
-  const timer = armTimeout(run, handler.timeoutMs);
-  try {
-    await deps.store.transaction(async (tx) => {
+  const { succeeded, thrown } = await withinTimeout(run, handler.timeoutMs, () =>
+    deps.store.transaction(async (tx) => {
       await invoke(run, tx, deps);
       if (run.leaseLost) throw new LeaseLostSignal();
       const completed = await deps.store.complete(run.lease, tx, deps.now());
@@ -485,17 +481,35 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
         reportLeaseLost(run, 'outcome', deps);
         throw new LeaseLostSignal();
       }
-    });
-    succeeded = true;
-  } catch (error) {
-    thrown = error;
-  } finally {
-    clearTimeout(timer);
-  }
+    }),
+  );
   endHandler(run, deps);
   if (!succeeded) return failedOutcome(run, deps, thrown, started);
   deps.succeeded?.(run);
   return delivered(run, deps, msSince(started));
+}
+
+/** What `withinTimeout` waited for did: succeeded, or threw `thrown` (a timeout or an abort included). */
+interface Settled {
+  readonly succeeded: boolean;
+  readonly thrown?: unknown;
+}
+
+/** Wait for `work` (started here) with the run's timeout armed for `ms`: armed only while something can still end. */
+async function withinTimeout<TTx>(
+  run: RunningDelivery<TTx>,
+  ms: number,
+  work: () => PromiseLike<unknown>,
+): Promise<Settled> {
+  const timer = armTimeout(run, ms);
+  try {
+    await work();
+    return { succeeded: true };
+  } catch (error) {
+    return { succeeded: false, thrown: error };
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** A handler that is not transactional succeeded (its handler's part is over): its completion through the batcher. */
@@ -597,17 +611,11 @@ async function untilSettled<TTx>(
   started: number,
 ): Promise<RunOutcome> {
   // What the handler's synchronous part took counts against its timeout.
-  const timer = armTimeout(run, run.handler.timeoutMs - (performance.now() - started));
-  let succeeded = false;
-  let thrown: unknown;
-  try {
-    await result;
-    succeeded = true;
-  } catch (error) {
-    thrown = error;
-  } finally {
-    clearTimeout(timer);
-  }
+  const { succeeded, thrown } = await withinTimeout(
+    run,
+    run.handler.timeoutMs - (performance.now() - started),
+    () => result,
+  );
   endHandler(run, deps);
   return succeeded ? completeThroughBatcher(run, deps, started) : failedOutcome(run, deps, thrown, started);
 }
