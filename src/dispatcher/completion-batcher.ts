@@ -139,7 +139,7 @@ export class CompletionBatcher {
       leases: batch.map((item) => item.lease),
       settle: (results) => {
         this.#riding = false;
-        batch.forEach((item, index) => item.resolve(results[index] === true));
+        this.#tell(batch, (item, index) => item.resolve(results[index] === true));
         // In order, a window that closed meanwhile wrote nothing: a new one, so the next claim can carry what waits.
         if (this.#waiting.length > 0 && this.#timer === undefined) this.#openWindow();
       },
@@ -196,6 +196,23 @@ export class CompletionBatcher {
     return { results: completed, nextDue };
   }
 
+  /**
+   * Tell every waiter of a batch: one that throws (a run's end runs the logger and the dispatcher's bookkeeping) is
+   * logged, and the others are still told.
+   */
+  #tell(batch: readonly CompletionWaiter[], tell: (item: CompletionWaiter, index: number) => void): void {
+    batch.forEach((item, index) => {
+      try {
+        tell(item, index);
+      } catch (error) {
+        this.#options.logger.error('ending a run after its completion failed unexpectedly', {
+          deliveryId: item.lease.deliveryId,
+          error: describeError(error),
+        });
+      }
+    });
+  }
+
   async #write(batch: readonly CompletionWaiter[]): Promise<void> {
     const delays = this.#options.retryDelaysMs ?? DEFAULT_RETRY_DELAYS_MS;
     const leases = batch.map((item) => item.lease);
@@ -207,7 +224,7 @@ export class CompletionBatcher {
             `store.completeMany returned ${Array.isArray(results) ? results.length : typeof results} results for ${batch.length} leases`,
           );
         }
-        batch.forEach((item, index) => item.resolve(results[index] === true));
+        this.#tell(batch, (item, index) => item.resolve(results[index] === true));
         if (nextDue) this.#options.onNextDue?.();
         return;
       } catch (error) {
@@ -221,7 +238,7 @@ export class CompletionBatcher {
             attempts: attempt + 1,
             error: describeError(error),
           });
-          for (const item of batch) item.reject(error);
+          this.#tell(batch, (item) => item.reject(error));
           return;
         }
         this.#options.logger.warn('completing a batch of deliveries failed; retrying', {

@@ -10,7 +10,14 @@ import type { BackoffOptions } from '../core/retry-policy.js';
 import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
 import { ActivityReport } from './activity-report.js';
 import { ClaimLoop, MIN_FOLLOWER_CYCLE_BUDGET_MS } from './claim-loop.js';
-import { reportLeaseLost, runAtOnce, runDelivery, RunningDelivery, type RunOutcome } from './handler-runner.js';
+import {
+  reportLeaseLost,
+  reportUnexpected,
+  runAtOnce,
+  runDelivery,
+  RunningDelivery,
+  type RunOutcome,
+} from './handler-runner.js';
 import { GracePeriod } from './shutdown.js';
 import type { RetryBackoff } from './wakeup.js';
 
@@ -716,7 +723,7 @@ export class Dispatcher<TTx> {
     run.done = runDelivery(run, loop.deps).then(
       (outcome) => this.#finish(loop, run, outcome),
       (error: unknown) => {
-        logger.error('a handler run failed unexpectedly', { deliveryId: claimed.id, error: describeError(error) });
+        reportUnexpected(run, loop.deps, error);
         return this.#finish(loop, run, 'unrecorded');
       },
     );

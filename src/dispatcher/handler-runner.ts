@@ -637,14 +637,20 @@ function endWith<TTx>(
       return settled;
     },
     (error: unknown) => {
-      deps.logger.error('a handler run failed unexpectedly', {
-        deliveryId: run.claimed.id,
-        error: describeError(error),
-      });
+      reportUnexpected(run, deps, error);
       deps.finished!(run, 'unrecorded');
       return 'unrecorded' as const;
     },
   );
+}
+
+/** A run failed where nothing should (a bug, or a logger that throws): it ends `unrecorded`, and this says why. */
+export function reportUnexpected<TTx>(
+  run: RunningDelivery<TTx>,
+  deps: Pick<RunnerDeps<TTx>, 'logger'>,
+  error: unknown,
+): void {
+  deps.logger.error('a handler run failed unexpectedly', { deliveryId: run.claimed.id, error: describeError(error) });
 }
 
 /** The completion of a `runAtOnce` run in the batch: it ends the run when its write settles. */
@@ -662,7 +668,15 @@ class BatchedCompletion<TTx> implements CompletionWaiter {
   }
 
   resolve(completed: boolean): void {
-    endWith(this.#run, this.#deps, completedOutcome(this.#run, this.#deps, completed, this.#started));
+    let outcome: RunOutcome;
+    try {
+      outcome = completedOutcome(this.#run, this.#deps, completed, this.#started);
+    } catch (error) {
+      // The run must end all the same: stop() waits for it.
+      reportUnexpected(this.#run, this.#deps, error);
+      outcome = 'unrecorded';
+    }
+    endWith(this.#run, this.#deps, outcome);
   }
 
   reject(error: unknown): void {

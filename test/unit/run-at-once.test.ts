@@ -16,7 +16,9 @@ import { deferred, pause, spyStore, waitFor } from '../support/wait.js';
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
 
 describe('a run that finished at once', () => {
-  it('is waited for by stop() until its completion is written, and counts as drained, not aborted', async () => {
+  it('is waited for by stop() until its completion is written, and counts as drained, not aborted', {
+    timeout: 15_000,
+  }, async () => {
     const memory = memoryStore();
     const release = deferred();
     let writes = 0;
@@ -59,5 +61,38 @@ describe('a run that finished at once', () => {
     assert.equal(stopped[0]!.aborted, 0, 'the run ended with its completion, within the grace period');
     assert.equal((await memory.statistics(new Date())).pending, 0, 'completed, not released');
     assert.equal(runs, 1);
+  });
+
+  it('ends every run of a batch even when ending one throws (a logger that throws on "delivered")', {
+    timeout: 15_000,
+  }, async () => {
+    const memory = memoryStore();
+    const unexpected: LogFields[] = [];
+    const logger: Logger = {
+      debug: (message) => {
+        if (message === 'delivered') throw new Error('logger broke');
+      },
+      info: () => {},
+      warn: () => {},
+      error: (message, fields) => {
+        if (message === 'a handler run failed unexpectedly' && fields) unexpected.push(fields);
+      },
+    };
+    const bus = createRelayBus({ store: memory, events: [Ping], logger, dispatcher: { pollIntervalMs: 10 } });
+    let runs = 0;
+    bus.on(Ping, 'sync', () => {
+      runs += 1;
+    });
+    await memory.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        [1, 2, 3].map((n) => ({ event: Ping, payload: { n } })),
+      ),
+    );
+    await bus.start();
+    await waitFor(() => unexpected.length === 3, 'each run reported and ended', 5_000);
+    await bus.stop({ graceMs: 1_000 });
+    assert.equal(runs, 3);
+    assert.equal((await memory.statistics(new Date())).pending, 0, 'their completions were written');
   });
 });
