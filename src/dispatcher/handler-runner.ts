@@ -457,19 +457,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
     return writeFailure(run, deps, error, started, true);
   }
 
-  if (!handler.transactional) {
-    let result: unknown;
-    try {
-      result = invoke(run, undefined, deps);
-    } catch (error) {
-      endHandler(run, deps);
-      return failedOutcome(run, deps, error, started);
-    }
-    // A handler that returns synchronously is over before any timer could fire: no timer, no wait for its result.
-    if (result instanceof Promise) return untilSettled(run, deps, result, started);
-    endHandler(run, deps);
-    return completeThroughBatcher(run, deps, started);
-  }
+  if (!handler.transactional) return callHandler(run, deps, started) ?? completeThroughBatcher(run, deps, started);
 
   const { succeeded, thrown } = await withinTimeout(run, handler.timeoutMs, () =>
     deps.store.transaction(async (tx) => {
@@ -580,19 +568,11 @@ export function runAtOnce<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>)
   )
     return false;
   const started = performance.now();
-  let result: unknown;
-  try {
-    result = invoke(run, undefined, deps);
-  } catch (error) {
-    endHandler(run, deps);
-    endWith(run, deps, failedOutcome(run, deps, error, started));
+  const ended = callHandler(run, deps, started);
+  if (ended !== undefined) {
+    endWith(run, deps, ended);
     return true;
   }
-  if (result instanceof Promise) {
-    endWith(run, deps, untilSettled(run, deps, result, started));
-    return true;
-  }
-  endHandler(run, deps);
   if (run.leaseLost) {
     endWith(run, deps, 'lease-lost');
     return true;
@@ -601,6 +581,28 @@ export function runAtOnce<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>)
   // Queued before the next delivery of this key starts, so its completion is never written in an earlier batch.
   deps.succeeded?.(run);
   return true;
+}
+
+/**
+ * Call a handler that is not transactional. Undefined when it returned at once (its part is over: its completion is
+ * the caller's to queue); else what the run ends with: it threw, or returned a promise (waited for here).
+ */
+function callHandler<TTx>(
+  run: RunningDelivery<TTx>,
+  deps: RunnerDeps<TTx>,
+  started: number,
+): RunOutcome | Promise<RunOutcome> | undefined {
+  let result: unknown;
+  try {
+    result = invoke(run, undefined, deps);
+  } catch (error) {
+    endHandler(run, deps);
+    return failedOutcome(run, deps, error, started);
+  }
+  // A handler that returns synchronously is over before any timer could fire: no timer, no wait for its result.
+  if (result instanceof Promise) return untilSettled(run, deps, result, started);
+  endHandler(run, deps);
+  return undefined;
 }
 
 /** The rest of a run whose handler (not transactional) returned a promise: wait for it within the timeout. */
