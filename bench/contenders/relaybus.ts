@@ -55,12 +55,17 @@ function publishVariantOf(variant: string | undefined): PublishVariant {
 /** The publish variants whose fan-out comes from subscriptions recorded in the database. */
 const fromSubscriptions = (variant: PublishVariant) => variant === 'subscriptions' || variant === 'sql';
 
-/** relaybus's warnings and errors go to the run's warning log (printed, kept in the record). */
+/**
+ * relaybus's warnings and errors go to the run's warning log (printed, kept in the record); with BENCH_DEBUG=1 its debug
+ * lines go to the dispatcher's stderr, with the process id and a timestamp (ms), to follow what the loops did.
+ */
 function loggerOf(hooks: DispatcherHooks | undefined): Api.Logger {
   const noop = () => {};
   const report = (level: string) => (message: string, fields?: Api.LogFields) =>
     hooks?.warn(`${level}: ${message}${fields ? ' ' + JSON.stringify(fields) : ''}`);
-  return { debug: noop, info: noop, warn: report('warn'), error: report('error') };
+  const debug = (message: string, fields?: Api.LogFields) =>
+    process.stderr.write(`${process.pid} ${Date.now()} debug: ${message} ${JSON.stringify(fields ?? {})}\n`);
+  return { debug: process.env.BENCH_DEBUG ? debug : noop, info: noop, warn: report('warn'), error: report('error') };
 }
 
 /**

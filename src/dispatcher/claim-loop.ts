@@ -14,6 +14,13 @@ const RETRY_LOOKAHEAD_SLACK_MS = 5;
 /** The shortest claim cycle budget for followers (see `ClaimLoopConfig.followerCycleBudgetMs`). */
 export const MIN_FOLLOWER_CYCLE_BUDGET_MS = 50;
 
+/**
+ * For how many budgets after a loop scheduled a retry its cycles stay under the budget (`ClaimLoop.followersNow`):
+ * ten of its handlers' soonest first retries. Failures come in bursts (a dependency down), and each retry of the
+ * burst is then due within a poll.
+ */
+const RETRY_WATCH_BUDGETS = 20;
+
 /** What a claim loop is built from: the dispatcher's shared parts and this loop's place. */
 export interface ClaimLoopConfig<TTx> {
   readonly index: number;
@@ -90,6 +97,8 @@ export class ClaimLoop<TTx> {
    * undefined: the next claim does.
    */
   freeLanesScannedAt: number | undefined;
+  /** When (performance.now()) this loop last scheduled a retry; -Infinity: never. */
+  #retryScheduledAt = Number.NEGATIVE_INFINITY;
   /** The longest of this loop's recent claims (ms), decaying by a tenth a claim. */
   #recentClaimMs = 0;
   readonly #maxFollowers: number;
@@ -133,6 +142,7 @@ export class ClaimLoop<TTx> {
       // Rung early enough for the claim after the one in progress to take the retried head before it is due (it
       // starts when due, see `retryLookaheadMs`), and when due, should that claim have missed it.
       retryScheduled: (delayMs) => {
+        this.#retryScheduledAt = performance.now();
         this.retryAlarm.add(delayMs - this.retryLookaheadMs);
         this.retryAlarm.add(delayMs);
       },
@@ -148,8 +158,14 @@ export class ClaimLoop<TTx> {
     // machine the cycle then in progress started one up to 132 ms late.
     const retryWaiting = this.retryDue || this.retryAlarm.pending;
     const budget = this.#followerCycleBudgetMs;
-    if (ms > (retryWaiting ? budget / 2 : budget)) this.#followers = Math.floor(before / 2);
-    else if (ms < budget / 2 && !retryWaiting) this.#followers = Math.min(this.#maxFollowers, Math.max(1, before * 2));
+    // No retry of this loop lately: long cycles hold up no retried head, and under CPU contention (several workers on
+    // few cores) they are long whatever the count; halving it then only made claims smaller and more numerous (4
+    // processes on 2 cores: followers fell to 0-2, 0.72x the rate of one process, 0.98x without the halving).
+    const watching = retryWaiting || performance.now() - this.#retryScheduledAt < budget * RETRY_WATCH_BUDGETS;
+    const grow = () => Math.min(this.#maxFollowers, Math.max(1, before * 2));
+    if (!watching) this.#followers = grow();
+    else if (ms > (retryWaiting ? budget / 2 : budget)) this.#followers = Math.floor(before / 2);
+    else if (ms < budget / 2 && !retryWaiting) this.#followers = grow();
     if (this.#followers !== before)
       this.#logger.debug('followers per keyed head changed', {
         owner: this.owner,
@@ -163,9 +179,11 @@ export class ClaimLoop<TTx> {
    * Followers per keyed head for this loop's next claim. Each brings up to that many rows a head, which makes the claim
    * and the turns that launch it longer: a retried head due meanwhile waits for them and for the claim after them (on a
    * loaded 2-core machine, cycles of 500 heads with 9 followers each took 600-770 ms, and retries due 500 ms after the
-   * failure started 120-320 ms late). So the count follows the cycles: halved after one over the budget, doubled after
-   * one under half of it, between 0 and `DispatcherOptions.followers`; while a retry of this loop waits, halved after
-   * one over half the budget and never doubled.
+   * failure started 120-320 ms late). So the count starts at 1 and, once this loop has scheduled a retry (for
+   * `RETRY_WATCH_BUDGETS` budgets after), follows the cycles: halved after one over the budget, doubled after one under
+   * half of it, between 0 and `DispatcherOptions.followers`; while a retry of this loop waits, halved after one over
+   * half the budget and never doubled. Otherwise it doubles after every cycle: the first failure after a quiet spell
+   * may wait for the cycle then in progress.
    */
   get followersNow(): number {
     return this.#followers;

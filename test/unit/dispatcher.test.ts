@@ -590,38 +590,71 @@ describe('dispatcher: claim loops', () => {
 });
 
 describe('dispatcher: followers per claim', () => {
-  it('start at one, double while claim cycles stay under half the budget, halve after one over it', async (t) => {
-    // The budget is half the soonest first retry of a handler (100 ms, no jitter): 50 ms.
-    let slow = false;
-    const asked: { followers: number | undefined; slow: boolean }[] = [];
+  it('start at one and double to the most while no retry was scheduled, however long the claim cycles take', async (t) => {
+    // The budget is half the soonest first retry of a handler (100 ms, no jitter): 50 ms; these claims take 80.
+    const asked: (number | undefined)[] = [];
     const { bus } = harness(
       t,
       { followers: 8, concurrency: 4, batchSize: 2 },
       {
         async claim(params: ClaimParams) {
-          asked.push({ followers: params.followers, slow });
-          if (slow) await pause(80);
+          asked.push(params.followers);
+          await pause(80);
           return [];
         },
       },
     );
     bus.on(Order, 'order-a', { backoff: { initialDelayMs: 100 } }, () => {});
     await bus.start();
-    await waitFor(() => asked.filter((a) => a.followers === 8).length >= 2, 'claims asking for all 8 followers');
-    assert.deepEqual(
-      asked.slice(0, 4).map((a) => a.followers),
-      [1, 2, 4, 8],
+    await waitFor(() => asked.length >= 7, 'seven claims');
+    assert.deepEqual(asked.slice(0, 7), [1, 2, 4, 8, 8, 8, 8]);
+  });
+
+  it('after a retry, halve after each cycle over the budget until the retry is twenty budgets old, then double again', async (t) => {
+    // Budget 50 ms (a first retry of 100 ms, no jitter): the loop watches its cycles for 1 s after the retry.
+    let slowSince = Number.POSITIVE_INFINITY;
+    const asked: { followers: number | undefined; at: number }[] = [];
+    let inner: Store<MemoryTransaction> | undefined;
+    const record = async (params: ClaimParams) => {
+      const at = performance.now();
+      asked.push({ followers: params.followers, at });
+      if (at > slowSince) await pause(80);
+    };
+    const { bus, memory, publish } = harness(
+      t,
+      { followers: 8, concurrency: 4, batchSize: 2 },
+      {
+        async claim(params: ClaimParams) {
+          await record(params);
+          return inner!.claim(params);
+        },
+        async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
+          await record(params);
+          return inner!.completeAndClaim(leases, params);
+        },
+      },
     );
-    slow = true;
-    await waitFor(() => asked.some((a) => a.slow && a.followers === 0), 'a slow claim asking for none');
-    const whileSlow = asked.filter((a) => a.slow).map((a) => a.followers);
-    assert.deepEqual(whileSlow.slice(0, 5), [8, 4, 2, 1, 0]);
-    slow = false;
-    const back = asked.length;
-    await waitFor(() => asked.slice(back).some((a) => a.followers === 8), 'back to 8 followers');
+    inner = memory;
+    bus.on(Order, 'fails', { backoff: { initialDelayMs: 100 } }, () => {
+      throw new Error('fails');
+    });
+    let failedAt = 0;
+    bus.lifecycle.on('failed', () => {
+      failedAt ||= performance.now();
+    });
+    // Claims are fast until the count is 8, then the handler fails (its retry is scheduled) and every claim is slow.
+    await bus.start();
+    await waitFor(() => asked.some((a) => a.followers === 8), 'all 8 followers');
+    slowSince = performance.now();
+    await publish(1, 'k');
+    await waitFor(() => failedAt > 0, 'the failure');
+    await waitFor(() => asked.some((a) => a.at > failedAt + 1_100 && a.followers === 8), 'all 8 again, still slow');
+    const watched = asked.filter((a) => a.at > failedAt + 300 && a.at < failedAt + 900).map((a) => a.followers);
+    assert.ok(watched.length >= 3, `slow claims watched: ${watched.length}`);
     assert.deepEqual(
-      asked.slice(back, back + 5).map((a) => a.followers),
-      [0, 1, 2, 4, 8],
+      watched,
+      watched.map(() => 0),
+      'halved to none while the retry was recent',
     );
   });
 
