@@ -41,10 +41,12 @@ export interface CompletionBatcherOptions {
 /**
  * A completion waiting for its write: told once, `resolve` (`true` completed, `false` lease lost) or `reject` (the
  * write failed for good). A run that finished at once is its own waiter (`enqueue`): no promise per delivery.
+ * `maybeCommitted`: refused after an earlier write of it failed (a retried write, a claim that carried it and failed),
+ * which may have committed before its answer was lost; the delivery is then gone either way, done or run elsewhere.
  */
 export interface CompletionWaiter {
   readonly lease: DeliveryLease;
-  resolve(completed: boolean): void;
+  resolve(completed: boolean, maybeCommitted: boolean): void;
   reject(error: unknown): void;
 }
 
@@ -75,6 +77,8 @@ export class CompletionBatcher {
   #closedWhileHeld = false;
   /** Completions taken by a claim that has not settled or given them back yet. */
   #riding = false;
+  /** Waiters an earlier write of which failed: it may have committed (see `CompletionWaiter.resolve`). */
+  readonly #triedBefore = new WeakSet<CompletionWaiter>();
 
   constructor(options: CompletionBatcherOptions) {
     this.#options = options;
@@ -85,7 +89,10 @@ export class CompletionBatcher {
     return this.#waiting.length;
   }
 
-  /** Complete one delivery; resolves `true` when it was deleted, `false` when its lease was lost. */
+  /**
+   * Complete one delivery; resolves `true` when it was deleted, `false` when its lease was lost (or, after a failed
+   * write, when that write had deleted it: `enqueue` tells the two apart where it can).
+   */
   complete(lease: DeliveryLease): Promise<boolean> {
     return new Promise<boolean>((resolve, reject) => this.enqueue({ lease, resolve, reject }));
   }
@@ -139,13 +146,14 @@ export class CompletionBatcher {
       leases: batch.map((item) => item.lease),
       settle: (results) => {
         this.#riding = false;
-        this.#tell(batch, (item, index) => item.resolve(results[index] === true));
+        this.#resolve(batch, results);
         // In order, a window that closed meanwhile wrote nothing: a new one, so the next claim can carry what waits.
         if (this.#waiting.length > 0 && this.#timer === undefined) this.#openWindow();
       },
       giveBack: () => {
         this.#riding = false;
-        // Older than what waits: first.
+        // Older than what waits: first. The claim may have committed before it failed.
+        for (const item of batch) this.#triedBefore.add(item);
         this.#waiting.unshift(...batch);
         this.#writeNow();
       },
@@ -213,6 +221,14 @@ export class CompletionBatcher {
     });
   }
 
+  /** Tell each waiter of a batch its result, and whether an earlier write of a refused one may have committed it. */
+  #resolve(batch: readonly CompletionWaiter[], results: readonly boolean[]): void {
+    this.#tell(batch, (item, index) => {
+      const completed = results[index] === true;
+      item.resolve(completed, !completed && this.#triedBefore.has(item));
+    });
+  }
+
   async #write(batch: readonly CompletionWaiter[]): Promise<void> {
     const delays = this.#options.retryDelaysMs ?? DEFAULT_RETRY_DELAYS_MS;
     const leases = batch.map((item) => item.lease);
@@ -224,7 +240,7 @@ export class CompletionBatcher {
             `store.completeMany returned ${Array.isArray(results) ? results.length : typeof results} results for ${batch.length} leases`,
           );
         }
-        this.#tell(batch, (item, index) => item.resolve(results[index] === true));
+        this.#resolve(batch, results);
         if (nextDue) this.#options.onNextDue?.();
         return;
       } catch (error) {
@@ -246,6 +262,7 @@ export class CompletionBatcher {
           retryInMs: delay,
           error: describeError(error),
         });
+        for (const item of batch) this.#triedBefore.add(item);
         await new Promise((resolve) => setTimeout(resolve, delay));
       }
     }

@@ -507,16 +507,23 @@ async function completeThroughBatcher<TTx>(
   started: number,
 ): Promise<RunOutcome> {
   if (run.leaseLost) return 'lease-lost';
-  let completed: boolean;
+  let answer: { completed: boolean; maybeCommitted: boolean };
   try {
-    const completion = deps.batcher.complete(run.lease);
+    const completion = new Promise<typeof answer>((resolve, reject) =>
+      deps.batcher.enqueue({
+        lease: run.lease,
+        resolve: (completed, maybeCommitted) => resolve({ completed, maybeCommitted }),
+        reject,
+      }),
+    );
     // Queued before the next delivery of this key starts, so its completion is never written in an earlier batch.
     deps.succeeded?.(run);
-    completed = await completion;
+    answer = await completion;
   } catch (error) {
     return unrecorded(run, deps, 'complete', error);
   }
-  return completedOutcome(run, deps, completed, started);
+  if (answer.maybeCommitted) return confirmedOutcome(run, deps, started);
+  return completedOutcome(run, deps, answer.completed, started);
 }
 
 /** What a completion through the batcher ends the run with: delivered, or its lease was lost. */
@@ -530,6 +537,41 @@ function completedOutcome<TTx>(
     reportLeaseLost(run, 'outcome', deps);
     return 'lease-lost';
   }
+  return delivered(run, deps, msSince(started));
+}
+
+/**
+ * A completion refused after an earlier write of it failed (the connection dropped): that write may have committed
+ * before its answer was lost. The delivery still pending means the lease was lost (it runs again elsewhere); gone,
+ * it is done (this write's first try, or another worker's run after a takeover), and this run delivered it.
+ */
+async function confirmedOutcome<TTx>(
+  run: RunningDelivery<TTx>,
+  deps: RunnerDeps<TTx>,
+  started: number,
+): Promise<RunOutcome> {
+  const { eventId, handler } = run.info;
+  let pending: boolean;
+  try {
+    const page = await deps.store.listDeliveries({ eventId, handler, limit: 1 });
+    pending = page.items.some((d) => d.id === run.claimed.id && (d.status === 'pending' || d.status === 'processing'));
+  } catch (error) {
+    deps.logger.warn(
+      'could not look up a delivery whose completion was refused after a failed write; taken as a lost lease',
+      {
+        deliveryId: run.claimed.id,
+        handler,
+        error: describeError(error),
+      },
+    );
+    pending = true;
+  }
+  if (pending) return completedOutcome(run, deps, false, started);
+  deps.logger.info('completion confirmed: an earlier write committed it before its answer was lost', {
+    deliveryId: run.claimed.id,
+    handler,
+    lane: run.lane,
+  });
   return delivered(run, deps, msSince(started));
 }
 
@@ -669,7 +711,23 @@ class BatchedCompletion<TTx> implements CompletionWaiter {
     this.#started = started;
   }
 
-  resolve(completed: boolean): void {
+  resolve(completed: boolean, maybeCommitted: boolean): void {
+    if (maybeCommitted) {
+      // Rare (a write cut by an outage): a lookup decides, and the run ends when it has.
+      confirmedOutcome(this.#run, this.#deps, this.#started)
+        .catch((error): RunOutcome => {
+          reportUnexpected(this.#run, this.#deps, error);
+          return 'unrecorded';
+        })
+        .then((outcome) => endWith(this.#run, this.#deps, outcome))
+        .catch((error) =>
+          this.#deps.logger.error('ending a run after its completion failed unexpectedly', {
+            deliveryId: this.lease.deliveryId,
+            error: describeError(error),
+          }),
+        );
+      return;
+    }
     let outcome: RunOutcome;
     try {
       outcome = completedOutcome(this.#run, this.#deps, completed, this.#started);
