@@ -542,8 +542,9 @@ function completedOutcome<TTx>(
 
 /**
  * A completion refused after an earlier write of it failed (the connection dropped): that write may have committed
- * before its answer was lost. The delivery still pending means the lease was lost (it runs again elsewhere); gone,
- * it is done (this write's first try, or another worker's run after a takeover), and this run delivered it.
+ * before its answer was lost. The delivery still there (pending, or buried by a takeover) means the lease was lost
+ * and this result is dropped; gone (or kept as completed history), it is done: by this completion's earlier write, or
+ * by another worker's run after a takeover, and this run delivered it.
  */
 async function confirmedOutcome<TTx>(
   run: RunningDelivery<TTx>,
@@ -551,10 +552,10 @@ async function confirmedOutcome<TTx>(
   started: number,
 ): Promise<RunOutcome> {
   const { eventId, handler } = run.info;
-  let pending: boolean;
+  let stillThere: boolean;
   try {
     const page = await deps.store.listDeliveries({ eventId, handler, limit: 1 });
-    pending = page.items.some((d) => d.id === run.claimed.id && (d.status === 'pending' || d.status === 'processing'));
+    stillThere = page.items.some((d) => d.id === run.claimed.id && d.status !== 'completed');
   } catch (error) {
     deps.logger.warn(
       'could not look up a delivery whose completion was refused after a failed write; taken as a lost lease',
@@ -564,14 +565,17 @@ async function confirmedOutcome<TTx>(
         error: describeError(error),
       },
     );
-    pending = true;
+    stillThere = true;
   }
-  if (pending) return completedOutcome(run, deps, false, started);
-  deps.logger.info('completion confirmed: an earlier write committed it before its answer was lost', {
-    deliveryId: run.claimed.id,
-    handler,
-    lane: run.lane,
-  });
+  if (stillThere) return completedOutcome(run, deps, false, started);
+  deps.logger.info(
+    'completion confirmed: the delivery is done (an earlier write committed before its answer was lost)',
+    {
+      deliveryId: run.claimed.id,
+      handler,
+      lane: run.lane,
+    },
+  );
   return delivered(run, deps, msSince(started));
 }
 
