@@ -14,7 +14,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
-import { parseArgs } from 'node:util';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ensureBuild } from './lib/build.js';
 import { CONTENDER_NAMES, loadContender } from './contenders/index.js';
 import { settingsOf, type Contender } from './lib/types.js';
@@ -198,7 +198,7 @@ const PLANS: Record<'quick' | 'full', Plan> = {
   },
 };
 
-const { values: args } = parseArgs({
+const { values: args } = parseArgsOrExit({
   options: {
     mode: { type: 'string', default: 'quick' },
     reps: { type: 'string' },
@@ -214,8 +214,39 @@ const { values: args } = parseArgs({
     out: { type: 'string' },
     'no-build': { type: 'boolean', default: false },
     plan: { type: 'boolean', default: false }, // print the plan's cells and entries, run nothing
+    help: { type: 'boolean', short: 'h', default: false },
   },
 });
+
+/** parseArgs, with a one-line error and the hint to --help instead of a stack trace on a bad option. */
+function parseArgsOrExit<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
+  try {
+    return parseArgs(config);
+  } catch (error) {
+    console.error(`bench: ${(error as Error).message} (see --help)`);
+    process.exit(2);
+  }
+}
+
+if (args.help) {
+  console.log(`usage: node --import tsx bench/run.ts [options]   (bench/README.md explains every cell and rule)
+  --mode quick|full          the plan to run (default quick; npm run bench:quick also rewrites the README section)
+  --reps <n>                 repetitions of every cell, interleaved
+  --scenarios <list>         publish,dispatch,mixed,liveness (default: all four)
+  --contenders <list>        ${CONTENDER_NAMES.join(', ')}
+  --variants <list>          narrow the chosen contenders' variants (and publish variants)
+  --deliveries <n>           ad hoc: one dispatch cell of n deliveries instead of the plan's
+  --dispatchers <list>       ad hoc: dispatcher process counts, e.g. 1,2,4 (default 1)
+  --keyed natural|both|yes|no  keyed or unkeyed workloads in ad hoc runs (default natural)
+  --sweep                    ad hoc: add the peers' sweep points
+  --handler noop|yield       ad hoc handler (dispatch default noop; liveness default yield)
+  --arms <list>              liveness arms, comma-separated
+  --out <name|path>          results file names (default results/<mode> or results/adhoc)
+  --no-build                 refuse a stale dist/ instead of building
+  --plan                     print the cells and entries, run nothing
+environment: BENCH_DATABASE, BENCH_KEEP_SCHEMA=1, BENCH_DEBUG=1, BENCH_CPU_PROF=<dir>, BENCH_DISPATCHER_FLAGS`);
+  process.exit(0);
+}
 
 const mode = args.mode === 'full' ? 'full' : 'quick';
 const base = PLANS[mode];
