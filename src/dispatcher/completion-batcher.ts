@@ -5,7 +5,7 @@ import type { DeliveryLease, Store } from '../store/contract.js';
 /**
  * Groups completions. Every handler that succeeds asks for its delivery to be completed; those
  * asking within `windowMs` of the first one are written by a single `store.completeMany` (one
- * statement on Postgres). Each caller gets its own fenced result: `true` = completed, `false` =
+ * statement on Postgres). Each caller gets its own fenced answer (`CompletionAnswer`): completed, or
  * the lease was lost (the delivery belongs to another worker now; never retried here).
  *
  * A failed write (the database is unreachable) is retried a few times with short pauses, then
@@ -39,14 +39,20 @@ export interface CompletionBatcherOptions {
 }
 
 /**
- * A completion waiting for its write: told once, `resolve` (`true` completed, `false` lease lost) or `reject` (the
- * write failed for good). A run that finished at once is its own waiter (`enqueue`): no promise per delivery.
- * `maybeCommitted`: refused after an earlier write of it failed (a retried write, a claim that carried it and failed),
- * which may have committed before its answer was lost; the delivery is then gone either way, done or run elsewhere.
+ * How a completion's write went: `completed` (deleted), `lease-lost` (refused: the delivery is another worker's), or
+ * `unconfirmed`: refused after an earlier write of it failed (a retried write, a claim that carried it and failed),
+ * which may have committed before its answer was lost; the delivery is gone either way, done or run elsewhere, and
+ * only a lookup tells which.
+ */
+export type CompletionAnswer = 'completed' | 'lease-lost' | 'unconfirmed';
+
+/**
+ * A completion waiting for its write: told once, `resolve` or `reject` (the write failed for good). A run that
+ * finished at once is its own waiter (`enqueue`): no promise per delivery.
  */
 export interface CompletionWaiter {
   readonly lease: DeliveryLease;
-  resolve(completed: boolean, maybeCommitted: boolean): void;
+  resolve(answer: CompletionAnswer): void;
   reject(error: unknown): void;
 }
 
@@ -89,12 +95,9 @@ export class CompletionBatcher {
     return this.#waiting.length;
   }
 
-  /**
-   * Complete one delivery; resolves `true` when it was deleted, `false` when its lease was lost (or, after a failed
-   * write, when that write had deleted it: `enqueue` tells the two apart where it can).
-   */
-  complete(lease: DeliveryLease): Promise<boolean> {
-    return new Promise<boolean>((resolve, reject) => this.enqueue({ lease, resolve, reject }));
+  /** Complete one delivery; resolves with how its write went. */
+  complete(lease: DeliveryLease): Promise<CompletionAnswer> {
+    return new Promise<CompletionAnswer>((resolve, reject) => this.enqueue({ lease, resolve, reject }));
   }
 
   /** Complete one delivery and tell `waiter` how it went (as `complete`, without a promise). */
@@ -221,11 +224,10 @@ export class CompletionBatcher {
     });
   }
 
-  /** Tell each waiter of a batch its result, and whether an earlier write of a refused one may have committed it. */
+  /** Tell each waiter of a batch its answer: a refused one that an earlier write may have committed is unconfirmed. */
   #resolve(batch: readonly CompletionWaiter[], results: readonly boolean[]): void {
     this.#tell(batch, (item, index) => {
-      const completed = results[index] === true;
-      item.resolve(completed, !completed && this.#triedBefore.has(item));
+      item.resolve(results[index] === true ? 'completed' : this.#triedBefore.has(item) ? 'unconfirmed' : 'lease-lost');
     });
   }
 

@@ -5,7 +5,7 @@ import { MAX_RETRY_LOOKAHEAD_MS } from '../core/limits.js';
 import { describeError, type Logger } from '../core/logger.js';
 import { decideRetry } from '../core/retry-policy.js';
 import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
-import type { CompletionBatcher, CompletionWaiter } from './completion-batcher.js';
+import type { CompletionAnswer, CompletionBatcher, CompletionWaiter } from './completion-batcher.js';
 
 /**
  * Runs one claimed delivery's handler and turns what happened into exactly one store write:
@@ -507,37 +507,29 @@ async function completeThroughBatcher<TTx>(
   started: number,
 ): Promise<RunOutcome> {
   if (run.leaseLost) return 'lease-lost';
-  let answer: { completed: boolean; maybeCommitted: boolean };
+  let answer: CompletionAnswer;
   try {
-    const completion = new Promise<typeof answer>((resolve, reject) =>
-      deps.batcher.enqueue({
-        lease: run.lease,
-        resolve: (completed, maybeCommitted) => resolve({ completed, maybeCommitted }),
-        reject,
-      }),
-    );
+    const completion = deps.batcher.complete(run.lease);
     // Queued before the next delivery of this key starts, so its completion is never written in an earlier batch.
     deps.succeeded?.(run);
     answer = await completion;
   } catch (error) {
     return unrecorded(run, deps, 'complete', error);
   }
-  if (answer.maybeCommitted) return confirmedOutcome(run, deps, started);
-  return completedOutcome(run, deps, answer.completed, started);
+  return answeredOutcome(run, deps, answer, started);
 }
 
-/** What a completion through the batcher ends the run with: delivered, or its lease was lost. */
-function completedOutcome<TTx>(
+/** What a completion through the batcher ends the run with: delivered, its lease was lost, or a lookup decides. */
+function answeredOutcome<TTx>(
   run: RunningDelivery<TTx>,
   deps: RunnerDeps<TTx>,
-  completed: boolean,
+  answer: CompletionAnswer,
   started: number,
-): RunOutcome {
-  if (!completed) {
-    reportLeaseLost(run, 'outcome', deps);
-    return 'lease-lost';
-  }
-  return delivered(run, deps, msSince(started));
+): RunOutcome | Promise<RunOutcome> {
+  if (answer === 'completed') return delivered(run, deps, msSince(started));
+  if (answer === 'unconfirmed') return confirmedOutcome(run, deps, started);
+  reportLeaseLost(run, 'outcome', deps);
+  return 'lease-lost';
 }
 
 /**
@@ -567,7 +559,7 @@ async function confirmedOutcome<TTx>(
     );
     stillThere = true;
   }
-  if (stillThere) return completedOutcome(run, deps, false, started);
+  if (stillThere) return answeredOutcome(run, deps, 'lease-lost', started);
   deps.logger.info(
     'completion confirmed: the delivery is done (an earlier write committed before its answer was lost)',
     {
@@ -715,26 +707,10 @@ class BatchedCompletion<TTx> implements CompletionWaiter {
     this.#started = started;
   }
 
-  resolve(completed: boolean, maybeCommitted: boolean): void {
-    if (maybeCommitted) {
-      // Rare (a write cut by an outage): a lookup decides, and the run ends when it has.
-      confirmedOutcome(this.#run, this.#deps, this.#started)
-        .catch((error): RunOutcome => {
-          reportUnexpected(this.#run, this.#deps, error);
-          return 'unrecorded';
-        })
-        .then((outcome) => endWith(this.#run, this.#deps, outcome))
-        .catch((error) =>
-          this.#deps.logger.error('ending a run after its completion failed unexpectedly', {
-            deliveryId: this.lease.deliveryId,
-            error: describeError(error),
-          }),
-        );
-      return;
-    }
-    let outcome: RunOutcome;
+  resolve(answer: CompletionAnswer): void {
+    let outcome: RunOutcome | Promise<RunOutcome>;
     try {
-      outcome = completedOutcome(this.#run, this.#deps, completed, this.#started);
+      outcome = answeredOutcome(this.#run, this.#deps, answer, this.#started);
     } catch (error) {
       // The run must end all the same: stop() waits for it.
       reportUnexpected(this.#run, this.#deps, error);

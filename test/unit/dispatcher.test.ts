@@ -745,7 +745,8 @@ describe('dispatcher: completion batcher', () => {
       batcher.complete(lease('2')),
       batcher.complete(lease('3')),
     ]);
-    assert.deepEqual(results, [true, false, true]);
+    // Refused by the retry: the failed first attempt may have deleted it.
+    assert.deepEqual(results, ['completed', 'unconfirmed', 'completed']);
     assert.equal(attempts, 2);
   });
 
@@ -783,7 +784,7 @@ describe('dispatcher: completion batcher', () => {
     assert.deepEqual(writes, [['1']]);
     const flushed = batcher.flush();
     gates[0]!.resolve();
-    assert.equal(await first, true);
+    assert.equal(await first, 'completed');
     await waitFor(() => writes.length === 2, 'the second write');
     assert.deepEqual(writes[1], ['2', '3', '4']);
     let flushDone = false;
@@ -792,7 +793,7 @@ describe('dispatcher: completion batcher', () => {
     assert.equal(flushDone, false, 'flush waits for the write of what waited');
     gates[1]!.resolve();
     await flushed;
-    assert.deepEqual(await Promise.all(later), [true, true, true]);
+    assert.deepEqual(await Promise.all(later), ['completed', 'completed', 'completed']);
     assert.equal(mostInFlight, 1);
   });
 
@@ -820,7 +821,7 @@ describe('dispatcher: completion batcher', () => {
       ['3', '4'],
     ]);
     gate.resolve();
-    assert.deepEqual(await Promise.all(all), [true, true, true, true]);
+    assert.deepEqual(await Promise.all(all), ['completed', 'completed', 'completed', 'completed']);
   });
 
   it('in order (followers): one write at a time, none beside it at maxBatchSize, and no claim takes what waits meanwhile', async () => {
@@ -852,7 +853,7 @@ describe('dispatcher: completion batcher', () => {
     await waitFor(() => writes.length === 2, 'the second write');
     assert.deepEqual(writes[1], ['2', '3']);
     gates[1]!.resolve();
-    assert.deepEqual(await Promise.all(all), [true, true, true]);
+    assert.deepEqual(await Promise.all(all), ['completed', 'completed', 'completed']);
   });
 
   it('in order (followers): no write of its own while a claim carries earlier completions; the next claim takes it', async () => {
@@ -863,7 +864,7 @@ describe('dispatcher: completion batcher', () => {
     await pause(10);
     assert.deepEqual(writes, [], 'its window closed while the claim was out: nothing written');
     riding!.settle([true, true]);
-    assert.deepEqual(await Promise.all(earlier), [true, true]);
+    assert.deepEqual(await Promise.all(earlier), ['completed', 'completed']);
     const next = batcher.take();
     assert.deepEqual(
       next?.leases.map((item) => item.deliveryId),
@@ -871,7 +872,7 @@ describe('dispatcher: completion batcher', () => {
       'the next claim carries it',
     );
     next!.giveBack(); // that claim failed: a write of its own
-    assert.equal(await later, true);
+    assert.equal(await later, 'completed');
     assert.deepEqual(writes, [['3']]);
   });
 
@@ -881,8 +882,32 @@ describe('dispatcher: completion batcher', () => {
     const riding = batcher.take();
     const since = batcher.complete(lease('2'));
     riding!.giveBack();
-    assert.deepEqual(await Promise.all([taken, since]), [true, true]);
+    assert.deepEqual(await Promise.all([taken, since]), ['completed', 'completed']);
     assert.deepEqual(writes, [['1', '2']]);
+  });
+
+  it('a refusal after a write of it failed is unconfirmed (that write may have committed); a first refusal is a lost lease', async () => {
+    // The store refuses every lease: as if the failed claim, or the failed first attempt, had deleted them.
+    let attempts = 0;
+    const batcher = new CompletionBatcher({
+      store: {
+        completeMany: async (leases) => {
+          attempts += 1;
+          if (attempts === 2) throw new StoreUnavailableError('cut', { retryable: true });
+          return leases.map(() => false);
+        },
+      },
+      windowMs: 0,
+      retryDelaysMs: [1],
+      now: () => undefined,
+      logger: noopLogger,
+    });
+    const carried = batcher.complete(lease('1'));
+    batcher.take()!.giveBack();
+    assert.equal(await carried, 'unconfirmed', 'given back by a failed claim');
+    assert.equal(await batcher.complete(lease('2')), 'unconfirmed', 'its first write failed, the retry refused it');
+    assert.equal(await batcher.complete(lease('3')), 'lease-lost', 'refused by its only write');
+    assert.equal(attempts, 4);
   });
 
   it('held, a closing window writes nothing: the next claim takes it all, or unhold writes it', async () => {
@@ -898,7 +923,7 @@ describe('dispatcher: completion batcher', () => {
       'the claim carries them',
     );
     riding!.settle([true, true]);
-    assert.deepEqual(await Promise.all(taken), [true, true]);
+    assert.deepEqual(await Promise.all(taken), ['completed', 'completed']);
     batcher.complete(lease('3'));
     await pause(20);
     assert.deepEqual(writes, [['3']], 'take ended the hold: the next window writes');
@@ -907,7 +932,7 @@ describe('dispatcher: completion batcher', () => {
     await pause(20);
     assert.deepEqual(writes, [['3']]);
     batcher.unhold();
-    assert.equal(await late, true);
+    assert.equal(await late, 'completed');
     assert.deepEqual(writes, [['3'], ['4']], 'unhold writes what a closed window left');
   });
 
