@@ -96,6 +96,7 @@ export type {
   LaneView,
   ExtendLeaseParams,
   ExtendLeaseResult,
+  ForgetInFlightParams,
   HandlerStatistics,
   ListDeliveriesParams,
   Page,

@@ -256,6 +256,7 @@ const STORE_METHODS = [
   'claim',
   'completeAndClaim',
   'extendLease',
+  'forgetInFlight',
   'completeMany',
   'complete',
   'reschedule',

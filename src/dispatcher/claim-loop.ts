@@ -90,6 +90,11 @@ export class ClaimLoop<TTx> {
   runsEnded = 0;
   /** When the first of the current run of failed claims happened. */
   failingSince = 0;
+  /**
+   * A claim of this loop failed: it may have recorded deliveries in flight before its answer was lost, so before the
+   * next claim the store forgets every one this dispatcher does not hold (`Store.forgetInFlight`).
+   */
+  mustForget = false;
   /** The running loop, once started. */
   done: Promise<void> = Promise.resolve();
   /**

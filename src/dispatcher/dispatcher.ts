@@ -373,6 +373,13 @@ export class Dispatcher<TTx> {
         await loop.wakeup.wait(options.pollIntervalMs);
         continue;
       }
+      if (loop.mustForget) {
+        const failed = await this.#forgetUnheld(loop);
+        if (failed !== undefined) {
+          await this.#retryClaimAfter(loop, failed.error);
+          continue;
+        }
+      }
       // A slot is a running handler: a run whose handler returned and that only waits for its outcome
       // write (the completion batch) does not hold one, so the next claim overlaps that write. Those
       // waiting runs are bounded too, to one more `concurrency` (or what the loops' claims bring with their followers,
@@ -427,6 +434,7 @@ export class Dispatcher<TTx> {
           }
         } catch (error) {
           riding?.giveBack();
+          loop.mustForget = true;
           loop.freeLanesScannedAt = undefined;
           await this.#retryClaimAfter(loop, error);
           continue;
@@ -563,6 +571,29 @@ export class Dispatcher<TTx> {
       await sleep(delayMs, undefined, { signal: this.#stopSignal.signal });
     } catch {
       // stop() ended the wait
+    }
+  }
+
+  /**
+   * After a failed claim of `loop`: have the store forget the deliveries in its lanes' in-flight lists that this
+   * dispatcher does not hold (that claim may have recorded them before its answer was lost). Its failure, if it failed.
+   */
+  async #forgetUnheld(loop: ClaimLoop<TTx>): Promise<{ error: unknown } | undefined> {
+    const holding: string[] = [];
+    for (const run of this.#running.keys()) holding.push(run.claimed.id);
+    for (const { delivery } of [...this.#waiting.values(), ...this.#ready]) holding.push(delivery.id);
+    for (const lease of this.#toRelease) holding.push(lease.deliveryId);
+    try {
+      const forgotten = await this.#config.store.forgetInFlight({ owner: loop.owner, holding });
+      loop.mustForget = false;
+      if (forgotten > 0)
+        this.#config.logger.info('deliveries a failed claim had recorded in flight are claimable again', {
+          owner: loop.owner,
+          forgotten,
+        });
+      return undefined;
+    } catch (error) {
+      return { error };
     }
   }
 
@@ -859,7 +890,11 @@ export class Dispatcher<TTx> {
     );
     try {
       let lanes = 0;
-      for (const loop of this.#loops) lanes += await store.relinquish(loop.owner);
+      for (const loop of this.#loops) {
+        // What a failed claim may have recorded would keep its lane from being handed back.
+        if (loop.mustForget) await this.#forgetUnheld(loop);
+        lanes += await store.relinquish(loop.owner);
+      }
       logger.info('dispatcher stopped', {
         owner: this.owner,
         drained: drained === 'drained',

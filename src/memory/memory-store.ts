@@ -42,6 +42,7 @@ import type {
   DeliveryStatus,
   DeliveryView,
   ExtendLeaseParams,
+  ForgetInFlightParams,
   ExtendLeaseResult,
   HandlerStatistics,
   ListDeliveriesParams,
@@ -74,6 +75,7 @@ import {
   validateBury,
   validateClaim,
   validateExtendLease,
+  validateForgetInFlight,
   validateList,
   validatePublish,
   validatePurge,
@@ -738,6 +740,22 @@ class MemoryStore implements Store<MemoryTransaction> {
   }
 
   // ----- lease renewal -----------------------------------------------------------------------
+
+  async forgetInFlight(params: ForgetInFlightParams): Promise<number> {
+    this.#assertOpen();
+    validateForgetInFlight(params);
+    const holding = new Set(params.holding);
+    let forgotten = 0;
+    for (const lane of this.#lanesOwnedBy(params.owner)) {
+      const { inFlight } = this.#lanes[lane]!;
+      for (const id of inFlight) {
+        if (holding.has(id)) continue;
+        inFlight.delete(id);
+        if (this.#deliveries.get(id)?.status === 'pending') forgotten += 1;
+      }
+    }
+    return forgotten;
+  }
 
   async extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult> {
     this.#assertOpen();

@@ -17,6 +17,7 @@ import type {
   DeliveryLease,
   DeliveryView,
   ExtendLeaseParams,
+  ForgetInFlightParams,
   ExtendLeaseResult,
   HandlerStatistics,
   ListDeliveriesParams,
@@ -47,6 +48,7 @@ import {
   validateBury,
   validateClaim,
   validateExtendLease,
+  validateForgetInFlight,
   validateList,
   validatePublish,
   validatePurge,
@@ -60,6 +62,7 @@ import { withTotals } from '../store/statistics.js';
 import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
 import { KeyWalkCursors } from './key-walk-cursors.js';
+import { FailedClaims } from './failed-claims.js';
 import { RetryProbes } from './retry-probes.js';
 import { claimedTuples, type RowOf } from './rows.js';
 import { setupPostgres } from './setup.js';
@@ -369,6 +372,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const statements = loadStatements(schema);
   const walks = new KeyWalkCursors();
   const probes = new RetryProbes();
+  const failedClaims = new FailedClaims();
   /** Owners whose last claim claimed and completed nothing (see claimCycle). */
   const idleOwners = new Set<string>();
   /** Lanes each owner's last claim that took any took in all: its next claim's first round (`acquireRounds`). */
@@ -424,6 +428,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
    */
   async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
     const { owner, handlers, limit, leaseDurationMs } = params;
+    failedClaims.throwHidden(owner);
     const now = iso(params.now);
     const lookaheadMs = params.retryLookaheadMs ?? 0;
     /**
@@ -497,13 +502,22 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const claimOnce = light
         ? (w: number) => claimLightOnce(w, take)
         : (w: number, c: readonly ParsedLease[]) => claimHeldOnce(w, c, take);
-      const first = await claimOnce(want, complete);
-      if (first.skippedLanes === 0 || first.heads >= want) return first;
-      // Held lanes changed while the claim waited for them (a renewal, a reschedule, another loop of this owner): it
-      // left them alone rather than trust its older snapshot. Ask them again at once, or their due work would wait
-      // for the next wake-up or poll.
-      const again = await claimOnce(want - first.heads, []);
-      return { ...first, claimedRows: [...first.claimedRows, ...again.claimedRows], heads: first.heads + again.heads };
+      try {
+        const first = await claimOnce(want, complete);
+        if (first.skippedLanes === 0 || first.heads >= want) return first;
+        // Held lanes changed while the claim waited for them (a renewal, a reschedule, another loop of this owner): it
+        // left them alone rather than trust its older snapshot. Ask them again at once, or their due work would wait
+        // for the next wake-up or poll.
+        const again = await claimOnce(want - first.heads, []);
+        return {
+          ...first,
+          claimedRows: [...first.claimedRows, ...again.claimedRows],
+          heads: first.heads + again.heads,
+        };
+      } catch (error) {
+        failedClaims.failed(owner, take);
+        throw error;
+      }
     };
     const acquire = (take: number, prefer: readonly number[] = params.preferLanes ?? []) =>
       runOwned<RowOf<'acquire-lanes'>>('acquire-lanes', [
@@ -561,8 +575,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       try {
         await acquireAndClaim(true);
       } catch (error) {
-        // As below: what was claimed is recorded, so it is handed over; the failure shows again on the next claim.
+        // As below: what was claimed is recorded, so it is handed over; the next claim rejects with the failure.
         if (claimed.length === 0) throw error;
+        failedClaims.hide(owner, error);
       }
     } else {
       const first = await claimHeld(limit, leases, named);
@@ -582,8 +597,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         }
       } catch (error) {
         // What was claimed (and completed) is recorded: hand it over, or it would stay stuck in flight in this owner's
-        // lanes while the owner lives. The failure shows again on the next claim.
+        // lanes while the owner lives. The failed statement may have recorded more: the next claim rejects with the
+        // failure, so the worker forgets that first (FailedClaims).
         if (claimed.length === 0 && leases.length === 0) throw error;
+        failedClaims.hide(owner, error);
       }
     }
     if (claimed.length === 0 && !completed.includes(true)) idleOwners.add(owner);
@@ -777,6 +794,19 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       return claimCycle(params, parsed);
     },
 
+    async forgetInFlight(params: ForgetInFlightParams): Promise<number> {
+      validateForgetInFlight(params);
+      const rows = await runOwned<RowOf<'forget-in-flight'>>('forget-in-flight', [
+        params.owner,
+        params.holding,
+        failedClaims.namedLanes(params.owner),
+      ]);
+      failedClaims.forgotten(params.owner);
+      let forgotten = 0;
+      for (const row of rows) forgotten += toInt(row.forgotten);
+      return forgotten;
+    },
+
     async extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult> {
       validateExtendLease(params);
       if (params.lanes.length === 0) return { extended: [], lost: [] };
@@ -844,6 +874,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async relinquish(owner: string): Promise<number> {
       assertName(owner, 'owner');
       walks.forget(owner);
+      failedClaims.forgotten(owner);
       idleOwners.delete(owner);
       lanesTakenLast.delete(owner);
       return (await runOwned('relinquish', [owner])).length;

@@ -223,6 +223,7 @@ export const ROW_COLUMNS = {
   'purge-expired': { events: col('int4'), dead_deliveries: col('int4'), history: col('int4') },
   release: IDS,
   relinquish: { lane: col('int2') },
+  'forget-in-flight': { lane: col('int2'), forgotten: col('int4') },
   requeue: IDS,
   reschedule: { id: col('text'), lane: col('int2'), handler: col('text'), key: nullable('text') },
   'setup-applied': { name: col('text') },

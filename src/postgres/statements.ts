@@ -16,6 +16,7 @@ export const STATEMENT_NAMES = [
   'complete-many',
   'complete-one',
   'extend-lease',
+  'forget-in-flight',
   'list-deliveries',
   'publish',
   'publish-guard',

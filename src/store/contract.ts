@@ -215,6 +215,13 @@ export interface ExtendLeaseParams {
   readonly now?: Date;
 }
 
+/** `Store.forgetInFlight`: what an owner's worker still holds after one of its claims failed. */
+export interface ForgetInFlightParams {
+  readonly owner: string;
+  /** Deliveries the worker holds (running, waiting to start, their outcome being written); every other is forgotten. */
+  readonly holding: readonly string[];
+}
+
 export interface ExtendLeaseResult {
   /** Lanes whose lease was extended. */
   readonly extended: readonly number[];
@@ -411,6 +418,16 @@ export interface Store<TTx> {
    * workers poll anyway, so a lost one costs latency, never a delivery.
    */
   subscribeWakeups?(onWake: (lanes?: readonly number[]) => void): Promise<() => Promise<void>>;
+
+  /**
+   * After a claim of `owner` failed: take every delivery the worker does not hold out of the in-flight lists of the
+   * owner's lanes, so it is claimable again (no attempt charged). That claim may have recorded deliveries before its
+   * answer was lost; nothing would run or complete them, and every claim skips a delivery in flight, for as long as
+   * the owner keeps the lane. Returns how many pending deliveries were forgotten. A store whose claim ran several
+   * statements and had one fail after others succeeded hands over what it got and rejects the owner's next claim with
+   * that failure, before doing anything, so the worker forgets first.
+   */
+  forgetInFlight(params: ForgetInFlightParams): Promise<number>;
 
   /** Renew the lease of lanes the owner holds; reports the ones it lost. */
   extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult>;

@@ -7,6 +7,7 @@ import type {
   ClaimParams,
   DeliveryLease,
   ExtendLeaseParams,
+  ForgetInFlightParams,
   ListDeliveriesParams,
   PublishParams,
   PurgeParams,
@@ -200,6 +201,12 @@ export function validateClaim(params: ClaimParams): void {
     assertIntegerIn(params.retryLookaheadMs, 'retryLookaheadMs', 0, MAX_RETRY_LOOKAHEAD_MS);
   if (params.followers !== undefined) assertIntegerIn(params.followers, 'followers', 0, MAX_FOLLOWERS);
   assertOptionalDate(params.now, 'now');
+}
+
+export function validateForgetInFlight(params: ForgetInFlightParams): void {
+  assertName(params?.owner, 'owner');
+  if (!Array.isArray(params.holding)) fail('forgetInFlight() needs a holding array of delivery ids.');
+  for (const id of params.holding) assertDeliveryId(id, 'holding[]');
 }
 
 export function validateExtendLease(params: ExtendLeaseParams): void {

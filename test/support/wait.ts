@@ -88,6 +88,7 @@ export function spyStore<TTx>(
     'claim',
     'completeAndClaim',
     'extendLease',
+    'forgetInFlight',
     'completeMany',
     'completeManyReportingNext',
     'complete',

@@ -124,7 +124,17 @@ describe('resolveRelayBusOptions', () => {
       /does not implement the Store contract \(missing methods setup, claim/,
     );
     // Every method a bus calls but completeAndClaim (the dispatcher's claim with completions riding on it).
-    const methods = ['setup', 'publish', 'claim', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury'];
+    const methods = [
+      'setup',
+      'publish',
+      'claim',
+      'extendLease',
+      'forgetInFlight',
+      'completeMany',
+      'complete',
+      'reschedule',
+      'bury',
+    ];
     const rest = ['release', 'relinquish', 'transaction', 'subscribe'];
     const store = { capabilities: {}, ...Object.fromEntries([...methods, ...rest].map((name) => [name, () => {}])) };
     invalid({ ...base, store }, /missing methods completeAndClaim\)/);

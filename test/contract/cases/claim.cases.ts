@@ -278,6 +278,28 @@ export const claimCases: CaseGroup = {
       },
     },
     {
+      name: 'forgetInFlight: what a claim whose answer was lost recorded is claimable again; what the worker holds is not',
+      async run({ harness }) {
+        // Two keys: the worker got e1; the claim that recorded e2 lost its answer (e2 in flight, run by no one).
+        await publish(harness, [event({ id: 'e1', key: 'k1' }), event({ id: 'e2', key: 'k2' })]);
+        const [held] = await claimExpecting(harness, 'w1', ['e1'], { limit: 1 });
+        const [lost] = await claimExpecting(harness, 'w1', ['e2'], { limit: 1 });
+        await claimExpecting(harness, 'w1', [], { limit: 10 });
+        assert.equal(await harness.store.forgetInFlight({ owner: 'w1', holding: [held!.id] }), 1);
+        const [again] = await claimExpecting(harness, 'w1', ['e2'], { limit: 10 });
+        assert.equal(again!.id, lost!.id);
+        assert.equal(again!.attempts, 0, 'no attempt charged');
+        assert.deepEqual(
+          await harness.store.completeMany([leaseOf(held!), leaseOf(again!)], harness.clock.now()),
+          [true, true],
+          'the held lease still completes',
+        );
+        assert.equal(await harness.store.forgetInFlight({ owner: 'w1', holding: [] }), 0, 'nothing left to forget');
+        assert.equal(await harness.store.forgetInFlight({ owner: 'nobody', holding: [] }), 0);
+        await rejectsWithCode(harness.store.forgetInFlight({ owner: 'w1', holding: ['x'] }), 'RELAYBUS_INVALID_INPUT');
+      },
+    },
+    {
       name: 'a claim takes the lanes named in preferLanes first',
       async run({ harness }) {
         // 32 keys in 32 different lanes, each with due work; the first round takes only four lanes. The wanted lane's
