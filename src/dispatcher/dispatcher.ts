@@ -444,7 +444,15 @@ export class Dispatcher<TTx> {
         }
         this.#claimSucceeded(loop);
         if (acquireAt !== undefined) loop.lastAcquireWhenFullAt = acquireAt;
-        if (claimed.length > 0) logger.debug('claimed deliveries', { count: claimed.length, limit, owner: loop.owner });
+        if (claimed.length > 0)
+          logger.debug('claimed deliveries', {
+            count: claimed.length,
+            limit,
+            owner: loop.owner,
+            completed: riding?.leases.length ?? 0,
+            ms: Math.round(performance.now() - claimStarted),
+            running: this.#running.size,
+          });
         if (this.#state !== 'running') {
           this.#toRelease.push(
             ...claimed.map((delivery) => ({ deliveryId: delivery.id, leaseToken: delivery.leaseToken })),

@@ -283,7 +283,7 @@ describe('relaybus sql (no database)', () => {
     assert.doesNotMatch(supplement.stdout, /CREATE TABLE/);
     assert.match(
       supplement.stdout,
-      /ALTER TABLE "relaybus"\."relaybus_lanes" SET \(fillfactor = 50\);\n--> statement-breakpoint\n/,
+      /ALTER TABLE "relaybus"\."relaybus_lanes" SET \(fillfactor = 50, toast_tuple_target = 8160\);\n--> statement-breakpoint\n/,
     );
     const bad = await runCli(['sql', '--schema', 'Bad Name']);
     assert.equal(bad.code, 2);

@@ -165,7 +165,7 @@ describe('example apps, with relaybus packed and installed from the tarball', {
     assert.match(init, /CREATE TABLE "relaybus"\."relaybus_lanes"/);
     assert.match(
       readFileSync(join(project, 'drizzle', migrations[1]!), 'utf8'),
-      /\nALTER TABLE "relaybus"\."relaybus_lanes" SET \(fillfactor = 50\)/,
+      /\nALTER TABLE "relaybus"\."relaybus_lanes" SET \(fillfactor = 50, toast_tuple_target = 8160\)/,
     );
     await run('npm', ['run', 'db:migrate'], project, env);
     assert.deepEqual(lastJson(await run('npm', ['start', '--silent'], project, env)), EXPECTED);

@@ -51,7 +51,7 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     const result = await catalog(schema);
     assert.equal(result.lanes, 256);
     const options = Object.fromEntries(result.tables.map((t) => [t.relname, t.reloptions ?? []]));
-    assert.deepEqual(options.relaybus_lanes, ['fillfactor=50']);
+    assert.deepEqual(options.relaybus_lanes, ['fillfactor=50', 'toast_tuple_target=8160']);
     assert.deepEqual(options.relaybus_deliveries, ['autovacuum_vacuum_scale_factor=0.02']);
     const migrations = await admin.query(`SELECT name FROM "${schema}".relaybus_migrations`);
     assert.deepEqual(
