@@ -11,6 +11,8 @@
  *   on the server: then nothing has been reclaimed).
  * - statements per delivery: statements the processes sent (client-side count, BEGIN/COMMIT
  *   included), because pg_stat_statements needs shared_preload_libraries.
+ * - server CPU per delivery: the CPU time of the server's processes between the snapshots, when it
+ *   runs on this machine (bench/lib/server-cpu.ts).
  */
 import type pg from 'pg';
 import { ownWalBytes, schemaDelta, tableDelta, walBytes, type Snapshot } from './lib/db.js';
@@ -29,6 +31,8 @@ export interface DbFigures {
   readonly deadTuplesAfter: number;
   readonly statements: number;
   readonly statementsPerUnit: number;
+  /** Server CPU per unit (microseconds) between the snapshots; null when the server is not on this machine. */
+  readonly serverCpuUsPerUnit: number | null;
 }
 
 export async function dbFigures(
@@ -59,6 +63,10 @@ export async function dbFigures(
     deadTuplesAfter: deliveries.dead,
     statements: statementCount,
     statementsPerUnit: per(statementCount),
+    serverCpuUsPerUnit:
+      before.serverCpuMs === undefined || after.serverCpuMs === undefined
+        ? null
+        : per((after.serverCpuMs - before.serverCpuMs) * 1000),
   };
 }
 

@@ -215,8 +215,8 @@ function dispatchTable(
   sweep: ReadonlySet<string>,
 ): string[] {
   const out = [
-    '| cell | contender | ordering | deliveries/s median (min-max) | relaybus / this | WAL B/delivery (own) | delivery updates/delivery | lane HOT % | dead tuples after | stmts/delivery | dispatcher CPU µs/delivery | first handler ms | valid |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| cell | contender | ordering | deliveries/s median (min-max) | relaybus / this | WAL B/delivery (own) | delivery updates/delivery | lane HOT % | dead tuples after | stmts/delivery | dispatcher CPU µs/delivery | server CPU µs/delivery | first handler ms | valid |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const row of rows.filter((r) => r.scenario === 'dispatch' && !sweep.has(`${r.contender}|${r.variant}`))) {
     const hot = med(row, (r) => r.db?.laneHotShare);
@@ -229,6 +229,9 @@ function dispatchTable(
         3,
       )} | ${fmt(
         med(row, (r) => r.figures.dispatcherCpuUsPerDelivery),
+        1,
+      )} | ${fmt(
+        med(row, (r) => r.db?.serverCpuUsPerUnit),
         1,
       )} | ${fmt(
         med(row, (r) => r.figures.firstHandlerMs),
@@ -324,8 +327,8 @@ function processCells(rows: readonly Row[]): { n: string; byD: Map<number, Row> 
 
 function processTable(rows: readonly Row[]): string[] {
   const out = [
-    '| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | valid |',
-    '| --- | --- | --- | --- | --- | --- |',
+    '| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | server CPU µs/delivery | valid |',
+    '| --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const { n, byD } of processCells(rows)) {
     const ds = [...byD.keys()].sort((a, b) => a - b);
@@ -335,6 +338,9 @@ function processTable(rows: readonly Row[]): string[] {
       out.push(
         `| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(
           med(row, (r) => r.figures.dispatcherCpuUsPerDelivery),
+          1,
+        )} | ${fmt(
+          med(row, (r) => r.db?.serverCpuUsPerUnit),
           1,
         )} | ${validity(row)} |`,
       );
@@ -696,7 +702,7 @@ function markdown(results: BenchResults): string {
     '',
     exactnessLine(results.runs),
     '',
-    'Timing: every process loads its code, opens its pool\'s connections and runs its library\'s own start-up (migration or version checks) before "go"; the clock starts at "go" (bench/README.md, "When the clock starts"). "first handler ms" is go to the first handler start. WAL: "B/..." is the server-wide LSN delta over the run; "(own)" counts only the WAL records of the benchmark database and the commits of their transactions (pg_walinspect), which excludes other sessions of the shared server. Statements are counted client-side (pg_stat_statements is not in shared_preload_libraries here), BEGIN and COMMIT included.',
+    'Timing: every process loads its code, opens its pool\'s connections and runs its library\'s own start-up (migration or version checks) before "go"; the clock starts at "go" (bench/README.md, "When the clock starts"). "first handler ms" is go to the first handler start. WAL: "B/..." is the server-wide LSN delta over the run; "(own)" counts only the WAL records of the benchmark database and the commits of their transactions (pg_walinspect), which excludes other sessions of the shared server. Statements are counted client-side (pg_stat_statements is not in shared_preload_libraries here), BEGIN and COMMIT included. Server CPU is the CPU time of the Postgres processes between the snapshots, from /proc (bench/README.md).',
     '',
   ];
   if (rows.some((r) => r.scenario === 'dispatch')) {

@@ -4,6 +4,7 @@
  * pg_walinspect (the server is shared, so a global LSN delta also counts other sessions' writes).
  */
 import pg from 'pg';
+import { serverCpuMs } from './server-cpu.js';
 
 export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -81,6 +82,8 @@ export interface Snapshot {
   readonly lsn: string;
   readonly at: number;
   readonly tables: Readonly<Record<string, TableCounters>>;
+  /** CPU the server has used so far (bench/lib/server-cpu.ts); undefined when it is not on this machine. */
+  readonly serverCpuMs: number | undefined;
 }
 
 /** Current WAL position and the counters of every table of `schema`. */
@@ -113,7 +116,7 @@ export async function snapshot(client: pg.Client, schema: string): Promise<Snaps
       live: Number(row.live),
     };
   }
-  return { lsn: wal!.lsn, at: Date.now(), tables };
+  return { lsn: wal!.lsn, at: Date.now(), tables, serverCpuMs: await serverCpuMs(client) };
 }
 
 /** Counter deltas of one table (or the sum over tables matching a pattern) between two snapshots (dead and live: the value after). */
