@@ -419,6 +419,15 @@ interface Target {
   readonly pass: boolean | null;
 }
 
+/** CPU per delivery (dispatcher + server, µs) of relaybus and a peer, where both were measured: what bounds the ratio. */
+function cpuText(relaybus: Row, peer: Row): string {
+  const total = (row: Row) =>
+    med(row, (r) => r.figures.dispatcherCpuUsPerDelivery) + med(row, (r) => r.db?.serverCpuUsPerUnit);
+  const [own, theirs] = [total(relaybus), total(peer)];
+  if (!Number.isFinite(own) || !Number.isFinite(theirs)) return '';
+  return ` (CPU per delivery, dispatcher + server: ${fmt(own, 1)} vs ${fmt(theirs, 1)} µs, ${ratioText(theirs / own)} as much)`;
+}
+
 const verdict = (value: number, ok: (v: number) => boolean): boolean | null =>
   Number.isFinite(value) ? ok(value) : null;
 
@@ -442,7 +451,7 @@ function targets(rows: readonly Row[]): Target[] {
       out.push({
         issue: '10',
         what: `${cell}: relaybus tuned keyed >= 2x graphile-worker at its best (${label(gw)})`,
-        measured: ratioText(r),
+        measured: `${ratioText(r)}${cpuText(keyed, gw)}`,
         pass: verdict(r, (v) => v >= 2),
       });
     }
