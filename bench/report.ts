@@ -215,13 +215,14 @@ function dispatchTable(
   sweep: ReadonlySet<string>,
 ): string[] {
   const out = [
-    '| cell | contender | ordering | deliveries/s median (min-max) | relaybus / this | WAL B/delivery (own) | delivery updates/delivery | lane HOT % | dead tuples after | stmts/delivery | dispatcher CPU µs/delivery | server CPU µs/delivery | first handler ms | valid |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| cell | contender | ordering | deliveries/s median (min-max) | relaybus / this | to drained: deliveries/s, relaybus / this | WAL B/delivery (own) | delivery updates/delivery | lane HOT % | dead tuples after | stmts/delivery | dispatcher CPU µs/delivery | server CPU µs/delivery | first handler ms | valid |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const row of rows.filter((r) => r.scenario === 'dispatch' && !sweep.has(`${r.contender}|${r.variant}`))) {
+    const drained = med(row, (r) => r.figures.drainedRate);
     const hot = med(row, (r) => r.db?.laneHotShare);
     out.push(
-      `| ${row.cell} | ${label(row)} | ${orderedText(row, contenders)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(relaybusRef(rows, row), row))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
+      `| ${row.cell} | ${label(row)} | ${orderedText(row, contenders)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(relaybusRef(rows, row), row))} | ${fmt(drained)}, ${ratioText(med(relaybusRef(rows, row), (r) => r.figures.drainedRate) / drained)} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
         med(row, (r) => r.db?.updatesPerUnit),
         2,
       )} | ${Number.isFinite(hot) ? fmt(hot * 100, 1) : 'n/a'} | ${fmt(med(row, (r) => r.db?.deadTuplesAfter))} | ${fmt(

@@ -91,6 +91,9 @@ export async function runDispatch(
         deliveries: total,
         firstHandlerMs: Number.isFinite(first) ? first - go : null,
         dispatcherCpuUsPerDelivery: (out.reduce((sum, o) => sum + o.cpuMs, 0) * 1000) / records.i.length,
+        // Deliveries/s to the moment nothing was pending (the last completion committed), beside the rate to the last
+        // handler start.
+        drainedRate: run.drainedAt === undefined ? null : records.i.length / ((run.drainedAt - go) / 1000),
       },
       db,
       profile: profile(statements),

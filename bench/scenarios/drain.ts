@@ -15,6 +15,8 @@ import type { RunContext } from './common.js';
 export interface Drained {
   /** "go" (ms, epoch-based, as the records). */
   readonly go: number;
+  /** When the database first had nothing pending after every handler ran (same clock; to `DRAIN_POLL_MS`). */
+  readonly drainedAt: number | undefined;
   readonly out: readonly DispatcherResult[];
   readonly records: Records;
   readonly timedOut: boolean;
@@ -24,6 +26,9 @@ export interface Drained {
   /** Errors the dispatcher processes reported. */
   readonly errors: string;
 }
+
+/** How often the end of a drain is polled (each poll counts the pending rows). */
+const DRAIN_POLL_MS = 20;
 
 export async function drain(
   context: RunContext,
@@ -50,10 +55,18 @@ export async function drain(
       }
       await sleep(50);
     }
-    // Let the last completions commit (bounded), then stop gracefully.
+    // Let the last completions commit (bounded), then stop gracefully. When nothing is pending any more is the end of
+    // the run's work as the database sees it (`drainedAt`): a library that fetches far ahead starts its last handlers
+    // well before it has completed them.
     const drainDeadline = Date.now() + 10_000;
-    while (!timedOut && (await contender.remaining(context.admin, schema)).pending > 0 && Date.now() < drainDeadline)
-      await sleep(50);
+    let drainedAt: number | undefined;
+    while (!timedOut && Date.now() < drainDeadline) {
+      if ((await contender.remaining(context.admin, schema)).pending === 0) {
+        drainedAt = performance.timeOrigin + performance.now();
+        break;
+      }
+      await sleep(DRAIN_POLL_MS);
+    }
     const results = Promise.all(children.map((c) => c.next<DispatcherResult>('result')));
     for (const c of children) c.send({ type: 'stop' });
     const out = await results;
@@ -65,7 +78,17 @@ export async function drain(
       .map((o) => o.error)
       .filter(Boolean)
       .join('\n');
-    return { go, out, records: mergeRecords(out.map((o) => o.records)), timedOut, before, after, remaining, errors };
+    return {
+      go,
+      drainedAt,
+      out,
+      records: mergeRecords(out.map((o) => o.records)),
+      timedOut,
+      before,
+      after,
+      remaining,
+      errors,
+    };
   } finally {
     children.forEach((c) => c.kill());
   }

@@ -450,7 +450,7 @@ export class Dispatcher<TTx> {
             limit,
             owner: loop.owner,
             completed: riding?.leases.length ?? 0,
-            ms: Math.round(performance.now() - claimStarted),
+            tookMs: Math.round(performance.now() - claimStarted),
             running: this.#running.size,
           });
         if (this.#state !== 'running') {
