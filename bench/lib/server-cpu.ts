@@ -22,6 +22,8 @@ const TICKS_PER_SECOND = (() => {
 })();
 
 interface ProcStat {
+  /** The command name (stat's 2nd field). */
+  readonly name: string;
   readonly ppid: number;
   /** utime + stime, in ticks. */
   readonly own: number;
@@ -38,9 +40,11 @@ function procStat(pid: number): ProcStat | undefined {
     return undefined;
   }
   // The command name is in parentheses and may hold spaces: the fields start after the last ')'.
-  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  const close = text.lastIndexOf(')');
+  const fields = text.slice(close + 2).split(' ');
   // fields[0] is stat's 3rd field (state): ppid is the 4th, utime..cstime the 14th to 17th.
   return {
+    name: text.slice(text.indexOf('(') + 1, close),
     ppid: Number(fields[1]),
     own: Number(fields[11]) + Number(fields[12]),
     children: Number(fields[13]) + Number(fields[14]),
@@ -55,11 +59,12 @@ export async function serverCpuMs(client: pg.Client): Promise<number | undefined
   const {
     rows: [row],
   } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+  // A remote server's backend pid may name some local process: both must be Postgres's.
   const backend = procStat(row!.pid);
-  if (backend === undefined) return undefined;
+  if (backend?.name !== 'postgres') return undefined;
   const postmaster = backend.ppid;
   const root = procStat(postmaster);
-  if (root === undefined) return undefined;
+  if (root?.name !== 'postgres') return undefined;
   let ticks = root.own + root.children;
   let entries: string[];
   try {
