@@ -72,17 +72,30 @@ function spread(values: readonly number[], digits = 0): string {
 const med = (row: Row | undefined, pick: (run: RunRecord) => number | null | undefined): number =>
   row ? median(row.valid.map(pick).filter((v): v is number => typeof v === 'number')) : NaN;
 
-/** Median over repetitions of a / b, pairing runs of the same repetition (both valid); falls back to ratio of medians. */
-export function pairedRatio(a: Row | undefined, b: Row | undefined): number {
+/**
+ * Median over repetitions of a / b (of `pick`, the rate unless told), pairing runs of the same repetition (both valid);
+ * falls back to ratio of medians.
+ */
+export function pairedRatio(
+  a: Row | undefined,
+  b: Row | undefined,
+  pick: (run: RunRecord) => number | null | undefined = (r) => r.rate,
+): number {
   if (!a || !b) return NaN;
   const ratios: number[] = [];
   for (const run of a.valid) {
     const other = b.valid.find((r) => r.rep === run.rep);
-    if (other && other.rate > 0) ratios.push(run.rate / other.rate);
+    const [mine, theirs] = [pick(run), other ? pick(other) : undefined];
+    if (typeof mine === 'number' && typeof theirs === 'number' && theirs > 0) ratios.push(mine / theirs);
   }
   if (ratios.length) return median(ratios);
-  return med(a, (r) => r.rate) / med(b, (r) => r.rate);
+  return med(a, pick) / med(b, pick);
 }
+
+/** CPU per delivery of a row's runs (medians, µs): its dispatcher processes', and the Postgres server's. */
+const dispatcherCpu = (row: Row | undefined) => med(row, (r) => r.figures.dispatcherCpuUsPerDelivery);
+const serverCpu = (row: Row | undefined) => med(row, (r) => r.db?.serverCpuUsPerUnit);
+const drainedRate = (run: RunRecord) => run.figures.drainedRate;
 
 const ratioText = (value: number) => (Number.isFinite(value) ? `${value.toFixed(2)}x` : '-');
 
@@ -219,22 +232,15 @@ function dispatchTable(
     '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const row of rows.filter((r) => r.scenario === 'dispatch' && !sweep.has(`${r.contender}|${r.variant}`))) {
-    const drained = med(row, (r) => r.figures.drainedRate);
     const hot = med(row, (r) => r.db?.laneHotShare);
     out.push(
-      `| ${row.cell} | ${label(row)} | ${orderedText(row, contenders)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(relaybusRef(rows, row), row))} | ${fmt(drained)}, ${ratioText(med(relaybusRef(rows, row), (r) => r.figures.drainedRate) / drained)} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
+      `| ${row.cell} | ${label(row)} | ${orderedText(row, contenders)} | ${spread(row.valid.map((r) => r.rate))} | ${ratioText(pairedRatio(relaybusRef(rows, row), row))} | ${fmt(med(row, drainedRate))}, ${ratioText(pairedRatio(relaybusRef(rows, row), row, drainedRate))} | ${fmt(med(row, (r) => r.db?.walPerUnit))} (${fmt(med(row, (r) => r.db?.ownWalPerUnit))}) | ${fmt(
         med(row, (r) => r.db?.updatesPerUnit),
         2,
       )} | ${Number.isFinite(hot) ? fmt(hot * 100, 1) : 'n/a'} | ${fmt(med(row, (r) => r.db?.deadTuplesAfter))} | ${fmt(
         med(row, (r) => r.db?.statementsPerUnit),
         3,
-      )} | ${fmt(
-        med(row, (r) => r.figures.dispatcherCpuUsPerDelivery),
-        1,
-      )} | ${fmt(
-        med(row, (r) => r.db?.serverCpuUsPerUnit),
-        1,
-      )} | ${fmt(
+      )} | ${fmt(dispatcherCpu(row), 1)} | ${fmt(serverCpu(row), 1)} | ${fmt(
         med(row, (r) => r.figures.firstHandlerMs),
         0,
       )} | ${validity(row)} |`,
@@ -337,13 +343,7 @@ function processTable(rows: readonly Row[]): string[] {
       const row = byD.get(d)!;
       const prev = k > 0 ? byD.get(ds[k - 1]!) : undefined;
       out.push(
-        `| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(
-          med(row, (r) => r.figures.dispatcherCpuUsPerDelivery),
-          1,
-        )} | ${fmt(
-          med(row, (r) => r.db?.serverCpuUsPerUnit),
-          1,
-        )} | ${validity(row)} |`,
+        `| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(dispatcherCpu(row), 1)} | ${fmt(serverCpu(row), 1)} | ${validity(row)} |`,
       );
     });
   }
@@ -422,11 +422,10 @@ interface Target {
 
 /** CPU per delivery (dispatcher + server, µs) of relaybus and a peer, where both were measured: what bounds the ratio. */
 function cpuText(relaybus: Row, peer: Row): string {
-  const total = (row: Row) =>
-    med(row, (r) => r.figures.dispatcherCpuUsPerDelivery) + med(row, (r) => r.db?.serverCpuUsPerUnit);
+  const total = (row: Row) => dispatcherCpu(row) + serverCpu(row);
   const [own, theirs] = [total(relaybus), total(peer)];
   if (!Number.isFinite(own) || !Number.isFinite(theirs)) return '';
-  return ` (CPU per delivery, dispatcher + server: ${fmt(own, 1)} vs ${fmt(theirs, 1)} µs, ${ratioText(theirs / own)} as much)`;
+  return ` (CPU per delivery, dispatcher + server: relaybus ${fmt(own, 1)} µs, ${peer.contender} ${fmt(theirs, 1)} µs, ${ratioText(theirs / own)} relaybus's)`;
 }
 
 const verdict = (value: number, ok: (v: number) => boolean): boolean | null =>
