@@ -10,6 +10,7 @@ import type { BackoffOptions } from '../core/retry-policy.js';
 import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
 import { ActivityReport } from './activity-report.js';
 import { ClaimLoop, MIN_FOLLOWER_CYCLE_BUDGET_MS } from './claim-loop.js';
+import { EarlyStarts } from './early-starts.js';
 import {
   reportLeaseLost,
   reportUnexpected,
@@ -241,6 +242,8 @@ export class Dispatcher<TTx> {
   #stopping: Promise<void> | undefined;
   readonly #now: () => Date | undefined;
   readonly #wallNow: () => Date;
+  /** Runs claimed before they were due, waiting for their time: looked at on every handler end. */
+  readonly #earlyStarts: EarlyStarts;
 
   constructor(config: DispatcherConfig<TTx>) {
     this.#config = config;
@@ -249,6 +252,7 @@ export class Dispatcher<TTx> {
     this.#activity = new ActivityReport(config.logger);
     this.#now = () => config.clock?.now();
     this.#wallNow = () => config.clock?.now() ?? new Date();
+    this.#earlyStarts = new EarlyStarts(() => this.#wallNow().getTime());
     const { options } = config;
     /** The most deliveries one claim hands out: its batch and their followers. */
     const claimRows = options.batchSize * (1 + options.followers);
@@ -275,6 +279,7 @@ export class Dispatcher<TTx> {
             now: this.#now,
             wallNow: this.#wallNow,
             random: config.random,
+            earlyStarts: this.#earlyStarts,
             handlerEnded: () => this.#handlerEnded(),
             succeeded: (run) => this.#startFollower(run),
             finished: (run, outcome) => {
@@ -771,6 +776,7 @@ export class Dispatcher<TTx> {
   /** A run's handler is over: its slot is free. */
   #handlerEnded(): void {
     this.#active -= 1;
+    this.#earlyStarts.startDue();
     this.#runEnded();
   }
 

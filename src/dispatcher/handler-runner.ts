@@ -6,6 +6,7 @@ import { describeError, type Logger } from '../core/logger.js';
 import { decideRetry } from '../core/retry-policy.js';
 import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
 import type { CompletionAnswer, CompletionBatcher, CompletionWaiter } from './completion-batcher.js';
+import type { EarlyStarts } from './early-starts.js';
 
 /**
  * Runs one claimed delivery's handler and turns what happened into exactly one store write:
@@ -49,6 +50,8 @@ export interface RunnerDeps<TTx> {
    * handler slot is free from then on: writing the outcome runs no user code.
    */
   readonly handlerEnded?: (run: RunningDelivery<TTx>) => void;
+  /** Where a run claimed before it was due waits for its time besides its timer (`EarlyStarts`). */
+  readonly earlyStarts?: EarlyStarts;
   /** Called once a reschedule is written: the delivery is due again `delayMs` from now. */
   readonly retryScheduled?: (delayMs: number) => void;
   /**
@@ -366,7 +369,8 @@ function reportLate<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>, late:
 
 /**
  * Wait until `notBefore` (the bus's clock) for a delivery claimed before it was due (a retried head,
- * `ClaimParams.retryLookaheadMs`), or until the run is aborted. Never early: a timer may fire before the clock reads
+ * `ClaimParams.retryLookaheadMs`), or until the run is aborted: a timer, or a handler end that finds the time has come
+ * (`EarlyStarts`), whichever is first. Never early: a timer may fire before the clock reads
  * its time (whole milliseconds), and is then set again for the rest. At most `MAX_RETRY_LOOKAHEAD_MS` in all: the
  * store claims no earlier than that, so a clock that does not move (a test's) cannot hold a run for longer.
  */
@@ -379,11 +383,13 @@ async function untilStart<TTx>(run: RunningDelivery<TTx>, notBefore: number, dep
     await new Promise<void>((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
+        if (early !== undefined) deps.earlyStarts?.cancel(early);
         run.onAbort = undefined;
         run.waitingToStart = false;
         resolve();
       };
       const timer = setTimeout(done, Math.ceil(ms));
+      const early = deps.earlyStarts?.add(notBefore, done);
       run.onAbort = done;
     });
   }

@@ -705,6 +705,54 @@ describe('dispatcher: followers per claim', () => {
   });
 });
 
+describe('dispatcher: deliveries claimed before they are due', () => {
+  it('start at their time while handler ends keep the event loop from its timers', async (t) => {
+    // Twenty handlers end one after another in one turn of the event loop, each after 10 ms of work: about 200 ms before
+    // the loop's timers run again. A delivery claimed early (as a store's retry lookahead does) that is due 60 ms in
+    // must start at the first handler end past its time, not when its timer fires (140 ms late or more).
+    const memory = memoryStore();
+    let notBefore = 0;
+    const { store } = spyStore(memory, {
+      async claim(params: ClaimParams) {
+        const claimed = await memory.claim(params);
+        return claimed.map((delivery) => {
+          if (delivery.handler !== 'due-later') return delivery;
+          notBefore = Date.now() + 60;
+          return { ...delivery, notBefore: new Date(notBefore) };
+        });
+      },
+    });
+    const bus = createRelayBus({
+      store,
+      events: [Order, Audit],
+      dispatcher: { pollIntervalMs: 10, concurrency: 30, batchSize: 30 },
+    });
+    t.after(() => bus.stop({ graceMs: 0 }));
+    let startedAt = 0;
+    bus.on(Audit, 'due-later', () => {
+      startedAt = Date.now();
+    });
+    bus.on(Order, 'busy', async () => {
+      await new Promise((resolve) => setImmediate(resolve));
+      const until = performance.now() + 10;
+      while (performance.now() < until) {
+        // the event loop's turn goes on: no timer can fire
+      }
+    });
+    await memory.transaction((tx) =>
+      bus.publishMany(tx, [
+        { event: Audit, payload: { of: 1 } },
+        ...Array.from({ length: 20 }, (_, n) => ({ event: Order, payload: { n } })),
+      ]),
+    );
+    await bus.start();
+    await waitFor(() => startedAt > 0, 'the early delivery started', 5_000);
+    const late = startedAt - notBefore;
+    assert.ok(late >= 0, `started ${-late} ms before its time`);
+    assert.ok(late < 40, `started ${late} ms after its time`);
+  });
+});
+
 describe('dispatcher: completion batcher', () => {
   const lease = (id: string): DeliveryLease => ({ deliveryId: id, leaseToken: `1:1:0` });
   /** A batcher over a store whose writes succeed at once, recording the ids of each write. */
