@@ -906,7 +906,12 @@ export class Dispatcher<TTx> {
       let lanes = 0;
       for (const loop of this.#loops) {
         // What a failed claim may have recorded would keep its lane from being handed back.
-        if (loop.mustForget) await this.#forgetUnheld(loop);
+        const failed = loop.mustForget ? await this.#forgetUnheld(loop) : undefined;
+        if (failed !== undefined)
+          logger.warn(
+            'forgetting the deliveries a failed claim may have recorded in flight failed; a lane that still lists them is taken over once its lease expires',
+            { owner: loop.owner, error: describeError(failed.error) },
+          );
         lanes += await store.relinquish(loop.owner);
       }
       logger.info('dispatcher stopped', {

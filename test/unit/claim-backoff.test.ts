@@ -237,3 +237,31 @@ describe('bus.start({ logger })', () => {
     assert.equal(bus.state, 'idle');
   });
 });
+
+describe('stop after a failed claim', () => {
+  it('says so when the store cannot forget what the failed claim recorded, and still relinquishes', async (t) => {
+    const memory = memoryStore();
+    let claims = 0;
+    let relinquished = 0;
+    const { store } = spyStore(memory, {
+      claim: (params: ClaimParams) => (claims++ === 0 ? Promise.reject(down()) : memory.claim(params)),
+      forgetInFlight: () => Promise.reject(down()),
+      relinquish: (owner: string) => {
+        relinquished += 1;
+        return memory.relinquish(owner);
+      },
+    });
+    const logger = recordingLogger();
+    const bus = createRelayBus({ store, events: [Order], logger, dispatcher: { pollIntervalMs: 10 } });
+    t.after(() => bus.stop({ graceMs: 0 }));
+    bus.on(Order, 'h', () => undefined);
+    await bus.start();
+    await waitFor(() => claims === 1, 'the failed claim');
+    await bus.stop();
+    const line = logger.lines.find((l) => l.message.startsWith('forgetting the deliveries a failed claim'));
+    assert.ok(line, `logged: ${logger.lines.map((l) => l.message).join(' | ')}`);
+    assert.equal(line.level, 'warn');
+    assert.match(String(line.fields.error), /ECONNREFUSED/);
+    assert.equal(relinquished, 1, 'the lanes were relinquished all the same');
+  });
+});
