@@ -86,11 +86,14 @@ export interface DispatcherOptions {
    * 0..100, beyond `batchSize` (default `DEFAULT_FOLLOWERS`, 0: none). They run one after another in this worker, each
    * once the one before it succeeded (a failure releases the rest unrun, in order for their next claim), and hold no
    * handler slot while they wait. Pays off for deep per-key backlogs: one read of a key's run instead of a claim per
-   * delivery (the bench's followers cell). At most: claims with followers take longer, and a retried head waits for the
-   * claim in progress, so each claim loop starts at 1 and doubles the count after a claim (with the turns launching its
-   * batch) shorter than a quarter of the soonest first retry of its handlers, halving it after one longer than half of
-   * it (at least 50 ms); while one of its retried heads waits to be due it does not grow, and halves after a cycle
-   * longer than a quarter of that soonest first retry. A store may ignore it (the memory store does).
+   * delivery (the bench's followers cell). A claim brings at most `batchSize` x (1 + this) deliveries: one that finds
+   * fewer heads gives each more followers, up to 100 (a few deep keys drain in long runs). At most: claims with
+   * followers take longer, and a retried head waits for the claim in progress, so each claim loop starts at 1 and
+   * doubles the count after every claim (with the turns launching its batch); once the loop has scheduled a retry, and
+   * for ten of its handlers' soonest first retries after, it doubles only after a claim shorter than a quarter of that
+   * first retry and halves after one longer than half of it (at least 50 ms); while one of its retried heads waits to be
+   * due it does not grow, and halves after one longer than a quarter of it. A store may ignore it (the memory store
+   * does).
    */
   readonly followers?: number;
 }

@@ -157,7 +157,9 @@ export interface ClaimParams {
   /**
    * With each keyed head it claims, the store may also claim up to this many of that key's next deliveries (default
    * 0; at most 100), beyond `limit`, as long as each is due: they come with `follows`, in key order. One read of a
-   * key's run instead of a claim per delivery, for deep per-key backlogs. A store may ignore it.
+   * key's run instead of a claim per delivery, for deep per-key backlogs. A claim returns at most `limit` x (1 + this)
+   * deliveries; with fewer heads than `limit` a store may give each more followers (the Postgres store shares the room
+   * among them, up to 100 a head). A store may ignore it.
    */
   readonly followers?: number;
   readonly now?: Date;

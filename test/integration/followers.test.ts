@@ -44,6 +44,8 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
     );
   }
 
+  const range = (count: number) => Array.from({ length: count }, (_, n) => n);
+
   const payloads = (claimed: readonly ClaimedDelivery[], key: string) =>
     claimed.filter((d) => d.key === key).map((d) => (d.payload as { n: number }).n);
 
@@ -98,6 +100,43 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
       store.claim({ owner, handlers: ['h1'], limit: 1, leaseDurationMs: 1_000, followers: 101 }),
       /followers must be an integer from 0 to 100, got 101/,
     );
+  });
+
+  it('a claim that finds fewer heads than its limit gives their keys longer runs, within limit x (1 + followers) rows', async () => {
+    await publish('deep-a', 40, ['deep']);
+    await publish('deep-b', 40, ['deep']);
+    await publish('deeper', 150, ['deepest']);
+    const owner = 'followers-room';
+    try {
+      // Two heads of a batch of 10 with 2 followers each: 30 rows at most, 14 followers a head.
+      const two = await store.claim({ owner, handlers: ['deep'], limit: 10, leaseDurationMs: 10_000, followers: 2 });
+      assert.deepEqual(payloads(two, 'deep-a'), range(15), 'deep-a: its head and 14 followers');
+      assert.deepEqual(payloads(two, 'deep-b'), range(15), 'deep-b: the same share');
+      // One head of a batch of 100 with 5 followers: the room is 599 rows, but a head brings 100 followers at most.
+      const one = await store.claim({
+        owner,
+        handlers: ['deepest'],
+        limit: 100,
+        leaseDurationMs: 10_000,
+        followers: 5,
+      });
+      assert.deepEqual(payloads(one, 'deeper'), range(101), 'its head and 100 followers');
+      for (const key of ['deep-a', 'deep-b', 'deeper']) {
+        const run = [...two, ...one]
+          .filter((d) => d.key === key)
+          .sort((a, b) => Number(a.sequence) - Number(b.sequence));
+        for (let i = 1; i < run.length; i += 1)
+          assert.equal(run[i]!.follows, run[i - 1]!.id, `${key}: each follower names the one before it`);
+      }
+      // A full batch of heads keeps the count asked for: 12 keys, a batch of 4 with 1 follower: 8 rows.
+      for (let k = 0; k < 12; k += 1) await publish(`wide-${k}`, 5, ['wide']);
+      const full = await store.claim({ owner, handlers: ['wide'], limit: 4, leaseDurationMs: 10_000, followers: 1 });
+      assert.equal(full.length, 8, 'four heads with one follower each');
+      await store.release([...two, ...one, ...full].map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+    } finally {
+      await store.relinquish(owner);
+      await pool.query(`DELETE FROM "${store.schema}".relaybus_deliveries WHERE key LIKE 'deep%' OR key LIKE 'wide-%'`);
+    }
   });
 
   /** A bus with followers whose handler records each run, failing where `fails` says (first attempt only). */
