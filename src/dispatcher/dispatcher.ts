@@ -252,7 +252,9 @@ export class Dispatcher<TTx> {
     this.#activity = new ActivityReport(config.logger);
     this.#now = () => config.clock?.now();
     this.#wallNow = () => config.clock?.now() ?? new Date();
-    this.#earlyStarts = new EarlyStarts(() => this.#wallNow().getTime());
+    // Read at every handler end while a run waits: Date.now() unless a clock is set (no Date made per look).
+    const { clock } = config;
+    this.#earlyStarts = new EarlyStarts(clock === undefined ? Date.now : () => clock.now().getTime());
     const { options } = config;
     /** The most deliveries one claim hands out: its batch and their followers. */
     const claimRows = options.batchSize * (1 + options.followers);
