@@ -75,11 +75,6 @@ export class ClaimLoop<TTx> {
   /** When (config clock, ms) the last claim that asked to acquire lanes even when full succeeded. */
   lastAcquireWhenFullAt: number | undefined;
   /**
-   * The deliveries (by id) the claim being launched has just completed: a completed delivery is deleted, so no other run
-   * of the same id can be in progress.
-   */
-  justCompleted: Set<string> | undefined;
-  /**
    * A second (or later) loop whose last claim found, completed and ran nothing: it holds no lane, so it waits until a
    * claim of the dispatcher comes back full (a backlog) instead of claiming beside the first loop on every wake-up.
    */

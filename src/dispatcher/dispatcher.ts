@@ -418,6 +418,7 @@ export class Dispatcher<TTx> {
         const riding = light ? undefined : loop.batcher.take();
         const runsEndedBefore = loop.runsEnded;
         let claimed: ClaimedDelivery[];
+        let completedAny = false;
         this.#reserved += limit;
         // This claim has its slots and looks up the retried heads due: followers may take free slots again, the parked
         // ones at once (started after the claim and its launch, they had waited a whole cycle, with up to 750 of 1,000
@@ -432,12 +433,7 @@ export class Dispatcher<TTx> {
             const result = await store.completeAndClaim(riding.leases, params);
             riding.settle(result.completed);
             claimed = result.claimed;
-            // Those runs learn of their completion a few microtasks later; until then a lane the same statement
-            // handed back and took again at a newer epoch must not report them lost (they are done).
-            const completed = new Set<string>();
-            for (let index = 0; index < riding.leases.length; index += 1)
-              if (result.completed[index] === true) completed.add(riding.leases[index]!.deliveryId);
-            loop.justCompleted = completed;
+            completedAny = result.completed.includes(true);
           }
         } catch (error) {
           riding?.giveBack();
@@ -466,14 +462,12 @@ export class Dispatcher<TTx> {
           );
           break;
         }
-        const completedAny = loop.justCompleted !== undefined && loop.justCompleted.size > 0;
         // Busy by what it hands out, followers included: a few heads with long runs behind them are work flowing.
         loop.busy = claimed.length >= Math.min(BUSY_CLAIM, limit);
         const heads = await this.#launchClaimed(loop, claimed);
         this.#startReady();
         // The claim and the turns that launched it: a retried head due meanwhile waits for both (`retryLookaheadMs`).
         loop.claimTook(performance.now() - claimStarted);
-        loop.justCompleted = undefined;
         // Empty only if no run of this loop ended meanwhile: the claim may have kept that run's lane held (it was still in
         // flight in its snapshot), and only this loop's next claim hands it back.
         this.#noteClaim(
@@ -830,23 +824,40 @@ export class Dispatcher<TTx> {
     return outcome;
   }
 
+  /**
+   * The lane `lane` at `epoch` is no longer this loop's (a renewal found it gone, or a claim returned it at a newer
+   * epoch). What waits to start there is dropped and the handlers still running there are aborted. A run whose handler
+   * is over is left alone: its outcome write is fenced, so that write's answer tells whether the lease held. Under a
+   * backlog such a run is often done already: a claim (or a completion beside it) completed it and handed its lane back
+   * while the renewal waited for the lane's lock, and the run learns so only when that answer arrives.
+   */
   #onLaneLost(loop: ClaimLoop<TTx>, lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
     const leaseOf = leaseOfLane(lane, epoch);
+    let dropped = 0;
     for (const [key, waiting] of this.#waiting)
-      if (waiting.loop === loop && waiting.leaseOf === leaseOf) this.#waiting.delete(key);
+      if (waiting.loop === loop && waiting.leaseOf === leaseOf) {
+        this.#waiting.delete(key);
+        dropped += 1;
+      }
     for (let index = this.#ready.length - 1; index >= 0; index -= 1) {
       const ready = this.#ready[index]!;
-      if (ready.loop === loop && ready.leaseOf === leaseOf) this.#ready.splice(index, 1);
+      if (ready.loop === loop && ready.leaseOf === leaseOf) {
+        this.#ready.splice(index, 1);
+        dropped += 1;
+      }
     }
-    for (const [run, runLoop] of this.#running) {
-      if (
-        runLoop === loop &&
-        run.lane === lane &&
-        run.epoch === epoch &&
-        loop.justCompleted?.has(run.claimed.id) !== true
-      )
-        reportLeaseLost(run, detectedBy, loop.deps);
-    }
+    const aborted: RunningDelivery<TTx>[] = [];
+    for (const [run, runLoop] of this.#running)
+      if (runLoop === loop && run.lane === lane && run.epoch === epoch && run.phase === 'running') aborted.push(run);
+    if (aborted.length === 0 && dropped === 0) return;
+    this.#config.logger.warn('lost the lease of a lane; its running handlers are aborted and their results dropped', {
+      lane,
+      epoch,
+      detectedBy,
+      running: aborted.length,
+      notStarted: dropped,
+    });
+    for (const run of aborted) reportLeaseLost(run, detectedBy, loop.deps);
   }
 
   #releaseNow(leases: readonly DeliveryLease[]): void {

@@ -6,7 +6,8 @@ import type { Store } from '../store/contract.js';
  * (lane, epoch); every `intervalMs` (a third of the lease by default) the renewer extends the lease
  * of each lane that has work in flight, in one `extendLease` call. Lanes the store reports lost,
  * and lanes a newer claim returned at a higher epoch (the lane changed hands in between), are
- * reported through `onLost`: the dispatcher aborts those handlers and drops their results.
+ * reported through `onLost`: the dispatcher aborts the handlers still running there and drops their results (a run
+ * whose handler is over waits for its fenced outcome write instead, whose answer tells whether the lease held).
  */
 
 /** What the renewer needs: the store's `extendLease`, the owner, the lease and the loss callback. */
@@ -128,10 +129,6 @@ export class LeaseRenewer {
       const held = this.#lanes.get(lane);
       if (epoch === undefined || held === undefined || held.epoch !== epoch) continue;
       this.#lanes.delete(lane);
-      this.#options.logger.warn(
-        'lost the lease of a lane; its running handlers are aborted and their results dropped',
-        { lane, epoch },
-      );
       this.#options.onLost(lane, epoch, 'renewal');
     }
   }
