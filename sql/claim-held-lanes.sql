@@ -32,7 +32,7 @@
 --         $18 retry lookahead ms int (a probed head due within it is claimed now and flagged early: the worker starts
 --         it when due, and the key is in flight meanwhile, so nothing of it runs early), $19 followers int (how many
 --         of its key's next due deliveries each keyed head brings, beyond $3, at least, with the room fewer heads leave;
---         0: none)
+--         0: none), $20 sibling owners text[] (the other claim loops of this worker: their lanes are not a peer's)
 -- returns: one row: claimed, the claimed deliveries as one JSON text (sql/fragments/claimed-rows.sql: each with
 --          whether it was claimed before it was due, early: only a probed head, see $18; heads oldest due first, then
 --          their followers; NULL when nothing was picked); lane_epochs, 'lane:epoch' of each lane recorded in flight
@@ -41,7 +41,8 @@
 --          were skipped because they changed while this statement waited for them (see seen; the store asks again
 --          with a fresh snapshot); handed_back, the lanes handed back (the store drops their walk cursors: a lane taken
 --          again starts afresh); walk_ends, lane, handler and key in turn, where each walked lane's walk resumes (the
---          store sends them back as $6-$8)
+--          store sends them back as $6-$8); peer_lanes, how many lanes other workers hold under a lease not expired
+--          (neither this owner nor its siblings: a 256-row scan, so the dispatcher knows whether it is alone)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
 -- plan: the time is written out as coalesce($5, now()) wherever it is needed (the same value within the statement's
@@ -313,6 +314,9 @@ summary AS MATERIALIZED (
   SELECT (SELECT count(*) FROM deleted) AS completed,
          ((SELECT count(*) FROM held) + (SELECT count(*) FROM named) - (SELECT count(*) FROM seen))::int AS lanes,
          ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back,
+         (SELECT count(*) FROM /*schema*/relaybus_lanes p
+          WHERE p.lease_owner <> $1 AND p.lease_owner <> ALL ($20::text[])
+            AND p.lease_expires_at > coalesce($5::timestamptz, now()))::int AS peer_lanes,
          ARRAY(SELECT t.v FROM walk_end w CROSS JOIN LATERAL (VALUES (1, w.lane::text), (2, w.handler), (3, w.key)) AS t(ord, v)
                ORDER BY w.lane, t.ord) AS walk_ends
 )
@@ -321,5 +325,5 @@ summary AS MATERIALIZED (
 SELECT /*include claimed-rows*/ AS claimed, ARRAY(SELECT r.lane || ':' || r.epoch FROM recorded r) AS lane_epochs,
        CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END
          AS completed_ids,
-       k.lanes AS skipped_lanes, k.handed_back, k.walk_ends
+       k.lanes AS skipped_lanes, k.handed_back, k.walk_ends, k.peer_lanes
 FROM summary k

@@ -17,7 +17,7 @@
 -- returns: one row as claim-held-lanes's: claimed (sql/fragments/claimed-rows.sql; early always false, after always
 --          null: no followers), lane_epochs, skipped_lanes (held lanes changed while this statement waited for them: see
 --          claim-held-lanes, seen), handed_back;
---          completed_ids and walk_ends always NULL
+--          completed_ids, walk_ends and peer_lanes always NULL (under a light load a worker's later claim loops rest)
 -- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
 WITH clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
@@ -93,5 +93,5 @@ summary AS MATERIALIZED (
 -- One row: the claimed deliveries as one JSON value (sql/fragments/claimed-rows.sql), then the summary.
 SELECT /*include claimed-rows*/ AS claimed, ARRAY(SELECT r.lane || ':' || r.epoch FROM recorded r) AS lane_epochs,
        NULL::text[] AS completed_ids, k.lanes AS skipped_lanes, k.handed_back,
-       NULL::text[] AS walk_ends
+       NULL::text[] AS walk_ends, NULL::int AS peer_lanes
 FROM summary k

@@ -10,6 +10,9 @@ export const MAX_RETRY_LOOKAHEAD_MS = 1_000;
 /** Most followers a claim may bring with each keyed head (`ClaimParams.followers`, the dispatcher's `followers`). */
 export const MAX_FOLLOWERS = 100;
 
+/** Most claim loops a dispatcher runs (`DispatcherOptions.claimLoops`); a claim names the others as its siblings. */
+export const MAX_CLAIM_LOOPS = 8;
+
 /** Longest excerpt of a bad value repeated in an error message. */
 const MAX_ECHO_LENGTH = 60;
 

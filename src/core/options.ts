@@ -3,7 +3,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { Store } from '../store/contract.js';
 import type { Clock } from './clock.js';
 import { InvalidOptionsError } from './errors.js';
-import { MAX_FOLLOWERS } from './limits.js';
+import { MAX_CLAIM_LOOPS, MAX_FOLLOWERS } from './limits.js';
 import { isEventDefinition, type EventDefinition } from './events.js';
 import type { HandlerOptions } from './handlers.js';
 import type { Instrumentation } from './instrumentation.js';
@@ -78,7 +78,10 @@ export interface DispatcherOptions {
    * Claim loops in this process, 1..8. Default `DEFAULT_CLAIM_LOOPS` (1). Each loop holds its own lanes (a lease
    * owner of its own) and claims while the others' handlers run, so Node and Postgres work at once; the handler slots
    * (`concurrency`) are shared, each loop claiming at most its share of them. Two can pay off on a deep backlog (see
-   * the bench's claim-loops cell).
+   * the bench's claim-loops cell). While other workers hold lanes too (as a claim of the held lanes reports), the loops
+   * claim in turn, one claim of this worker at a time: the other workers' claims keep Postgres busy meanwhile, and
+   * several claims of every worker at once cost the server more than they overlap (the bench's dispatcher-processes
+   * cell).
    */
   readonly claimLoops?: number;
   /**
@@ -182,7 +185,7 @@ const DispatcherSchema = Type.Object(
     completionBatchWindowMs: integer(0, 1_000),
     shutdownGraceMs: integer(0, MAX_TIMER_MS),
     ownerPrefix: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
-    claimLoops: integer(1, 8),
+    claimLoops: integer(1, MAX_CLAIM_LOOPS),
     followers: integer(0, MAX_FOLLOWERS),
   },
   { additionalProperties: false },

@@ -570,7 +570,19 @@ class MemoryStore implements Store<MemoryTransaction> {
   async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult> {
     validateClaim(params);
     const completed = await this.completeMany(leases, params.now);
-    return { completed, claimed: await this.claim(params) };
+    const claimed = await this.claim(params);
+    return { completed, claimed, peerLanes: this.#peerLanes(params) };
+  }
+
+  /** Lanes held under a lease not expired by owners other than the claim's and its siblings'. */
+  #peerLanes(params: ClaimParams): number {
+    const own = new Set([params.owner, ...(params.siblingOwners ?? [])]);
+    const now = timeOf(params.now);
+    let peers = 0;
+    for (const lane of this.#lanes)
+      if (lane.owner !== null && !own.has(lane.owner) && lane.leaseExpiresAt !== null && lane.leaseExpiresAt > now)
+        peers += 1;
+    return peers;
   }
 
   async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {

@@ -462,6 +462,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         take,
         lookaheadMs,
         params.followers ?? 0,
+        params.siblingOwners ?? [],
       ]);
       const { summary, claimedRows, heads } = readClaim(rows);
       probes.claimed(claimedRows);
@@ -472,6 +473,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         heads,
         completed: complete.map((lease) => ids === undefined || ids.delete(lease.deliveryId)),
         skippedLanes: summary.skipped_lanes,
+        peerLanes: summary.peer_lanes ?? undefined,
       };
     };
     /**
@@ -492,7 +494,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         take,
       ]);
       const { summary, claimedRows, heads } = readClaim(rows);
-      return { claimedRows, heads, completed: [], skippedLanes: summary.skipped_lanes };
+      return { claimedRows, heads, completed: [], skippedLanes: summary.skipped_lanes, peerLanes: undefined };
     };
     const light =
       leases.length === 0 &&
@@ -532,6 +534,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     /** Lanes of retried heads due again that the last claim did not return: their lanes are not held by this owner. */
     const retryLanes = () => probes.dueLanes((params.now ?? new Date()).getTime(), lookaheadMs);
     const claimed: ClaimedDelivery[] = [];
+    /** Lanes other workers hold, as the last claim of the held lanes saw them (undefined: none ran, or claim-light). */
+    let peerLanes: number | undefined;
     /** The deliveries of `claimed` that count against the limit (not followers). */
     let heads = 0;
     /**
@@ -553,6 +557,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
           const more = await claimHeld(limit - heads, []);
           claimed.push(...more.claimedRows);
           heads += more.heads;
+          peerLanes = more.peerLanes;
           if (taken < take || more.heads === 0 || heads >= limit) break;
         }
       } finally {
@@ -584,6 +589,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       claimed.push(...first.claimedRows);
       heads = first.heads;
       completed = first.completed;
+      peerLanes = first.peerLanes;
       try {
         if (heads < limit) {
           // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, or the caller leaves
@@ -605,7 +611,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     }
     if (claimed.length === 0 && !completed.includes(true)) idleOwners.add(owner);
     else idleOwners.delete(owner);
-    return { claimed, completed };
+    return peerLanes === undefined ? { claimed, completed } : { claimed, completed, peerLanes };
   }
 
   return {

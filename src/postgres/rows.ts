@@ -114,6 +114,8 @@ const CLAIMED = {
   handed_back: col('_text'),
   /** Lane, handler and key in turn, where each walked lane's walk resumes (claim-light walks none: NULL). */
   walk_ends: nullable('_text'),
+  /** Lanes other workers hold under a lease not expired (claim-held-lanes; claim-light: NULL). */
+  peer_lanes: nullable('int4'),
 } satisfies Columns;
 
 /**

@@ -162,6 +162,10 @@ export interface ClaimParams {
    * among them, up to 100 a head). A store may ignore it.
    */
   readonly followers?: number;
+  /**
+   * The owners of this worker's other claim loops: lanes they hold are not counted in `CompleteAndClaimResult.peerLanes`.
+   */
+  readonly siblingOwners?: readonly string[];
   readonly now?: Date;
 }
 
@@ -334,6 +338,11 @@ export interface CompleteAndClaimResult {
   /** Per lease, in input order: `true` when the delivery was completed, `false` when its lease was lost. */
   readonly completed: readonly boolean[];
   readonly claimed: ClaimedDelivery[];
+  /**
+   * How many lanes other workers (neither `owner` nor `siblingOwners`) hold under a lease not expired, when the store
+   * looked (undefined: it did not). The dispatcher rests its later claim loops while other workers share the lanes.
+   */
+  readonly peerLanes?: number;
 }
 
 /** A lane a worker holds, as `listLanes` reports it. */

@@ -1,7 +1,7 @@
 import { InvalidInputError, InvalidPayloadError, InvalidStateError } from '../core/errors.js';
 import { parseLeaseToken, type LeaseTokenParts } from '../core/lease-token.js';
 import { LANE_COUNT } from '../core/lanes.js';
-import { echo, MAX_FOLLOWERS, MAX_RETRY_LOOKAHEAD_MS, nameProblem } from '../core/limits.js';
+import { echo, MAX_CLAIM_LOOPS, MAX_FOLLOWERS, MAX_RETRY_LOOKAHEAD_MS, nameProblem } from '../core/limits.js';
 import type {
   BuryParams,
   ClaimParams,
@@ -200,6 +200,12 @@ export function validateClaim(params: ClaimParams): void {
   if (params.retryLookaheadMs !== undefined)
     assertIntegerIn(params.retryLookaheadMs, 'retryLookaheadMs', 0, MAX_RETRY_LOOKAHEAD_MS);
   if (params.followers !== undefined) assertIntegerIn(params.followers, 'followers', 0, MAX_FOLLOWERS);
+  const siblings: unknown = params.siblingOwners;
+  if (siblings !== undefined) {
+    if (!Array.isArray(siblings) || siblings.length >= MAX_CLAIM_LOOPS)
+      fail(`siblingOwners must be an array of at most ${MAX_CLAIM_LOOPS - 1} owner ids, got ${echo(siblings)}.`);
+    siblings.forEach((owner, i) => assertName(owner, `siblingOwners[${i}]`));
+  }
   assertOptionalDate(params.now, 'now');
 }
 

@@ -6,6 +6,8 @@
  * and the completion, and the completion history.
  */
 import assert from 'node:assert/strict';
+import { InvalidInputError } from '../../../src/core/errors.js';
+import { laneOf } from '../../../src/core/lanes.js';
 import type { ClaimedDelivery } from '../../../src/store/contract.js';
 import type { Harness } from '../../support/harness.js';
 import {
@@ -37,6 +39,20 @@ function completeAndClaim<TTx>(
     leaseDurationMs: LEASE_MS,
     now: harness.clock.now(),
   });
+}
+
+/** `count` keys, each in a lane of its own. */
+function distinctLaneKeys(count: number): string[] {
+  const lanes = new Set<number>();
+  const keys: string[] = [];
+  for (let i = 0; keys.length < count; i += 1) {
+    const lane = laneOf(`peer-key-${i}`, '');
+    if (!lanes.has(lane)) {
+      lanes.add(lane);
+      keys.push(`peer-key-${i}`);
+    }
+  }
+  return keys;
 }
 
 export const ridingCases: CaseGroup = {
@@ -175,6 +191,36 @@ export const ridingCases: CaseGroup = {
         } finally {
           await harness.close();
         }
+      },
+    },
+    {
+      name: "reports the lanes other workers hold: neither the claimer's own nor its siblings', nor expired ones",
+      async run({ harness }) {
+        const keys = distinctLaneKeys(3);
+        const claimOne = async (owner: string, id: string, key: string) => {
+          await publish(harness, [event({ id, key })]);
+          return claimExpecting(harness, owner, [id]);
+        };
+        const mine = await claimOne('w1', 'mine', keys[0]!);
+        await claimOne('w1-sibling', 'sibling', keys[1]!);
+        await claimOne('peer', 'peer', keys[2]!);
+        const ask = (siblingOwners?: readonly string[], done: readonly ClaimedDelivery[] = []) =>
+          harness.store.completeAndClaim(done.map(leaseOf), {
+            owner: 'w1',
+            handlers: [H1],
+            limit: 10,
+            leaseDurationMs: LEASE_MS,
+            now: harness.clock.now(),
+            ...(siblingOwners === undefined ? {} : { siblingOwners }),
+          });
+        assert.equal((await ask(['w1-sibling'], mine)).peerLanes, 1, 'the peer');
+        assert.equal((await ask()).peerLanes, 2, 'without siblings named, the sibling counts as a peer');
+        harness.clock.advance(PAST_LEASE_MS);
+        assert.equal((await ask(['w1-sibling'])).peerLanes, 0, 'expired leases are nobody');
+        await assert.rejects(
+          ask(['w1-sibling', '']),
+          (error: unknown) => error instanceof InvalidInputError && /siblingOwners\[1\]/.test(error.message),
+        );
       },
     },
     {
