@@ -451,9 +451,10 @@ export class Dispatcher<TTx> {
         // slots idle in the bench's liveness cell).
         loop.retryDue = false;
         this.#startReady();
-        // Other workers share the lanes: this worker's loops claim in turn (see `#peersHoldLanes`).
-        const releaseTurn = this.#peersHoldLanes && this.#loops.length > 1 ? await this.#claimTurn() : undefined;
         const claimStarted = performance.now();
+        // Other workers share the lanes: this worker's loops claim in turn (see `#peersHoldLanes`). The wait counts as
+        // part of the claim: a retried head due meanwhile waits for it too (`retryLookaheadMs`).
+        const releaseTurn = this.#peersHoldLanes && this.#loops.length > 1 ? await this.#claimTurn() : undefined;
         try {
           if (riding === undefined) {
             claimed = await store.claim(params);
