@@ -28,26 +28,35 @@ const PEER_KEY = (() => {
 async function drain(withPeer: boolean) {
   const clock = new StubClock();
   const memory = memoryStore();
+  /** Claims in flight (beside the peer: those that started after a claim reported it). */
   let inFlight = 0;
-  /** The most claims in flight at once among those that started after a claim reported other workers. */
+  /** The most of them at once. */
   let mostAtOnce = 0;
   let peersSeen = false;
   let peerLanesSeen: number | undefined;
+  /** Every claim, with completions riding or not, is held 3 ms and counted while in flight. */
+  const held = async <T>(claim: () => Promise<T>): Promise<T> => {
+    // Beside the peer, only claims that started once a claim had reported it: one in flight at that moment started
+    // before the dispatcher knew, without waiting for a turn.
+    const counted = peersSeen || !withPeer;
+    if (counted) inFlight += 1;
+    mostAtOnce = Math.max(mostAtOnce, inFlight);
+    try {
+      await pause(3);
+      return await claim();
+    } finally {
+      if (counted) inFlight -= 1;
+    }
+  };
   const { store } = spyStore(memory, {
-    async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
-      const counted = peersSeen;
-      inFlight += 1;
-      if (counted || !withPeer) mostAtOnce = Math.max(mostAtOnce, inFlight);
-      try {
-        await pause(3);
+    claim: (params: ClaimParams) => held(() => memory.claim(params)),
+    completeAndClaim: (leases: readonly DeliveryLease[], params: ClaimParams) =>
+      held(async () => {
         const result = await memory.completeAndClaim(leases, params);
         peerLanesSeen = result.peerLanes;
         if ((result.peerLanes ?? 0) > 0) peersSeen = true;
         return result;
-      } finally {
-        inFlight -= 1;
-      }
-    },
+      }),
   });
   const bus = createRelayBus({
     store,
