@@ -432,7 +432,7 @@ export class Dispatcher<TTx> {
           ...(light ? { skipFreeLanes: true } : {}),
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
           ...(options.followers > 0 ? { followers: loop.followersNow } : {}),
-          ...(this.#loops.length > 1 ? { siblingOwners: this.#siblings[loop.index]! } : {}),
+          siblingOwners: this.#siblings[loop.index]!,
           ...(this.#hintedLanes.size === 0 ? {} : { preferLanes: [...this.#hintedLanes] }),
         };
         this.#hintedLanes.clear();

@@ -340,7 +340,7 @@ export interface CompleteAndClaimResult {
   readonly claimed: ClaimedDelivery[];
   /**
    * How many lanes other workers (neither `owner` nor `siblingOwners`) hold under a lease not expired, when the store
-   * looked (undefined: it did not). The dispatcher rests its later claim loops while other workers share the lanes.
+   * looked (undefined: it did not). While other workers share the lanes, the dispatcher's claim loops claim in turn.
    */
   readonly peerLanes?: number;
 }

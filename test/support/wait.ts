@@ -1,5 +1,5 @@
 import type { TypedEvents } from '../../src/core/emitter.js';
-import type { Store } from '../../src/store/contract.js';
+import type { DeliveryLease, Store } from '../../src/store/contract.js';
 
 /**
  * Helpers for tests that run the real dispatcher: wait on lifecycle events or conditions with a
@@ -73,6 +73,24 @@ export function pause(ms: number): Promise<void> {
 export interface StoreCall {
   readonly method: string;
   readonly args: readonly unknown[];
+}
+
+/**
+ * `spyStore` overrides for every method that writes completions (with a claim riding or not), each call going through
+ * `around` with its leases and the real write.
+ */
+export function aroundCompletionWrites<TTx>(
+  store: Store<TTx>,
+  around: <T>(leases: readonly DeliveryLease[], write: () => Promise<T>) => Promise<T>,
+): Partial<Store<TTx>> {
+  const reportingNext = store.completeManyReportingNext?.bind(store);
+  return {
+    completeAndClaim: (leases, params) => around(leases, () => store.completeAndClaim(leases, params)),
+    completeMany: (leases, now) => around(leases, () => store.completeMany(leases, now)),
+    ...(reportingNext === undefined
+      ? {}
+      : { completeManyReportingNext: (leases, now) => around(leases, () => reportingNext(leases, now)) }),
+  };
 }
 
 /** Wrap a store so every call is recorded; behaviour is unchanged. `overrides` replace methods. */

@@ -1,8 +1,7 @@
 /**
  * Claim loops and other workers. A worker's second claim loop overlaps its handlers with its claims; when other workers
- * hold lanes too, their claims fill those gaps, and the loops of each worker claim in turn instead (4 workers of 2
- * loops on 2 cores: 37.8-39.4k deliveries/s side by side, 39.8-48.9k in turn). Alone, the loops still claim side by
- * side. Real dispatcher, in-memory store; each claim is held a few milliseconds so that two at once would overlap.
+ * hold lanes too, their claims fill those gaps, and the loops of each worker claim in turn instead (measured: see
+ * `Dispatcher`, `#peersHoldLanes`). Alone, the loops still claim side by side. Real dispatcher, in-memory store; each claim is held a few milliseconds so that two at once would overlap.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';

@@ -13,7 +13,7 @@ import { defineEvent } from '../../src/core/events.js';
 import type { Logger } from '../../src/core/logger.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 import type { DeliveryLease } from '../../src/store/contract.js';
-import { spyStore, waitFor } from '../support/wait.js';
+import { aroundCompletionWrites, spyStore, waitFor } from '../support/wait.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
 
@@ -40,14 +40,7 @@ function cutFirstWrite(commits: boolean, handler: () => void | Promise<void>) {
   };
   const { store } = spyStore(memory, {
     claim: (params) => (claimsHeld ? Promise.resolve([]) : memory.claim(params)),
-    completeAndClaim: (leases, params) => once(leases, () => memory.completeAndClaim(leases, params)),
-    completeMany: (leases, now) => once(leases, () => memory.completeMany(leases, now)),
-    ...(memory.completeManyReportingNext === undefined
-      ? {}
-      : {
-          completeManyReportingNext: (leases: readonly DeliveryLease[], now?: Date) =>
-            once(leases, () => memory.completeManyReportingNext!(leases, now)),
-        }),
+    ...aroundCompletionWrites(memory, once),
   });
   const infos: string[] = [];
   const logger: Logger = {

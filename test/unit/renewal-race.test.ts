@@ -15,7 +15,7 @@ import { defineEvent } from '../../src/core/events.js';
 import type { Logger } from '../../src/core/logger.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 import type { DeliveryLease, ExtendLeaseResult } from '../../src/store/contract.js';
-import { collect, deferred, pause, spyStore, waitFor } from '../support/wait.js';
+import { aroundCompletionWrites, collect, deferred, pause, spyStore, waitFor } from '../support/wait.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
 
@@ -45,14 +45,7 @@ describe('a renewal that finds a lane handed back by a completion still on its w
           owner ??= params.owner;
           return memory.claim(params);
         },
-        completeAndClaim: (leases, params) => holdFirst(leases, () => memory.completeAndClaim(leases, params)),
-        completeMany: (leases, now) => holdFirst(leases, () => memory.completeMany(leases, now)),
-        ...(memory.completeManyReportingNext === undefined
-          ? {}
-          : {
-              completeManyReportingNext: (leases: readonly DeliveryLease[], now?: Date) =>
-                holdFirst(leases, () => memory.completeManyReportingNext!(leases, now)),
-            }),
+        ...aroundCompletionWrites(memory, holdFirst),
         extendLease: async (params): Promise<ExtendLeaseResult> => {
           const result = await memory.extendLease(params);
           if (result.lost.length > 0) lostSeen.resolve();
