@@ -21,6 +21,14 @@ export const MIN_FOLLOWER_CYCLE_BUDGET_MS = 50;
  */
 const RETRY_WATCH_BUDGETS = 20;
 
+/**
+ * A retry of the loop due within this many budgets (one soonest first retry) holds the follower count (`claimTook`).
+ * One due later is not waited for yet: the count may grow meanwhile, and the lookahead (twice the longest recent claim)
+ * covers the longer cycles by the time it comes near. Holding it for any pending retry held it low for the whole
+ * backoff, minutes at later attempts, and with failures now and then, for good.
+ */
+const RETRY_NEAR_BUDGETS = 2;
+
 /** What a claim loop is built from: the dispatcher's shared parts and this loop's place. */
 export interface ClaimLoopConfig<TTx> {
   readonly index: number;
@@ -153,11 +161,11 @@ export class ClaimLoop<TTx> {
   claimTook(ms: number): void {
     this.#recentClaimMs = Math.max(ms, this.#recentClaimMs * 0.9);
     const before = this.#followers;
-    // While a retried head waits to be due (or for its claim), cycles are kept under half the budget and the count does
-    // not grow: doubling from 1 reached 8 followers about when the liveness cell's retries came due, and on a loaded
-    // machine the cycle then in progress started one up to 132 ms late.
-    const retryWaiting = this.retryDue || this.retryAlarm.pending;
+    // While a retried head is near its due time (or waits for its claim), cycles are kept under half the budget and the
+    // count does not grow: doubling from 1 reached 8 followers about when the liveness cell's retries came due, and on
+    // a loaded machine the cycle then in progress started one up to 132 ms late.
     const budget = this.#followerCycleBudgetMs;
+    const retryWaiting = this.retryDue || this.retryAlarm.dueWithin(RETRY_NEAR_BUDGETS * budget);
     // No retry of this loop lately: long cycles hold up no retried head, and under CPU contention (several workers on
     // few cores) they are long whatever the count; halving it then only made claims smaller and more numerous (4
     // processes on 2 cores: followers fell to 0-2, 0.72x the rate of one process, 0.98x without the halving).
@@ -181,9 +189,9 @@ export class ClaimLoop<TTx> {
    * loaded 2-core machine, cycles of 500 heads with 9 followers each took 600-770 ms, and retries due 500 ms after the
    * failure started 120-320 ms late). So the count starts at 1 and, once this loop has scheduled a retry (for
    * `RETRY_WATCH_BUDGETS` budgets after), follows the cycles: halved after one over the budget, doubled after one under
-   * half of it, between 0 and `DispatcherOptions.followers`; while a retry of this loop waits, halved after one over
-   * half the budget and never doubled. Otherwise it doubles after every cycle: the first failure after a quiet spell
-   * may wait for the cycle then in progress.
+   * half of it, between 0 and `DispatcherOptions.followers`; while a retry of this loop is due within two budgets
+   * (`RETRY_NEAR_BUDGETS`), halved after one over half the budget and never doubled. Otherwise it doubles after every
+   * cycle: the first failure after a quiet spell may wait for the cycle then in progress.
    */
   get followersNow(): number {
     return this.#followers;

@@ -42,6 +42,12 @@ export class RetryAlarm {
     return this.#due.length > 0;
   }
 
+  /** Some due time that has not rung yet comes within `ms` from now. */
+  dueWithin(ms: number): boolean {
+    const next = this.#due[0];
+    return next !== undefined && next - this.#clock() <= ms;
+  }
+
   /** Forget every due time. */
   stop(): void {
     clearTimeout(this.#timer);

@@ -703,6 +703,44 @@ describe('dispatcher: followers per claim', () => {
       'no growth while the retry waited',
     );
   });
+
+  it('grow while the only retry waiting is due later than a soonest first retry from now', async (t) => {
+    // The budget is 50 ms (the steady handler's first retry, 100 ms): a retry due within 100 ms holds the count. The
+    // failing handler's retry is due in 5 s: until then the loop's cycles delay no retry, and under a backlog a count
+    // held low for the whole backoff (minutes, at later attempts) cost every keyed claim its followers.
+    const asked: { followers: number | undefined; at: number }[] = [];
+    let inner: Store<MemoryTransaction> | undefined;
+    const record = (params: ClaimParams) => asked.push({ followers: params.followers, at: performance.now() });
+    const { bus, memory, publish } = harness(
+      t,
+      { followers: 8, concurrency: 4, batchSize: 2 },
+      {
+        claim(params: ClaimParams) {
+          record(params);
+          return inner!.claim(params);
+        },
+        completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
+          record(params);
+          return inner!.completeAndClaim(leases, params);
+        },
+      },
+    );
+    inner = memory;
+    bus.on(Order, 'steady', { backoff: { initialDelayMs: 100 } }, () => {});
+    bus.on(Order, 'fails-later', { backoff: { initialDelayMs: 5_000 } }, () => {
+      throw new Error('fails');
+    });
+    let failedAt = 0;
+    bus.lifecycle.on('failed', () => {
+      failedAt ||= performance.now();
+    });
+    await publish(1, 'k');
+    await bus.start();
+    await waitFor(() => failedAt > 0, 'the failure');
+    const atFailure = asked.filter((a) => a.at <= failedAt).at(-1)?.followers ?? 1;
+    assert.ok(atFailure < 8, `the count had not grown to 8 by the failure (${atFailure})`);
+    await waitFor(() => asked.some((a) => a.at > failedAt && a.followers === 8), 'all 8 followers, the retry 5 s away');
+  });
 });
 
 describe('dispatcher: deliveries claimed before they are due', () => {

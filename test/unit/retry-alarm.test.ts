@@ -40,6 +40,20 @@ describe('RetryAlarm', () => {
     assert.equal(alarm.pending, false, 'stop forgets them');
   });
 
+  it('says whether its earliest due time not rung yet comes within a span from now', (t) => {
+    const { alarm, at, tick } = mockedAlarm(t);
+    assert.equal(alarm.dueWithin(1_000_000), false, 'nothing added');
+    alarm.add(5_000);
+    alarm.add(300);
+    assert.equal(alarm.dueWithin(299), false);
+    assert.equal(alarm.dueWithin(300), true, 'the earliest counts');
+    at(1_300);
+    tick(300);
+    assert.equal(alarm.dueWithin(4_699), false, 'rung: the next is 4,700 ms away');
+    at(1_500);
+    assert.equal(alarm.dueWithin(4_500), true, 'as the clock moves');
+  });
+
   it('rings once per due time, earliest first, whatever order they were added in', async () => {
     const start = performance.now();
     const rings: number[] = [];
