@@ -1,4 +1,4 @@
-/** The most due times one alarm remembers; beyond them, the poll finds the retries. */
+/** The most due times one alarm remembers (the earliest); beyond them, the poll finds the retries. */
 const MAX_ALARMS = 1_000;
 /** Due times closer than this ring once (see `add`). */
 const COALESCE_MS = 1;
@@ -27,8 +27,14 @@ export class RetryAlarm {
    * either): a batch of failures rescheduled together would otherwise ring once each, microseconds apart.
    */
   add(delayMs: number): void {
-    if (this.#due.length >= MAX_ALARMS || !Number.isFinite(delayMs)) return;
+    if (!Number.isFinite(delayMs)) return;
     const at = this.#clock() + Math.max(0, delayMs);
+    // Full: the latest is forgotten rather than this one, should it come sooner (retries minutes away, a poison key's,
+    // must not keep one due in a second from ringing, nor from holding the follower count, see `dueWithin`).
+    if (this.#due.length >= MAX_ALARMS) {
+      if (at >= this.#due[this.#due.length - 1]!) return;
+      this.#due.pop();
+    }
     let index = this.#due.length;
     while (index > 0 && this.#due[index - 1]! > at) index -= 1;
     if (index < this.#due.length && this.#due[index]! - at < COALESCE_MS) return;

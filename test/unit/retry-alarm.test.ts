@@ -116,6 +116,22 @@ describe('RetryAlarm', () => {
     alarm.stop();
   });
 
+  it('full, keeps its earliest due times: one sooner than all it holds still rings', (t) => {
+    const { alarm, at, tick, rings } = mockedAlarm(t);
+    // The most it remembers, a minute or more away (a poison key's retries), then one due in 100 ms.
+    for (let n = 0; n < 1_000; n += 1) alarm.add(60_000 + n * 10);
+    alarm.add(100);
+    assert.equal(alarm.dueWithin(100), true);
+    at(1_100);
+    tick(100);
+    assert.equal(rings(), 1, 'the sooner one rang');
+    // Every due time but the latest: that one made room for the sooner one.
+    at(1_000 + 60_000 + 998 * 10);
+    tick(60_000 + 998 * 10);
+    assert.equal(rings(), 2);
+    assert.equal(alarm.pending, false, 'the latest was forgotten');
+  });
+
   it('rings no more once stopped', async () => {
     let rings = 0;
     const alarm = new RetryAlarm(() => (rings += 1));
