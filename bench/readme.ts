@@ -47,7 +47,11 @@ const parts: [heading: string, title: string, note: string][] = [
     SECTIONS.ordering,
     'Each contender that orders keys, keyed against unkeyed in the same cell (graphile-worker orders through a named queue per key and handler).',
   ],
-  ['Dispatcher processes', SECTIONS.processes, 'The same backlog drained by 1, 2 and 4 relaybus processes.'],
+  [
+    'Dispatcher processes',
+    SECTIONS.processes,
+    'The same backlog drained by 1, 2 and 4 relaybus processes. "One process on a share" is the cell of the same run where one process drains what each of these drains (N / processes), where the run has one: each process pays its start-up (code V8 has not optimised yet, its server connections\' first statements) on its share, so per process the work is the same there.',
+  ],
   [
     'Peers at their best',
     SECTIONS.sweep,

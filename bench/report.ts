@@ -332,18 +332,31 @@ function processCells(rows: readonly Row[]): { n: string; byD: Map<number, Row> 
   return [...groups.entries()].filter(([, byD]) => byD.size > 1).map(([n, byD]) => ({ n, byD }));
 }
 
+/**
+ * One process draining a D-th of a process-count cell's backlog (each of its D processes' share), relaybus tuned keyed,
+ * from the same run: undefined when the run has no such cell.
+ */
+function oneProcessOnShare(rows: readonly Row[], deliveries: number, processes: number): Row | undefined {
+  if (processes <= 1 || deliveries % processes !== 0) return undefined;
+  return findRow(rows, `dispatch N=${deliveries / processes} D=1`, 'relaybus', 'tuned', true);
+}
+
 function processTable(rows: readonly Row[]): string[] {
   const out = [
-    '| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | server CPU µs/delivery | valid |',
-    '| --- | --- | --- | --- | --- | --- | --- |',
+    '| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | server CPU µs/delivery | one process on a share (N / processes): deliveries/s, CPU µs/delivery dispatcher / server | these processes / that one | valid |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const { n, byD } of processCells(rows)) {
     const ds = [...byD.keys()].sort((a, b) => a - b);
     ds.forEach((d, k) => {
       const row = byD.get(d)!;
       const prev = k > 0 ? byD.get(ds[k - 1]!) : undefined;
+      const one = oneProcessOnShare(rows, Number(n), d);
+      const oneText = one
+        ? `N=${Number(n) / d}: ${spread(one.valid.map((r) => r.rate))}, ${fmt(dispatcherCpu(one), 1)} / ${fmt(serverCpu(one), 1)}`
+        : '-';
       out.push(
-        `| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(dispatcherCpu(row), 1)} | ${fmt(serverCpu(row), 1)} | ${validity(row)} |`,
+        `| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(dispatcherCpu(row), 1)} | ${fmt(serverCpu(row), 1)} | ${oneText} | ${one ? ratioText(pairedRatio(row, one)) : '-'} | ${validity(row)} |`,
       );
     });
   }
