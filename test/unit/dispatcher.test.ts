@@ -589,6 +589,45 @@ describe('dispatcher: claim loops', () => {
   });
 });
 
+/**
+ * A harness whose claims (with completions riding or not) go to the memory store after `beforeClaim` (awaited), with
+ * the followers each asked for and when (performance.now()).
+ */
+function followersHarness(t: TestContext, beforeClaim: (at: number) => Promise<void> | void = () => {}) {
+  const asked: { followers: number | undefined; at: number }[] = [];
+  let inner: Store<MemoryTransaction> | undefined;
+  const record = async (params: ClaimParams) => {
+    const at = performance.now();
+    asked.push({ followers: params.followers, at });
+    await beforeClaim(at);
+  };
+  const parts = harness(
+    t,
+    { followers: 8, concurrency: 4, batchSize: 2 },
+    {
+      async claim(params: ClaimParams) {
+        await record(params);
+        return inner!.claim(params);
+      },
+      async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
+        await record(params);
+        return inner!.completeAndClaim(leases, params);
+      },
+    },
+  );
+  inner = parts.memory;
+  return { ...parts, asked };
+}
+
+/** When (performance.now()) the bus's first `failed` event came; 0 until then. */
+function firstFailureAt(bus: { lifecycle: { on(name: 'failed', listener: () => void): unknown } }): () => number {
+  let at = 0;
+  bus.lifecycle.on('failed', () => {
+    at ||= performance.now();
+  });
+  return () => at;
+}
+
 describe('dispatcher: followers per claim', () => {
   it('start at one and double to the most while no retry was scheduled, however long the claim cycles take', async (t) => {
     // The budget is half the soonest first retry of a handler (100 ms, no jitter): 50 ms; these claims take 80.
@@ -613,43 +652,21 @@ describe('dispatcher: followers per claim', () => {
   it('after a retry, halve after each cycle over the budget until the retry is twenty budgets old, then double again', async (t) => {
     // Budget 50 ms (a first retry of 100 ms, no jitter): the loop watches its cycles for 1 s after the retry.
     let slowSince = Number.POSITIVE_INFINITY;
-    const asked: { followers: number | undefined; at: number }[] = [];
-    let inner: Store<MemoryTransaction> | undefined;
-    const record = async (params: ClaimParams) => {
-      const at = performance.now();
-      asked.push({ followers: params.followers, at });
+    const { bus, publish, asked } = followersHarness(t, async (at) => {
       if (at > slowSince) await pause(80);
-    };
-    const { bus, memory, publish } = harness(
-      t,
-      { followers: 8, concurrency: 4, batchSize: 2 },
-      {
-        async claim(params: ClaimParams) {
-          await record(params);
-          return inner!.claim(params);
-        },
-        async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
-          await record(params);
-          return inner!.completeAndClaim(leases, params);
-        },
-      },
-    );
-    inner = memory;
+    });
     bus.on(Order, 'fails', { backoff: { initialDelayMs: 100 } }, () => {
       throw new Error('fails');
     });
-    let failedAt = 0;
-    bus.lifecycle.on('failed', () => {
-      failedAt ||= performance.now();
-    });
+    const failedAt = firstFailureAt(bus);
     // Claims are fast until the count is 8, then the handler fails (its retry is scheduled) and every claim is slow.
     await bus.start();
     await waitFor(() => asked.some((a) => a.followers === 8), 'all 8 followers');
     slowSince = performance.now();
     await publish(1, 'k');
-    await waitFor(() => failedAt > 0, 'the failure');
-    await waitFor(() => asked.some((a) => a.at > failedAt + 1_100 && a.followers === 8), 'all 8 again, still slow');
-    const watched = asked.filter((a) => a.at > failedAt + 300 && a.at < failedAt + 900).map((a) => a.followers);
+    await waitFor(() => failedAt() > 0, 'the failure');
+    await waitFor(() => asked.some((a) => a.at > failedAt() + 1_100 && a.followers === 8), 'all 8 again, still slow');
+    const watched = asked.filter((a) => a.at > failedAt() + 300 && a.at < failedAt() + 900).map((a) => a.followers);
     assert.ok(watched.length >= 3, `slow claims watched: ${watched.length}`);
     assert.deepEqual(
       watched,
@@ -659,41 +676,21 @@ describe('dispatcher: followers per claim', () => {
   });
 
   it('do not grow while a retried head waits to be due, and grow again once its claim has started', async (t) => {
-    const asked: { followers: number | undefined; at: number }[] = [];
-    let inner: Store<MemoryTransaction> | undefined;
-    const record = (params: ClaimParams) => asked.push({ followers: params.followers, at: performance.now() });
-    const { bus, memory, publish } = harness(
-      t,
-      { followers: 8, concurrency: 4, batchSize: 2 },
-      {
-        claim(params: ClaimParams) {
-          record(params);
-          return inner!.claim(params);
-        },
-        completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
-          record(params);
-          return inner!.completeAndClaim(leases, params);
-        },
-      },
-    );
-    inner = memory;
+    const { bus, publish, asked } = followersHarness(t);
     // Its retry is due 300 ms after it fails, as the loop's alarm counts (the stub clock does not move: the store never
     // hands it out again, which this test does not need).
     bus.on(Order, 'fails-once', { backoff: { initialDelayMs: 300 } }, () => {
       throw new Error('once');
     });
-    let failedAt = 0;
-    bus.lifecycle.on('failed', () => {
-      failedAt ||= performance.now();
-    });
+    const failedAt = firstFailureAt(bus);
     await publish(1, 'k');
     await bus.start();
-    await waitFor(() => failedAt > 0, 'the failure');
+    await waitFor(() => failedAt() > 0, 'the failure');
     await waitFor(
-      () => asked.some((a) => a.at > failedAt + 350 && a.followers === 8),
+      () => asked.some((a) => a.at > failedAt() + 350 && a.followers === 8),
       'all 8 followers again after the retry came due',
     );
-    const waiting = asked.filter((a) => a.at > failedAt + 20 && a.at < failedAt + 250);
+    const waiting = asked.filter((a) => a.at > failedAt() + 20 && a.at < failedAt() + 250);
     assert.ok(waiting.length >= 5, `claims while the retry waited: ${waiting.length}`);
     const held = waiting[0]!.followers!;
     assert.ok(held < 8, `the count had not grown to 8 by the failure (${held})`);
@@ -708,38 +705,21 @@ describe('dispatcher: followers per claim', () => {
     // The budget is 50 ms (the steady handler's first retry, 100 ms): a retry due within 100 ms holds the count. The
     // failing handler's retry is due in 5 s: until then the loop's cycles delay no retry, and under a backlog a count
     // held low for the whole backoff (minutes, at later attempts) cost every keyed claim its followers.
-    const asked: { followers: number | undefined; at: number }[] = [];
-    let inner: Store<MemoryTransaction> | undefined;
-    const record = (params: ClaimParams) => asked.push({ followers: params.followers, at: performance.now() });
-    const { bus, memory, publish } = harness(
-      t,
-      { followers: 8, concurrency: 4, batchSize: 2 },
-      {
-        claim(params: ClaimParams) {
-          record(params);
-          return inner!.claim(params);
-        },
-        completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
-          record(params);
-          return inner!.completeAndClaim(leases, params);
-        },
-      },
-    );
-    inner = memory;
+    const { bus, publish, asked } = followersHarness(t);
     bus.on(Order, 'steady', { backoff: { initialDelayMs: 100 } }, () => {});
     bus.on(Order, 'fails-later', { backoff: { initialDelayMs: 5_000 } }, () => {
       throw new Error('fails');
     });
-    let failedAt = 0;
-    bus.lifecycle.on('failed', () => {
-      failedAt ||= performance.now();
-    });
+    const failedAt = firstFailureAt(bus);
     await publish(1, 'k');
     await bus.start();
-    await waitFor(() => failedAt > 0, 'the failure');
-    const atFailure = asked.filter((a) => a.at <= failedAt).at(-1)?.followers ?? 1;
+    await waitFor(() => failedAt() > 0, 'the failure');
+    const atFailure = asked.filter((a) => a.at <= failedAt()).at(-1)?.followers ?? 1;
     assert.ok(atFailure < 8, `the count had not grown to 8 by the failure (${atFailure})`);
-    await waitFor(() => asked.some((a) => a.at > failedAt && a.followers === 8), 'all 8 followers, the retry 5 s away');
+    await waitFor(
+      () => asked.some((a) => a.at > failedAt() && a.followers === 8),
+      'all 8 followers, the retry 5 s away',
+    );
   });
 });
 
