@@ -29,17 +29,20 @@ export class RetryAlarm {
   add(delayMs: number): void {
     if (!Number.isFinite(delayMs)) return;
     const at = this.#clock() + Math.max(0, delayMs);
-    // Full: the latest is forgotten rather than this one, should it come sooner (retries minutes away, a poison key's,
-    // must not keep one due in a second from ringing, nor from holding the follower count, see `dueWithin`).
-    if (this.#due.length >= MAX_ALARMS) {
-      if (at >= this.#due[this.#due.length - 1]!) return;
-      this.#due.pop();
-    }
     let index = this.#due.length;
     while (index > 0 && this.#due[index - 1]! > at) index -= 1;
     if (index < this.#due.length && this.#due[index]! - at < COALESCE_MS) return;
-    if (index > 0 && at - this.#due[index - 1]! < COALESCE_MS) this.#due[index - 1] = at;
-    else this.#due.splice(index, 0, at);
+    if (index > 0 && at - this.#due[index - 1]! < COALESCE_MS) {
+      this.#due[index - 1] = at;
+    } else {
+      // Full: the latest is forgotten rather than this one when this one comes sooner (retries minutes away, a poison
+      // key's, must not keep one due in a second from ringing, nor from holding the follower count: `dueWithin`).
+      if (this.#due.length >= MAX_ALARMS) {
+        if (index === this.#due.length) return;
+        this.#due.pop();
+      }
+      this.#due.splice(index, 0, at);
+    }
     this.#arm();
   }
 
