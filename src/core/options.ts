@@ -94,9 +94,9 @@ export interface DispatcherOptions {
    * followers take longer, and a retried head waits for the claim in progress, so each claim loop starts at 1 and
    * doubles the count after every claim (with the turns launching its batch); once the loop has scheduled a retry, and
    * for ten of its handlers' soonest first retries after, it doubles only after a claim shorter than a quarter of that
-   * first retry and halves after one longer than half of it (at least 50 ms); while one of its retried heads waits to be
-   * due it does not grow, and halves after one longer than a quarter of it. A store may ignore it (the memory store
-   * does).
+   * first retry and halves after one longer than half of it (at least 50 ms); while one of its retried heads is due
+   * within one such first retry, it doubles only after a claim shorter than an eighth of it, and halves after one longer
+   * than a quarter. A store may ignore it (the memory store does).
    */
   readonly followers?: number;
 }

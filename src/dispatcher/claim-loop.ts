@@ -161,9 +161,11 @@ export class ClaimLoop<TTx> {
   claimTook(ms: number): void {
     this.#recentClaimMs = Math.max(ms, this.#recentClaimMs * 0.9);
     const before = this.#followers;
-    // While a retried head is near its due time (or waits for its claim), cycles are kept under half the budget and the
-    // count does not grow: doubling from 1 reached 8 followers about when the liveness cell's retries came due, and on
-    // a loaded machine the cycle then in progress started one up to 132 ms late.
+    // While a retried head is near its due time (or waits for its claim), cycles are kept under half the budget, and the
+    // count doubles only after one under a quarter of it (doubled, still under half): doubling after every cycle from 1
+    // reached 8 followers about when the liveness cell's retries came due, and on a loaded machine the cycle then in
+    // progress started one up to 132 ms late. Never doubling held the count at its first value for as long as failures
+    // kept coming (some retry is always near then).
     const budget = this.#followerCycleBudgetMs;
     const retryWaiting = this.retryDue || this.retryAlarm.dueWithin(RETRY_NEAR_BUDGETS * budget);
     // No retry of this loop lately: long cycles hold up no retried head, and under CPU contention (several workers on
@@ -173,7 +175,7 @@ export class ClaimLoop<TTx> {
     const grow = () => Math.min(this.#maxFollowers, Math.max(1, before * 2));
     if (!watching) this.#followers = grow();
     else if (ms > (retryWaiting ? budget / 2 : budget)) this.#followers = Math.floor(before / 2);
-    else if (ms < budget / 2 && !retryWaiting) this.#followers = grow();
+    else if (ms < (retryWaiting ? budget / 4 : budget / 2)) this.#followers = grow();
     if (this.#followers !== before)
       this.#logger.debug('followers per keyed head changed', {
         owner: this.owner,
@@ -190,8 +192,9 @@ export class ClaimLoop<TTx> {
    * failure started 120-320 ms late). So the count starts at 1 and, once this loop has scheduled a retry (for
    * `RETRY_WATCH_BUDGETS` budgets after), follows the cycles: halved after one over the budget, doubled after one under
    * half of it, between 0 and `DispatcherOptions.followers`; while a retry of this loop is due within two budgets
-   * (`RETRY_NEAR_BUDGETS`), halved after one over half the budget and never doubled. Otherwise it doubles after every
-   * cycle: the first failure after a quiet spell may wait for the cycle then in progress.
+   * (`RETRY_NEAR_BUDGETS`), halved after one over half the budget and doubled only after one under a quarter of it.
+   * Otherwise it doubles after every cycle: the first failure after a quiet spell may wait for the cycle then in
+   * progress.
    */
   get followersNow(): number {
     return this.#followers;

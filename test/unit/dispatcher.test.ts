@@ -675,11 +675,13 @@ describe('dispatcher: followers per claim', () => {
     );
   });
 
-  it('do not grow while a retried head waits to be due, and grow again once its claim has started', async (t) => {
-    const { bus, publish, asked } = followersHarness(t);
-    // Its retry is due 300 ms after it fails, as the loop's alarm counts (the stub clock does not move: the store never
-    // hands it out again, which this test does not need).
-    bus.on(Order, 'fails-once', { backoff: { initialDelayMs: 300 } }, () => {
+  it('hold the count while a retried head waits and cycles take over a quarter of the budget; grow once its claim started', async (t) => {
+    // Budget 300 ms (a first retry of 600 ms): while the retry waits, a cycle of 90 ms (over 75, under 150) neither
+    // grows the count (doubled, it could pass half the budget) nor halves it; once the retry's claim has started, the
+    // same cycles (under half the budget) grow it. The stub clock does not move: the store never hands the retry out
+    // again, which this test does not need, but the loop's alarm counts real time.
+    const { bus, publish, asked } = followersHarness(t, () => pause(90));
+    bus.on(Order, 'fails-once', { backoff: { initialDelayMs: 600 } }, () => {
       throw new Error('once');
     });
     const failedAt = firstFailureAt(bus);
@@ -687,11 +689,11 @@ describe('dispatcher: followers per claim', () => {
     await bus.start();
     await waitFor(() => failedAt() > 0, 'the failure');
     await waitFor(
-      () => asked.some((a) => a.at > failedAt() + 350 && a.followers === 8),
+      () => asked.some((a) => a.at > failedAt() + 650 && a.followers === 8),
       'all 8 followers again after the retry came due',
     );
-    const waiting = asked.filter((a) => a.at > failedAt() + 20 && a.at < failedAt() + 250);
-    assert.ok(waiting.length >= 5, `claims while the retry waited: ${waiting.length}`);
+    const waiting = asked.filter((a) => a.at > failedAt() + 20 && a.at < failedAt() + 500);
+    assert.ok(waiting.length >= 3, `claims while the retry waited: ${waiting.length}`);
     const held = waiting[0]!.followers!;
     assert.ok(held < 8, `the count had not grown to 8 by the failure (${held})`);
     assert.deepEqual(
@@ -699,6 +701,24 @@ describe('dispatcher: followers per claim', () => {
       waiting.map(() => held),
       'no growth while the retry waited',
     );
+  });
+
+  it('grow while a retried head waits if the cycles are under a quarter of the budget (doubled, under half)', async (t) => {
+    // Budget 300 ms: the memory store's cycles take a millisecond or two. A stream of failures keeps some retry near at
+    // all times; holding the count whatever the cycles took kept it at its first value for as long.
+    const { bus, publish, asked } = followersHarness(t);
+    bus.on(Order, 'fails-once', { backoff: { initialDelayMs: 600 } }, () => {
+      throw new Error('once');
+    });
+    const failedAt = firstFailureAt(bus);
+    await publish(1, 'k');
+    await bus.start();
+    await waitFor(() => failedAt() > 0, 'the failure');
+    const atFailure = asked.filter((a) => a.at <= failedAt()).at(-1)?.followers ?? 1;
+    assert.ok(atFailure < 8, `the count had not grown to 8 by the failure (${atFailure})`);
+    await waitFor(() => asked.some((a) => a.at > failedAt() && a.followers === 8), 'all 8 followers');
+    const grown = asked.find((a) => a.at > failedAt() && a.followers === 8)!.at - failedAt();
+    assert.ok(grown < 500, `all 8 ${Math.round(grown)} ms after the failure, while the retry (due at 600) waited`);
   });
 
   it('grow while the only retry waiting is due later than a soonest first retry from now', async (t) => {
