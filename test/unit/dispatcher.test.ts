@@ -628,6 +628,24 @@ function firstFailureAt(bus: { lifecycle: { on(name: 'failed', listener: () => v
   return () => at;
 }
 
+/**
+ * Register a handler that always throws (its first retry `initialDelayMs` after), publish one keyed event, start the
+ * bus and wait for the failure: when it came (performance.now()), and the follower count the last claim before it asked.
+ */
+async function startFailing(parts: ReturnType<typeof followersHarness>, initialDelayMs: number) {
+  const { bus, publish, asked } = parts;
+  bus.on(Order, 'fails', { backoff: { initialDelayMs } }, () => {
+    throw new Error('fails');
+  });
+  const failedAt = firstFailureAt(bus);
+  await publish(1, 'k');
+  await bus.start();
+  await waitFor(() => failedAt() > 0, 'the failure');
+  const countAtFailure = asked.filter((a) => a.at <= failedAt()).at(-1)?.followers ?? 1;
+  assert.ok(countAtFailure < 8, `the count had not grown to 8 by the failure (${countAtFailure})`);
+  return failedAt();
+}
+
 describe('dispatcher: followers per claim', () => {
   it('start at one and double to the most while no retry was scheduled, however long the claim cycles take', async (t) => {
     // The budget is half the soonest first retry of a handler (100 ms, no jitter): 50 ms; these claims take 80.
@@ -680,22 +698,16 @@ describe('dispatcher: followers per claim', () => {
     // grows the count (doubled, it could pass half the budget) nor halves it; once the retry's claim has started, the
     // same cycles (under half the budget) grow it. The stub clock does not move: the store never hands the retry out
     // again, which this test does not need, but the loop's alarm counts real time.
-    const { bus, publish, asked } = followersHarness(t, () => pause(90));
-    bus.on(Order, 'fails-once', { backoff: { initialDelayMs: 600 } }, () => {
-      throw new Error('once');
-    });
-    const failedAt = firstFailureAt(bus);
-    await publish(1, 'k');
-    await bus.start();
-    await waitFor(() => failedAt() > 0, 'the failure');
+    const harnessParts = followersHarness(t, () => pause(90));
+    const { asked } = harnessParts;
+    const failedAt = await startFailing(harnessParts, 600);
     await waitFor(
-      () => asked.some((a) => a.at > failedAt() + 650 && a.followers === 8),
+      () => asked.some((a) => a.at > failedAt + 650 && a.followers === 8),
       'all 8 followers again after the retry came due',
     );
-    const waiting = asked.filter((a) => a.at > failedAt() + 20 && a.at < failedAt() + 500);
+    const waiting = asked.filter((a) => a.at > failedAt + 20 && a.at < failedAt + 500);
     assert.ok(waiting.length >= 3, `claims while the retry waited: ${waiting.length}`);
     const held = waiting[0]!.followers!;
-    assert.ok(held < 8, `the count had not grown to 8 by the failure (${held})`);
     assert.deepEqual(
       waiting.map((a) => a.followers),
       waiting.map(() => held),
@@ -706,18 +718,11 @@ describe('dispatcher: followers per claim', () => {
   it('grow while a retried head waits if the cycles are under a quarter of the budget (doubled, under half)', async (t) => {
     // Budget 300 ms: the memory store's cycles take a millisecond or two. A stream of failures keeps some retry near at
     // all times; holding the count whatever the cycles took kept it at its first value for as long.
-    const { bus, publish, asked } = followersHarness(t);
-    bus.on(Order, 'fails-once', { backoff: { initialDelayMs: 600 } }, () => {
-      throw new Error('once');
-    });
-    const failedAt = firstFailureAt(bus);
-    await publish(1, 'k');
-    await bus.start();
-    await waitFor(() => failedAt() > 0, 'the failure');
-    const atFailure = asked.filter((a) => a.at <= failedAt()).at(-1)?.followers ?? 1;
-    assert.ok(atFailure < 8, `the count had not grown to 8 by the failure (${atFailure})`);
-    await waitFor(() => asked.some((a) => a.at > failedAt() && a.followers === 8), 'all 8 followers');
-    const grown = asked.find((a) => a.at > failedAt() && a.followers === 8)!.at - failedAt();
+    const harnessParts = followersHarness(t);
+    const { asked } = harnessParts;
+    const failedAt = await startFailing(harnessParts, 600);
+    await waitFor(() => asked.some((a) => a.at > failedAt && a.followers === 8), 'all 8 followers');
+    const grown = asked.find((a) => a.at > failedAt && a.followers === 8)!.at - failedAt;
     assert.ok(grown < 500, `all 8 ${Math.round(grown)} ms after the failure, while the retry (due at 600) waited`);
   });
 
@@ -725,21 +730,11 @@ describe('dispatcher: followers per claim', () => {
     // The budget is 50 ms (the steady handler's first retry, 100 ms): a retry due within 100 ms holds the count. The
     // failing handler's retry is due in 5 s: until then the loop's cycles delay no retry, and under a backlog a count
     // held low for the whole backoff (minutes, at later attempts) cost every keyed claim its followers.
-    const { bus, publish, asked } = followersHarness(t);
-    bus.on(Order, 'steady', { backoff: { initialDelayMs: 100 } }, () => {});
-    bus.on(Order, 'fails-later', { backoff: { initialDelayMs: 5_000 } }, () => {
-      throw new Error('fails');
-    });
-    const failedAt = firstFailureAt(bus);
-    await publish(1, 'k');
-    await bus.start();
-    await waitFor(() => failedAt() > 0, 'the failure');
-    const atFailure = asked.filter((a) => a.at <= failedAt()).at(-1)?.followers ?? 1;
-    assert.ok(atFailure < 8, `the count had not grown to 8 by the failure (${atFailure})`);
-    await waitFor(
-      () => asked.some((a) => a.at > failedAt() && a.followers === 8),
-      'all 8 followers, the retry 5 s away',
-    );
+    const harnessParts = followersHarness(t);
+    const { asked } = harnessParts;
+    harnessParts.bus.on(Order, 'steady', { backoff: { initialDelayMs: 100 } }, () => {});
+    const failedAt = await startFailing(harnessParts, 5_000);
+    await waitFor(() => asked.some((a) => a.at > failedAt && a.followers === 8), 'all 8 followers, the retry 5 s away');
   });
 });
 
