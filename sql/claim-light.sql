@@ -17,7 +17,8 @@
 -- returns: one row as claim-held-lanes's: claimed (sql/fragments/claimed-rows.sql; early always false, after always
 --          null: no followers), lane_epochs, skipped_lanes (held lanes changed while this statement waited for them: see
 --          claim-held-lanes, seen), handed_back;
---          completed_ids, walk_ends and peer_lanes always NULL (under a light load a worker's later claim loops rest)
+--          completed_ids, walk_ends and peer_lanes always NULL (it does not count peers: the dispatcher keeps what
+--          the last claim-held-lanes reported)
 -- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
 WITH clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
