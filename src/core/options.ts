@@ -81,7 +81,8 @@ export interface DispatcherOptions {
    * the bench's claim-loops cell). While other workers hold lanes too (as a claim of the held lanes reports), the loops
    * claim in turn, one claim of this worker at a time: the other workers' claims keep Postgres busy meanwhile, and
    * several claims of every worker at once cost the server more than they overlap (the bench's dispatcher-processes
-   * cell).
+   * cell). The second and later loops then rest: each lets its runs end, hands its lanes back and claims again once no
+   * other worker holds a lane (or when a head it rescheduled is due again).
    */
   readonly claimLoops?: number;
   /**

@@ -1,7 +1,9 @@
 /**
  * Claim loops and other workers. A worker's second claim loop overlaps its handlers with its claims; when other workers
  * hold lanes too, their claims fill those gaps, and the loops of each worker claim in turn instead (measured: see
- * `Dispatcher`, `#peersHoldLanes`). Alone, the loops still claim side by side. Real dispatcher, in-memory store; each claim is held a few milliseconds so that two at once would overlap.
+ * `Dispatcher`, `#peersHoldLanes`), and the later ones rest: they let their runs end, hand their lanes back and claim
+ * no more while the others hold lanes (`Dispatcher`, `#rest`). Alone, the loops still claim side by side. Real
+ * dispatcher, in-memory store; each claim is held a few milliseconds so that two at once would overlap.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -33,12 +35,17 @@ async function drain(withPeer: boolean) {
   let mostAtOnce = 0;
   let peersSeen = false;
   let peerLanesSeen: number | undefined;
+  /** Claims by owner, counting those that started once a claim had reported the peer. */
+  const claimsAfterPeer = new Map<string, number>();
+  /** The owners whose lanes were handed back while the bus ran. */
+  const relinquished: string[] = [];
   /** Every claim, with completions riding or not, is held 3 ms and counted while in flight. */
-  const held = async <T>(claim: () => Promise<T>): Promise<T> => {
+  const held = async <T>(owner: string, claim: () => Promise<T>): Promise<T> => {
     // Beside the peer, only claims that started once a claim had reported it: one in flight at that moment started
     // before the dispatcher knew, without waiting for a turn.
     const counted = peersSeen || !withPeer;
     if (counted) inFlight += 1;
+    if (peersSeen) claimsAfterPeer.set(owner, (claimsAfterPeer.get(owner) ?? 0) + 1);
     mostAtOnce = Math.max(mostAtOnce, inFlight);
     try {
       await pause(3);
@@ -48,14 +55,18 @@ async function drain(withPeer: boolean) {
     }
   };
   const { store } = spyStore(memory, {
-    claim: (params: ClaimParams) => held(() => memory.claim(params)),
+    claim: (params: ClaimParams) => held(params.owner, () => memory.claim(params)),
     completeAndClaim: (leases: readonly DeliveryLease[], params: ClaimParams) =>
-      held(async () => {
+      held(params.owner, async () => {
         const result = await memory.completeAndClaim(leases, params);
         peerLanesSeen = result.peerLanes;
         if ((result.peerLanes ?? 0) > 0) peersSeen = true;
         return result;
       }),
+    relinquish: (owner: string) => {
+      relinquished.push(owner);
+      return memory.relinquish(owner);
+    },
   });
   const bus = createRelayBus({
     store,
@@ -94,7 +105,17 @@ async function drain(withPeer: boolean) {
     );
     await bus.start();
     await waitFor(() => handled >= EVENTS, 'the backlog drained', 20_000);
-    return { mostAtOnce, peersSeen, peerLanesSeen };
+    const holders = new Set((await memory.listLanes()).map((lane) => lane.owner));
+    // Copied: stop() below relinquishes every loop's lanes too.
+    return {
+      mostAtOnce,
+      peersSeen,
+      peerLanesSeen,
+      claimsAfterPeer,
+      relinquished: [...relinquished],
+      holders,
+      first: bus.owner!,
+    };
   } finally {
     await bus.stop({ graceMs: 0 });
   }
@@ -111,5 +132,23 @@ describe('claim loops beside other workers', () => {
     const { mostAtOnce, peersSeen } = await drain(true);
     assert.equal(peersSeen, true, 'a claim reported the other worker');
     assert.equal(mostAtOnce, 1, 'never two claims of this worker at once');
+  });
+
+  it('alone, neither loop rests', { timeout: 30_000 }, async () => {
+    const { relinquished } = await drain(false);
+    assert.deepEqual(relinquished, [], 'no lanes handed back while the bus ran');
+  });
+
+  it('with another worker holding a lane, the second loop rests and the first drains the rest', {
+    timeout: 30_000,
+  }, async () => {
+    const { claimsAfterPeer, relinquished, holders, first } = await drain(true);
+    assert.equal(relinquished.length, 1, `one loop handed its lanes back, once: ${relinquished.join(', ')}`);
+    const second = relinquished[0]!;
+    assert.notEqual(second, first, 'the second loop, not the first');
+    assert.ok((claimsAfterPeer.get(second) ?? 0) <= 2, `the second loop stopped claiming: ${[...claimsAfterPeer]}`);
+    assert.ok((claimsAfterPeer.get(first) ?? 0) >= 10, `the first loop went on: ${[...claimsAfterPeer]}`);
+    assert.equal(holders.has(second), false, 'the resting loop holds no lane');
+    assert.ok(holders.has('peer'), "the other worker's lane is still its own");
   });
 });
