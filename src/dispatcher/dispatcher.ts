@@ -422,8 +422,10 @@ export class Dispatcher<TTx> {
       // if more), should the writes fall behind. Slots another loop's claim in progress may fill are reserved.
       const free = Math.min(options.concurrency - this.#active, this.#maxRuns - this.#running.size) - this.#reserved;
       if (free > 0) {
-        // A loop claims at most its share of the slots, so the others find free slots while its handlers run.
-        const limit = Math.min(options.batchSize, free, Math.ceil(options.concurrency / this.#loops.length));
+        // A loop claims at most its share of the slots, so the others find free slots while its handlers run; beside
+        // other workers the later loops rest (`#rest`), and the first has them all.
+        const claimers = this.#peersHoldLanes ? 1 : this.#loops.length;
+        const limit = Math.min(options.batchSize, free, Math.ceil(options.concurrency / claimers));
         const acquireAt = this.#acquireWhenFullDue(loop);
         const light = this.#skipFreeLanes(loop);
         const params: ClaimParams = {

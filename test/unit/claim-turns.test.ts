@@ -26,7 +26,7 @@ const PEER_KEY = (() => {
 })();
 
 /** Drain a backlog with two claim loops, `peer` holding a lane or not; how many claims ran at once, at most. */
-async function drain(withPeer: boolean) {
+async function drain(withPeer: boolean, batchSize = 10) {
   const clock = new StubClock();
   const memory = memoryStore();
   /** Claims in flight (beside the peer: those that started after a claim reported it). */
@@ -39,13 +39,18 @@ async function drain(withPeer: boolean) {
   const claimsAfterPeer = new Map<string, number>();
   /** The owners whose lanes were handed back while the bus ran. */
   const relinquished: string[] = [];
+  /** The largest limit a claim asked for once a claim had reported the peer. */
+  let limitAfterPeer = 0;
   /** Every claim, with completions riding or not, is held 3 ms and counted while in flight. */
-  const held = async <T>(owner: string, claim: () => Promise<T>): Promise<T> => {
+  const held = async <T>({ owner, limit }: ClaimParams, claim: () => Promise<T>): Promise<T> => {
     // Beside the peer, only claims that started once a claim had reported it: one in flight at that moment started
     // before the dispatcher knew, without waiting for a turn.
     const counted = peersSeen || !withPeer;
     if (counted) inFlight += 1;
-    if (peersSeen) claimsAfterPeer.set(owner, (claimsAfterPeer.get(owner) ?? 0) + 1);
+    if (peersSeen) {
+      claimsAfterPeer.set(owner, (claimsAfterPeer.get(owner) ?? 0) + 1);
+      limitAfterPeer = Math.max(limitAfterPeer, limit);
+    }
     mostAtOnce = Math.max(mostAtOnce, inFlight);
     try {
       await pause(3);
@@ -55,9 +60,9 @@ async function drain(withPeer: boolean) {
     }
   };
   const { store } = spyStore(memory, {
-    claim: (params: ClaimParams) => held(params.owner, () => memory.claim(params)),
+    claim: (params: ClaimParams) => held(params, () => memory.claim(params)),
     completeAndClaim: (leases: readonly DeliveryLease[], params: ClaimParams) =>
-      held(params.owner, async () => {
+      held(params, async () => {
         const result = await memory.completeAndClaim(leases, params);
         peerLanesSeen = result.peerLanes;
         if ((result.peerLanes ?? 0) > 0) peersSeen = true;
@@ -72,7 +77,7 @@ async function drain(withPeer: boolean) {
     store,
     events: [Ping],
     clock,
-    dispatcher: { pollIntervalMs: 10, claimLoops: 2, concurrency: 20, batchSize: 10 },
+    dispatcher: { pollIntervalMs: 10, claimLoops: 2, concurrency: 20, batchSize },
   });
   try {
     let handled = 0;
@@ -115,6 +120,7 @@ async function drain(withPeer: boolean) {
       relinquished: [...relinquished],
       holders,
       first: bus.owner!,
+      limitAfterPeer,
     };
   } finally {
     await bus.stop({ graceMs: 0 });
@@ -150,5 +156,12 @@ describe('claim loops beside other workers', () => {
     assert.ok((claimsAfterPeer.get(first) ?? 0) >= 10, `the first loop went on: ${[...claimsAfterPeer]}`);
     assert.equal(holders.has(second), false, 'the resting loop holds no lane');
     assert.ok(holders.has('peer'), "the other worker's lane is still its own");
+  });
+
+  it('with another worker holding a lane, the first loop claims with every handler slot, not its half', {
+    timeout: 30_000,
+  }, async () => {
+    const { limitAfterPeer } = await drain(true, 20);
+    assert.equal(limitAfterPeer, 20, 'claims asked for up to concurrency (20), the batch size');
   });
 });
