@@ -39,18 +39,17 @@ async function drain(withPeer: boolean, batchSize = 10) {
   const claimsAfterPeer = new Map<string, number>();
   /** The owners whose lanes were handed back while the bus ran. */
   const relinquished: string[] = [];
-  /** The largest limit a claim asked for once a claim had reported the peer. */
-  let limitAfterPeer = 0;
+  /** The limits claims asked for once the backlog had drained (every handler slot free), by then. */
+  let drained = false;
+  const limitsIdle: number[] = [];
   /** Every claim, with completions riding or not, is held 3 ms and counted while in flight. */
   const held = async <T>({ owner, limit }: ClaimParams, claim: () => Promise<T>): Promise<T> => {
     // Beside the peer, only claims that started once a claim had reported it: one in flight at that moment started
     // before the dispatcher knew, without waiting for a turn.
     const counted = peersSeen || !withPeer;
     if (counted) inFlight += 1;
-    if (peersSeen) {
-      claimsAfterPeer.set(owner, (claimsAfterPeer.get(owner) ?? 0) + 1);
-      limitAfterPeer = Math.max(limitAfterPeer, limit);
-    }
+    if (peersSeen) claimsAfterPeer.set(owner, (claimsAfterPeer.get(owner) ?? 0) + 1);
+    if (drained) limitsIdle.push(limit);
     mostAtOnce = Math.max(mostAtOnce, inFlight);
     try {
       await pause(3);
@@ -110,6 +109,9 @@ async function drain(withPeer: boolean, batchSize = 10) {
     );
     await bus.start();
     await waitFor(() => handled >= EVENTS, 'the backlog drained', 20_000);
+    // The claims of the next polls, with every handler slot free.
+    drained = true;
+    await waitFor(() => limitsIdle.length >= 2, 'two claims once drained', 5_000);
     const holders = new Set((await memory.listLanes()).map((lane) => lane.owner));
     // Copied: stop() below relinquishes every loop's lanes too.
     return {
@@ -120,7 +122,7 @@ async function drain(withPeer: boolean, batchSize = 10) {
       relinquished: [...relinquished],
       holders,
       first: bus.owner!,
-      limitAfterPeer,
+      limitsIdle: [...limitsIdle],
     };
   } finally {
     await bus.stop({ graceMs: 0 });
@@ -161,7 +163,11 @@ describe('claim loops beside other workers', () => {
   it('with another worker holding a lane, the first loop claims with every handler slot, not its half', {
     timeout: 30_000,
   }, async () => {
-    const { limitAfterPeer } = await drain(true, 20);
-    assert.equal(limitAfterPeer, 20, 'claims asked for up to concurrency (20), the batch size');
+    const { limitsIdle } = await drain(true, 20);
+    assert.equal(
+      Math.max(...limitsIdle),
+      20,
+      `with every slot free, a claim asked for all 20: ${limitsIdle.join(', ')}`,
+    );
   });
 });
