@@ -140,8 +140,8 @@ export const relaybus: Contender = {
     // The library's DEFAULT_* (concurrency 10, batch 10, poll 1 s) on a default-sized pg pool.
     defaults: { concurrency: 10, batchSize: 10, pollIntervalMs: 1000, poolSize: 10 },
     // Its best measured here. Two claim loops (two lease owners sharing the slots): under a backlog one loop's claim waits
-    // on Postgres while the other's handlers run; with a shallow queue the second stays dormant (3 and 4 loops measured
-    // slower on 2 cores). 500 a claim: per-claim costs (the statement's fixed part, lane locks, a round trip, the loop's
+    // on Postgres while the other's handlers run; with a shallow queue the second stays dormant, and beside other
+    // dispatcher processes it rests (DispatcherOptions.claimLoops; 3 and 4 loops measured slower on 2 cores). 500 a claim: per-claim costs (the statement's fixed part, lane locks, a round trip, the loop's
     // turn) spread over 2.5x more deliveries than at 200/200 (1.24-1.49x deliveries/s, keyed and unkeyed); one loop of
     // 1,000 was slower than 200/200.
     // followers 9: each keyed head brings up to 9 of its key's next due deliveries, read by one scan, as many as the
