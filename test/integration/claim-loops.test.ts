@@ -4,13 +4,14 @@
  * a key's deliveries run one at a time in sequence order, never more handlers at once than `concurrency`, and at
  * stop both owners hand their lanes back. A wake-up (NOTIFY) wakes both loops: a publish into an idle bus is
  * delivered at once. While the first loop keeps up, the second stays dormant (no claims that find nothing); it joins
- * in when a claim comes back full.
+ * in when a claim comes back full. Beside another worker, the second loop rests: it hands its lanes back and claims
+ * no more, and the guarantees hold.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
-import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { pause, waitFor } from '../support/wait.js';
@@ -23,7 +24,7 @@ const PER_KEY = 25;
 describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
-  usePgStore('claim_loops', 12, (opened) => ({ pool, store } = opened));
+  const schema = usePgStore('claim_loops', 16, (opened) => ({ pool, store } = opened));
 
   it('two loops: every pair runs once, per-key order, at most concurrency at once, both owners claim and hand back', {
     timeout: 60_000,
@@ -190,5 +191,84 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
     } finally {
       await bus.stop();
     }
+  });
+  it("beside another worker, each worker's second loop rests: it hands its lanes back and claims no more", {
+    timeout: 60_000,
+  }, async () => {
+    /** Per owner: claims made, and whether (and after how many claims) its lanes were handed back while running. */
+    const claims = new Map<string, number>();
+    const rested = new Map<string, number>();
+    let stopping = false;
+    /** A store of its own for each worker (as each process has), counting at the store the bus calls. */
+    const workerStore = () => {
+      const own = postgresStore({ driver: fromPg(pool), schema });
+      return new Proxy(own, {
+        get(target, name, receiver) {
+          if (name === 'claim' || name === 'completeAndClaim')
+            return (...args: unknown[]) => {
+              const params = (name === 'claim' ? args[0] : args[1]) as { owner: string };
+              claims.set(params.owner, (claims.get(params.owner) ?? 0) + 1);
+              return (target[name] as (...a: unknown[]) => unknown)(...args);
+            };
+          if (name === 'relinquish')
+            return (owner: string) => {
+              if (!stopping) rested.set(owner, claims.get(owner) ?? 0);
+              return target.relinquish(owner);
+            };
+          return Reflect.get(target, name, receiver);
+        },
+      });
+    };
+    const seen = new Map<string, number[]>();
+    const buses = [workerStore(), workerStore()].map((workerStore) => {
+      const bus = createRelayBus({
+        store: workerStore,
+        events: [Step],
+        setupStore: false,
+        dispatcher: { claimLoops: 2, concurrency: 8, batchSize: 8, pollIntervalMs: 20 },
+      });
+      bus.on(Step, 'rest', async ({ key, n }) => {
+        await pause(1);
+        (seen.get(key) ?? seen.set(key, []).get(key)!).push(n);
+      });
+      return bus;
+    });
+    await store.transaction((tx) =>
+      buses[0]!.publishMany(
+        tx,
+        Array.from({ length: KEYS * PER_KEY }, (_, i) => ({
+          event: Step,
+          payload: { key: `r${i % KEYS}`, n: Math.floor(i / KEYS) },
+          options: { key: `r${i % KEYS}` },
+        })),
+      ),
+    );
+    await Promise.all(buses.map((bus) => bus.start()));
+    const firsts = new Set(buses.map((bus) => bus.owner!));
+    try {
+      await waitFor(
+        () => [...seen.values()].reduce((sum, list) => sum + list.length, 0) === KEYS * PER_KEY,
+        'every delivery ran',
+        45_000,
+      );
+    } finally {
+      stopping = true;
+      await Promise.all(buses.map((bus) => bus.stop()));
+    }
+    for (const [key, list] of seen) {
+      assert.deepEqual(
+        list,
+        Array.from({ length: PER_KEY }, (_, n) => n),
+        `${key}: once each, in order`,
+      );
+    }
+    const seconds = [...claims.keys()].filter((owner) => !firsts.has(owner));
+    assert.equal(seconds.length, 2, `each worker's second loop claimed at first: ${[...claims.keys()].join(', ')}`);
+    for (const second of seconds) {
+      assert.ok(rested.has(second), `${second} handed its lanes back while its worker ran`);
+      // Its claims stopped there: none after it rested (it schedules no retry here).
+      assert.equal(claims.get(second), rested.get(second), `${second} claimed no more once it rested`);
+    }
+    for (const first of firsts) assert.equal(rested.has(first), false, 'a first loop never rests');
   });
 });
