@@ -82,7 +82,7 @@ export interface DispatcherOptions {
    * claim in turn, one claim of this worker at a time: the other workers' claims keep Postgres busy meanwhile, and
    * several claims of every worker at once cost the server more than they overlap (the bench's dispatcher-processes
    * cell). The second and later loops then rest: each lets its runs end, hands its lanes back and claims again once no
-   * other worker holds a lane (or when a head it rescheduled is due again).
+   * other worker holds a lane and a claim comes back full (or when a head it rescheduled is due again).
    */
   readonly claimLoops?: number;
   /**

@@ -21,6 +21,39 @@ const Step = defineEvent('claim-loops.step', Type.Object({ key: Type.String(), n
 const KEYS = 40;
 const PER_KEY = 25;
 
+/**
+ * `target` as the bus calls it: each claim reported to `onClaim` once it returned (its owner and how many deliveries
+ * it brought), each `relinquish` to `onRelinquish` before it runs.
+ */
+function countingClaims(
+  target: PostgresStore<PgClientLike>,
+  onClaim: (owner: string, claimed: number) => void,
+  onRelinquish: (owner: string) => void = () => {},
+): PostgresStore<PgClientLike> {
+  return new Proxy(target, {
+    get(store, name, receiver) {
+      if (name === 'claim')
+        return async (params: Parameters<typeof store.claim>[0]) => {
+          const claimed = await store.claim(params);
+          onClaim(params.owner, claimed.length);
+          return claimed;
+        };
+      if (name === 'completeAndClaim')
+        return async (...args: Parameters<typeof store.completeAndClaim>) => {
+          const result = await store.completeAndClaim(...args);
+          onClaim(args[1].owner, result.claimed.length);
+          return result;
+        };
+      if (name === 'relinquish')
+        return (owner: string) => {
+          onRelinquish(owner);
+          return store.relinquish(owner);
+        };
+      return Reflect.get(store, name, receiver);
+    },
+  });
+}
+
 describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
@@ -131,23 +164,7 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       const entry = claims.get(owner) ?? { calls: 0, delivered: 0 };
       claims.set(owner, { calls: entry.calls + 1, delivered: entry.delivered + delivered });
     };
-    const counted = new Proxy(store, {
-      get(target, name, receiver) {
-        if (name === 'claim')
-          return async (params: Parameters<typeof store.claim>[0]) => {
-            const claimed = await target.claim(params);
-            count(params.owner, claimed.length);
-            return claimed;
-          };
-        if (name === 'completeAndClaim')
-          return async (...args: Parameters<typeof store.completeAndClaim>) => {
-            const result = await target.completeAndClaim(...args);
-            count(args[1].owner, result.claimed.length);
-            return result;
-          };
-        return Reflect.get(target, name, receiver);
-      },
-    });
+    const counted = countingClaims(store, count);
     const bus = createRelayBus({
       store: counted,
       events: [Step],
@@ -200,29 +217,18 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
     const rested = new Map<string, number>();
     let stopping = false;
     /** A store of its own for each worker (as each process has), counting at the store the bus calls. */
-    const workerStore = () => {
-      const own = postgresStore({ driver: fromPg(pool), schema });
-      return new Proxy(own, {
-        get(target, name, receiver) {
-          if (name === 'claim' || name === 'completeAndClaim')
-            return (...args: unknown[]) => {
-              const params = (name === 'claim' ? args[0] : args[1]) as { owner: string };
-              claims.set(params.owner, (claims.get(params.owner) ?? 0) + 1);
-              return (target[name] as (...a: unknown[]) => unknown)(...args);
-            };
-          if (name === 'relinquish')
-            return (owner: string) => {
-              if (!stopping) rested.set(owner, claims.get(owner) ?? 0);
-              return target.relinquish(owner);
-            };
-          return Reflect.get(target, name, receiver);
+    const workerStore = () =>
+      countingClaims(
+        postgresStore({ driver: fromPg(pool), schema }),
+        (owner) => claims.set(owner, (claims.get(owner) ?? 0) + 1),
+        (owner) => {
+          if (!stopping) rested.set(owner, claims.get(owner) ?? 0);
         },
-      });
-    };
+      );
     const seen = new Map<string, number[]>();
-    const buses = [workerStore(), workerStore()].map((workerStore) => {
+    const buses = [workerStore(), workerStore()].map((own) => {
       const bus = createRelayBus({
-        store: workerStore,
+        store: own,
         events: [Step],
         setupStore: false,
         dispatcher: { claimLoops: 2, concurrency: 8, batchSize: 8, pollIntervalMs: 20 },
