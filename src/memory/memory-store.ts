@@ -64,7 +64,7 @@ import type {
   UnsubscribeResult,
 } from '../store/contract.js';
 import { echo as echoValue } from '../core/limits.js';
-import { acquireRounds, FIRST_ACQUIRE_ROUND } from '../store/acquire.js';
+import { acquireRounds, TAKEOVER_ROUND } from '../store/acquire.js';
 import {
   assertName,
   assertOptionalDate,
@@ -600,11 +600,11 @@ class MemoryStore implements Store<MemoryTransaction> {
       if (!busy.has(lane) && this.#lanes[lane]!.inFlight.size === 0) this.#handBack(lane);
     }
 
-    // 2. Take free (or expired) lanes with due work, doubling per round from what the owner's last claim took (at
-    //    least 4), until the batch is full. A full batch takes a few lanes only when the caller asks
+    // 2. Take free (or expired) lanes with due work, doubling per round from what the owner's last claim took (or 32
+    //    when it took none: `acquireRounds`), until the batch is full. A full batch takes a few lanes only when the caller asks
     //    (`acquireWhenFull`); their work comes with the next claim.
     if (picks.length >= params.limit) {
-      if (params.acquireWhenFull === true) this.#acquireFreeLanes(params, handlers, now, FIRST_ACQUIRE_ROUND);
+      if (params.acquireWhenFull === true) this.#acquireFreeLanes(params, handlers, now, TAKEOVER_ROUND);
       return picks;
     }
     let takenInAll = 0;

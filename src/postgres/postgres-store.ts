@@ -37,7 +37,7 @@ import type {
   UnsubscribeParams,
   UnsubscribeResult,
 } from '../store/contract.js';
-import { acquireRounds, FIRST_ACQUIRE_ROUND } from '../store/acquire.js';
+import { acquireRounds, TAKEOVER_ROUND } from '../store/acquire.js';
 import {
   assertName,
   assertOptionalDate,
@@ -72,8 +72,8 @@ import { loadStatements, type StatementName } from './statements.js';
 /**
  * The Postgres store, written once against `PostgresDriver` for every driver. Each contract method
  * runs the statements of `sql/` (one file each); two methods may run more than one. The claim first
- * claims from the lanes the owner holds and, while the batch is not full, takes free lanes a few at a
- * time (4, 8, 16, ...) and claims from them. Publish runs `publish-guard` (pipelined with the next
+ * claims from the lanes the owner holds and, while the batch is not full, takes free lanes in doubling
+ * rounds (`acquireRounds`) and claims from them. Publish runs `publish-guard` (pipelined with the next
  * statement) and `publish-new-one` (one event, plain parameters) or `publish-new` (a batch, as typed
  * arrays), which write only when every id is new, every event has a handler (its own or a
  * subscription) and the guard's marker shows a transaction block, and then, only when an id exists
@@ -373,8 +373,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const walks = new KeyWalkCursors();
   const probes = new RetryProbes();
   const failedClaims = new FailedClaims();
-  /** Owners whose last claim claimed and completed nothing (see claimCycle). */
-  const idleOwners = new Set<string>();
+  /**
+   * Owners that may hold lanes: their last claim claimed or completed something. One not here (new, relinquished, or
+   * its last claim found nothing) likely holds none, so its claim takes free lanes first (see claimCycle).
+   */
+  const mayHoldLanes = new Set<string>();
   /** Lanes each owner's last claim that took any took in all: its next claim's first round (`acquireRounds`). */
   const lanesTakenLast = new Map<string, number>();
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
@@ -423,8 +426,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
 
   /**
    * One claim: complete `leases` and claim from the held lanes in one statement, then, while the batch is not full,
-   * take free lanes a few at a time (4, 8, 16, ...) and claim from them; with `acquireWhenFull`, a full batch still takes a
-   * few lanes (their work comes with the next claim).
+   * take free lanes in doubling rounds (`acquireRounds`) and claim from them; with `acquireWhenFull`, a full batch still
+   * takes a few lanes (their work comes with the next claim). An owner that likely holds no lane takes free lanes first.
    */
   async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
     const { owner, handlers, limit, leaseDurationMs } = params;
@@ -572,10 +575,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     const named = [...(params.preferLanes ?? []), ...retryLanes()];
     let completed: boolean[];
     const scanFree = params.skipFreeLanes !== true;
-    if (leases.length === 0 && idleOwners.has(owner) && named.length === 0 && scanFree) {
-      // The owner's last claim found nothing, so it likely holds no lane (a claim hands back lanes that run nothing):
-      // take free lanes first, then claim from every held lane. Two statements for a delivery published into an idle
-      // worker's free lane instead of three; a lane still held is asked all the same.
+    if (leases.length === 0 && !mayHoldLanes.has(owner) && named.length === 0 && scanFree) {
+      // The owner is new, or its last claim found nothing, so it likely holds no lane (a claim hands back lanes that run
+      // nothing): take free lanes first, then claim from every held lane. Two statements for a delivery published into
+      // an idle worker's free lane instead of three, and a worker's first claim does not ask for lanes it cannot hold
+      // yet; a lane still held is asked all the same.
       completed = [];
       try {
         await acquireAndClaim(true);
@@ -599,7 +603,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         } else if (params.acquireWhenFull === true) {
           // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
           // worker are taken over (and its work re-run) while everyone is busy.
-          await acquire(FIRST_ACQUIRE_ROUND);
+          await acquire(TAKEOVER_ROUND);
         }
       } catch (error) {
         // What was claimed (and completed) is recorded: hand it over, or it would stay stuck in flight in this owner's
@@ -609,8 +613,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         failedClaims.hide(owner, error);
       }
     }
-    if (claimed.length === 0 && !completed.includes(true)) idleOwners.add(owner);
-    else idleOwners.delete(owner);
+    if (claimed.length === 0 && !completed.includes(true)) mayHoldLanes.delete(owner);
+    else mayHoldLanes.add(owner);
     return peerLanes === undefined ? { claimed, completed } : { claimed, completed, peerLanes };
   }
 
@@ -881,7 +885,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       assertName(owner, 'owner');
       walks.forget(owner);
       failedClaims.forgotten(owner);
-      idleOwners.delete(owner);
+      mayHoldLanes.delete(owner);
       lanesTakenLast.delete(owner);
       return (await runOwned('relinquish', [owner])).length;
     },

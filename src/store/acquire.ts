@@ -3,27 +3,37 @@
  * behaviour, not the numbers, but two stores that disagree here behave differently under load).
  *
  * While the held lanes do not fill the batch, a claim takes free (or expired) lanes with due work in rounds of
- * `acquireRounds()`: 4, 8, 16, ... lanes (or from what the owner's last claim took), at most `MAX_ACQUIRE_ROUNDS`
- * rounds. A claim with `takeover` whose held lanes fill the batch takes one round of `FIRST_ACQUIRE_ROUND` lanes (see
- * `ClaimParams.takeover`).
+ * `acquireRounds()`: 32, 64, 128, ... lanes (or from what the owner's last claim took), at most `MAX_ACQUIRE_ROUNDS`
+ * rounds. A claim with `acquireWhenFull` whose held lanes fill the batch takes one round of `TAKEOVER_ROUND` lanes
+ * (see `ClaimParams.acquireWhenFull`).
  */
 import { LANE_COUNT } from '../core/lanes.js';
 
-/** Lanes taken in the first round, and by a takeover. Small: a busy worker only needs to notice crashed lanes. */
-export const FIRST_ACQUIRE_ROUND = 4;
+/** Lanes a claim whose held lanes fill its batch takes anyway. Small: a busy worker only needs to notice crashed lanes. */
+export const TAKEOVER_ROUND = 4;
 
-/** Rounds of taking lanes in one claim (4, 8, ..., 256 lanes at a time). */
+/**
+ * Lanes taken in the first round when the owner's last claim took none (a worker's first claim, or one after an idle
+ * spell). Each round is an acquire and a claim statement, and a worker's first claim runs before anything else it does:
+ * from 4 lanes, a 50k keyed backlog (20 keys a lane) took rounds of 4, 8 and 16 before its first batch was full, its
+ * first handler starting 212-254 ms after the worker did; from 32, one round, 107-126 ms (bench dispatch N=50000 D=1,
+ * tuned, interleaved). Acquiring takes only lanes with due work, so a shallow queue is taken the same either way.
+ */
+export const FIRST_ACQUIRE_ROUND = 32;
+
+/** Rounds of taking lanes in one claim (up to every lane at a time). */
 export const MAX_ACQUIRE_ROUNDS = 8;
 
 /**
- * The number of lanes to take in each round, doubling from `first` (at least `FIRST_ACQUIRE_ROUND`) up to every lane.
- * A store passes what the owner's last claim took in all: a backlog that drains each lane within a claim or two
- * (followers read a key's whole run) hands back and takes lanes in every claim, and rounds from 4 up cost an acquire
- * and a claim statement each (4, 8, 16 and 32 lanes in one claim, ad hoc, 50k keyed with followers).
+ * The number of lanes to take in each round, doubling up to every lane: from what the owner's last claim took in all
+ * (`lastTaken`, at least `TAKEOVER_ROUND`), or `FIRST_ACQUIRE_ROUND` when it took none. A backlog that drains each lane
+ * within a claim or two (followers read a key's whole run) hands back and takes lanes in every claim, and rounds from 4
+ * up cost an acquire and a claim statement each (4, 8, 16 and 32 lanes in one claim, ad hoc, 50k keyed with followers).
  */
-export function* acquireRounds(first = FIRST_ACQUIRE_ROUND): Generator<number, void, undefined> {
+export function* acquireRounds(lastTaken?: number): Generator<number, void, undefined> {
+  const first = lastTaken === undefined ? FIRST_ACQUIRE_ROUND : Math.max(TAKEOVER_ROUND, Math.floor(lastTaken));
   for (
-    let round = 0, take = Math.min(Math.max(FIRST_ACQUIRE_ROUND, Math.floor(first)), LANE_COUNT);
+    let round = 0, take = Math.min(first, LANE_COUNT);
     round < MAX_ACQUIRE_ROUNDS;
     round += 1, take = Math.min(take * 2, LANE_COUNT)
   ) {

@@ -1,8 +1,8 @@
 /**
  * How many acquire-lanes statements a claim runs. A claim whose held lanes do not fill its batch takes free lanes in
  * rounds (an acquire, then a claim of the held lanes, per round). The first round is as large as what the owner's last
- * claim took in all: a backlog drained lane by lane (followers read a key's whole run) hands back and takes lanes in
- * every claim, and rounds from 4 up cost a statement pair each.
+ * claim took in all (32 when it took none): a backlog drained lane by lane (followers read a key's whole run) hands
+ * back and takes lanes in every claim, and rounds from 4 up cost a statement pair each. A new owner takes lanes first.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -22,13 +22,15 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
   // One connection: the prepared statements' execution counters live per connection.
   usePgStore('acquire_rounds', 1, (opened) => ({ pool, store } = opened));
 
-  /** How many times this connection ran acquire-lanes so far. */
-  async function acquires(): Promise<number> {
+  /** How many times this connection ran a statement (by its file name) so far. */
+  async function runs(statement: 'acquire-lanes' | 'claim-held-lanes'): Promise<number> {
     const { rows } = await pool.query<{ runs: string | null }>(
-      `SELECT sum(generic_plans + custom_plans) AS runs FROM pg_prepared_statements WHERE name LIKE 'relaybus_acquire_lanes%'`,
+      `SELECT sum(generic_plans + custom_plans) AS runs FROM pg_prepared_statements WHERE name LIKE $1`,
+      [`relaybus_${statement.replaceAll('-', '_')}%`],
     );
     return Number(rows[0]?.runs ?? 0);
   }
+  const acquires = () => runs('acquire-lanes');
 
   /** One keyed event in each of `lanes`. */
   async function publishInto(lanes: readonly number[], prefix: string): Promise<void> {
@@ -40,20 +42,23 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
     );
   }
 
-  it("starts taking lanes at what the owner's last claim took, not at 4 again", async () => {
+  it("starts taking lanes at what the owner's last claim took, not at 32 again", async () => {
     const params: ClaimParams = { owner: 'rounds-w', handlers: ['a'], limit: 500, leaseDurationMs: 30_000 };
-    const first = Array.from({ length: 64 }, (_, i) => i);
-    const second = Array.from({ length: 64 }, (_, i) => 64 + i);
+    const first = Array.from({ length: 160 }, (_, i) => i);
+    const second = Array.from({ length: 96 }, (_, i) => 160 + i);
     await publishInto(first, 'one');
 
     const before = await acquires();
+    const claimsBefore = await runs('claim-held-lanes');
     const wave = await store.claim(params);
-    assert.equal(wave.length, 64);
-    // 4, 8, 16 and 32 lanes, then a round of 64 that finds the last 4.
-    const firstRounds = (await acquires()) - before;
-    assert.equal(firstRounds, 5);
+    assert.equal(wave.length, 160);
+    // 32 and 64 lanes, then a round of 128 that finds the last 64.
+    assert.equal((await acquires()) - before, 3);
+    // A new owner holds no lane: it takes free lanes first, so each round is one acquire and one claim, with no claim
+    // of its (no) held lanes before them.
+    assert.equal((await runs('claim-held-lanes')) - claimsBefore, 3);
 
-    // Every lane drained: the claim that completes the wave hands them back, and the next wave is in 64 other lanes.
+    // Every lane drained: the claim that completes the wave hands them back, and the next wave is in the 96 others.
     await publishInto(second, 'two');
     const between = await acquires();
     const next = await store.completeAndClaim(
@@ -68,8 +73,8 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
       [...new Set(next.claimed.map((d) => d.lane))].sort((a, b) => a - b),
       second,
     );
-    // One round of 64 takes them all, and one of 128 finds no more.
-    assert.equal((await acquires()) - between, 2);
+    // One round of 160 takes them all (from 32 again: rounds of 32, 64 and 128).
+    assert.equal((await acquires()) - between, 1);
 
     await store.completeMany(next.claimed.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
     await store.relinquish(params.owner);
