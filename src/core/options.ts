@@ -82,7 +82,10 @@ export interface DispatcherOptions {
    * claim in turn, one claim of this worker at a time: the other workers' claims keep Postgres busy meanwhile, and
    * several claims of every worker at once cost the server more than they overlap (the bench's dispatcher-processes
    * cell). The second and later loops then rest: each lets its runs end, hands its lanes back and claims again once no
-   * other worker holds a lane and a claim comes back full (or when a head it rescheduled is due again).
+   * other worker holds a lane and a claim comes back full (or when a head it rescheduled is due again). They start so:
+   * the first claim of the first loop tells whether another worker holds lanes, and they join in only when it does
+   * not and the claim comes back full (4 processes on 2 cores: their first handler 243-264 ms after start, against
+   * 443-472 when every loop began with a claim).
    */
   readonly claimLoops?: number;
   /**

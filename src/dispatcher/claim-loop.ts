@@ -85,8 +85,10 @@ export class ClaimLoop<TTx> {
   /**
    * A second (or later) loop whose last claim found, completed and ran nothing: it holds no lane, so it waits until a
    * claim of the dispatcher comes back full (a backlog) instead of claiming beside the first loop on every wake-up.
+   * The later loops start so: they join in once the first loop's claim comes back full, and not while other workers
+   * hold lanes (they would only rest again after a claim or two: `Dispatcher.#rest`).
    */
-  dormant = false;
+  dormant: boolean;
   /** This loop's last claim returned a busy batch (see `Dispatcher.#runEnded`). */
   busy = false;
   /** Runs of this loop that ended so far: a claim may leave a lane held for a run that ended while it was in progress. */
@@ -117,6 +119,7 @@ export class ClaimLoop<TTx> {
 
   constructor(config: ClaimLoopConfig<TTx>) {
     this.index = config.index;
+    this.dormant = config.index > 0;
     this.owner = createOwnerId(config.ownerPrefix);
     this.claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
     this.#maxFollowers = config.followers;

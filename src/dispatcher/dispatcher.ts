@@ -462,11 +462,14 @@ export class Dispatcher<TTx> {
         // part of the claim: a retried head due meanwhile waits for it too (`retryLookaheadMs`).
         const releaseTurn = this.#peersHoldLanes && this.#loops.length > 1 ? await this.#claimTurn() : undefined;
         try {
-          if (riding === undefined) {
+          if (riding === undefined && (light || this.#loops.length === 1)) {
             claimed = await store.claim(params);
           } else {
-            const result = await store.completeAndClaim(riding.leases, params);
-            riding.settle(result.completed);
+            // With several loops, a claim with nothing riding asks whether other workers hold lanes too (a
+            // completeAndClaim of no lease): the first claim of a worker then already keeps its later loops dormant
+            // beside other workers (`#noteClaim`), instead of waking them to claim once or twice before they rest.
+            const result = await store.completeAndClaim(riding?.leases ?? [], params);
+            riding?.settle(result.completed);
             claimed = result.claimed;
             completedAny = result.completed.includes(true);
             if (result.peerLanes !== undefined) this.#peersHoldLanes = result.peerLanes > 0;
@@ -543,7 +546,8 @@ export class Dispatcher<TTx> {
     if (this.#loops.length === 1) return;
     if (full && !this.#backlog) {
       this.#backlog = true;
-      for (const other of this.#loops) if (other.dormant) other.wakeup.wake();
+      // Beside other workers the dormant loops stay asleep (see `#claimLoop`): no wake-up to look and sleep again.
+      if (!this.#peersHoldLanes) for (const other of this.#loops) if (other.dormant) other.wakeup.wake();
     } else if (!full && loop.index === 0) {
       this.#backlog = false;
     }

@@ -4,13 +4,14 @@
  * a key's deliveries run one at a time in sequence order, never more handlers at once than `concurrency`, and at
  * stop both owners hand their lanes back. A wake-up (NOTIFY) wakes both loops: a publish into an idle bus is
  * delivered at once. While the first loop keeps up, the second stays dormant (no claims that find nothing); it joins
- * in when a claim comes back full. Beside another worker, the second loop rests: it hands its lanes back and claims
- * no more, and the guarantees hold.
+ * in when a claim comes back full. Once another worker holds lanes, the second loop rests: it hands its lanes back and
+ * claims no more, and the guarantees hold; a worker that starts beside another keeps its second loop dormant from the
+ * start.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
-import { createRelayBus, defineEvent, Type } from '../../src/index.js';
+import { createRelayBus, defineEvent, type RelayBus, Type } from '../../src/index.js';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
@@ -27,7 +28,7 @@ const PER_KEY = 25;
  */
 function countingClaims(
   target: PostgresStore<PgClientLike>,
-  onClaim: (owner: string, claimed: number) => void,
+  onClaim: (owner: string, claimed: number, peerLanes?: number) => void,
   onRelinquish: (owner: string) => void = () => {},
 ): PostgresStore<PgClientLike> {
   return new Proxy(target, {
@@ -41,7 +42,7 @@ function countingClaims(
       if (name === 'completeAndClaim')
         return async (...args: Parameters<typeof store.completeAndClaim>) => {
           const result = await store.completeAndClaim(...args);
-          onClaim(args[1].owner, result.claimed.length);
+          onClaim(args[1].owner, result.claimed.length, result.peerLanes);
           return result;
         };
       if (name === 'relinquish')
@@ -209,24 +210,29 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       await bus.stop();
     }
   });
-  it("beside another worker, each worker's second loop rests: it hands its lanes back and claims no more", {
+  it("once another worker starts, the first worker's second loop rests, and the newcomer's waits until it is alone", {
     timeout: 60_000,
   }, async () => {
     /** Per owner: claims made, and whether (and after how many claims) its lanes were handed back while running. */
     const claims = new Map<string, number>();
     const rested = new Map<string, number>();
+    /** Every claim in order: its owner and how many lanes other workers held, as it reported. */
+    const order: { owner: string; peerLanes: number | undefined }[] = [];
     let stopping = false;
     /** A store of its own for each worker (as each process has), counting at the store the bus calls. */
     const workerStore = () =>
       countingClaims(
         postgresStore({ driver: fromPg(pool), schema }),
-        (owner) => claims.set(owner, (claims.get(owner) ?? 0) + 1),
+        (owner, _claimed, peerLanes) => {
+          claims.set(owner, (claims.get(owner) ?? 0) + 1);
+          order.push({ owner, peerLanes });
+        },
         (owner) => {
           if (!stopping) rested.set(owner, claims.get(owner) ?? 0);
         },
       );
     const seen = new Map<string, number[]>();
-    const buses = [workerStore(), workerStore()].map((own) => {
+    const [early, late] = [workerStore(), workerStore()].map((own) => {
       const bus = createRelayBus({
         store: own,
         events: [Step],
@@ -238,9 +244,9 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
         (seen.get(key) ?? seen.set(key, []).get(key)!).push(n);
       });
       return bus;
-    });
+    }) as [RelayBus<PgClientLike, typeof Step>, RelayBus<PgClientLike, typeof Step>];
     await store.transaction((tx) =>
-      buses[0]!.publishMany(
+      early.publishMany(
         tx,
         Array.from({ length: KEYS * PER_KEY }, (_, i) => ({
           event: Step,
@@ -249,32 +255,42 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
         })),
       ),
     );
-    await Promise.all(buses.map((bus) => bus.start()));
-    const firsts = new Set(buses.map((bus) => bus.owner!));
+    await early.start();
     try {
+      // Alone, its claims come back full and its second loop joins in.
+      await waitFor(() => claims.size === 2, "both of the first worker's loops claimed", 10_000);
+      const earlySecond = [...claims.keys()].find((owner) => owner !== early.owner)!;
+      await late.start();
       await waitFor(
         () => [...seen.values()].reduce((sum, list) => sum + list.length, 0) === KEYS * PER_KEY,
         'every delivery ran',
         45_000,
       );
+      for (const [key, list] of seen) {
+        assert.deepEqual(
+          list,
+          Array.from({ length: PER_KEY }, (_, n) => n),
+          `${key}: once each, in order`,
+        );
+      }
+      assert.ok(rested.has(earlySecond), "the first worker's second loop handed its lanes back while it ran");
+      // Its claims stopped there: none after it rested (it schedules no retry here).
+      assert.equal(claims.get(earlySecond), rested.get(earlySecond), 'it claimed no more once it rested');
+      assert.ok((claims.get(late.owner!) ?? 0) > 0, "the newcomer's first loop claimed");
+      // The newcomer's second loop starts dormant: it claims only once a claim of its worker saw no other worker's
+      // lane (the first worker's lanes drained and handed back, near the end), never at its start.
+      const lateSecond = order.findIndex(
+        (c) => c.owner !== early.owner && c.owner !== earlySecond && c.owner !== late.owner,
+      );
+      if (lateSecond >= 0) {
+        const alone = order.slice(0, lateSecond).some((c) => c.owner === late.owner && c.peerLanes === 0);
+        assert.ok(alone, "the newcomer's second loop claimed while the first worker held lanes");
+      }
+      for (const first of [early.owner!, late.owner!])
+        assert.equal(rested.has(first), false, 'a first loop never rests');
     } finally {
       stopping = true;
-      await Promise.all(buses.map((bus) => bus.stop()));
+      await Promise.all([early, late].map((bus) => bus.stop()));
     }
-    for (const [key, list] of seen) {
-      assert.deepEqual(
-        list,
-        Array.from({ length: PER_KEY }, (_, n) => n),
-        `${key}: once each, in order`,
-      );
-    }
-    const seconds = [...claims.keys()].filter((owner) => !firsts.has(owner));
-    assert.equal(seconds.length, 2, `each worker's second loop claimed at first: ${[...claims.keys()].join(', ')}`);
-    for (const second of seconds) {
-      assert.ok(rested.has(second), `${second} handed its lanes back while its worker ran`);
-      // Its claims stopped there: none after it rested (it schedules no retry here).
-      assert.equal(claims.get(second), rested.get(second), `${second} claimed no more once it rested`);
-    }
-    for (const first of firsts) assert.equal(rested.has(first), false, 'a first loop never rests');
   });
 });

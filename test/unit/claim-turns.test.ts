@@ -2,8 +2,9 @@
  * Claim loops and other workers. A worker's second claim loop overlaps its handlers with its claims; when other workers
  * hold lanes too, their claims fill those gaps, and the loops of each worker claim in turn instead (measured: see
  * `Dispatcher`, `#peersHoldLanes`), and the later ones rest: they let their runs end, hand their lanes back and claim
- * no more while the others hold lanes (`Dispatcher`, `#rest`). Alone, the loops still claim side by side. Real
- * dispatcher, in-memory store; each claim is held a few milliseconds so that two at once would overlap.
+ * no more while the others hold lanes (`Dispatcher`, `#rest`); a worker that starts beside others never wakes them.
+ * Alone, the loops still claim side by side. Real dispatcher, in-memory store; each claim is held a few milliseconds so
+ * that two at once would overlap.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -25,8 +26,11 @@ const PEER_KEY = (() => {
   for (let n = 0; ; n += 1) if (!used.has(laneOf(`peer-${n}`, ''))) return `peer-${n}`;
 })();
 
-/** Drain a backlog with two claim loops, `peer` holding a lane or not; how many claims ran at once, at most. */
-async function drain(withPeer: boolean, batchSize = 10) {
+/**
+ * Drain a backlog with two claim loops, `peer` holding a lane or not (`'later'`: taken once both loops have claimed);
+ * how many claims ran at once, at most.
+ */
+async function drain(withPeer: boolean | 'later', batchSize = 10) {
   const clock = new StubClock();
   const memory = memoryStore();
   /** Claims in flight (beside the peer: those that started after a claim reported it). */
@@ -37,6 +41,8 @@ async function drain(withPeer: boolean, batchSize = 10) {
   let peerLanesSeen: number | undefined;
   /** Claims by owner, counting those that started once a claim had reported the peer. */
   const claimsAfterPeer = new Map<string, number>();
+  /** Every claim, by owner. */
+  const claimsBy = new Map<string, number>();
   /** The owners whose lanes were handed back while the bus ran. */
   const relinquished: string[] = [];
   /** The limits claims asked for once the backlog had drained (every handler slot free), by then. */
@@ -49,6 +55,7 @@ async function drain(withPeer: boolean, batchSize = 10) {
     const counted = peersSeen || !withPeer;
     if (counted) inFlight += 1;
     if (peersSeen) claimsAfterPeer.set(owner, (claimsAfterPeer.get(owner) ?? 0) + 1);
+    claimsBy.set(owner, (claimsBy.get(owner) ?? 0) + 1);
     if (drained) limitsIdle.push(limit);
     mostAtOnce = Math.max(mostAtOnce, inFlight);
     try {
@@ -84,19 +91,26 @@ async function drain(withPeer: boolean, batchSize = 10) {
       await pause(1);
       handled += 1;
     });
-    if (withPeer) {
-      // Another worker holds a lane (its delivery stays in flight; the stub clock keeps its lease), claimed before the
-      // backlog is published: it takes only that delivery's lane.
-      await store.transaction((tx) => bus.publish(tx, Ping, { n: -1 }, { key: PEER_KEY }));
+    // Another worker holds a lane: its delivery, for a handler of its own, stays in flight (the stub clock keeps its
+    // lease). It takes only that delivery's lane.
+    const peerTakesItsLane = async () => {
       const peerClaim = await memory.claim({
         owner: 'peer',
-        handlers: ['h'],
+        handlers: ['peer-h'],
         limit: 1,
         leaseDurationMs: 60_000,
         now: clock.now(),
       });
       assert.equal(peerClaim.length, 1);
+    };
+    if (withPeer !== false) {
+      await memory.transaction((tx) =>
+        memory.publish(tx, [
+          { type: Ping.type, key: PEER_KEY, payload: { n: -1 }, handlers: [{ name: 'peer-h', maxAttempts: 3 }] },
+        ]),
+      );
     }
+    if (withPeer === true) await peerTakesItsLane();
     await store.transaction((tx) =>
       bus.publishMany(
         tx,
@@ -108,6 +122,10 @@ async function drain(withPeer: boolean, batchSize = 10) {
       ),
     );
     await bus.start();
+    if (withPeer === 'later') {
+      await waitFor(() => claimsBy.size >= 2, 'both loops claimed', 5_000);
+      await peerTakesItsLane();
+    }
     await waitFor(() => handled >= EVENTS, 'the backlog drained', 20_000);
     // The claims of the next polls, with every handler slot free.
     drained = true;
@@ -119,6 +137,7 @@ async function drain(withPeer: boolean, batchSize = 10) {
       peersSeen,
       peerLanesSeen,
       claimsAfterPeer,
+      claimsBy: new Map(claimsBy),
       relinquished: [...relinquished],
       holders,
       first: bus.owner!,
@@ -136,8 +155,8 @@ describe('claim loops beside other workers', () => {
     assert.equal(mostAtOnce, 2, 'claims of both loops overlapped');
   });
 
-  it('with another worker holding a lane, they claim in turn', { timeout: 30_000 }, async () => {
-    const { mostAtOnce, peersSeen } = await drain(true);
+  it('once another worker holds a lane, they claim in turn', { timeout: 30_000 }, async () => {
+    const { mostAtOnce, peersSeen } = await drain('later');
     assert.equal(peersSeen, true, 'a claim reported the other worker');
     assert.equal(mostAtOnce, 1, 'never two claims of this worker at once');
   });
@@ -147,10 +166,21 @@ describe('claim loops beside other workers', () => {
     assert.deepEqual(relinquished, [], 'no lanes handed back while the bus ran');
   });
 
-  it('with another worker holding a lane, the second loop rests and the first drains the rest', {
+  it('the second loop starts dormant: alone it joins once a claim comes back full, beside another worker it never claims', {
     timeout: 30_000,
   }, async () => {
-    const { claimsAfterPeer, relinquished, holders, first } = await drain(true);
+    const alone = await drain(false);
+    const second = (run: typeof alone) => [...run.claimsBy].filter(([owner]) => owner !== run.first);
+    assert.equal(second(alone).length, 1, `alone, both loops claimed: ${[...alone.claimsBy]}`);
+    const beside = await drain(true);
+    assert.ok((beside.claimsBy.get(beside.first) ?? 0) >= 10, `the first loop drained: ${[...beside.claimsBy]}`);
+    assert.deepEqual(second(beside), [], 'beside another worker, the second loop claimed nothing');
+  });
+
+  it('once another worker holds a lane, the second loop rests and the first drains the rest', {
+    timeout: 30_000,
+  }, async () => {
+    const { claimsAfterPeer, relinquished, holders, first } = await drain('later');
     assert.equal(relinquished.length, 1, `one loop handed its lanes back, once: ${relinquished.join(', ')}`);
     const second = relinquished[0]!;
     assert.notEqual(second, first, 'the second loop, not the first');
