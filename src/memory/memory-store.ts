@@ -601,8 +601,8 @@ class MemoryStore implements Store<MemoryTransaction> {
     }
 
     // 2. Take free (or expired) lanes with due work, doubling per round from what the owner's last claim took (or 32
-    //    when it took none: `acquireRounds`), until the batch is full. A full batch takes a few lanes only when the caller asks
-    //    (`acquireWhenFull`); their work comes with the next claim.
+    //    when it took none: `acquireRounds`), until the batch is full. A full batch takes a few lanes only when the
+    //    caller asks (`acquireWhenFull`); their work comes with the next claim.
     if (picks.length >= params.limit) {
       if (params.acquireWhenFull === true) this.#acquireFreeLanes(params, handlers, now, TAKEOVER_ROUND);
       return picks;

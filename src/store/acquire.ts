@@ -9,7 +9,7 @@
  */
 import { LANE_COUNT } from '../core/lanes.js';
 
-/** Lanes a claim whose held lanes fill its batch takes anyway. Small: a busy worker only needs to notice crashed lanes. */
+/** Lanes a claim whose held lanes fill its batch takes anyway: a busy worker only needs to notice crashed lanes. */
 export const TAKEOVER_ROUND = 4;
 
 /**
