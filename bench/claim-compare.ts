@@ -104,8 +104,8 @@ try {
   }
   const leases = inFlight.map((d) => ({ id: d.id, ...parseLeaseToken(d.leaseToken) }));
   // The next claim of this owner, as the store sends it with the completions riding (no walk cursors, probes or
-  // named lanes, no retry lookahead; followers from CLAIM_FOLLOWERS, default none; no sibling owners): $1-$20 of
-  // sql/claim-held-lanes.sql.
+  // named lanes, no retry lookahead; followers from CLAIM_FOLLOWERS, default none; no sibling owners; room for the batch
+  // and its followers): $1-$21 of sql/claim-held-lanes.sql.
   const params: unknown[] = [
     owner,
     HANDLERS.slice(),
@@ -127,6 +127,7 @@ try {
     0,
     followers,
     [],
+    batch * (1 + followers),
   ];
   const {
     rows: [held],

@@ -146,6 +146,7 @@ RETURNING d.id::text AS id`;
       0,
       Number(process.env.EXPLAIN_FOLLOWERS ?? 0),
       [],
+      batch * (1 + Number(process.env.EXPLAIN_FOLLOWERS ?? 0)),
     ] as unknown[];
   const q = `"${schema}".`;
 

@@ -16,7 +16,8 @@
 --                   Followers ($19): each due keyed head (not a probe) brings its key's next rows beyond the limit, as
 --                   long as each is due and not in flight, marked with the row that must succeed first; the worker
 --                   runs them one after another and releases the rest of a run whose row fails. A claim brings at
---                   most $3 x (1 + $19) rows: when it found fewer heads than $3, the room they leave goes to their
+--                   most $21 rows, heads and followers (the store's claim: $3 x (1 + $19), less what its earlier
+--                   statements brought): when it found fewer heads than $3, the room they leave goes to their
 --                   followers (up to 100 a head), so a few deep keys drain in long runs instead of $19 + 1 a claim.
 -- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_unkeyed_due_idx (unkeyed,
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
@@ -32,7 +33,8 @@
 --         $18 retry lookahead ms int (a probed head due within it is claimed now and flagged early: the worker starts
 --         it when due, and the key is in flight meanwhile, so nothing of it runs early), $19 followers int (how many
 --         of its key's next due deliveries each keyed head brings, beyond $3, at least, with the room fewer heads leave;
---         0: none), $20 sibling owners text[] (the other claim loops of this worker: their lanes are not a peer's)
+--         0: none), $20 sibling owners text[] (the other claim loops of this worker: their lanes are not a peer's),
+--         $21 rows int (the most this statement may bring, heads and followers; at least $3)
 -- returns: one row: claimed, the claimed deliveries as one JSON text (sql/fragments/claimed-rows.sql: each with
 --          whether it was claimed before it was due, early: only a probed head, see $18; heads oldest due first, then
 --          their followers; NULL when nothing was picked); lane_epochs, 'lane:epoch' of each lane recorded in flight
@@ -228,10 +230,11 @@ followers AS (
   -- long as each is due and not in flight: the head's key's next deliveries, read by the scan that continues from
   -- the head instead of one descent each in later claims. A row not due ends its key's run (nothing after it may run
   -- first). after: the row that must succeed before this one starts (the head, or the follower before it).
-  -- The claim's rows stay within $3 x (1 + $19), and a claim that found fewer heads gives each more followers (up to
-  -- 100, MAX_FOLLOWERS): 5 deep keys came 10 deliveries a claim each, 300 claims for their 3,000 deliveries, at
-  -- 0.034 statements a delivery; sharing the room, 0.004-0.007 and 1.6-1.7x the deliveries/s (bench liveness cell,
-  -- "deep keys without failures"). Each run is one key's, in order, as with $19 (the invariant of the header).
+  -- The claim's rows stay within $21 ($3 x (1 + $19) for a claim's first statement), and a claim that found fewer
+  -- heads gives each more followers (up to 100, MAX_FOLLOWERS): 5 deep keys came 10 deliveries a claim each, 300
+  -- claims for their 3,000 deliveries, at 0.034 statements a delivery; sharing the room, 0.004-0.007 and 1.6-1.7x the
+  -- deliveries/s (bench liveness cell, "deep keys without failures"). Each run is one key's, in order, as with $19
+  -- (the invariant of the header).
   SELECT r.id, r.lane, r.event_id, r.handler, r.key, r.sequence, r.attempts, r.max_attempts, r.claims,
          r.available_at, r.created_at, r.event_type, r.payload, r.headers, NULL::int AS walk_step, 2 AS rank, r.after
   FROM heads h
@@ -246,7 +249,7 @@ followers AS (
         AND d.key IS NOT NULL AND d.status = 'pending'
       ORDER BY d.handler, d.key, d.sequence
       -- The room the heads leave, shared by the keyed ones: $19 when the batch is full of keyed heads, more otherwise.
-      LIMIT least(100, ($3::int * ($19::int + 1) - (SELECT count(*) FROM heads)::int)
+      LIMIT least(100, ($21::int - (SELECT count(*) FROM heads)::int)
         / greatest((SELECT count(*) FROM heads WHERE key IS NOT NULL AND rank = 1)::int, 1))
     ) x
   ) r

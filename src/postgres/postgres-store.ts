@@ -450,8 +450,16 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       for (const row of claimedRows) if (row.follows === undefined) heads += 1;
       return { summary, claimedRows, heads };
     };
-    /** Claim from the held lanes and from the free lanes of `take` (taken when they give work). */
-    const claimHeldOnce = async (want: number, complete: readonly ParsedLease[], take: readonly number[]) => {
+    /**
+     * Claim from the held lanes and from the free lanes of `take` (taken when they give work): `want` heads at most,
+     * `room` rows with their followers.
+     */
+    const claimHeldOnce = async (
+      want: number,
+      room: number,
+      complete: readonly ParsedLease[],
+      take: readonly number[],
+    ) => {
       const rows = await runOwned<ClaimRow>('claim-held-lanes', [
         owner,
         handlers,
@@ -466,6 +474,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         lookaheadMs,
         params.followers ?? 0,
         params.siblingOwners ?? [],
+        room,
       ]);
       const { summary, claimedRows, heads } = readClaim(rows);
       probes.claimed(claimedRows);
@@ -503,17 +512,24 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       leases.length === 0 &&
       params.skipFreeLanes === true &&
       probes.due((params.now ?? new Date()).getTime(), lookaheadMs)[0].length === 0;
+    /**
+     * Claim up to `want` more heads, within the rows this claim may still hand out: a claim's statements together bring
+     * at most `limit` x (1 + followers) rows (`ClaimParams.followers`), though each gives its heads the room the heads it
+     * did not find leave.
+     */
     const claimHeld = async (want: number, complete: readonly ParsedLease[], take: readonly number[] = []) => {
+      const room = rowsAtMost - claimed.length;
       const claimOnce = light
         ? (w: number) => claimLightOnce(w, take)
-        : (w: number, c: readonly ParsedLease[]) => claimHeldOnce(w, c, take);
+        : (w: number, r: number, c: readonly ParsedLease[]) => claimHeldOnce(w, r, c, take);
       try {
-        const first = await claimOnce(want, complete);
-        if (first.skippedLanes === 0 || first.heads >= want) return first;
+        const first = await claimOnce(Math.min(want, room), room, complete);
+        const roomLeft = room - first.claimedRows.length;
+        if (first.skippedLanes === 0 || first.heads >= want || roomLeft <= 0) return first;
         // Held lanes changed while the claim waited for them (a renewal, a reschedule, another loop of this owner): it
         // left them alone rather than trust its older snapshot. Ask them again at once, or their due work would wait
         // for the next wake-up or poll.
-        const again = await claimOnce(want - first.heads, []);
+        const again = await claimOnce(Math.min(want - first.heads, roomLeft), roomLeft, []);
         return {
           ...first,
           claimedRows: [...first.claimedRows, ...again.claimedRows],
@@ -537,6 +553,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     /** Lanes of retried heads due again that the last claim did not return: their lanes are not held by this owner. */
     const retryLanes = () => probes.dueLanes((params.now ?? new Date()).getTime(), lookaheadMs);
     const claimed: ClaimedDelivery[] = [];
+    /** The most rows this claim hands out, heads and followers, over all its statements. */
+    const rowsAtMost = limit * (1 + (params.followers ?? 0));
     /** Lanes other workers hold, as the last claim of the held lanes saw them (undefined: none ran, or claim-light). */
     let peerLanes: number | undefined;
     /** The deliveries of `claimed` that count against the limit (not followers). */
@@ -551,6 +569,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       let first = true;
       try {
         for (const take of acquireRounds(lanesTakenLast.get(owner))) {
+          if (claimed.length >= rowsAtMost) break;
           // Lanes of retried heads due again are tried first, after those a wake-up named.
           const [acquired] = await acquire(take, [...(params.preferLanes ?? []), ...retryLanes()]);
           const taken = acquired ? toInt(acquired.lanes) : 0;

@@ -102,6 +102,34 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
     );
   });
 
+  it('a claim whose held lanes give few heads and that then takes free lanes stays within limit x (1 + followers) rows', async () => {
+    // The owner holds the lane of one deep key; twelve other keys wait in free lanes. The held lane's head gets the room
+    // the missing heads leave (7 followers), and the free lanes taken after it may add only what is left of the 8 rows.
+    await publish('held-deep', 30, ['budget']);
+    for (let k = 0; k < 12; k += 1) await publish(`free-${k}`, 5, ['budget']);
+    const owner = 'followers-budget';
+    try {
+      const [first] = await store.claim({ owner, handlers: ['budget'], limit: 1, leaseDurationMs: 10_000 });
+      assert.ok(first !== undefined);
+      const next = await store.completeAndClaim([{ deliveryId: first.id, leaseToken: first.leaseToken }], {
+        owner,
+        handlers: ['budget'],
+        limit: 4,
+        leaseDurationMs: 10_000,
+        followers: 1,
+      });
+      assert.deepEqual(next.completed, [true]);
+      assert.ok(next.claimed.length <= 8, `at most 4 x (1 + 1) rows, got ${next.claimed.length}`);
+      assert.ok(next.claimed.length > 0, 'the claim claimed');
+      await store.release(next.claimed.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
+    } finally {
+      await store.relinquish(owner);
+      await pool.query(
+        `DELETE FROM "${store.schema}".relaybus_deliveries WHERE key = 'held-deep' OR key LIKE 'free-%'`,
+      );
+    }
+  });
+
   it('a claim that finds fewer heads than its limit gives their keys longer runs, within limit x (1 + followers) rows', async () => {
     await publish('deep-a', 40, ['deep']);
     await publish('deep-b', 40, ['deep']);
