@@ -39,7 +39,10 @@ describe('asynchronous commit of the dispatcher statements on real Postgres', {
     const leases = claimed.map((d) => d.leaseToken.split(':'));
     const statements = loadStatements(schema);
     const cases: [StatementName, unknown[]][] = [
-      ['claim-held-lanes', ['w', ['h'], 5, 30_000, null, [], [], [], [], [], [], [], false, [], [], [], [], 0, 0, [], 5]],
+      [
+        'claim-held-lanes',
+        ['w', ['h'], 5, 30_000, null, [], [], [], [], [], [], [], false, [], [], [], [], 0, 0, [], 5],
+      ],
       ['acquire-lanes', ['w2', ['h'], 4, 0, 30_000, null, []]],
       ['extend-lease', ['w', leases.map((l) => Number(l[0])), leases.map((l) => l[1]), 30_000, null]],
       [
