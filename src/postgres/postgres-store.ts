@@ -617,8 +617,10 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         if (heads < limit) {
           // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, or the caller leaves
           // free lanes to its poll (skipFreeLanes), free lanes no publish named wait for the next poll; otherwise take
-          // free lanes with due work, doubling each round.
-          if (scanFree && (hinted === 0 || claimed.length === 0)) await acquireAndClaim(false);
+          // free lanes with due work, doubling each round, unless the held lanes' runs took every row this claim may
+          // bring.
+          if (scanFree && (hinted === 0 || claimed.length === 0) && claimed.length < rowsAtMost)
+            await acquireAndClaim(false);
         } else if (params.acquireWhenFull === true) {
           // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
           // worker are taken over (and its work re-run) while everyone is busy.
