@@ -55,10 +55,35 @@ function countingClaims(
   });
 }
 
+/** Every list of what ran (per key, or per handler and key) is 0..PER_KEY-1: each once, in order. */
+function assertOnceEachInOrder(seen: ReadonlyMap<string, readonly number[]>): void {
+  for (const [key, list] of seen) {
+    assert.deepEqual(
+      list,
+      Array.from({ length: PER_KEY }, (_, n) => n),
+      `${key}: once each, in order`,
+    );
+  }
+}
+
 describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
   const schema = usePgStore('claim_loops', 16, (opened) => ({ pool, store } = opened));
+
+  /** KEYS keys (`prefix` + n) of PER_KEY events each, in one transaction, interleaved across keys. */
+  async function publishBacklog(bus: RelayBus<PgClientLike, typeof Step>, prefix: string): Promise<void> {
+    await store.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        Array.from({ length: KEYS * PER_KEY }, (_, i) => ({
+          event: Step,
+          payload: { key: `${prefix}${i % KEYS}`, n: Math.floor(i / KEYS) },
+          options: { key: `${prefix}${i % KEYS}` },
+        })),
+      ),
+    );
+  }
 
   it('two loops: every pair runs once, per-key order, at most concurrency at once, both owners claim and hand back', {
     timeout: 60_000,
@@ -87,16 +112,7 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
         runningKeys.delete(slot);
       });
     }
-    await store.transaction((tx) =>
-      bus.publishMany(
-        tx,
-        Array.from({ length: KEYS * PER_KEY }, (_, i) => ({
-          event: Step,
-          payload: { key: `k${i % KEYS}`, n: Math.floor(i / KEYS) },
-          options: { key: `k${i % KEYS}` },
-        })),
-      ),
-    );
+    await publishBacklog(bus, 'k');
     const owners = new Set<string>();
     const watch = setInterval(() => {
       void store.listLanes().then((lanes) => {
@@ -114,13 +130,7 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       clearInterval(watch);
     }
     await bus.stop();
-    for (const [slot, list] of seen) {
-      assert.deepEqual(
-        list,
-        Array.from({ length: PER_KEY }, (_, n) => n),
-        `${slot}: once each, in order`,
-      );
-    }
+    assertOnceEachInOrder(seen);
     assert.equal(overlaps, 0, 'no two deliveries of one (handler, key) at once');
     assert.ok(most <= 16, `at most concurrency (16) handlers at once, saw ${most}`);
     assert.equal(owners.size, 2, `both loops held lanes (${[...owners].join(', ')})`);
@@ -245,16 +255,7 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       });
       return bus;
     }) as [RelayBus<PgClientLike, typeof Step>, RelayBus<PgClientLike, typeof Step>];
-    await store.transaction((tx) =>
-      early.publishMany(
-        tx,
-        Array.from({ length: KEYS * PER_KEY }, (_, i) => ({
-          event: Step,
-          payload: { key: `r${i % KEYS}`, n: Math.floor(i / KEYS) },
-          options: { key: `r${i % KEYS}` },
-        })),
-      ),
-    );
+    await publishBacklog(early, 'r');
     await early.start();
     try {
       // Alone, its claims come back full and its second loop joins in.
@@ -266,13 +267,7 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
         'every delivery ran',
         45_000,
       );
-      for (const [key, list] of seen) {
-        assert.deepEqual(
-          list,
-          Array.from({ length: PER_KEY }, (_, n) => n),
-          `${key}: once each, in order`,
-        );
-      }
+      assertOnceEachInOrder(seen);
       assert.ok(rested.has(earlySecond), "the first worker's second loop handed its lanes back while it ran");
       // Its claims stopped there: none after it rested (it schedules no retry here).
       assert.equal(claims.get(earlySecond), rested.get(earlySecond), 'it claimed no more once it rested');
