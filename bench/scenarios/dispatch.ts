@@ -22,6 +22,22 @@ export interface DispatchCell {
   readonly handler?: 'noop' | 'yield';
 }
 
+/** Milliseconds per bucket of BENCH_TIMELINE. */
+const TIMELINE_BUCKET_MS = 50;
+
+/**
+ * BENCH_TIMELINE=1: handler starts per 50 ms from "go", to see a drain's shape (the ramp of its first claims, gaps where
+ * every loop waits for a claim, its tail) beside the one rate the report gives.
+ */
+function timeline(starts: Float64Array, go: number): string {
+  const buckets: number[] = [];
+  for (const t of starts) {
+    const bucket = Math.max(0, Math.floor((t - go) / TIMELINE_BUCKET_MS));
+    buckets[bucket] = (buckets[bucket] ?? 0) + 1;
+  }
+  return `handler starts per ${TIMELINE_BUCKET_MS} ms from go: ${Array.from(buckets, (count) => count ?? 0).join(' ')}`;
+}
+
 export function dispatchCellName(cell: DispatchCell): string {
   return `dispatch N=${cell.deliveries} D=${cell.dispatchers}${cell.handler === 'yield' ? ' yielding handler' : ''}`;
 }
@@ -74,6 +90,7 @@ export async function runDispatch(
       if (t < first) first = t;
     }
     const seconds = (last - go) / 1000;
+    if (process.env.BENCH_TIMELINE) context.log(`${cellName} ${entry.variant} rep ${rep}: ${timeline(records.t, go)}`);
     const statements = mergeStatements(out.map((o) => o.statements));
     const db = await dbFigures(context.admin, contender, run.before, run.after, total, statements, context.walinspect);
     return {

@@ -6,6 +6,7 @@
  */
 import type { DispatcherResult, HandlerPlan } from '../child.js';
 import { snapshot, type Snapshot } from '../lib/db.js';
+import { startPerfRecord } from '../lib/perf-record.js';
 import { startDispatcher } from '../lib/procs.js';
 import { sleep } from '../lib/stats.js';
 import type { Contender, DispatcherSettings, Remaining } from '../lib/types.js';
@@ -44,6 +45,7 @@ export async function drain(
   try {
     await Promise.all(children.map((c) => c.next('ready')));
     const before = await snapshot(context.admin, schema);
+    const stopPerf = await startPerfRecord(context.log);
     const go = performance.timeOrigin + performance.now();
     for (const c of children) c.send({ type: 'go' });
     const deadline = Date.now() + context.timeoutMs;
@@ -67,6 +69,7 @@ export async function drain(
       }
       await sleep(DRAIN_POLL_MS);
     }
+    await stopPerf();
     const results = Promise.all(children.map((c) => c.next<DispatcherResult>('result')));
     for (const c of children) c.send({ type: 'stop' });
     const out = await results;
