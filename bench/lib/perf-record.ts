@@ -12,7 +12,10 @@ import { sleep } from './stats.js';
 /** perf needs a moment to set up its buffers before it samples. */
 const PERF_START_MS = 300;
 
-/** Start recording when BENCH_PERF is set; the function returned stops it. Without perf, warns and records nothing. */
+/**
+ * Start recording when BENCH_PERF is set; the function returned stops it (once: later calls wait for the same stop, so a
+ * `finally` may call it again). Without perf, warns and records nothing.
+ */
 export async function startPerfRecord(log: (line: string) => void): Promise<() => Promise<void>> {
   const prefix = process.env.BENCH_PERF;
   if (!prefix) return async () => {};
@@ -26,9 +29,11 @@ export async function startPerfRecord(log: (line: string) => void): Promise<() =
     });
   });
   await sleep(PERF_START_MS);
-  return async () => {
-    if (perf.exitCode === null && perf.pid !== undefined) perf.kill('SIGINT');
-    await exited;
-    if (existsSync(output)) log(`BENCH_PERF: recorded ${output}`);
-  };
+  let stopped: Promise<void> | undefined;
+  return () =>
+    (stopped ??= (async () => {
+      if (perf.exitCode === null && perf.pid !== undefined) perf.kill('SIGINT');
+      await exited;
+      if (existsSync(output)) log(`BENCH_PERF: recorded ${output}`);
+    })());
 }

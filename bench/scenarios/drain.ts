@@ -42,10 +42,11 @@ export async function drain(
 ): Promise<Drained> {
   const init = { contender: contender.name, url: context.url, schema, poolSize: settings.poolSize, settings, handler };
   const children = Array.from({ length: dispatchers }, (_, slot) => startDispatcher(init, slot, dispatchers));
+  let stopPerf = async () => {};
   try {
     await Promise.all(children.map((c) => c.next('ready')));
     const before = await snapshot(context.admin, schema);
-    const stopPerf = await startPerfRecord(context.log);
+    stopPerf = await startPerfRecord(context.log);
     const go = performance.timeOrigin + performance.now();
     for (const c of children) c.send({ type: 'go' });
     const deadline = Date.now() + context.timeoutMs;
@@ -93,6 +94,8 @@ export async function drain(
       errors,
     };
   } finally {
+    // A drain that failed still stops perf, or it would record on.
+    await stopPerf();
     children.forEach((c) => c.kill());
   }
 }
