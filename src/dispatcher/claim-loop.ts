@@ -89,6 +89,12 @@ export class ClaimLoop<TTx> {
    * hold lanes (they would only rest again after a claim or two: `Dispatcher.#rest`).
    */
   dormant: boolean;
+  /**
+   * A later loop whose last claim found, completed and ran nothing (dormant too unless a backlog holds): a run that ends
+   * does not wake it (`Dispatcher.#wakeWorking`). Its sibling holds every lane with due work, and a run ending there
+   * frees none; it claims again at its poll, on a publish's wake-up or its own retry's.
+   */
+  barren = false;
   /** This loop's last claim returned a busy batch (see `Dispatcher.#runEnded`). */
   busy = false;
   /** Runs of this loop that ended so far: a claim may leave a lane held for a run that ended while it was in progress. */

@@ -378,6 +378,15 @@ export class Dispatcher<TTx> {
   }
 
   /**
+   * Wake the loops a run that ended may give work to: not a barren one (`ClaimLoop.barren`). Woken by every run end
+   * under a backlog, a second loop whose sibling held all five lanes of the bench's liveness cell claimed in a row and
+   * found nothing, each claim reserving half the handler slots the other's claim could have filled.
+   */
+  #wakeWorking(): void {
+    for (const loop of this.#loops) if (!loop.barren) loop.wakeup.wake();
+  }
+
+  /**
    * Stop gracefully: stop claiming, let running handlers finish within the grace period, abort and
    * release the rest (no attempt charged), then relinquish every lane. Idempotent.
    */
@@ -551,7 +560,8 @@ export class Dispatcher<TTx> {
     } else if (!full && loop.index === 0) {
       this.#backlog = false;
     }
-    loop.dormant = loop.index > 0 && empty && !this.#backlog && !this.#runsIn(loop);
+    loop.barren = loop.index > 0 && empty && !this.#runsIn(loop);
+    loop.dormant = loop.barren && !this.#backlog;
   }
 
   /**
@@ -880,7 +890,7 @@ export class Dispatcher<TTx> {
       this.#wakeQueued = false;
       this.#slotsShort = false;
       this.#startReady();
-      this.#wakeAll();
+      this.#wakeWorking();
     });
   }
 
@@ -909,7 +919,7 @@ export class Dispatcher<TTx> {
     // end may have made a key's next delivery its head (a transactional completion, a dead letter, a lost lease), and
     // while work flows every end is a reason to claim: wake the loops.
     if (outcome === 'delivered' && !run.handler.transactional && !this.#flowing()) this.#runEnded();
-    else this.#wakeAll();
+    else this.#wakeWorking();
     return outcome;
   }
 

@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
 import { createRelayBus, defineEvent, type RelayBus, Type } from '../../src/index.js';
+import { laneOf } from '../../src/core/lanes.js';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
@@ -220,6 +221,58 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       await bus.stop();
     }
   });
+  it('a second loop that finds nothing while its sibling holds the only busy lane claims once a poll, not at every run end', {
+    timeout: 30_000,
+  }, async () => {
+    const claims = new Map<string, { calls: number; delivered: number }>();
+    const counted = countingClaims(store, (owner, delivered) => {
+      const entry = claims.get(owner) ?? { calls: 0, delivered: 0 };
+      claims.set(owner, { calls: entry.calls + 1, delivered: entry.delivered + delivered });
+    });
+    const pollIntervalMs = 250;
+    const bus = createRelayBus({
+      store: counted,
+      events: [Step],
+      setupStore: false,
+      dispatcher: { claimLoops: 2, concurrency: 16, batchSize: 16, pollIntervalMs },
+    });
+    // Every key in one lane: whichever loop takes it first holds all the work, and the other finds none.
+    const keys: string[] = [];
+    for (let n = 0; keys.length < KEYS; n += 1) if (laneOf(`one-${n}`, '') === 7) keys.push(`one-${n}`);
+    let ran = 0;
+    bus.on(Step, 'one-lane', async () => {
+      await pause(1);
+      ran += 1;
+    });
+    await store.transaction((tx) =>
+      bus.publishMany(
+        tx,
+        Array.from({ length: KEYS * PER_KEY }, (_, i) => ({
+          event: Step,
+          payload: { key: keys[i % KEYS]!, n: Math.floor(i / KEYS) },
+          options: { key: keys[i % KEYS]! },
+        })),
+      ),
+    );
+    const started = performance.now();
+    await bus.start();
+    try {
+      await waitFor(() => ran === KEYS * PER_KEY, 'the backlog ran', 20_000);
+    } finally {
+      await bus.stop();
+    }
+    const elapsedMs = performance.now() - started;
+    const [busy, idle] = [...claims.values()].sort((a, b) => b.delivered - a.delivered);
+    assert.equal(busy?.delivered, KEYS * PER_KEY, 'one loop claimed the whole backlog');
+    assert.ok(idle !== undefined && idle.delivered === 0, 'the other loop found nothing');
+    // Each run end woke it before: it claimed beside every claim of its sibling (318 claims in 1.4 s, its sibling 129).
+    const polls = Math.ceil(elapsedMs / pollIntervalMs);
+    assert.ok(
+      idle.calls <= polls + 3,
+      `the idle loop claimed ${idle.calls} times in ${Math.round(elapsedMs)} ms (${polls} polls); its sibling ${busy.calls}`,
+    );
+  });
+
   it("once another worker starts, the first worker's second loop rests, and the newcomer's waits until it is alone", {
     timeout: 60_000,
   }, async () => {
