@@ -6,6 +6,7 @@
  * schema checks; see DispatcherHandle.prepare). Rate = deliveries / (last handler start - go).
  * The lane table is analyzed while no lane is owned: the stale-statistics case of the trap.
  */
+import { timeline } from '../lib/timeline.js';
 import { publishWith } from '../lib/procs.js';
 import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.js';
 import type { KeyMap } from '../lib/keys.js';
@@ -20,22 +21,6 @@ export interface DispatchCell {
   readonly eventsPerKey: number;
   /** The handler: 'noop' (default) or 'yield' (waits one event-loop turn, so overlaps show; ad hoc --handler yield). */
   readonly handler?: 'noop' | 'yield';
-}
-
-/** Milliseconds per bucket of BENCH_TIMELINE. */
-const TIMELINE_BUCKET_MS = 50;
-
-/**
- * BENCH_TIMELINE=1: handler starts per 50 ms from "go", to see a drain's shape (the ramp of its first claims, gaps where
- * every loop waits for a claim, its tail) beside the one rate the report gives.
- */
-function timeline(starts: Float64Array, go: number): string {
-  const buckets: number[] = [];
-  for (const t of starts) {
-    const bucket = Math.max(0, Math.floor((t - go) / TIMELINE_BUCKET_MS));
-    buckets[bucket] = (buckets[bucket] ?? 0) + 1;
-  }
-  return `handler starts per ${TIMELINE_BUCKET_MS} ms from go: ${Array.from(buckets, (count) => count ?? 0).join(' ')}`;
 }
 
 export function dispatchCellName(cell: DispatchCell): string {

@@ -23,6 +23,7 @@
 import { laneOfKey, type KeyMap } from '../lib/keys.js';
 import { publishWith } from '../lib/procs.js';
 import { percentile } from '../lib/stats.js';
+import { timeline } from '../lib/timeline.js';
 import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.js';
 import { dbFigures, mergeStatements, profile } from '../metrics.js';
 import { validate } from '../validate.js';
@@ -141,6 +142,11 @@ export async function runLiveness(
         healthy += 1;
         if (t > lastHealthy) lastHealthy = t;
       }
+    }
+    if (process.env.BENCH_TIMELINE) {
+      const name = `${livenessCellName(cell)} [${arm}] ${entry.variant} rep ${rep}`;
+      context.log(`${name} healthy keys: ${timeline(records.t, go, (r) => records.i[r]! >= healthyFrom)}`);
+      if (from === 0) context.log(`${name} deep keys: ${timeline(records.t, go, (r) => records.i[r]! < healthyFrom)}`);
     }
     const statements = mergeStatements(out.map((o) => o.statements));
     const db = await dbFigures(context.admin, contender, run.before, run.after, total, statements, context.walinspect);
