@@ -74,6 +74,15 @@ describe('array literals', () => {
     assert.equal(toArrayLiteral([1, 2n, [3, null]]), '{1,2,{3,NULL}}');
   });
 
+  it('writes an array of numbers and digit strings bare, and quotes every string once one needs it', () => {
+    assert.equal(toArrayLiteral(['12', 7, '0345', -1.5]), '{12,7,0345,-1.5}');
+    assert.deepEqual(parseArrayLiteral(toArrayLiteral(['12', '0345'])), ['12', '0345']);
+    assert.equal(toArrayLiteral(['12', '1e3', 4]), '{"12","1e3",4}');
+    assert.equal(toArrayLiteral(['12', '']), '{"12",""}');
+    assert.equal(toArrayLiteral([1, Number.NaN]), '{1,NaN}');
+    assert.equal(toArrayLiteral([]), '{}');
+  });
+
   it('parses unquoted elements and the empty array, and refuses several dimensions', () => {
     assert.deepEqual(parseArrayLiteral('{h1,h2,NULL}'), ['h1', 'h2', null]);
     assert.deepEqual(parseArrayLiteral('{}'), []);
