@@ -187,15 +187,17 @@ const RETRY_SLOTS = 64;
 interface Waiting<TTx> {
   readonly delivery: ClaimedDelivery;
   readonly loop: ClaimLoop<TTx>;
-  /** Its lane and the epoch it was claimed at, as `lane:epoch` (the one before it has the same). */
-  readonly leaseOf: string;
+  /** Its lane and the epoch it was claimed at (the one before it has the same). */
+  readonly lane: number;
+  readonly epoch: string;
 }
 
-/** A lane at an epoch, as `Waiting.leaseOf` holds it. */
-const leaseOfLane = (lane: number, epoch: string): string => lane + ':' + epoch;
+/** Whether epoch `a` is later than `b` (decimal strings of int8 values, without leading zeros). */
+const laterEpoch = (a: string, b: string): boolean => (a.length === b.length ? a > b : a.length > b.length);
 
-/** Where a follower waits: the id of the delivery before it, in the lane and epoch both were claimed at. */
-const waitingKey = (before: string, leaseOf: string): string => before + '@' + leaseOf;
+/** Whether `waiting` was claimed in `lane` at `epoch`. */
+const claimedAt = (waiting: Waiting<unknown>, lane: number, epoch: string): boolean =>
+  waiting.lane === lane && waiting.epoch === epoch;
 
 /** The worker loop of one bus; see the module header for its states. Created by `bus.start()`. */
 export class Dispatcher<TTx> {
@@ -223,7 +225,12 @@ export class Dispatcher<TTx> {
   readonly #siblings: readonly (readonly string[])[];
   /** Runs at most, running or waiting for their outcome write (see `#claimLoop`). */
   readonly #maxRuns: number;
-  /** Followers by `waitingKey` of the delivery before them: not running, holding no slot. */
+  /**
+   * Followers by the id of the delivery before them (claimed in the same lane at the same epoch): not running, holding
+   * no slot. Keyed by the id alone: a string made per follower to add the lease to the key was a tenth of the
+   * dispatcher's allocations. Two followers of one id are of two claims of it at two epochs of its lane, the older one
+   * lost: only the later one is kept (`#wait`), and a lookup checks the epoch.
+   */
   readonly #waiting = new Map<string, Waiting<TTx>>();
   /**
    * Followers whose delivery before them succeeded while a retried head was due (`ClaimLoop.retryDue`): their slot went
@@ -753,23 +760,25 @@ export class Dispatcher<TTx> {
 
   /** Park a follower until the delivery before it succeeds (`#startFollower`) or does not (`#dropFollowers`). */
   #wait(loop: ClaimLoop<TTx>, delivery: ClaimedDelivery): void {
-    let leaseOf: string;
+    let lane: number;
+    let epoch: string;
     try {
-      const { lane, epoch } = parseLeaseToken(delivery.leaseToken);
-      leaseOf = leaseOfLane(lane, epoch);
+      ({ lane, epoch } = parseLeaseToken(delivery.leaseToken));
     } catch {
       return; // #launch would log and skip it alike; its lane lease expiring frees it
     }
-    this.#waiting.set(waitingKey(delivery.follows!, leaseOf), { delivery, loop, leaseOf });
+    const before = delivery.follows!;
+    const held = this.#waiting.get(before);
+    if (held !== undefined && laterEpoch(held.epoch, epoch)) return;
+    this.#waiting.set(before, { delivery, loop, lane, epoch });
   }
 
   /** A run succeeded: start the follower waiting for it (when stopping, it waits to be released with the rest). */
   #startFollower(run: RunningDelivery<TTx>): void {
     if (this.#waiting.size === 0 || this.#state !== 'running') return;
-    const key = waitingKey(run.claimed.id, leaseOfLane(run.lane, run.epoch));
-    const next = this.#waiting.get(key);
-    if (next === undefined) return;
-    this.#waiting.delete(key);
+    const next = this.#waiting.get(run.claimed.id);
+    if (next === undefined || !claimedAt(next, run.lane, run.epoch)) return;
+    this.#waiting.delete(run.claimed.id);
     if (this.#retryWanted() && this.#freeSlots() <= RETRY_SLOTS) {
       // Its run would take the slot its predecessor freed, and runs of followers can hold every slot for many turns: no
       // claim would run, and a retried head due now would wait for a whole run to end (566 ms past due in the followers
@@ -809,12 +818,15 @@ export class Dispatcher<TTx> {
   #dropFollowers(id: string, lane: number, epoch: string): DeliveryLease[] {
     const leases: DeliveryLease[] = [];
     if (this.#waiting.size === 0) return leases;
-    const leaseOf = leaseOfLane(lane, epoch);
-    let key = waitingKey(id, leaseOf);
-    for (let next = this.#waiting.get(key); next !== undefined; next = this.#waiting.get(key)) {
-      this.#waiting.delete(key);
+    let before = id;
+    for (
+      let next = this.#waiting.get(before);
+      next !== undefined && claimedAt(next, lane, epoch);
+      next = this.#waiting.get(before)
+    ) {
+      this.#waiting.delete(before);
       leases.push({ deliveryId: next.delivery.id, leaseToken: next.delivery.leaseToken });
-      key = waitingKey(next.delivery.id, leaseOf);
+      before = next.delivery.id;
     }
     return leases;
   }
@@ -931,16 +943,15 @@ export class Dispatcher<TTx> {
    * while the renewal waited for the lane's lock, and the run learns so only when that answer arrives.
    */
   #onLaneLost(loop: ClaimLoop<TTx>, lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
-    const leaseOf = leaseOfLane(lane, epoch);
     let dropped = 0;
     for (const [key, waiting] of this.#waiting)
-      if (waiting.loop === loop && waiting.leaseOf === leaseOf) {
+      if (waiting.loop === loop && claimedAt(waiting, lane, epoch)) {
         this.#waiting.delete(key);
         dropped += 1;
       }
     for (let index = this.#ready.length - 1; index >= 0; index -= 1) {
       const ready = this.#ready[index]!;
-      if (ready.loop === loop && ready.leaseOf === leaseOf) {
+      if (ready.loop === loop && claimedAt(ready, lane, epoch)) {
         this.#ready.splice(index, 1);
         dropped += 1;
       }

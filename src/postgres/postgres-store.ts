@@ -241,6 +241,9 @@ function toClaimed(text: string | null, laneEpochs: readonly string[]): ClaimedD
     const colon = laneEpoch.indexOf(':');
     epochs[Number(laneEpoch.slice(0, colon))] = laneEpoch.slice(colon + 1);
   }
+  // The lease token of a lane's deliveries never claimed before (claims 0, nearly all of them): one string a lane, not one
+  // a delivery.
+  const firstTokens: string[] = [];
   const claimed: ClaimedDelivery[] = [];
   for (let index = 0; index < tuples.length; index += 1) {
     const [
@@ -260,9 +263,13 @@ function toClaimed(text: string | null, laneEpochs: readonly string[]): ClaimedD
     ] = tuples[index]!;
     const epoch = epochs[lane];
     if (epoch === undefined) continue;
+    const leaseToken =
+      claims === 0
+        ? (firstTokens[lane] ??= formatLeaseToken({ lane, epoch, claims }))
+        : formatLeaseToken({ lane, epoch, claims });
     const delivery: ClaimedDelivery = {
       id,
-      leaseToken: formatLeaseToken({ lane, epoch, claims }),
+      leaseToken,
       lane,
       eventId,
       eventType,

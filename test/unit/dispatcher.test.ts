@@ -11,7 +11,7 @@ import { LeaseRenewer } from '../../src/dispatcher/lease-renewer.js';
 import { memoryStore, type MemoryTransaction } from '../../src/memory/memory-store.js';
 import { noopLogger } from '../../src/core/logger.js';
 import { StoreUnavailableError } from '../../src/core/errors.js';
-import type { ClaimParams, DeliveryLease, Store } from '../../src/store/contract.js';
+import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../../src/store/contract.js';
 import { StubClock } from '../support/clock.js';
 import { collect, deferred, nextEvent, pause, spyStore, waitFor, type Deferred } from '../support/wait.js';
 
@@ -524,6 +524,67 @@ describe('dispatcher: lost leases', () => {
     ]);
     assert.deepEqual(lost, ['2@9:renewal']);
     assert.deepEqual([...renewer.lanes.keys()], [1]);
+  });
+});
+
+describe('dispatcher: followers claimed again', () => {
+  it('a key run claimed again at a later epoch of its lane runs after its head\'s new run, never after the old one', async (t) => {
+    // A scripted store: the first claim hands out head 1 and its follower 2 in lane 5 at epoch 9; the second, while the
+    // head's first run still runs, the same two at epoch 10 (the lane lost and taken back). Epochs 9 and 10 compare
+    // differently as numbers and as text.
+    const memory = memoryStore();
+    const gate = deferred();
+    let claims = 0;
+    const run = (id: string, epoch: number, attempts: number, follows?: string): ClaimedDelivery => ({
+      id,
+      leaseToken: `5:${epoch}:${attempts}`,
+      lane: 5,
+      eventId: `event-${id}`,
+      eventType: 'order',
+      handler: 'keyed',
+      key: 'k',
+      sequence: id,
+      payload: { n: Number(id) },
+      headers: {},
+      attempts,
+      maxAttempts: 5,
+      availableAt: new Date(0),
+      createdAt: new Date(0),
+      ...(follows === undefined ? {} : { follows }),
+    });
+    const { store } = spyStore(memory, {
+      async claim() {
+        claims += 1;
+        if (claims === 1) return [run('1', 9, 0), run('2', 9, 0, '1')];
+        if (claims === 2) {
+          await started.promise;
+          return [run('1', 10, 1), run('2', 10, 1, '1')];
+        }
+        await pause(5);
+        return [];
+      },
+    });
+    const bus = createRelayBus({
+      store,
+      events: [Order],
+      dispatcher: { pollIntervalMs: 5, followers: 9, claimLoops: 1 },
+    });
+    t.after(() => bus.stop({ graceMs: 0 }));
+    const started = deferred();
+    /** Each run's event (n) and attempt, in the order they started. */
+    const ran: string[] = [];
+    bus.on(Order, 'keyed', async ({ n }, ctx) => {
+      ran.push(`${n}#${ctx.delivery.attempt}`);
+      if (n === 1 && ctx.delivery.attempt === 1) {
+        started.resolve();
+        await Promise.race([gate.promise, new Promise((resolve) => ctx.signal.addEventListener('abort', resolve))]);
+      }
+    });
+    await bus.start();
+    await waitFor(() => ran.includes('2#2'), 'the follower of the later claim ran', 5_000);
+    gate.resolve();
+    await pause(30);
+    assert.deepEqual(ran, ['1#1', '1#2', '2#2'], 'the old follower never ran, the new one after its head');
   });
 });
 
