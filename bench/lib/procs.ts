@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import type { DispatcherResult, InitMessage, PublisherResult, PublishPlan } from '../child.js';
 
 const CHILD = fileURLToPath(new URL('../child.ts', import.meta.url));
+const HEAP_SAMPLE = fileURLToPath(new URL('./heap-sample.cjs', import.meta.url));
 
 export class Child<_R> {
   readonly process: ChildProcess;
@@ -21,6 +22,8 @@ export class Child<_R> {
         ...(process.env.BENCH_CPU_PROF && init.role === 'dispatcher'
           ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_CPU_PROF]
           : []),
+        // BENCH_HEAP_SAMPLE=<dir>: where dispatcher processes allocate (bench/lib/heap-sample.cjs).
+        ...(process.env.BENCH_HEAP_SAMPLE && init.role === 'dispatcher' ? ['--require', HEAP_SAMPLE] : []),
         // BENCH_DISPATCHER_FLAGS="--trace-gc ...": more Node flags for dispatcher processes (diagnosis only).
         ...(process.env.BENCH_DISPATCHER_FLAGS && init.role === 'dispatcher'
           ? process.env.BENCH_DISPATCHER_FLAGS.split(' ').filter(Boolean)

@@ -528,7 +528,7 @@ describe('dispatcher: lost leases', () => {
 });
 
 describe('dispatcher: followers claimed again', () => {
-  it('a key run claimed again at a later epoch of its lane runs after its head\'s new run, never after the old one', async (t) => {
+  it("a key run claimed again at a later epoch of its lane runs after its head's new run, never after the old one", async (t) => {
     // A scripted store: the first claim hands out head 1 and its follower 2 in lane 5 at epoch 9; the second, while the
     // head's first run still runs, the same two at epoch 10 (the lane lost and taken back). Epochs 9 and 10 compare
     // differently as numbers and as text.
