@@ -24,12 +24,13 @@ const KEYS = 40;
 const PER_KEY = 25;
 
 /**
- * `target` as the bus calls it: each claim reported to `onClaim` once it returned (its owner and how many deliveries
- * it brought), each `relinquish` to `onRelinquish` before it runs.
+ * `target` as the bus calls it: each claim reported to `onClaim` once it returned (its owner, how many deliveries it
+ * brought, the lanes other workers hold when it says, and how many completions rode on it), each `relinquish` to
+ * `onRelinquish` before it runs.
  */
 function countingClaims(
   target: PostgresStore<PgClientLike>,
-  onClaim: (owner: string, claimed: number, peerLanes?: number) => void,
+  onClaim: (owner: string, claimed: number, peerLanes?: number, completed?: number) => void,
   onRelinquish: (owner: string) => void = () => {},
 ): PostgresStore<PgClientLike> {
   return new Proxy(target, {
@@ -43,7 +44,7 @@ function countingClaims(
       if (name === 'completeAndClaim')
         return async (...args: Parameters<typeof store.completeAndClaim>) => {
           const result = await store.completeAndClaim(...args);
-          onClaim(args[1].owner, result.claimed.length, result.peerLanes);
+          onClaim(args[1].owner, result.claimed.length, result.peerLanes, result.completed.filter(Boolean).length);
           return result;
         };
       if (name === 'relinquish')
@@ -221,13 +222,13 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       await bus.stop();
     }
   });
-  it('a second loop that finds nothing while its sibling holds the only busy lane claims once a poll, not at every run end', {
+  it('a loop whose claim finds nothing while its sibling holds the only busy lane claims once a poll, not at every run end', {
     timeout: 30_000,
   }, async () => {
-    const claims = new Map<string, { calls: number; delivered: number }>();
-    const counted = countingClaims(store, (owner, delivered) => {
-      const entry = claims.get(owner) ?? { calls: 0, delivered: 0 };
-      claims.set(owner, { calls: entry.calls + 1, delivered: entry.delivered + delivered });
+    /** Per owner: claims that brought no delivery and completed none. */
+    const barren = new Map<string, number>();
+    const counted = countingClaims(store, (owner, claimed, _peerLanes, completed = 0) => {
+      if (claimed === 0 && completed === 0) barren.set(owner, (barren.get(owner) ?? 0) + 1);
     });
     const pollIntervalMs = 250;
     const bus = createRelayBus({
@@ -236,7 +237,8 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       setupStore: false,
       dispatcher: { claimLoops: 2, concurrency: 16, batchSize: 16, pollIntervalMs },
     });
-    // Every key in one lane: whichever loop takes it first holds all the work, and the other finds none.
+    // Every key in one lane: the loop that holds it has all the work, and the other finds none (the lane may change
+    // hands when its holder runs nothing for a moment).
     const keys: string[] = [];
     for (let n = 0; keys.length < KEYS; n += 1) if (laneOf(`one-${n}`, '') === 7) keys.push(`one-${n}`);
     let ran = 0;
@@ -262,14 +264,13 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       await bus.stop();
     }
     const elapsedMs = performance.now() - started;
-    const [busy, idle] = [...claims.values()].sort((a, b) => b.delivered - a.delivered);
-    assert.equal(busy?.delivered, KEYS * PER_KEY, 'one loop claimed the whole backlog');
-    assert.ok(idle !== undefined && idle.delivered === 0, 'the other loop found nothing');
-    // Each run end woke it before: it claimed beside every claim of its sibling (318 claims in 1.4 s, its sibling 129).
+    // Each run end woke the idle loop before: it claimed beside every claim of its sibling (318 claims that found
+    // nothing in 1.4 s). Now each loop finds nothing at most about once a poll.
     const polls = Math.ceil(elapsedMs / pollIntervalMs);
+    const total = [...barren.values()].reduce((sum, n) => sum + n, 0);
     assert.ok(
-      idle.calls <= polls + 3,
-      `the idle loop claimed ${idle.calls} times in ${Math.round(elapsedMs)} ms (${polls} polls); its sibling ${busy.calls}`,
+      total <= 2 * polls + 4,
+      `claims that found nothing: ${[...barren.values()].join(' and ')} in ${Math.round(elapsedMs)} ms (${polls} polls)`,
     );
   });
 
