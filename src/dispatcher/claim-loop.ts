@@ -90,9 +90,11 @@ export class ClaimLoop<TTx> {
    */
   dormant: boolean;
   /**
-   * A later loop whose last claim found, completed and ran nothing (dormant too unless a backlog holds): a run that ends
-   * does not wake it (`Dispatcher.#wakeWorking`). Its sibling holds every lane with due work, and a run ending there
-   * frees none; it claims again at its poll, on a publish's wake-up or its own retry's.
+   * With several loops, one whose last claim found, completed and ran nothing (a later one is dormant too unless a
+   * backlog holds): a run that ends does not wake it (`Dispatcher.#wakeWorking`). Its siblings hold every lane with due
+   * work, and a run ending there frees none; it claims again at its poll, on a publish's wake-up or its own retry's.
+   * The first loop too: the lanes may have moved to a later loop (a lane is handed back when its holder runs nothing
+   * for a moment, and the next claim to look takes it).
    */
   barren = false;
   /** This loop's last claim returned a busy batch (see `Dispatcher.#runEnded`). */

@@ -556,7 +556,8 @@ export class Dispatcher<TTx> {
 
   /**
    * After a claim: a full one means a backlog (every loop claims; the dormant ones are woken), a short one from the first
-   * loop means none; a later loop whose claim found and completed nothing and that runs nothing turns dormant.
+   * loop means none; a loop whose claim found and completed nothing and that runs nothing is barren, and a later one
+   * turns dormant then.
    */
   #noteClaim(loop: ClaimLoop<TTx>, full: boolean, empty: boolean): void {
     if (this.#loops.length === 1) return;
@@ -567,8 +568,8 @@ export class Dispatcher<TTx> {
     } else if (!full && loop.index === 0) {
       this.#backlog = false;
     }
-    loop.barren = loop.index > 0 && empty && !this.#runsIn(loop);
-    loop.dormant = loop.barren && !this.#backlog;
+    loop.barren = empty && !this.#runsIn(loop);
+    loop.dormant = loop.index > 0 && loop.barren && !this.#backlog;
   }
 
   /**
