@@ -385,9 +385,10 @@ export class Dispatcher<TTx> {
   }
 
   /**
-   * Wake the loops a run that ended may give work to: not a barren one (`ClaimLoop.barren`). Woken by every run end
-   * under a backlog, a second loop whose sibling held all five lanes of the bench's liveness cell claimed in a row and
-   * found nothing, each claim reserving half the handler slots the other's claim could have filled.
+   * Wake the loops a run that ended may give work to: not a barren one (`ClaimLoop.barren`; the run's own loop never is,
+   * it had the run in flight at its last claim). Woken by every run end under a backlog, a loop whose sibling held all
+   * five lanes of the bench's liveness cell claimed in a row and found nothing, each claim reserving half the handler
+   * slots the other's claim could have filled.
    */
   #wakeWorking(): void {
     for (const loop of this.#loops) if (!loop.barren) loop.wakeup.wake();
