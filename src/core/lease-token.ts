@@ -16,6 +16,14 @@ export interface LeaseTokenParts {
 
 const TOKEN = /^(\d{1,3}):(\d{1,19}):(\d{1,10})$/;
 
+/**
+ * Whether epoch `a` is later than epoch `b`, both as `parseLeaseToken` gives them (decimal strings without leading
+ * zeros; int8 values, so compared as text by length first, with no BigInt made per comparison).
+ */
+export function isLaterEpoch(a: string, b: string): boolean {
+  return a.length === b.length ? a > b : a.length > b.length;
+}
+
 /** Render the token of a claim. */
 export function formatLeaseToken(parts: LeaseTokenParts): string {
   return `${parts.lane}:${parts.epoch}:${parts.claims}`;

@@ -3,7 +3,7 @@ import type { Clock } from '../core/clock.js';
 import type { TypedEmitter } from '../core/emitter.js';
 import { InvalidStateError, isRetryableError } from '../core/errors.js';
 import type { RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
-import { parseLeaseToken } from '../core/lease-token.js';
+import { isLaterEpoch, parseLeaseToken } from '../core/lease-token.js';
 import { describeError, type Logger } from '../core/logger.js';
 import type { ResolvedDispatcherOptions } from '../core/options.js';
 import type { BackoffOptions } from '../core/retry-policy.js';
@@ -191,9 +191,6 @@ interface Waiting<TTx> {
   readonly lane: number;
   readonly epoch: string;
 }
-
-/** Whether epoch `a` is later than `b` (decimal strings of int8 values, without leading zeros). */
-const laterEpoch = (a: string, b: string): boolean => (a.length === b.length ? a > b : a.length > b.length);
 
 /** Whether `waiting` was claimed in `lane` at `epoch`. */
 const claimedAt = (waiting: Waiting<unknown>, lane: number, epoch: string): boolean =>
@@ -771,7 +768,7 @@ export class Dispatcher<TTx> {
     }
     const before = delivery.follows!;
     const held = this.#waiting.get(before);
-    if (held !== undefined && laterEpoch(held.epoch, epoch)) return;
+    if (held !== undefined && isLaterEpoch(held.epoch, epoch)) return;
     this.#waiting.set(before, { delivery, loop, lane, epoch });
   }
 

@@ -1,3 +1,4 @@
+import { isLaterEpoch } from '../core/lease-token.js';
 import { describeError, type Logger } from '../core/logger.js';
 import type { Store } from '../store/contract.js';
 
@@ -58,7 +59,7 @@ export class LeaseRenewer {
       held.inFlight += 1;
       return true;
     }
-    if (BigInt(epoch) < BigInt(held.epoch)) return false;
+    if (isLaterEpoch(held.epoch, epoch)) return false;
     // The lane changed hands since the older claim: whatever runs at the old epoch is fenced.
     const lostEpoch = held.epoch;
     this.#lanes.set(lane, { epoch, inFlight: 1 });

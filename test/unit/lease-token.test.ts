@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { InvalidLeaseError } from '../../src/core/errors.js';
-import { formatLeaseToken, parseLeaseToken } from '../../src/core/lease-token.js';
+import { formatLeaseToken, isLaterEpoch, parseLeaseToken } from '../../src/core/lease-token.js';
 
 describe('lease tokens', () => {
   it('round-trips lane:epoch:claims, epochs beyond 2^53 included', () => {
@@ -40,5 +40,14 @@ describe('lease tokens', () => {
 
   it('rejects a token that is not a string', () => {
     assert.throws(() => parseLeaseToken(42), InvalidLeaseError);
+  });
+
+  it('orders epochs as the numbers they are, past 2^53 too, whatever their text sorts as', () => {
+    const epoch = (text: string) => parseLeaseToken(`1:${text}:0`).epoch;
+    assert.equal(isLaterEpoch(epoch('10'), epoch('9')), true, '10 after 9 (as text, "10" < "9")');
+    assert.equal(isLaterEpoch(epoch('9'), epoch('10')), false);
+    assert.equal(isLaterEpoch(epoch('009'), epoch('10')), false, 'leading zeros are gone once parsed');
+    assert.equal(isLaterEpoch(epoch('9007199254740993'), epoch('9007199254740992')), true, 'past 2^53');
+    assert.equal(isLaterEpoch(epoch('42'), epoch('42')), false, 'not later than itself');
   });
 });
