@@ -8,12 +8,14 @@
 --              the first row of a (handler, key) is its smallest pending sequence, so only heads are picked and a
 --              head in flight holds its key back. A lane whose keys need more than $6 rows is read in part: the
 --              rest waits for claim-held-lanes, which the dispatcher runs at least once per poll interval.
--- index: relaybus_lanes (the owner's rows and the named ones, locked FOR NO KEY UPDATE);
+-- index: relaybus_lanes_pkey (the owner's rows among $8 and the named ones, locked FOR NO KEY UPDATE);
 --        relaybus_deliveries_lane_handler_key_sequence_idx (keyed heads); relaybus_deliveries_unkeyed_due_idx
 --        (unkeyed); relaybus_deliveries_pkey (pruning finished ids from in_flight, hand-back);
 --        relaybus_events_pkey (payload of an event that has an events row)
 -- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
---         $6 rows read per lane int, $7 free lanes to take when they give work smallint[]
+--         $6 rows read per lane int, $7 free lanes to take when they give work smallint[], $8 lanes the owner may hold
+--         smallint[] (those its claims recorded deliveries in and did not hand back since, and the named ones: see
+--         src/postgres/recorded-lanes.ts; a held lane not listed waits for claim-held-lanes, which finds them by owner)
 -- returns: one row as claim-held-lanes's: claimed (sql/fragments/claimed-rows.sql; early always false, after always
 --          null: no followers), lane_epochs, skipped_lanes (held lanes changed while this statement waited for them: see
 --          claim-held-lanes, seen), handed_back;
@@ -24,9 +26,10 @@ WITH clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
 ),
 held AS (
-  -- As in claim-held-lanes: a concurrent claim of the same owner waits; one lock order (by lane) everywhere.
+  -- As in claim-held-lanes: a concurrent claim of the same owner waits; one lock order (by lane) everywhere. Probed by
+  -- key: finding the owner's rows by lease_owner read every page of the table (64-90 pages, four lanes a page).
   SELECT l.lane, l.in_flight, l.xmin AS version FROM /*schema*/relaybus_lanes l
-  WHERE l.lease_owner = $1 AND (SELECT async_commit FROM clock) IS NOT NULL
+  WHERE l.lane = ANY ($8::smallint[]) AND l.lease_owner = $1 AND (SELECT async_commit FROM clock) IS NOT NULL
   ORDER BY l.lane
   FOR NO KEY UPDATE
 ),

@@ -62,6 +62,7 @@ import { withTotals } from '../store/statistics.js';
 import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
 import { KeyWalkCursors } from './key-walk-cursors.js';
+import { RecordedLanes } from './recorded-lanes.js';
 import { FailedClaims } from './failed-claims.js';
 import { RetryProbes } from './retry-probes.js';
 import { claimedTuples, type RowOf } from './rows.js';
@@ -378,6 +379,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const history = options.completionHistory ?? false;
   const statements = loadStatements(schema);
   const walks = new KeyWalkCursors();
+  const recordedLanes = new RecordedLanes();
   const probes = new RetryProbes();
   const failedClaims = new FailedClaims();
   /**
@@ -451,6 +453,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         throw new StoreUnavailableError('a claim statement returned no row; it always returns one');
       if (summary.walk_ends) walks.move(owner, summary.walk_ends);
       if (summary.handed_back.length > 0) walks.drop(owner, summary.handed_back);
+      recordedLanes.claimed(owner, summary.lane_epochs, summary.handed_back);
       const claimedRows = toClaimed(summary.claimed, summary.lane_epochs);
       // What counts against the limit: followers come beyond it.
       let heads = 0;
@@ -511,6 +514,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         now,
         LIGHT_ROWS_PER_LANE,
         take,
+        recordedLanes.of(owner, take),
       ]);
       const { summary, claimedRows, heads } = readClaim(rows);
       return { claimedRows, heads, completed: [], skippedLanes: summary.skipped_lanes, peerLanes: undefined };
@@ -912,6 +916,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async relinquish(owner: string): Promise<number> {
       assertName(owner, 'owner');
       walks.forget(owner);
+      recordedLanes.forget(owner);
       failedClaims.forgotten(owner);
       mayHoldLanes.delete(owner);
       lanesTakenLast.delete(owner);

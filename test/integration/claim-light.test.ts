@@ -167,6 +167,59 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
     assert.equal((await runs()).full, before.full + 2, 'a riding completion needs claim-held-lanes');
     await store.relinquish('w5');
   });
+
+  it('looks at the held lanes its claims recorded and the named ones; claim-held-lanes finds any other held lane', async () => {
+    const recorded = keysInOneLane('light-recorded', 2);
+    const other = keysInOneLane('light-unrecorded', 2);
+    assert.notEqual(recorded.lane, other.lane);
+    await store.transaction((tx) =>
+      store.publish(tx, [{ type: 't', key: recorded.keys[0]!, payload: { n: 1 }, handlers }]),
+    );
+    const first = await claimLight('w6', [recorded.lane]);
+    assert.deepEqual(first.map(payloadOf), [1]);
+    // A lane the owner holds that no claim of it recorded a delivery in (as one acquire-lanes took and the claim after
+    // it left held), with work published into it by no wake-up the owner heard.
+    await pool.query(
+      `UPDATE "${schema}".relaybus_lanes SET lease_owner = 'w6', epoch = epoch + 1,
+         lease_expires_at = now() + interval '1 minute' WHERE lane = $1 AND lease_owner IS NULL`,
+      [other.lane],
+    );
+    await store.transaction((tx) =>
+      store.publish(tx, [
+        { type: 't', key: recorded.keys[1]!, payload: { n: 2 }, handlers },
+        { type: 't', key: other.keys[0]!, payload: { n: 3 }, handlers },
+        { type: 't', key: other.keys[1]!, payload: { n: 4 }, handlers },
+      ]),
+    );
+    assert.deepEqual((await claimLight('w6', [])).map(payloadOf), [2], 'the recorded lane, without a wake-up');
+    const named = await claimLight('w6', [other.lane]);
+    assert.deepEqual(named.map(payloadOf).sort(), [3, 4], 'a held lane a wake-up named');
+    await complete([...first, ...named]);
+    await store.transaction((tx) =>
+      store.publish(tx, [{ type: 't', key: other.keys[0]!, payload: { n: 5 }, handlers }]),
+    );
+    // The named claim recorded the other lane, so the owner knows it now: it hands it back only once it ran nothing.
+    assert.deepEqual((await claimLight('w6', [])).map(payloadOf), [5], 'recorded by the named claim');
+    await store.relinquish('w6');
+  });
+
+  it('leaves a held lane no claim recorded and no wake-up named to claim-held-lanes', async () => {
+    const { lane, keys } = keysInOneLane('light-hidden', 1);
+    await pool.query(
+      `UPDATE "${schema}".relaybus_lanes SET lease_owner = 'w7', epoch = epoch + 1,
+         lease_expires_at = now() + interval '1 minute' WHERE lane = $1 AND lease_owner IS NULL`,
+      [lane],
+    );
+    await store.transaction((tx) => store.publish(tx, [{ type: 't', key: keys[0]!, payload: { n: 1 }, handlers }]));
+    assert.deepEqual(await claimLight('w7', []), [], 'claim-light does not scan the lanes for the owner');
+    assert.equal((await ownerOf(lane)).lease_owner, 'w7', 'nor hands the lane back');
+    // (It may take free lanes too: earlier tests left work in theirs.)
+    const full = await store.claim({ owner: 'w7', handlers: ['h'], limit: 50, leaseDurationMs: 60_000 });
+    const inLane = full.filter((d) => d.lane === lane);
+    assert.deepEqual(inLane.map(payloadOf), [1], 'the full claim finds the held lane by owner');
+    await complete(full);
+    await store.relinquish('w7');
+  });
 });
 
 describe('claim-light in a running dispatcher on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
