@@ -598,7 +598,6 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         else lanesTakenLast.delete(owner);
       }
     };
-    const hinted = params.preferLanes?.length ?? 0;
     // The free lanes a wake-up named and those of retried heads due again (handed back while the head waited out its
     // backoff) are claimed from in the same statement as the held lanes, and taken when they give work: one statement
     // for a delivery published into a free lane, and a retried head comes back first even when the batch is full.
@@ -626,12 +625,12 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       peerLanes = first.peerLanes;
       try {
         if (heads < limit) {
-          // Shallow queue: the held lanes did not fill the batch. When a wake-up's lanes gave work, or the caller leaves
-          // free lanes to its poll (skipFreeLanes), free lanes no publish named wait for the next poll; otherwise take
-          // free lanes with due work, doubling each round, unless the held lanes' runs took every row this claim may
-          // bring.
-          if (scanFree && (hinted === 0 || claimed.length === 0) && claimed.length < rowsAtMost)
-            await acquireAndClaim(false);
+          // Shallow queue: the held lanes did not fill the batch. Unless the caller leaves free lanes to its poll's claim
+          // (skipFreeLanes), take free lanes with due work, doubling each round, unless the held lanes' runs took every
+          // row this claim may bring. Also when a wake-up's lanes gave work: work no publish named (a delayed delivery
+          // come due, a crashed worker's expired lane, a publish without NOTIFY) is found by no other claim, and under a
+          // steady stream of publishes every claim that looks is one a wake-up named lanes to (it waited 10 s and more).
+          if (scanFree && claimed.length < rowsAtMost) await acquireAndClaim(false);
         } else if (params.acquireWhenFull === true) {
           // Deep backlog: the caller asks (once per lease duration) for a few lanes anyway, so the lanes of a crashed
           // worker are taken over (and its work re-run) while everyone is busy.

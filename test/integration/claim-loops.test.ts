@@ -265,11 +265,12 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
     }
     const elapsedMs = performance.now() - started;
     // Each run end woke the idle loop before: it claimed beside every claim of its sibling (318 claims that found
-    // nothing in 1.4 s). Now each loop finds nothing at most about once a poll.
+    // nothing in 1.4 s). Now each loop finds nothing at most about once a poll (a claim that finds nothing may also
+    // follow a publish's wake-up or a run end of its own: 11 in 3 polls seen with other test files running).
     const polls = Math.ceil(elapsedMs / pollIntervalMs);
     const total = [...barren.values()].reduce((sum, n) => sum + n, 0);
     assert.ok(
-      total <= 2 * polls + 4,
+      total <= 3 * polls + 4,
       `claims that found nothing: ${[...barren.values()].join(' and ')} in ${Math.round(elapsedMs)} ms (${polls} polls)`,
     );
   });

@@ -19,6 +19,8 @@ import { collect, pause, spyStore, waitFor } from '../support/wait.js';
 
 const found = await findPostgres();
 const Step = defineEvent('liveness.step', Type.Object({ n: Type.Integer() }));
+/** Its own event type: the stored subscriptions of the other cases' handlers do not fan out to it. */
+const Stream = defineEvent('liveness.stream', Type.Object({ n: Type.Integer() }));
 const POLL_MS = 50;
 const BACKOFF_MS = 1_500;
 
@@ -232,6 +234,55 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     }
     const lag = attempts[1]! - attempts[0]! - retryMs;
     assert.ok(lag < 1_500, `retry started ${Math.round(lag)} ms after it was due (the poll is 10 s)`);
+  });
+
+  it('under a steady stream of announced publishes, work no publish announced is claimed within a few polls', async () => {
+    // Every claim that looks at free lanes is the poll's, and under the stream a wake-up has always named a lane to it
+    // that gives work: such a claim once skipped the free lanes, and a publish without NOTIFY (or a delayed one come
+    // due) in a free lane waited for a quiet moment (10 s and more).
+    const quiet = postgresStore({ driver: fromPg(pool), schema, notify: false });
+    const bus = createRelayBus({
+      store,
+      events: [Stream],
+      setupStore: false,
+      dispatcher: { pollIntervalMs: POLL_MS, concurrency: 20, batchSize: 20 },
+    });
+    const startedAt = new Map<number, number>();
+    bus.on(Stream, 'stream', (payload) => {
+      startedAt.set(payload.n, performance.now());
+    });
+    const [streamKey, quietKey, laterKey] = [
+      'stream',
+      ...keysInLane((laneOf('stream', '') + 85) % 256, 'quiet', 1),
+      ...keysInLane((laneOf('stream', '') + 170) % 256, 'later', 1),
+    ];
+    await bus.start();
+    let streaming = true;
+    const stream = (async () => {
+      for (let n = 1; streaming; n += 1) {
+        await store.transaction((tx) => bus.publish(tx, Stream, { n }, { key: streamKey! }));
+        await pause(5);
+      }
+    })();
+    try {
+      await pause(300);
+      const dueInMs = 300;
+      const published = performance.now();
+      await quiet.transaction((tx) => bus.publish(tx, Stream, { n: -1 }, { key: quietKey! }));
+      await store.transaction((tx) =>
+        bus.publish(tx, Stream, { n: -2 }, { key: laterKey!, availableAt: new Date(Date.now() + dueInMs) }),
+      );
+      await waitFor(() => startedAt.has(-1) && startedAt.has(-2), 'the unannounced and the delayed event ran', 5_000);
+      const unannounced = startedAt.get(-1)! - published;
+      const afterDue = startedAt.get(-2)! - published - dueInMs;
+      assert.ok(unannounced < 10 * POLL_MS, `the unannounced event ran ${unannounced.toFixed(0)} ms after its publish`);
+      assert.ok(afterDue < 10 * POLL_MS, `the delayed event ran ${afterDue.toFixed(0)} ms after it was due`);
+      assert.ok(afterDue > -5, 'not before it was due');
+    } finally {
+      streaming = false;
+      await stream;
+      await bus.stop();
+    }
   });
 
   it('a retried head due within the lookahead is claimed early with notBefore; nothing else comes early', async () => {
