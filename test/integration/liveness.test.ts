@@ -251,10 +251,11 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     bus.on(Stream, 'stream', (payload) => {
       startedAt.set(payload.n, performance.now());
     });
-    const [streamKey, quietKey, laterKey] = [
+    const [streamKey, quietKey, laterKey, orphanKey] = [
       'stream',
       ...keysInLane((laneOf('stream', '') + 85) % 256, 'quiet', 1),
       ...keysInLane((laneOf('stream', '') + 170) % 256, 'later', 1),
+      ...keysInLane((laneOf('stream', '') + 213) % 256, 'orphan', 1),
     ];
     await bus.start();
     let streaming = true;
@@ -272,7 +273,24 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
       await store.transaction((tx) =>
         bus.publish(tx, Stream, { n: -2 }, { key: laterKey!, availableAt: new Date(Date.now() + dueInMs) }),
       );
-      await waitFor(() => startedAt.has(-1) && startedAt.has(-2), 'the unannounced and the delayed event ran', 5_000);
+      // A lane a crashed worker held, its lease expired: a claim takes only free lanes a wake-up names, so acquiring
+      // (which takes expired lanes over) is the only way to it, announced or not.
+      await pool.query(
+        `UPDATE "${schema}".relaybus_lanes SET lease_owner = 'crashed-worker', epoch = epoch + 1,
+           lease_expires_at = now() - interval '1 second' WHERE lane = $1 AND lease_owner IS NULL`,
+        [laneOf(orphanKey!, '')],
+      );
+      await store.transaction((tx) => bus.publish(tx, Stream, { n: -3 }, { key: orphanKey! }));
+      await waitFor(
+        () => startedAt.has(-1) && startedAt.has(-2) && startedAt.has(-3),
+        'the unannounced, the delayed and the orphaned event ran',
+        5_000,
+      );
+      const orphaned = startedAt.get(-3)! - published;
+      assert.ok(
+        orphaned < 10 * POLL_MS,
+        `the event in the expired lane ran ${orphaned.toFixed(0)} ms after its publish`,
+      );
       const unannounced = startedAt.get(-1)! - published;
       const afterDue = startedAt.get(-2)! - published - dueInMs;
       assert.ok(unannounced < 10 * POLL_MS, `the unannounced event ran ${unannounced.toFixed(0)} ms after its publish`);
