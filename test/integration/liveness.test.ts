@@ -251,17 +251,16 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     bus.on(Stream, 'stream', (payload) => {
       startedAt.set(payload.n, performance.now());
     });
-    const [streamKey, quietKey, laterKey, orphanKey] = [
-      'stream',
-      ...keysInLane((laneOf('stream', '') + 85) % 256, 'quiet', 1),
-      ...keysInLane((laneOf('stream', '') + 170) % 256, 'later', 1),
-      ...keysInLane((laneOf('stream', '') + 213) % 256, 'orphan', 1),
-    ];
+    const streamKey = 'stream';
+    /** A key in the lane `offset` lanes after the stream's: each event below in a free lane of its own. */
+    const keyBeside = (offset: number, prefix: string): string =>
+      keysInLane((laneOf(streamKey, '') + offset) % 256, prefix, 1)[0]!;
+    const [quietKey, laterKey, orphanKey] = [keyBeside(85, 'quiet'), keyBeside(170, 'later'), keyBeside(213, 'orphan')];
     await bus.start();
     let streaming = true;
     const stream = (async () => {
       for (let n = 1; streaming; n += 1) {
-        await store.transaction((tx) => bus.publish(tx, Stream, { n }, { key: streamKey! }));
+        await store.transaction((tx) => bus.publish(tx, Stream, { n }, { key: streamKey }));
         await pause(5);
       }
     })();
@@ -269,18 +268,18 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
       await pause(300);
       const dueInMs = 300;
       const published = performance.now();
-      await quiet.transaction((tx) => bus.publish(tx, Stream, { n: -1 }, { key: quietKey! }));
+      await quiet.transaction((tx) => bus.publish(tx, Stream, { n: -1 }, { key: quietKey }));
       await store.transaction((tx) =>
-        bus.publish(tx, Stream, { n: -2 }, { key: laterKey!, availableAt: new Date(Date.now() + dueInMs) }),
+        bus.publish(tx, Stream, { n: -2 }, { key: laterKey, availableAt: new Date(Date.now() + dueInMs) }),
       );
       // A lane a crashed worker held, its lease expired: a claim takes only free lanes a wake-up names, so acquiring
       // (which takes expired lanes over) is the only way to it, announced or not.
       await pool.query(
         `UPDATE "${schema}".relaybus_lanes SET lease_owner = 'crashed-worker', epoch = epoch + 1,
            lease_expires_at = now() - interval '1 second' WHERE lane = $1 AND lease_owner IS NULL`,
-        [laneOf(orphanKey!, '')],
+        [laneOf(orphanKey, '')],
       );
-      await store.transaction((tx) => bus.publish(tx, Stream, { n: -3 }, { key: orphanKey! }));
+      await store.transaction((tx) => bus.publish(tx, Stream, { n: -3 }, { key: orphanKey }));
       await waitFor(
         () => startedAt.has(-1) && startedAt.has(-2) && startedAt.has(-3),
         'the unannounced, the delayed and the orphaned event ran',
