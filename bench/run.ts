@@ -249,7 +249,8 @@ if (args.help) {
   --no-build                 refuse a stale dist/ instead of building
   --plan                     print the cells and entries, run nothing
 environment: BENCH_DATABASE, BENCH_KEEP_SCHEMA=1, BENCH_DEBUG=1, BENCH_CPU_PROF=<dir>, BENCH_DISPATCHER_FLAGS,
-  BENCH_PERF=<path>, BENCH_TIMELINE=1, BENCH_HEAP_SAMPLE=<dir> (bench/README.md, "Diagnosis")`);
+  BENCH_PERF=<path>, BENCH_TIMELINE=1, BENCH_HEAP_SAMPLE=<dir>, BENCH_LATENCY_DUMP=<prefix>
+  (bench/README.md, "Diagnosis")`);
   process.exit(0);
 }
 

@@ -7,6 +7,7 @@
  * the database); and the warm-up's p99 on its own (start-up: the dispatchers start with the publishers).
  */
 import { snapshot } from '../lib/db.js';
+import { writeFileSync } from 'node:fs';
 import type { KeyMap } from '../lib/keys.js';
 import { startDispatcher, startPublisher } from '../lib/procs.js';
 import { percentile, sleep } from '../lib/stats.js';
@@ -147,6 +148,16 @@ export async function runMixed(
         (committedAt >= windowStart ? measured : startup).push(records.t[r]! - committedAt);
       }
       const latencies = Float64Array.from(measured);
+      // BENCH_LATENCY_DUMP=<prefix>: each measured delivery's commit and handler start (wall ms), to set beside the
+      // dispatcher's claims (BENCH_DEBUG) and see what the slowest waited for.
+      if (process.env.BENCH_LATENCY_DUMP) {
+        const pairs: [number, number][] = [];
+        for (let r = 0; r < records.i.length; r += 1) {
+          const committedAt = commitOf.get(records.i[r]!);
+          if (committedAt !== undefined && committedAt >= windowStart) pairs.push([committedAt, records.t[r]!]);
+        }
+        writeFileSync(`${process.env.BENCH_LATENCY_DUMP}.${contender.name}.${rep}.json`, JSON.stringify(pairs));
+      }
       const steps: [number, number][] = [];
       for (const t of commitT) steps.push([t, HANDLERS.length]);
       for (const t of records.t) steps.push([t, -1]);

@@ -804,6 +804,30 @@ describe('dispatcher: followers per claim', () => {
 });
 
 describe('dispatcher: deliveries claimed before they are due', () => {
+  it('asks to take a retried head as early as two claims, each up to twice the longest recent one, may take', async (t) => {
+    // Claims of 60 ms: a retry due while one is in progress waits for it and the next, and on a loaded machine either may
+    // run two or three times as long (the bench's liveness cell: 241 ms after claims of 93 at most, the retry 56 ms
+    // late with a lookahead of two claims). The lookahead must cover that: at least four such claims.
+    const lookaheads: number[] = [];
+    const { bus } = harness(
+      t,
+      { concurrency: 4, batchSize: 2 },
+      {
+        async claim(params: ClaimParams) {
+          lookaheads.push(params.retryLookaheadMs ?? 0);
+          await pause(60);
+          return [];
+        },
+      },
+    );
+    bus.on(Order, 'order-a', () => {});
+    await bus.start();
+    await waitFor(() => lookaheads.length >= 4, 'four claims');
+    const settled = lookaheads.slice(2);
+    for (const lookahead of settled)
+      assert.ok(lookahead >= 4 * 60 && lookahead <= 1_000, `lookahead ${lookahead} ms after claims of 60 ms`);
+  });
+
   it('start at their time while handler ends keep the event loop from its timers', async (t) => {
     // Twenty handlers end one after another in one turn of the event loop, each after 10 ms of work: about 200 ms before
     // the loop's timers run again. A delivery claimed early (as a store's retry lookahead does) that is due 60 ms in
