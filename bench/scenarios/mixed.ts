@@ -6,8 +6,8 @@
  * wall-clock on one machine), backlog max (committed deliveries not yet started, from the logs: no polling load on
  * the database); and the warm-up's p99 on its own (start-up: the dispatchers start with the publishers).
  */
-import { snapshot } from '../lib/db.js';
 import { writeFileSync } from 'node:fs';
+import { snapshot } from '../lib/db.js';
 import type { KeyMap } from '../lib/keys.js';
 import { startDispatcher, startPublisher } from '../lib/procs.js';
 import { percentile, sleep } from '../lib/stats.js';

@@ -31,8 +31,8 @@ const RETRY_WATCH_BUDGETS = 20;
 
 /**
  * A retry of the loop due within this many budgets (one soonest first retry) holds the follower count (`claimTook`).
- * One due later is not waited for yet: the count may grow meanwhile, and the lookahead (four times the longest recent claim)
- * covers the longer cycles by the time it comes near. Holding it for any pending retry held it low for the whole
+ * One due later is not waited for yet: the count may grow meanwhile, and the lookahead (four times the longest recent
+ * claim) covers the longer cycles by the time it comes near. Holding it for any pending retry held it low for the whole
  * backoff, minutes at later attempts, and with failures now and then, for good.
  */
 const RETRY_NEAR_BUDGETS = 2;

@@ -805,8 +805,8 @@ describe('dispatcher: followers per claim', () => {
 
 describe('dispatcher: deliveries claimed before they are due', () => {
   it('asks to take a retried head as early as two claims, each up to twice the longest recent one, may take', async (t) => {
-    // Claims of 60 ms: a retry due while one is in progress waits for it and the next, and on a loaded machine either may
-    // run two or three times as long (the bench's liveness cell: 241 ms after claims of 93 at most, the retry 56 ms
+    // Claims of 60 ms: a retry due while one is in progress waits for it and the next, and on a loaded machine either
+    // may run two or three times as long (the bench's liveness cell: 241 ms after claims of 93 at most, the retry 56 ms
     // late with a lookahead of two claims). The lookahead must cover that: at least four such claims.
     const lookaheads: number[] = [];
     const { bus } = harness(
