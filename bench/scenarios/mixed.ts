@@ -156,7 +156,10 @@ export async function runMixed(
           const committedAt = commitOf.get(records.i[r]!);
           if (committedAt !== undefined && committedAt >= windowStart) pairs.push([committedAt, records.t[r]!]);
         }
-        writeFileSync(`${process.env.BENCH_LATENCY_DUMP}.${contender.name}.${rep}.json`, JSON.stringify(pairs));
+        writeFileSync(
+          `${process.env.BENCH_LATENCY_DUMP}.${contender.name}.${entry.variant}.${rep}.json`,
+          JSON.stringify(pairs),
+        );
       }
       const steps: [number, number][] = [];
       for (const t of commitT) steps.push([t, HANDLERS.length]);
