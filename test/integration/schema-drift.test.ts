@@ -97,7 +97,15 @@ function generateAnsweringPrompts(config: string): Promise<string> {
     child.stdout.on('data', (chunk: Buffer) => {
       output += chunk.toString();
     });
-    const enter = setInterval(() => child.stdin.write('\r'), 500);
+    // The child can end between two presses: a press written after that fails with EPIPE (once a CI run, unhandled, it
+    // failed the test); 'close' tells how the child ended.
+    child.stdin.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EPIPE') reject(error);
+    });
+    const enter = setInterval(() => {
+      if (child.stdin.writable) child.stdin.write('\r');
+    }, 500);
+    child.on('exit', () => clearInterval(enter));
     const timeout = setTimeout(() => child.kill(), 60_000);
     child.on('error', reject);
     child.on('close', (code) => {
