@@ -142,25 +142,19 @@ export async function runMixed(
       for (let k = 0; k < commitI.length; k += 1) commitOf.set(commitI[k]!, commitT[k]!);
       const measured: number[] = [];
       const startup: number[] = [];
+      // BENCH_LATENCY_DUMP=<prefix>: each measured delivery's commit and handler start (wall ms), to set beside the
+      // dispatcher's claims (BENCH_DEBUG) and see what the slowest waited for.
+      const dump = process.env.BENCH_LATENCY_DUMP;
+      const pairs: [number, number][] = [];
       for (let r = 0; r < records.i.length; r += 1) {
         const committedAt = commitOf.get(records.i[r]!);
         if (committedAt === undefined) continue;
-        (committedAt >= windowStart ? measured : startup).push(records.t[r]! - committedAt);
+        const inWindow = committedAt >= windowStart;
+        (inWindow ? measured : startup).push(records.t[r]! - committedAt);
+        if (dump && inWindow) pairs.push([committedAt, records.t[r]!]);
       }
+      if (dump) writeFileSync(`${dump}.${contender.name}.${entry.variant}.${rep}.json`, JSON.stringify(pairs));
       const latencies = Float64Array.from(measured);
-      // BENCH_LATENCY_DUMP=<prefix>: each measured delivery's commit and handler start (wall ms), to set beside the
-      // dispatcher's claims (BENCH_DEBUG) and see what the slowest waited for.
-      if (process.env.BENCH_LATENCY_DUMP) {
-        const pairs: [number, number][] = [];
-        for (let r = 0; r < records.i.length; r += 1) {
-          const committedAt = commitOf.get(records.i[r]!);
-          if (committedAt !== undefined && committedAt >= windowStart) pairs.push([committedAt, records.t[r]!]);
-        }
-        writeFileSync(
-          `${process.env.BENCH_LATENCY_DUMP}.${contender.name}.${entry.variant}.${rep}.json`,
-          JSON.stringify(pairs),
-        );
-      }
       const steps: [number, number][] = [];
       for (const t of commitT) steps.push([t, HANDLERS.length]);
       for (const t of records.t) steps.push([t, -1]);
