@@ -147,8 +147,8 @@ export const relaybus: Contender = {
     // dispatcher processes it rests (DispatcherOptions.claimLoops; 3 and 4 loops measured slower on 2 cores). 500 a claim: per-claim costs (the statement's fixed part, lane locks, a round trip, the loop's
     // turn) spread over 2.5x more deliveries than at 200/200 (1.24-1.49x deliveries/s, keyed and unkeyed); one loop of
     // 1,000 was slower than 200/200.
-    // followers 9: each keyed head brings up to 9 of its key's next due deliveries, read by one scan, as many as the
-    // claim cycle allows (DispatcherOptions.followers: each loop adapts the count to its claims' duration). Beside the
+    // followers 9: each keyed head brings up to 9 of its key's next due deliveries, read by one scan (DispatcherOptions.
+    // followers: each loop starts at 1 and doubles the count after every claim). Beside the
     // same without followers (no-followers), 50k keyed, 3 runs each: 1.20-1.28x; unkeyed and at a light load the same.
     tuned: {
       concurrency: 1000,
@@ -157,8 +157,9 @@ export const relaybus: Contender = {
       poolSize: 20,
       extra: { claimLoops: 2, followers: 9 },
     },
-    // tuned without followers (what tuned was until followers adapted to the claim cycle: with a fixed 9, claims of 500
-    // heads and their followers took 150-460 ms on a loaded machine and a retried head due meanwhile waited for them).
+    // tuned without followers (what tuned was until retried heads were claimed ahead of their due time: with a fixed 9,
+    // claims of 500 heads and their followers took 150-460 ms on a loaded machine and a retried head due meanwhile
+    // waited for them).
     'no-followers': { concurrency: 1000, batchSize: 500, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },
     // The setting tuned had before (concurrency 200, batch 200, two loops): beside tuned in the claim-loops cell.
     c200: { concurrency: 200, batchSize: 200, pollIntervalMs: 50, poolSize: 20, extra: { claimLoops: 2 } },

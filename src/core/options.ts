@@ -94,13 +94,10 @@ export interface DispatcherOptions {
    * once the one before it succeeded (a failure releases the rest unrun, in order for their next claim), and hold no
    * handler slot while they wait. Pays off for deep per-key backlogs: one read of a key's run instead of a claim per
    * delivery (the bench's followers cell). A claim brings at most `batchSize` x (1 + this) deliveries: one that finds
-   * fewer heads gives each more followers, up to 100 (a few deep keys drain in long runs). At most: claims with
-   * followers take longer, and a retried head waits for the claim in progress, so each claim loop starts at 1 and
-   * doubles the count after every claim (with the turns launching its batch); once the loop has scheduled a retry, and
-   * for ten of its handlers' soonest first retries after, it doubles only after a claim shorter than a quarter of that
-   * first retry and halves after one longer than half of it (at least 50 ms); while one of its retried heads is due
-   * within one such first retry, it doubles only after a claim shorter than an eighth of it, and halves after one longer
-   * than a quarter. A store may ignore it (the memory store does).
+   * fewer heads gives each more followers, up to 100 (a few deep keys drain in long runs). At most: each claim loop
+   * starts at 1 and doubles the count after every claim. Claims with followers take longer; a retried head is not held
+   * up by them, as claims take it ahead of its due time by a lookahead that follows their length, and it starts at its
+   * time. A store may ignore it (the memory store does).
    */
   readonly followers?: number;
 }

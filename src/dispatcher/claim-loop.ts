@@ -19,24 +19,6 @@ const RETRY_LOOKAHEAD_SLACK_MS = 5;
  */
 const RETRY_LOOKAHEAD_CLAIMS = 4;
 
-/** The shortest claim cycle budget for followers (see `ClaimLoopConfig.followerCycleBudgetMs`). */
-export const MIN_FOLLOWER_CYCLE_BUDGET_MS = 50;
-
-/**
- * For how many budgets after a loop scheduled a retry its cycles stay under the budget (`ClaimLoop.followersNow`):
- * ten of its handlers' soonest first retries. Failures come in bursts (a dependency down), and each retry of the
- * burst is then due within a poll.
- */
-const RETRY_WATCH_BUDGETS = 20;
-
-/**
- * A retry of the loop due within this many budgets (one soonest first retry) holds the follower count (`claimTook`).
- * One due later is not waited for yet: the count may grow meanwhile, and the lookahead (four times the longest recent
- * claim) covers the longer cycles by the time it comes near. Holding it for any pending retry held it low for the whole
- * backoff, minutes at later attempts, and with failures now and then, for good.
- */
-const RETRY_NEAR_BUDGETS = 2;
-
 /** What a claim loop is built from: the dispatcher's shared parts and this loop's place. */
 export interface ClaimLoopConfig<TTx> {
   readonly index: number;
@@ -48,11 +30,6 @@ export interface ClaimLoopConfig<TTx> {
   readonly maxCompletionBatch: number;
   /** Followers a claim may bring with each keyed head, at most (`DispatcherOptions.followers`). */
   readonly followers: number;
-  /**
-   * A claim cycle (the statement and the turns that launch its batch) longer than this halves the followers the loop's
-   * next claim asks for; one shorter than half of it doubles them, up to `followers` (see `followersNow`).
-   */
-  readonly followerCycleBudgetMs: number;
   /** The batcher commits completions in the order they were asked for (`CompletionBatcherOptions.inOrder`). */
   readonly completionsInOrder: boolean;
   readonly logger: Logger;
@@ -123,12 +100,9 @@ export class ClaimLoop<TTx> {
    * undefined: the next claim does.
    */
   freeLanesScannedAt: number | undefined;
-  /** When (performance.now()) this loop last scheduled a retry; -Infinity: never. */
-  #retryScheduledAt = Number.NEGATIVE_INFINITY;
   /** The longest of this loop's recent claims (ms), decaying by a tenth a claim. */
   #recentClaimMs = 0;
   readonly #maxFollowers: number;
-  readonly #followerCycleBudgetMs: number;
   readonly #logger: Logger;
   /** Followers per keyed head this loop's next claim asks for (`followersNow`). */
   #followers: number;
@@ -139,7 +113,6 @@ export class ClaimLoop<TTx> {
     this.owner = createOwnerId(config.ownerPrefix);
     this.claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
     this.#maxFollowers = config.followers;
-    this.#followerCycleBudgetMs = config.followerCycleBudgetMs;
     this.#logger = config.logger;
     // Starts low: the first cycles are also the ones a failing head fails in, and its retry waits for them.
     this.#followers = Math.min(1, config.followers);
@@ -169,7 +142,6 @@ export class ClaimLoop<TTx> {
       // Rung early enough for the claim after the one in progress to take the retried head before it is due (it
       // starts when due, see `retryLookaheadMs`), and when due, should that claim have missed it.
       retryScheduled: (delayMs) => {
-        this.#retryScheduledAt = performance.now();
         this.retryAlarm.add(delayMs - this.retryLookaheadMs);
         this.retryAlarm.add(delayMs);
       },
@@ -180,40 +152,24 @@ export class ClaimLoop<TTx> {
   claimTook(ms: number): void {
     this.#recentClaimMs = Math.max(ms, this.#recentClaimMs * 0.9);
     const before = this.#followers;
-    // While a retried head is near its due time (or waits for its claim), cycles are kept under half the budget, and the
-    // count doubles only after one under a quarter of it (doubled, still under half): doubling after every cycle from 1
-    // reached 8 followers about when the liveness cell's retries came due, and on a loaded machine the cycle then in
-    // progress started one up to 132 ms late. Never doubling held the count at its first value for as long as failures
-    // kept coming (some retry is always near then).
-    const budget = this.#followerCycleBudgetMs;
-    const retryWaiting = this.retryDue || this.retryAlarm.dueWithin(RETRY_NEAR_BUDGETS * budget);
-    // No retry of this loop lately: long cycles hold up no retried head, and under CPU contention (several workers on
-    // few cores) they are long whatever the count; halving it then only made claims smaller and more numerous (4
-    // processes on 2 cores: followers fell to 0-2, 0.72x the rate of one process, 0.98x without the halving).
-    const watching = retryWaiting || performance.now() - this.#retryScheduledAt < budget * RETRY_WATCH_BUDGETS;
-    const grow = () => Math.min(this.#maxFollowers, Math.max(1, before * 2));
-    if (!watching) this.#followers = grow();
-    else if (ms > (retryWaiting ? budget / 2 : budget)) this.#followers = Math.floor(before / 2);
-    else if (ms < (retryWaiting ? budget / 4 : budget / 2)) this.#followers = grow();
+    this.#followers = Math.min(this.#maxFollowers, Math.max(1, before * 2));
     if (this.#followers !== before)
       this.#logger.debug('followers per keyed head changed', {
         owner: this.owner,
         followers: this.#followers,
         claimCycleMs: Math.round(ms),
-        budgetMs: this.#followerCycleBudgetMs,
       });
   }
 
   /**
-   * Followers per keyed head for this loop's next claim. Each brings up to that many rows a head, which makes the claim
-   * and the turns that launch it longer: a retried head due meanwhile waits for them and for the claim after them (on a
-   * loaded 2-core machine, cycles of 500 heads with 9 followers each took 600-770 ms, and retries due 500 ms after the
-   * failure started 120-320 ms late). So the count starts at 1 and, once this loop has scheduled a retry (for
-   * `RETRY_WATCH_BUDGETS` budgets after), follows the cycles: halved after one over the budget, doubled after one under
-   * half of it, between 0 and `DispatcherOptions.followers`; while a retry of this loop is due within two budgets
-   * (`RETRY_NEAR_BUDGETS`), halved after one over half the budget and doubled only after one under a quarter of it.
-   * Otherwise it doubles after every cycle: the first failure after a quiet spell may wait for the cycle then in
-   * progress.
+   * Followers per keyed head for this loop's next claim: 1 at first, doubled after every claim up to
+   * `DispatcherOptions.followers`. Each brings
+   * up to that many rows a head, which makes claims longer; a retried head is not held up by them, as the claims take it
+   * ahead of its due time (`retryLookaheadMs`, which follows their length) and it starts at its time. Holding the count
+   * down after a retry (halved after cycles over half the soonest first retry, for ten such retries after) cost the
+   * bench's liveness cell's healthy keys 4-10% of their deliveries/s (0.72-0.79x against 0.81-0.82x without, three runs
+   * of 6-8 repetitions on 2 cores), and the retries started at most 7.7-12.4 ms after due with it, 11.0-19.4 without: well
+   * within the poll interval (50 ms) either way.
    */
   get followersNow(): number {
     return this.#followers;

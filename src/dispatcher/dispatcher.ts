@@ -6,10 +6,9 @@ import type { RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
 import { isLaterEpoch, parseLeaseToken } from '../core/lease-token.js';
 import { describeError, type Logger } from '../core/logger.js';
 import type { ResolvedDispatcherOptions } from '../core/options.js';
-import type { BackoffOptions } from '../core/retry-policy.js';
 import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
 import { ActivityReport } from './activity-report.js';
-import { ClaimLoop, MIN_FOLLOWER_CYCLE_BUDGET_MS } from './claim-loop.js';
+import { ClaimLoop } from './claim-loop.js';
 import { EarlyStarts } from './early-starts.js';
 import {
   reportLeaseLost,
@@ -141,18 +140,6 @@ export interface StopOptions {
 
 export { createOwnerId } from './owner-id.js';
 
-/**
- * The soonest a handler's first retry can be due after its failure (ms): its backoff's first delay less the jitter. A
- * claim cycle with followers is kept under half of it (`ClaimLoop.followersNow`): the retry is claimed by the claim
- * that starts after the cycle in progress, and must come back before it is due.
- */
-function shortestFirstRetryMs(handlers: ReadonlyMap<string, { readonly backoff: BackoffOptions }>): number {
-  let shortest = Number.POSITIVE_INFINITY;
-  for (const { backoff } of handlers.values())
-    shortest = Math.min(shortest, backoff.initialDelayMs * (1 - backoff.jitter));
-  return shortest;
-}
-
 /** At most this many lanes named by wake-ups are remembered until the next claim (beyond, the claim looks everywhere). */
 const MAX_HINTED_LANES = 64;
 
@@ -276,7 +263,6 @@ export class Dispatcher<TTx> {
     /** The most deliveries one claim hands out: its batch and their followers. */
     const claimRows = options.batchSize * (1 + options.followers);
     this.#maxRuns = options.concurrency + Math.max(options.concurrency, options.claimLoops * claimRows);
-    const followerCycleBudgetMs = Math.max(MIN_FOLLOWER_CYCLE_BUDGET_MS, shortestFirstRetryMs(config.handlers) / 2);
     this.#loops = Array.from(
       { length: options.claimLoops },
       (_, index) =>
@@ -288,7 +274,6 @@ export class Dispatcher<TTx> {
           completionBatchWindowMs: options.completionBatchWindowMs,
           maxCompletionBatch: Math.max(MIN_COMPLETION_BATCH, 2 * claimRows),
           followers: options.followers,
-          followerCycleBudgetMs,
           completionsInOrder: options.followers > 0,
           logger: config.logger,
           deps: {

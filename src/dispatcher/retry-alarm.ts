@@ -36,7 +36,7 @@ export class RetryAlarm {
       this.#due[index - 1] = at;
     } else {
       // Full: the latest is forgotten rather than this one when this one comes sooner (retries minutes away, a poison
-      // key's, must not keep one due in a second from ringing, nor from holding the follower count: `dueWithin`).
+      // key's, must not keep one due in a second from ringing).
       if (this.#due.length >= MAX_ALARMS) {
         if (index === this.#due.length) return;
         this.#due.pop();
@@ -49,12 +49,6 @@ export class RetryAlarm {
   /** Some due time has not rung yet. */
   get pending(): boolean {
     return this.#due.length > 0;
-  }
-
-  /** Some due time that has not rung yet comes within `ms` from now. */
-  dueWithin(ms: number): boolean {
-    const next = this.#due[0];
-    return next !== undefined && next - this.#clock() <= ms;
   }
 
   /** Forget every due time. */
