@@ -163,13 +163,12 @@ export class ClaimLoop<TTx> {
 
   /**
    * Followers per keyed head for this loop's next claim: 1 at first, doubled after every claim up to
-   * `DispatcherOptions.followers`. Each brings
-   * up to that many rows a head, which makes claims longer; a retried head is not held up by them, as the claims take it
-   * ahead of its due time (`retryLookaheadMs`, which follows their length) and it starts at its time. Holding the count
-   * down after a retry (halved after cycles over half the soonest first retry, for ten such retries after) cost the
-   * bench's liveness cell's healthy keys 4-10% of their deliveries/s (0.72-0.79x against 0.81-0.82x without, three runs
-   * of 6-8 repetitions on 2 cores), and the retries started at most 7.7-12.4 ms after due with it, 11.0-19.4 without: well
-   * within the poll interval (50 ms) either way.
+   * `DispatcherOptions.followers`. Each brings up to that many rows a head, which makes claims longer; a retried head is
+   * not held up by them, as the claims take it ahead of its due time (`retryLookaheadMs`, which follows their length)
+   * and it starts at its time. Holding the count down after a retry (halved after cycles over half the soonest first
+   * retry, for ten such retries after) cost the bench's liveness cell's healthy keys 4-10% of their deliveries/s
+   * (0.72-0.79x against 0.81-0.82x without, three interleaved runs of 6-8 repetitions on 2 cores), and the retries
+   * started at most 7.7-12.4 ms after due with it, 11.0-19.4 without: within the poll interval (50 ms) either way.
    */
   get followersNow(): number {
     return this.#followers;
