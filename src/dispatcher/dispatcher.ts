@@ -434,7 +434,10 @@ export class Dispatcher<TTx> {
           leaseDurationMs: options.leaseDurationMs,
           now: this.#now(),
           retryLookaheadMs: loop.retryLookaheadMs,
-          ...(light ? { skipFreeLanes: true } : {}),
+          // A loop that is not busy will not fill its batch from its held lanes, so a claim that looks at free lanes
+          // takes them first and claims every lane in one statement after (bench mixed cell, 2 runs of 6 interleaved
+          // repetitions: p99 15.9 and 13.7 ms against 19.7 and 27.8 held lanes first; a 50k drain's statements the same).
+          ...(light ? { skipFreeLanes: true } : loop.busy ? {} : { freeLanesFirst: true }),
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
           ...(options.followers > 0 ? { followers: loop.followersNow } : {}),
           siblingOwners: this.#siblings[loop.index]!,

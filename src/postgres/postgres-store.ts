@@ -436,7 +436,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   /**
    * One claim: complete `leases` and claim from the held lanes in one statement, then, while the batch is not full,
    * take free lanes in doubling rounds (`acquireRounds`) and claim from them; with `acquireWhenFull`, a full batch still
-   * takes a few lanes (their work comes with the next claim). An owner that likely holds no lane takes free lanes first.
+   * takes a few lanes (their work comes with the next claim). An owner that likely holds no lane, or a caller under a
+   * light load (`freeLanesFirst`), takes free lanes first.
    */
   async function claimCycle(params: ClaimParams, leases: readonly ParsedLease[]): Promise<CompleteAndClaimResult> {
     const { owner, handlers, limit, leaseDurationMs } = params;
@@ -570,12 +571,14 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     let peerLanes: number | undefined;
     /** The deliveries of `claimed` that count against the limit (not followers). */
     let heads = 0;
+    /** Which of `leases` the first claim of `acquireAndClaim` completed (undefined: none ran). */
+    let completedFirst: boolean[] | undefined;
     /**
      * Take free lanes with due work, `acquireRounds()` lanes at a time, and claim from the held lanes after each round,
      * until the batch is full, a claim finds nothing, or a round took fewer lanes than it asked (no more free lanes with
      * due work). With `alwaysClaim`, the held lanes are asked once even when the first round took no lane.
      */
-    const acquireAndClaim = async (alwaysClaim: boolean) => {
+    const acquireAndClaim = async (alwaysClaim: boolean, complete: readonly ParsedLease[] = []) => {
       let takenInAll = 0;
       let first = true;
       try {
@@ -586,8 +589,9 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
           const taken = acquired ? toInt(acquired.lanes) : 0;
           takenInAll += taken;
           if (taken === 0 && !(alwaysClaim && first)) break;
+          const more = await claimHeld(limit - heads, first ? complete : []);
+          if (first) completedFirst = more.completed;
           first = false;
-          const more = await claimHeld(limit - heads, []);
           claimed.push(...more.claimedRows);
           heads += more.heads;
           peerLanes = more.peerLanes;
@@ -604,19 +608,24 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     const named = [...(params.preferLanes ?? []), ...retryLanes()];
     let completed: boolean[];
     const scanFree = params.skipFreeLanes !== true;
-    if (leases.length === 0 && !mayHoldLanes.has(owner) && named.length === 0 && scanFree) {
+    const freeFirst =
+      scanFree &&
+      ((leases.length === 0 && !mayHoldLanes.has(owner) && named.length === 0) || params.freeLanesFirst === true);
+    if (freeFirst) {
       // The owner is new, or its last claim found nothing, so it likely holds no lane (a claim hands back lanes that run
-      // nothing): take free lanes first, then claim from every held lane. Two statements for a delivery published into
-      // an idle worker's free lane instead of three, and a worker's first claim does not ask for lanes it cannot hold
-      // yet; a lane still held is asked all the same.
-      completed = [];
+      // nothing), or the caller is under a light load (its held lanes will not fill the batch, so free lanes would be
+      // looked at anyway): take free lanes first, then claim from every held lane, the completions riding on that
+      // claim. Two statements when free lanes have work instead of three, and a worker's first claim does not ask for
+      // lanes it cannot hold yet; a lane still held is asked all the same.
       try {
-        await acquireAndClaim(true);
+        await acquireAndClaim(true, leases);
       } catch (error) {
-        // As below: what was claimed is recorded, so it is handed over; the next claim rejects with the failure.
-        if (claimed.length === 0) throw error;
+        // As below: what was claimed or completed is recorded, so it is handed over; the next claim rejects with the
+        // failure.
+        if (claimed.length === 0 && (leases.length === 0 || completedFirst === undefined)) throw error;
         failedClaims.hide(owner, error);
       }
+      completed = completedFirst ?? leases.map(() => false);
     } else {
       const first = await claimHeld(limit, leases, named);
       claimed.push(...first.claimedRows);

@@ -155,6 +155,13 @@ export interface ClaimParams {
    */
   readonly skipFreeLanes?: boolean;
   /**
+   * The caller is under a light load: the lanes it holds will likely not fill the batch, so a claim that looks at free
+   * lanes takes those with due work first and then claims from every held lane at once, the completions riding on that
+   * claim (default false: held lanes first, free lanes only when the batch is still short). Ignored with
+   * `skipFreeLanes`. A store may ignore it.
+   */
+  readonly freeLanesFirst?: boolean;
+  /**
    * With each keyed head it claims, the store may also claim up to this many of that key's next deliveries (default
    * 0; at most 100), beyond `limit`, as long as each is due: they come with `follows`, in key order. One read of a
    * key's run instead of a claim per delivery, for deep per-key backlogs. A claim returns at most `limit` x (1 + this)

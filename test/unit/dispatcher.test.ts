@@ -742,6 +742,47 @@ describe('dispatcher: followers per claim', () => {
   });
 });
 
+describe('dispatcher: free lanes first', () => {
+  it('asks to take free lanes first while its loop is not busy, and not while a backlog keeps it busy', async (t) => {
+    // A loop that is not busy holds too little work to fill its batch, so a claim that looks at free lanes will take
+    // some anyway: first, so one claim of the held lanes follows instead of two (ClaimParams.freeLanesFirst).
+    const asked: (boolean | undefined)[] = [];
+    const record = (params: ClaimParams) => asked.push(params.freeLanesFirst);
+    const memory = memoryStore();
+    const spied = spyStore(memory, {
+      async claim(params: ClaimParams) {
+        record(params);
+        return memory.claim(params);
+      },
+      async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
+        record(params);
+        return memory.completeAndClaim(leases, params);
+      },
+    });
+    const busy = createRelayBus({
+      store: spied.store,
+      events: [Order],
+      dispatcher: { concurrency: 40, batchSize: 40, pollIntervalMs: 20 },
+    });
+    t.after(() => busy.stop({ graceMs: 0 }));
+    let ran = 0;
+    busy.on(Order, 'slow', async () => {
+      await pause(2);
+      ran += 1;
+    });
+    await memory.transaction((tx) =>
+      busy.publishMany(
+        tx,
+        Array.from({ length: 200 }, (_, n) => ({ event: Order, payload: { n } })),
+      ),
+    );
+    await busy.start();
+    await waitFor(() => ran === 200, 'the backlog drained');
+    assert.equal(asked[0], true, 'the first claim: nothing held, nothing busy');
+    assert.ok(asked.includes(undefined), 'a claim under the backlog (a full batch before it) did not ask');
+  });
+});
+
 describe('dispatcher: deliveries claimed before they are due', () => {
   it('asks to take a retried head as early as two claims, each up to twice the longest recent one, may take', async (t) => {
     // Claims of 60 ms: a retry due while one is in progress waits for it and the next, and on a loaded machine either
