@@ -576,9 +576,15 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     /**
      * Take free lanes with due work, `acquireRounds()` lanes at a time, and claim from the held lanes after each round,
      * until the batch is full, a claim finds nothing, or a round took fewer lanes than it asked (no more free lanes with
-     * due work). With `alwaysClaim`, the held lanes are asked once even when the first round took no lane.
+     * due work). With `alwaysClaim`, the held lanes are asked once even when the first round took no lane. `complete`
+     * rides on the first claim, which also takes the free lanes of `namedLanes` that give work (a retried head's lane,
+     * whose head an acquire does not see before it is due).
      */
-    const acquireAndClaim = async (alwaysClaim: boolean, complete: readonly ParsedLease[] = []) => {
+    const acquireAndClaim = async (
+      alwaysClaim: boolean,
+      complete: readonly ParsedLease[] = [],
+      namedLanes: readonly number[] = [],
+    ) => {
       let takenInAll = 0;
       let first = true;
       try {
@@ -589,7 +595,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
           const taken = acquired ? toInt(acquired.lanes) : 0;
           takenInAll += taken;
           if (taken === 0 && !(alwaysClaim && first)) break;
-          const more = await claimHeld(limit - heads, first ? complete : []);
+          const more = await claimHeld(limit - heads, first ? complete : [], first ? namedLanes : []);
           if (first) completedFirst = more.completed;
           first = false;
           claimed.push(...more.claimedRows);
@@ -618,7 +624,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       // claim. Two statements when free lanes have work instead of three, and a worker's first claim does not ask for
       // lanes it cannot hold yet; a lane still held is asked all the same.
       try {
-        await acquireAndClaim(true, leases);
+        await acquireAndClaim(true, leases, named);
       } catch (error) {
         // As below: what was claimed or completed is recorded, so it is handed over; the next claim rejects with the
         // failure.

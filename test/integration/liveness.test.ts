@@ -306,45 +306,71 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     const handlers = [{ name: 'lookahead', maxAttempts: 5 }];
     const t0 = new Date('2031-01-01T00:00:00Z');
     const at = (ms: number) => new Date(t0.getTime() + ms);
-    const owner = 'lookahead-owner';
-    await store.transaction((tx) =>
-      store.publish(
-        tx,
-        [
-          ...[0, 1].map((n) => ({ type: 'liveness.step', key: 'early', payload: { n }, handlers, id: `early-${n}` })),
-          // Due at +300 but never rescheduled by this store: no probe, so no lookahead either.
-          { type: 'liveness.step', key: 'delayed', payload: { n: 0 }, handlers, id: 'delayed-0', availableAt: at(300) },
-        ],
-        t0,
-      ),
-    );
-    const claim = (now: Date, retryLookaheadMs: number) =>
-      store.claim({ owner, handlers: ['lookahead'], limit: 10, leaseDurationMs: 60_000, now, retryLookaheadMs });
-    try {
-      const [head, ...rest] = await claim(t0, 0);
-      assert.equal(head?.eventId, 'early-0');
-      assert.deepEqual(rest, [], 'the follower waits for its head; the delayed event is not due');
-      assert.equal(head.notBefore, undefined, 'a due delivery has no notBefore');
-      const lease = { deliveryId: head.id, leaseToken: head.leaseToken };
-      assert.equal(await store.reschedule(lease, { availableAt: at(400), error: 'once', now: t0 }), true);
-
-      assert.deepEqual(await claim(at(100), 0), [], 'without a lookahead: nothing before +400');
-      assert.deepEqual(await claim(at(100), 250), [], 'a lookahead that ends before +400');
-      const early = await claim(at(100), 400);
-      assert.deepEqual(
-        early.map((d) => d.eventId),
-        ['early-0'],
-        'the retried head, and not the delayed event (due at +300, but not a retry of this store)',
+    // Also when the claim takes free lanes first (a dispatcher under a light load): the head's lane, handed back while
+    // it waits, has nothing due for an acquire to see, so the claim after the acquire must name it.
+    for (const freeLanesFirst of [false, true]) {
+      const owner = `lookahead-owner-${freeLanesFirst}`;
+      const tag = freeLanesFirst ? 'first-' : '';
+      await store.transaction((tx) =>
+        store.publish(
+          tx,
+          [
+            ...[0, 1].map((n) => ({
+              type: 'liveness.step',
+              key: `${tag}early`,
+              payload: { n },
+              handlers,
+              id: `${tag}early-${n}`,
+            })),
+            // Due at +300 but never rescheduled by this store: no probe, so no lookahead either.
+            {
+              type: 'liveness.step',
+              key: `${tag}delayed`,
+              payload: { n: 0 },
+              handlers,
+              id: `${tag}delayed-0`,
+              availableAt: at(300),
+            },
+          ],
+          t0,
+        ),
       );
-      assert.equal(early[0]!.notBefore?.toISOString(), at(400).toISOString());
-      assert.equal(early[0]!.attempts, 1);
-    } finally {
-      await store.relinquish(owner);
+      const claim = (now: Date, retryLookaheadMs: number) =>
+        store.claim({
+          owner,
+          handlers: ['lookahead'],
+          limit: 10,
+          leaseDurationMs: 60_000,
+          now,
+          retryLookaheadMs,
+          ...(freeLanesFirst ? { freeLanesFirst } : {}),
+        });
+      try {
+        const [head, ...rest] = await claim(t0, 0);
+        assert.equal(head?.eventId, `${tag}early-0`);
+        assert.deepEqual(rest, [], 'the follower waits for its head; the delayed event is not due');
+        assert.equal(head.notBefore, undefined, 'a due delivery has no notBefore');
+        const lease = { deliveryId: head.id, leaseToken: head.leaseToken };
+        assert.equal(await store.reschedule(lease, { availableAt: at(400), error: 'once', now: t0 }), true);
+
+        assert.deepEqual(await claim(at(100), 0), [], 'without a lookahead: nothing before +400');
+        assert.deepEqual(await claim(at(100), 250), [], 'a lookahead that ends before +400');
+        const early = await claim(at(100), 400);
+        assert.deepEqual(
+          early.map((d) => d.eventId),
+          [`${tag}early-0`],
+          'the retried head, and not the delayed event (due at +300, but not a retry of this store)',
+        );
+        assert.equal(early[0]!.notBefore?.toISOString(), at(400).toISOString());
+        assert.equal(early[0]!.attempts, 1);
+      } finally {
+        await store.relinquish(owner);
+      }
     }
     for (const bad of [-1, 0.5, 1_001, '10'])
       await assert.rejects(
         store.claim({
-          owner,
+          owner: 'lookahead-owner',
           handlers: ['lookahead'],
           limit: 1,
           leaseDurationMs: 1_000,
