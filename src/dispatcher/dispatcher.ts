@@ -437,8 +437,8 @@ export class Dispatcher<TTx> {
           // A loop that is not busy will not fill its batch from its held lanes, so a claim that looks at free lanes
           // takes them first and claims every lane in one statement after (bench mixed cell, 2 runs of 6 interleaved
           // repetitions: p99 15.9 and 13.7 ms against 19.7 and 27.8 held lanes first; a 50k drain's statements the same).
-          // Not beside other workers: there it took lanes a peer would have drained (200k at 2 processes, 8 interleaved
-          // pairs: 0.96x, with more lane changes in the slow ones).
+          // Not beside other workers, where it likely took lanes a peer would have drained (200k at 2 processes, 8
+          // interleaved pairs: 0.96x, the slow ones with more claims and acquires).
           ...(light ? { skipFreeLanes: true } : loop.busy || this.#peersHoldLanes ? {} : { freeLanesFirst: true }),
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
           ...(options.followers > 0 ? { followers: loop.followersNow } : {}),
