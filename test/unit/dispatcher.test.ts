@@ -659,11 +659,11 @@ describe('dispatcher: claim loops', () => {
  * the followers each asked for and when (performance.now()).
  */
 function followersHarness(t: TestContext, beforeClaim: (at: number) => Promise<void> | void = () => {}) {
-  const asked: { followers: number | undefined; at: number }[] = [];
+  const asked: { followers: number | undefined; freeLanesFirst: boolean | undefined; at: number }[] = [];
   let inner: Store<MemoryTransaction> | undefined;
   const record = async (params: ClaimParams) => {
     const at = performance.now();
-    asked.push({ followers: params.followers, at });
+    asked.push({ followers: params.followers, freeLanesFirst: params.freeLanesFirst, at });
     await beforeClaim(at);
   };
   const parts = harness(
@@ -745,41 +745,22 @@ describe('dispatcher: followers per claim', () => {
 describe('dispatcher: free lanes first', () => {
   it('asks to take free lanes first while its loop is not busy, and not while a backlog keeps it busy', async (t) => {
     // A loop that is not busy holds too little work to fill its batch, so a claim that looks at free lanes will take
-    // some anyway: first, so one claim of the held lanes follows instead of two (ClaimParams.freeLanesFirst).
-    const asked: (boolean | undefined)[] = [];
-    const record = (params: ClaimParams) => asked.push(params.freeLanesFirst);
-    const memory = memoryStore();
-    const spied = spyStore(memory, {
-      async claim(params: ClaimParams) {
-        record(params);
-        return memory.claim(params);
-      },
-      async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
-        record(params);
-        return memory.completeAndClaim(leases, params);
-      },
-    });
-    const busy = createRelayBus({
-      store: spied.store,
-      events: [Order],
-      dispatcher: { concurrency: 40, batchSize: 40, pollIntervalMs: 20 },
-    });
-    t.after(() => busy.stop({ graceMs: 0 }));
+    // some anyway: first, so one claim of the held lanes follows instead of two (ClaimParams.freeLanesFirst). Batches
+    // of 2: a full one marks the loop busy.
+    const { bus, publish, asked } = followersHarness(t);
     let ran = 0;
-    busy.on(Order, 'slow', async () => {
+    bus.on(Order, 'slow', async () => {
       await pause(2);
       ran += 1;
     });
-    await memory.transaction((tx) =>
-      busy.publishMany(
-        tx,
-        Array.from({ length: 200 }, (_, n) => ({ event: Order, payload: { n } })),
-      ),
+    for (let n = 0; n < 20; n += 1) await publish(n);
+    await bus.start();
+    await waitFor(() => ran === 20, 'the backlog drained');
+    assert.equal(asked[0]?.freeLanesFirst, true, 'the first claim: nothing held, nothing busy');
+    assert.ok(
+      asked.some((a) => a.freeLanesFirst === undefined),
+      'a claim under the backlog (a full batch before it) did not ask',
     );
-    await busy.start();
-    await waitFor(() => ran === 200, 'the backlog drained');
-    assert.equal(asked[0], true, 'the first claim: nothing held, nothing busy');
-    assert.ok(asked.includes(undefined), 'a claim under the backlog (a full batch before it) did not ask');
   });
 });
 
