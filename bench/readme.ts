@@ -50,7 +50,7 @@ const parts: [heading: string, title: string, note: string][] = [
   [
     'Dispatcher processes',
     SECTIONS.processes,
-    'The same backlog drained by 1, 2 and 4 relaybus processes. "One process on a share" is the cell of the same run where one process drains what each of these drains (N / processes), where the run has one: each process pays its start-up (code V8 has not optimised yet, its server connections\' first statements) on its share, so per process the work is the same there.',
+    'The same backlog drained by 1, 2 and 4 relaybus processes. "One process on a share" is the cell of the same run where one process drains what each of these drains (N / processes), where the run has one: each process pays its start-up (code V8 has not optimised yet, its server connections\' first statements) on its share, so per process the work is the same there. graphile-worker at its best drains the same number of jobs with the same process counts on the same cores (its own cells of the run), so what more processes cost on this machine shows beside a peer\'s.',
   ],
   [
     'Peers at their best',

@@ -114,6 +114,12 @@ const PUBLISH: Entry[] = [
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
 /**
+ * The 1, 2 and 4 process cells: relaybus tuned and graphile-worker at its best, so the cost of more processes on the
+ * same cores shows beside a peer's (ad hoc, 200k on 2 cores, 3 interleaved repetitions: graphile-worker 31.2k, 39.3k
+ * and 34.8k deliveries/s at 1, 2 and 4 processes; its CPU per delivery rose with the count as relaybus's did).
+ */
+const PROCESSES: Entry[] = [e('relaybus', 'tuned', true), e('graphile-worker', 'best', false)];
+/**
  * Liveness at tuned, at c200 (200 slots, batch 200) and at tuned without followers: a retried head waits for the claim
  * in progress and for the batch it returns, which take longer at 500 a claim and longer still with followers, so the
  * retry lag shows beside the throughput setting.
@@ -155,9 +161,9 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       // the four (19.0 / 29.8 us against 20.0 / 33.3, dispatcher / server): 100k and 50k with one process are the
       // processes' shares, each process's start-up weighing the same (the report's "one process on a share").
       { deliveries: 100_000, dispatchers: 1, eventsPerKey: 10, entries: RELAYBUS_TUNED },
-      { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, entries: RELAYBUS_TUNED },
-      { deliveries: 200_000, dispatchers: 2, eventsPerKey: 10, entries: RELAYBUS_TUNED },
-      { deliveries: 200_000, dispatchers: 4, eventsPerKey: 10, entries: RELAYBUS_TUNED },
+      { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, entries: PROCESSES },
+      { deliveries: 200_000, dispatchers: 2, eventsPerKey: 10, entries: PROCESSES },
+      { deliveries: 200_000, dispatchers: 4, eventsPerKey: 10, entries: PROCESSES },
       { deliveries: 4_000, dispatchers: 1, eventsPerKey: 10, entries: DEFAULTS },
       { deliveries: 2_000, dispatchers: 1, eventsPerKey: 10, entries: ORDERING },
     ],
@@ -187,7 +193,7 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       { deliveries: 6_000, dispatchers: 1, eventsPerKey: 10, entries: ORDERING },
       { deliveries: 100_000, dispatchers: 1, eventsPerKey: 10, entries: RELAYBUS_TUNED },
       { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED },
-      { deliveries: 200_000, dispatchers: 2, eventsPerKey: 10, entries: RELAYBUS_TUNED },
+      { deliveries: 200_000, dispatchers: 2, eventsPerKey: 10, entries: PROCESSES },
       { deliveries: 200_000, dispatchers: 4, eventsPerKey: 10, entries: TUNED },
       { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: DEFAULTS },
       { deliveries: 50_000, dispatchers: 4, eventsPerKey: 10, entries: DEFAULTS },
