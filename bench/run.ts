@@ -115,8 +115,8 @@ const PUBLISH: Entry[] = [
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
 /**
  * The 1, 2 and 4 process cells: relaybus tuned and graphile-worker at its best, so the cost of more processes on the
- * same cores shows beside a peer's (ad hoc, 200k on 2 cores, 3 interleaved repetitions: graphile-worker 31.2k, 39.3k
- * and 34.8k deliveries/s at 1, 2 and 4 processes; its CPU per delivery rose with the count as relaybus's did).
+ * same cores shows beside a peer's (on 2 cores graphile-worker's 4 against 2 processes read 0.88-1.10x in three runs,
+ * relaybus's 0.76-0.91x: bench/README.md, "Diagnosis").
  */
 const PROCESSES: Entry[] = [e('relaybus', 'tuned', true), e('graphile-worker', 'best', false)];
 /**
