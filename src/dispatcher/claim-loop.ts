@@ -100,6 +100,11 @@ export class ClaimLoop<TTx> {
    * undefined: the next claim does.
    */
   freeLanesScannedAt: number | undefined;
+  /**
+   * The claim that looks at free lanes was due when a wake-up named lanes, and a light claim of those lanes went first
+   * (`Dispatcher.#skipFreeLanes`): the next claim looks, at once.
+   */
+  scanDeferred = false;
   /** The longest of this loop's recent claims (ms), decaying by a tenth a claim. */
   #recentClaimMs = 0;
   readonly #maxFollowers: number;

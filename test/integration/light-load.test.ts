@@ -9,6 +9,7 @@ import { describe, it } from 'node:test';
 import { laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
+import type { ClaimParams } from '../../src/store/contract.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { deferred, pause, spyStore, waitFor, type Deferred } from '../support/wait.js';
@@ -22,17 +23,21 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
   usePgStore('light_load', 8, (opened) => ({ store } = opened));
 
   /**
-   * A started bus over a spied store, its handler recording each payload. A 20 s poll: within these tests only wake-ups
-   * and the batcher's reports make the loop claim.
+   * A started bus over a spied store, its handler recording each payload. A 20 s poll unless given: within these tests
+   * only wake-ups and the batcher's reports make the loop claim.
    */
-  async function startSpiedBus(completionBatchWindowMs?: number, overrides: Partial<typeof store> = {}) {
+  async function startSpiedBus(
+    completionBatchWindowMs?: number,
+    overrides: Partial<typeof store> = {},
+    pollIntervalMs = 20_000,
+  ) {
     const spied = spyStore(store, overrides);
     const bus = createRelayBus({
       store: spied.store as typeof store,
       events: [Step],
       setupStore: false,
       dispatcher: {
-        pollIntervalMs: 20_000,
+        pollIntervalMs,
         concurrency: 8,
         batchSize: 8,
         ...(completionBatchWindowMs === undefined ? {} : { completionBatchWindowMs }),
@@ -168,6 +173,64 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
       gate = undefined;
       release.resolve();
       await waitFor(() => ran.length === 1, 'the delivery in a lane no claim was told of ran before the poll', 5_000);
+    } finally {
+      await bus.stop();
+    }
+  });
+
+  it('a publish heard when the look at free lanes is due is claimed by a light claim first, and the look follows at once', {
+    timeout: 30_000,
+  }, async () => {
+    // Each claim as the loop made it: whether it left free lanes alone (light), the lanes it named, when it ended.
+    const claims: { light: boolean; named: readonly number[]; endedAt: number; count: number }[] = [];
+    const record = (params: ClaimParams, claimed: readonly unknown[]) =>
+      claims.push({
+        light: params.skipFreeLanes === true,
+        named: params.preferLanes ?? [],
+        endedAt: performance.now(),
+        count: claimed.length,
+      });
+    const pollMs = 3_000;
+    const { bus, ran } = await startSpiedBus(
+      undefined,
+      {
+        claim: async (params) => {
+          const claimed = await store.claim(params);
+          record(params, claimed);
+          return claimed;
+        },
+        completeAndClaim: async (leases, params) => {
+          const result = await store.completeAndClaim(leases, params);
+          record(params, result.claimed);
+          return result;
+        },
+      },
+      pollMs,
+    );
+    try {
+      // The first claim looked at the free lanes; a publish half a poll later is claimed by a light one, and the poll's
+      // wait starts over after it.
+      await pause(pollMs / 2);
+      await store.transaction((tx) => bus.publish(tx, Step, { n: 1 }, { key: 'due-a' }));
+      await waitFor(() => ran.length === 1, 'the first publish ran', 5_000);
+      assert.equal(claims.at(-1)?.light, true, 'a publish before the look is due: a light claim');
+      // Now the look is due (a poll interval since the first claim) and the poll's wait is not over (it started after
+      // the light claim): a publish wakes the loop.
+      await pause(pollMs * 0.7);
+      const from = claims.length;
+      await store.transaction((tx) => bus.publish(tx, Step, { n: 2 }, { key: 'due-b' }));
+      await waitFor(() => ran.length === 2 && claims.length >= from + 2, 'the publish and the look', 5_000);
+      const [first, second] = claims.slice(from);
+      assert.deepEqual(
+        { light: first!.light, named: first!.named, count: first!.count },
+        { light: true, named: [laneOf('due-b', '')], count: 1 },
+        'the light claim of the named lane took the publish',
+      );
+      assert.equal(second!.light, false, 'then the claim that looks at free lanes');
+      assert.ok(
+        second!.endedAt - first!.endedAt < pollMs / 4,
+        `the look followed at once, not at the poll: ${Math.round(second!.endedAt - first!.endedAt)} ms later`,
+      );
     } finally {
       await bus.stop();
     }
