@@ -96,6 +96,17 @@ export function pairedRatio(
 const dispatcherCpu = (row: Row | undefined) => med(row, (r) => r.figures.dispatcherCpuUsPerDelivery);
 const serverCpu = (row: Row | undefined) => med(row, (r) => r.db?.serverCpuUsPerUnit);
 const drainedRate = (run: RunRecord) => run.figures.drainedRate;
+/**
+ * Cores the dispatcher processes and the Postgres server kept busy during a drain (deliveries/s x their CPU per
+ * delivery), median over runs: near the machine's core count, more processes cannot add throughput, only their own
+ * costs (the bench's own processes and the system come on top).
+ */
+const coresBusy = (row: Row | undefined) =>
+  med(row, (r) =>
+    r.db?.serverCpuUsPerUnit == null || r.figures.dispatcherCpuUsPerDelivery == null
+      ? undefined
+      : (r.rate * (r.figures.dispatcherCpuUsPerDelivery + r.db.serverCpuUsPerUnit)) / 1e6,
+  );
 
 const ratioText = (value: number) => (Number.isFinite(value) ? `${value.toFixed(2)}x` : '-');
 
@@ -348,8 +359,8 @@ function peerAtProcesses(rows: readonly Row[], deliveries: string, processes: nu
 
 function processTable(rows: readonly Row[]): string[] {
   const out = [
-    '| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | server CPU µs/delivery | one process on a share (N / processes): deliveries/s, CPU µs/delivery dispatcher / server | these processes / that one | graphile-worker best, unkeyed: deliveries/s, / previous process count, CPU µs/delivery dispatcher / server | valid |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+    '| deliveries | dispatcher processes | relaybus tuned, keyed: deliveries/s median (min-max) | / previous process count | dispatcher CPU µs/delivery | server CPU µs/delivery | cores busy (CPU per delivery of dispatchers and server x deliveries/s) | one process on a share (N / processes): deliveries/s, CPU µs/delivery dispatcher / server | these processes / that one | graphile-worker best, unkeyed: deliveries/s, / previous process count, CPU µs/delivery dispatcher / server, cores busy | valid |',
+    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ];
   for (const { n, byD } of processCells(rows)) {
     const ds = [...byD.keys()].sort((a, b) => a - b);
@@ -363,10 +374,10 @@ function processTable(rows: readonly Row[]): string[] {
       const peer = peerAtProcesses(rows, n, d);
       const peerPrev = k > 0 ? peerAtProcesses(rows, n, ds[k - 1]!) : undefined;
       const peerText = peer
-        ? `${spread(peer.valid.map((r) => r.rate))}, ${peerPrev ? ratioText(pairedRatio(peer, peerPrev)) : '-'}, ${fmt(dispatcherCpu(peer), 1)} / ${fmt(serverCpu(peer), 1)}`
+        ? `${spread(peer.valid.map((r) => r.rate))}, ${peerPrev ? ratioText(pairedRatio(peer, peerPrev)) : '-'}, ${fmt(dispatcherCpu(peer), 1)} / ${fmt(serverCpu(peer), 1)}, ${fmt(coresBusy(peer), 2)}`
         : '-';
       out.push(
-        `| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(dispatcherCpu(row), 1)} | ${fmt(serverCpu(row), 1)} | ${oneText} | ${one ? ratioText(pairedRatio(row, one)) : '-'} | ${peerText} | ${validity(row)} |`,
+        `| ${n} | ${d} | ${spread(row.valid.map((r) => r.rate))} | ${prev ? ratioText(pairedRatio(row, prev)) : '-'} | ${fmt(dispatcherCpu(row), 1)} | ${fmt(serverCpu(row), 1)} | ${fmt(coresBusy(row), 2)} | ${oneText} | ${one ? ratioText(pairedRatio(row, one)) : '-'} | ${peerText} | ${validity(row)} |`,
       );
     });
   }
@@ -553,10 +564,14 @@ function targets(rows: readonly Row[]): Target[] {
       out.push({
         issue: '10',
         what: `dispatch N=${n}: relaybus tuned keyed, ${ds[k]} processes >= ${ds[k - 1]} processes (throughput does not fall)`,
-        measured:
-          peer && peerPrev
-            ? `${ratioText(r)} (graphile-worker best on the same cores: ${ratioText(pairedRatio(peer, peerPrev))})`
-            : ratioText(r),
+        measured: `${ratioText(r)} (${[
+          ...(peer && peerPrev
+            ? [`graphile-worker best on the same cores: ${ratioText(pairedRatio(peer, peerPrev))}`]
+            : []),
+          `cores busy at ${ds[k - 1]} / ${ds[k]} processes: relaybus ${fmt(coresBusy(byD.get(ds[k - 1]!)), 2)} / ${fmt(coresBusy(byD.get(ds[k]!)), 2)}${
+            peer && peerPrev ? `, graphile-worker ${fmt(coresBusy(peerPrev), 2)} / ${fmt(coresBusy(peer), 2)}` : ''
+          }`,
+        ].join('; ')})`,
         pass: verdict(r, (v) => v >= 1),
       });
     }
