@@ -51,8 +51,26 @@ export interface PostgresDriver<TTx> {
    * connection (Kysely without its pool); the dispatcher then only polls.
    */
   listen?(channel: string, onNotify: (payload: string) => void): Promise<Unlisten>;
+  /**
+   * Lend one connection of the pool, held until released: a claim loop's statements run on it (`ClaimSessions`), so each
+   * is planned once there, with a generic plan from its first call (`plan_cache_mode`, set on the connection for as long
+   * as relaybus holds it), instead of five custom plans and a generic one on every connection of the pool it lands on.
+   * Absent where the driver cannot lend one (the store then runs those statements on `executor`).
+   */
+  session?(): Promise<SqlSession>;
+  /** How many connections the pool may open, where the driver can tell: relaybus holds at most half of them. */
+  readonly poolSize?: number;
   /** Close what the driver opened itself (never a pool the caller passed in). */
   close(): Promise<void>;
+}
+
+/** A connection lent by `PostgresDriver.session`: its statements run one after another. */
+export interface SqlSession extends SqlExecutor {
+  /**
+   * Give the connection back, with the settings relaybus changed restored; `broken` (a statement on it failed, so the
+   * connection may be gone or in an unknown state) closes it instead. Idempotent.
+   */
+  release(broken: boolean): Promise<void>;
 }
 
 /** Stops a listener and gives its connection back. */

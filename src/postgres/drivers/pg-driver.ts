@@ -1,5 +1,5 @@
 import { InvalidInputError } from '../../core/errors.js';
-import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
+import type { PostgresDriver, SqlExecutor, SqlSession, SqlStatement } from '../sql-client.js';
 import { toArrayLiteral } from './array-literal.js';
 import { guardCheckedOut, guardPgPool } from './connection-errors.js';
 import { listenOnPgPool } from './pg-listener.js';
@@ -33,6 +33,8 @@ export interface PgPoolClientLike extends PgClientLike {
 export interface PgPoolLike extends PgClientLike {
   connect(): Promise<PgPoolClientLike>;
   end(): Promise<void>;
+  /** `pg.Pool`'s options: `max` is how many connections it may open (10 unless set). */
+  readonly options?: { readonly max?: number };
 }
 
 export interface FromPgOptions {
@@ -57,6 +59,54 @@ function executorOf(client: PgClientLike, prepared: boolean): SqlExecutor {
     },
     async exec(script: string): Promise<void> {
       await client.query(script);
+    },
+  };
+}
+
+/** pg.Pool's default `max`. */
+const PG_DEFAULT_POOL_SIZE = 10;
+
+/** How many connections a pg pool may open (its `max`), or undefined for a pool-like that does not say. */
+export function pgPoolSize(pool: PgPoolLike): number | undefined {
+  if (!('options' in pool)) return undefined;
+  const max = pool.options?.max;
+  return typeof max === 'number' && Number.isInteger(max) && max > 0 ? max : PG_DEFAULT_POOL_SIZE;
+}
+
+/**
+ * A connection of `pool` lent to relaybus (`PostgresDriver.session`). With prepared statements its statements get a
+ * generic plan from the first call: Postgres otherwise plans a statement five times with its parameters' values and once
+ * more generically on every connection before it settles, and the claim statements take milliseconds to plan. Not
+ * without them (transaction-mode PgBouncer): unnamed statements are planned on every call anyway, and a session setting
+ * would stay on whichever server connection the pooler picked.
+ */
+export async function lendPgConnection(pool: PgPoolLike, prepared: boolean): Promise<SqlSession> {
+  const client = await pool.connect();
+  guardCheckedOut(pool, client);
+  try {
+    if (prepared) await client.query("SELECT set_config('plan_cache_mode', 'force_generic_plan', false)");
+  } catch (error) {
+    client.release(error instanceof Error ? error : new Error(String(error)));
+    throw error;
+  }
+  let released = false;
+  return {
+    ...executorOf(client, prepared),
+    async release(broken: boolean): Promise<void> {
+      if (released) return;
+      released = true;
+      let destroy: Error | undefined = broken
+        ? new Error('relaybus: a statement on this connection failed')
+        : undefined;
+      if (destroy === undefined && prepared) {
+        try {
+          // Back to the connection's own setting (the server's, or the pool's startup options).
+          await client.query('RESET plan_cache_mode');
+        } catch (error) {
+          destroy = error instanceof Error ? error : new Error(String(error));
+        }
+      }
+      client.release(destroy ?? false);
     },
   };
 }
@@ -136,6 +186,8 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
       return subscribe?.(listener) ?? (() => {});
     },
     listen: (channel, onNotify) => listenOnPgPool(pool, channel, onNotify),
+    session: () => lendPgConnection(pool, prepared),
+    ...(pgPoolSize(pool) === undefined ? {} : { poolSize: pgPoolSize(pool) }),
     async close(): Promise<void> {
       if (options.closeWithStore) await pool.end();
     },

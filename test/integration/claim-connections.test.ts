@@ -1,0 +1,173 @@
+/**
+ * `holdClaimConnections` on real Postgres: each owner's claim statements run on a connection of the pool it holds, on
+ * generic plans from the first call, at most half the pool held; relinquish gives the connection back with the setting
+ * restored; a held connection whose backend was terminated fails one claim (retryable) and the next claim opens another;
+ * a bus that stops gives every connection back, so `pool.end()` returns.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { InvalidOptionsError, StoreUnavailableError } from '../../src/core/errors.js';
+import { createRelayBus, defineEvent, Type } from '../../src/index.js';
+import { fromPg, type PgClientLike, type PostgresStore, postgresStore } from '../../src/postgres/index.js';
+import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { waitFor } from '../support/wait.js';
+
+const found = await findPostgres();
+const url = 'url' in found ? found.url : '';
+const handlers = [{ name: 'h', maxAttempts: 3 }];
+const Ping = defineEvent('claim-connections.ping', Type.Object({ n: Type.Integer() }));
+
+/** Connections the pool has lent out and not taken back. */
+const lent = (pool: pg.Pool) => pool.totalCount - pool.idleCount;
+/** The suite's pool's backends, told apart from other suites' in the same database. */
+const APP = 'relaybus_claim_connections_test';
+
+describe('claim connections held per owner on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
+  const schema = uniqueSchemaName('claim_connections');
+  // Six connections: the listening one and two owners' fill half.
+  let pool: pg.Pool;
+  let store: PostgresStore<PgClientLike>;
+
+  before(async () => {
+    pool = new pg.Pool({ connectionString: url, max: 6, application_name: APP });
+    store = postgresStore({ driver: fromPg(pool), schema, holdClaimConnections: true });
+    await store.setup();
+  });
+  after(async () => {
+    await store.close();
+    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool.end();
+  });
+
+  const publish = (count: number, prefix: string) =>
+    store.transaction((tx) =>
+      store.publish(
+        tx,
+        Array.from({ length: count }, (_, n) => ({ type: 't', key: `${prefix}-${n}`, payload: { n }, handlers })),
+      ),
+    );
+  const claim = (owner: string) => store.claim({ owner, handlers: ['h'], limit: 5, leaseDurationMs: 60_000 });
+
+  it('a lent connection plans generically from the first call, and is reset when given back', async () => {
+    const session = await fromPg(pool).session!();
+    const show = { name: '', text: 'SHOW plan_cache_mode' };
+    assert.deepEqual(await session.run(show, []), [{ plan_cache_mode: 'force_generic_plan' }]);
+    await session.run({ name: 'claim_connections_probe', text: 'SELECT $1::int + 1 AS n' }, [1]);
+    assert.deepEqual(
+      await session.run(
+        {
+          name: '',
+          text: "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'claim_connections_probe'",
+        },
+        [],
+      ),
+      [{ generic_plans: '1', custom_plans: '0' }],
+      'one call, one generic plan',
+    );
+    await session.release(false);
+    await session.release(false); // idempotent
+    // Every connection of the pool, the given-back one among them, has the server's setting.
+    const clients = await Promise.all(Array.from({ length: pool.totalCount }, () => pool.connect()));
+    try {
+      for (const client of clients)
+        assert.equal((await client.query('SHOW plan_cache_mode')).rows[0].plan_cache_mode, 'auto');
+    } finally {
+      for (const client of clients) client.release();
+    }
+  });
+
+  it("an owner's claims hold one connection; at most half the pool is held; relinquish gives it back", async () => {
+    await publish(30, 'half');
+    assert.equal(lent(pool), 0);
+    assert.ok((await claim('a')).length > 0);
+    assert.ok((await claim('a')).length > 0);
+    assert.equal(lent(pool), 1, "owner a's connection, held between its claims");
+    await claim('b');
+    await claim('c');
+    assert.equal(
+      lent(pool),
+      2,
+      'a and b hold one each; with the listening one that is half of 6: c claims on the pool',
+    );
+    for (const owner of ['a', 'b', 'c']) await store.relinquish(owner);
+    assert.equal(lent(pool), 0, 'every connection given back');
+  });
+
+  it('a held connection whose backend was terminated fails one claim, retryably; the next claim opens another', async () => {
+    await publish(10, 'terminated');
+    // Every idle connection of the pool runs something else last: afterwards only the held one's last statement is a claim.
+    const idle = await Promise.all(Array.from({ length: pool.idleCount }, () => pool.connect()));
+    for (const client of idle) {
+      await client.query('SELECT 1');
+      client.release();
+    }
+    assert.ok((await claim('t')).length > 0);
+    assert.equal(lent(pool), 1);
+    // The held connection is the only one of this schema's pool idle after a claim (the pool's others ran no claim).
+    const { rows } = await pool.query<{ n: number }>(
+      `SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
+       WHERE application_name = '${APP}' AND pid <> pg_backend_pid() AND query <> 'SELECT 1'`,
+    );
+    assert.equal(rows[0]!.n, 1, 'the held backend, terminated');
+    await assert.rejects(claim('t'), (error: unknown) => error instanceof StoreUnavailableError && error.retryable);
+    assert.equal(lent(pool), 0, 'the broken connection is closed, not pooled');
+    await store.relinquish('t'); // what a worker does after a failed claim: its lanes and records are forgotten
+    await publish(5, 'after');
+    assert.ok((await claim('t')).length > 0, 'the next claim runs, on a new connection');
+    assert.equal(lent(pool), 1);
+    await store.relinquish('t');
+  });
+
+  it('a pool too small to spare a connection: claims run on the pool, nothing is held', async () => {
+    const small = new pg.Pool({ connectionString: url, max: 3 });
+    const smallStore = postgresStore({ driver: fromPg(small), schema, holdClaimConnections: true });
+    try {
+      await publish(5, 'small');
+      await smallStore.claim({ owner: 's', handlers: ['h'], limit: 5, leaseDurationMs: 60_000 });
+      assert.equal(lent(small), 0);
+      await smallStore.relinquish('s');
+    } finally {
+      await smallStore.close();
+      await small.end();
+    }
+  });
+
+  it('refuses a holdClaimConnections that is not a boolean', () => {
+    assert.throws(
+      () => postgresStore({ driver: fromPg(pool), schema, holdClaimConnections: 'yes' as never }),
+      (error: unknown) =>
+        error instanceof InvalidOptionsError && /holdClaimConnections must be a boolean/.test(String(error)),
+    );
+  });
+
+  it('a bus delivers on held connections and gives them back when it stops: pool.end() returns', async () => {
+    const own = new pg.Pool({ connectionString: url, max: 8 });
+    const busStore = postgresStore({ driver: fromPg(own), schema, holdClaimConnections: true });
+    const bus = createRelayBus({
+      store: busStore,
+      events: [Ping],
+      setupStore: false,
+      dispatcher: { pollIntervalMs: 50, claimLoops: 2, concurrency: 20, batchSize: 20 },
+    });
+    const seen = new Set<number>();
+    bus.on(Ping, 'bus-h', ({ n }) => {
+      seen.add(n);
+    });
+    await bus.start();
+    try {
+      await busStore.transaction((tx) =>
+        bus.publishMany(
+          tx,
+          Array.from({ length: 200 }, (_, n) => ({ event: Ping, payload: { n }, options: { key: `bus-${n % 20}` } })),
+        ),
+      );
+      await waitFor(() => seen.size === 200, 'every delivery ran', 10_000);
+      assert.ok(lent(own) >= 2, "the listening connection and at least one claim loop's");
+    } finally {
+      await bus.stop();
+    }
+    assert.equal(lent(own), 0, 'all given back by stop()');
+    await own.end();
+  });
+});
