@@ -45,7 +45,7 @@ export class ClaimSessions {
     }
   }
 
-  /** Give `owner`'s connection back (its lanes were handed back: it claims again only after a new start). */
+  /** Give `owner`'s connection back (its lanes were handed back; a later claim of the owner opens another). */
   async release(owner: string): Promise<void> {
     const opening = this.#byOwner.get(owner);
     if (opening === undefined) return;

@@ -135,6 +135,7 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
   }
   const prepared = options.preparedStatements ?? true;
   const subscribe = guardPgPool(pool);
+  const poolSize = pgPoolSize(pool);
   return {
     executor: executorOf(pool, prepared),
     concurrentConnections: true,
@@ -187,7 +188,7 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
     },
     listen: (channel, onNotify) => listenOnPgPool(pool, channel, onNotify),
     session: () => lendPgConnection(pool, prepared),
-    ...(pgPoolSize(pool) === undefined ? {} : { poolSize: pgPoolSize(pool) }),
+    ...(poolSize === undefined ? {} : { poolSize }),
     async close(): Promise<void> {
       if (options.closeWithStore) await pool.end();
     },
