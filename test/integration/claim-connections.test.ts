@@ -1,5 +1,6 @@
 /**
- * `holdClaimConnections` on real Postgres: each owner's claim statements run on a connection of the pool it holds, on
+ * `holdClaimConnections` on real Postgres (pg; postgres.js's reserved connection too): each owner's claim statements run
+ * on a connection of the pool it holds, on
  * generic plans from the first call, at most half the pool held; relinquish gives the connection back with the setting
  * restored; a held connection whose backend was terminated fails one claim (retryable) and the next claim opens another;
  * a bus that stops gives every connection back, so `pool.end()` returns.
@@ -7,9 +8,16 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
+import postgres from 'postgres';
 import { InvalidOptionsError, StoreUnavailableError } from '../../src/core/errors.js';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
-import { fromPg, type PgClientLike, type PostgresStore, postgresStore } from '../../src/postgres/index.js';
+import {
+  fromPg,
+  fromPostgresJs,
+  type PgClientLike,
+  type PostgresStore,
+  postgresStore,
+} from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { waitFor } from '../support/wait.js';
 
@@ -25,6 +33,8 @@ const APP = 'relaybus_claim_connections_test';
 
 describe('claim connections held per owner on real Postgres', { skip: 'skip' in found ? found.skip : false }, () => {
   const schema = uniqueSchemaName('claim_connections');
+  // The buses' own schema: the store tests above leave deliveries in flight in lanes their owners still hold.
+  const busSchema = uniqueSchemaName('claim_connections_bus');
   // Six connections: the listening one and two owners' fill half.
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
@@ -37,6 +47,7 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
   after(async () => {
     await store.close();
     await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool.query(`DROP SCHEMA IF EXISTS "${busSchema}" CASCADE`);
     await pool.end();
   });
 
@@ -74,6 +85,28 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
         assert.equal((await client.query('SHOW plan_cache_mode')).rows[0].plan_cache_mode, 'auto');
     } finally {
       for (const client of clients) client.release();
+    }
+  });
+
+  it('postgres.js: a reserved connection plans generically, and is reset when given back', async () => {
+    const sql = postgres(url, { max: 2, onnotice: () => {} });
+    try {
+      const session = await fromPostgresJs(sql).session!();
+      const show = { name: '', text: 'SHOW plan_cache_mode' };
+      assert.equal(
+        (await session.run<{ plan_cache_mode: string }>(show, []))[0]!.plan_cache_mode,
+        'force_generic_plan',
+      );
+      await session.release(false);
+      const reserved = await Promise.all([sql.reserve(), sql.reserve()]);
+      try {
+        for (const connection of reserved)
+          assert.equal((await connection`SHOW plan_cache_mode`)[0]!.plan_cache_mode, 'auto');
+      } finally {
+        for (const connection of reserved) connection.release();
+      }
+    } finally {
+      await sql.end();
     }
   });
 
@@ -143,11 +176,11 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
 
   it('a bus delivers on held connections and gives them back when it stops: pool.end() returns', async () => {
     const own = new pg.Pool({ connectionString: url, max: 8 });
-    const busStore = postgresStore({ driver: fromPg(own), schema, holdClaimConnections: true });
+    const busStore = postgresStore({ driver: fromPg(own), schema: busSchema, holdClaimConnections: true });
     const bus = createRelayBus({
       store: busStore,
       events: [Ping],
-      setupStore: false,
+      setupStore: true,
       dispatcher: { pollIntervalMs: 50, claimLoops: 2, concurrency: 20, batchSize: 20 },
     });
     const seen = new Set<number>();
@@ -169,5 +202,39 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     }
     assert.equal(lent(own), 0, 'all given back by stop()');
     await own.end();
+  });
+
+  it('postgres.js: a bus delivers on reserved connections and gives them back when it stops: sql.end() returns', async () => {
+    const sql = postgres(url, { max: 8, onnotice: () => {} });
+    const busStore = postgresStore({ driver: fromPostgresJs(sql), schema: busSchema, holdClaimConnections: true });
+    const bus = createRelayBus({
+      store: busStore,
+      events: [Ping],
+      setupStore: true,
+      dispatcher: { pollIntervalMs: 50, claimLoops: 2, concurrency: 20, batchSize: 20 },
+    });
+    const seen = new Set<number>();
+    bus.on(Ping, 'bus-js', ({ n }) => {
+      seen.add(n);
+    });
+    await bus.start();
+    try {
+      await busStore.transaction((tx) =>
+        bus.publishMany(
+          tx,
+          Array.from({ length: 100 }, (_, n) => ({ event: Ping, payload: { n }, options: { key: `js-${n % 10}` } })),
+        ),
+      );
+      await waitFor(() => seen.size === 100, 'every delivery ran', 10_000);
+    } finally {
+      await bus.stop();
+    }
+    // A reserved connection not given back would keep end() waiting (its timeout: none).
+    await Promise.race([
+      sql.end(),
+      new Promise((_, reject) =>
+        setTimeout(() => reject(new Error('sql.end() waited for a reserved connection')), 5_000),
+      ),
+    ]);
   });
 });
