@@ -174,9 +174,16 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     );
   });
 
-  it('a bus delivers on held connections and gives them back when it stops: pool.end() returns', async () => {
-    const own = new pg.Pool({ connectionString: url, max: 8 });
-    const busStore = postgresStore({ driver: fromPg(own), schema: busSchema, holdClaimConnections: true });
+  /**
+   * Start a bus over `busStore` (handler `handler`), publish `count` keyed events and wait until each ran; `whileRunning`
+   * looks at the pool before the bus stops.
+   */
+  async function deliverThenStop<TTx>(
+    busStore: PostgresStore<TTx>,
+    handler: string,
+    count: number,
+    whileRunning: () => void = () => {},
+  ): Promise<void> {
     const bus = createRelayBus({
       store: busStore,
       events: [Ping],
@@ -184,7 +191,7 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
       dispatcher: { pollIntervalMs: 50, claimLoops: 2, concurrency: 20, batchSize: 20 },
     });
     const seen = new Set<number>();
-    bus.on(Ping, 'bus-h', ({ n }) => {
+    bus.on(Ping, handler, ({ n }) => {
       seen.add(n);
     });
     await bus.start();
@@ -192,43 +199,39 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
       await busStore.transaction((tx) =>
         bus.publishMany(
           tx,
-          Array.from({ length: 200 }, (_, n) => ({ event: Ping, payload: { n }, options: { key: `bus-${n % 20}` } })),
+          Array.from({ length: count }, (_, n) => ({
+            event: Ping,
+            payload: { n },
+            options: { key: `${handler}-${n % 10}` },
+          })),
         ),
       );
-      await waitFor(() => seen.size === 200, 'every delivery ran', 10_000);
-      assert.ok(lent(own) >= 2, "the listening connection and at least one claim loop's");
+      await waitFor(() => seen.size === count, 'every delivery ran', 10_000);
+      whileRunning();
     } finally {
       await bus.stop();
     }
+  }
+
+  it('a bus delivers on held connections and gives them back when it stops: pool.end() returns', async () => {
+    const own = new pg.Pool({ connectionString: url, max: 8 });
+    await deliverThenStop(
+      postgresStore({ driver: fromPg(own), schema: busSchema, holdClaimConnections: true }),
+      'bus-pg',
+      200,
+      () => assert.ok(lent(own) >= 2, "the listening connection and at least one claim loop's"),
+    );
     assert.equal(lent(own), 0, 'all given back by stop()');
     await own.end();
   });
 
   it('postgres.js: a bus delivers on reserved connections and gives them back when it stops: sql.end() returns', async () => {
     const sql = postgres(url, { max: 8, onnotice: () => {} });
-    const busStore = postgresStore({ driver: fromPostgresJs(sql), schema: busSchema, holdClaimConnections: true });
-    const bus = createRelayBus({
-      store: busStore,
-      events: [Ping],
-      setupStore: true,
-      dispatcher: { pollIntervalMs: 50, claimLoops: 2, concurrency: 20, batchSize: 20 },
-    });
-    const seen = new Set<number>();
-    bus.on(Ping, 'bus-js', ({ n }) => {
-      seen.add(n);
-    });
-    await bus.start();
-    try {
-      await busStore.transaction((tx) =>
-        bus.publishMany(
-          tx,
-          Array.from({ length: 100 }, (_, n) => ({ event: Ping, payload: { n }, options: { key: `js-${n % 10}` } })),
-        ),
-      );
-      await waitFor(() => seen.size === 100, 'every delivery ran', 10_000);
-    } finally {
-      await bus.stop();
-    }
+    await deliverThenStop(
+      postgresStore({ driver: fromPostgresJs(sql), schema: busSchema, holdClaimConnections: true }),
+      'bus-js',
+      100,
+    );
     // A reserved connection not given back would keep end() waiting (its timeout: none).
     await Promise.race([
       sql.end(),
