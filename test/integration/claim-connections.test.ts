@@ -1,5 +1,5 @@
 /**
- * `holdClaimConnections` on real Postgres (pg; postgres.js's reserved connection too): each owner's claim statements run
+ * `holdClaimConnections` on real Postgres (pg, Kysely with its pool; postgres.js's reserved connection too): each owner's claim statements run
  * on a connection of the pool it holds, on
  * generic plans from the first call, at most half the pool held; relinquish gives the connection back with the setting
  * restored; a held connection whose backend was terminated fails one claim (retryable) and the next claim opens another;
@@ -7,10 +7,12 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { InvalidOptionsError, StoreUnavailableError } from '../../src/core/errors.js';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
+import { fromKysely } from '../../src/postgres/drivers/kysely-driver.js';
 import {
   fromPg,
   fromPostgresJs,
@@ -223,6 +225,19 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     );
     assert.equal(lent(own), 0, 'all given back by stop()');
     await own.end();
+  });
+
+  it('Kysely with its pool: a bus delivers on held connections and gives them back when it stops', async () => {
+    const own = new pg.Pool({ connectionString: url, max: 8 });
+    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: own }) });
+    await deliverThenStop(
+      postgresStore({ driver: fromKysely(db, { pool: own }), schema: busSchema, holdClaimConnections: true }),
+      'bus-kysely',
+      100,
+      () => assert.ok(lent(own) >= 2, "the listening connection and at least one claim loop's"),
+    );
+    assert.equal(lent(own), 0, 'all given back by stop()');
+    await db.destroy();
   });
 
   it('postgres.js: a bus delivers on reserved connections and gives them back when it stops: sql.end() returns', async () => {

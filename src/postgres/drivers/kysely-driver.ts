@@ -21,7 +21,7 @@ import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
 import { guardPgPool, isPgPool } from './connection-errors.js';
 import { listenOnPgPool } from './pg-listener.js';
-import type { PgPoolLike } from './pg-driver.js';
+import { lendPgConnection, pgPoolSize, type PgPoolLike } from './pg-driver.js';
 import { splitStatements } from './placeholders.js';
 
 /** What relaybus needs of any Kysely handle: run a compiled query, drop plugins. */
@@ -153,6 +153,7 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
     );
   }
   const subscribe = options.pool === undefined ? undefined : guardPgPool(options.pool);
+  const poolSize = options.pool === undefined ? undefined : pgPoolSize(options.pool);
   const owned = db.withoutPlugins();
   return {
     ...(subscribe ? { onConnectionError: subscribe } : {}),
@@ -161,6 +162,10 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
       : {
           listen: (channel: string, onNotify: (payload: string) => void) =>
             listenOnPgPool(options.pool, channel, onNotify),
+          // A claim loop's connection (`holdClaimConnections`), checked out of the same pool; its statements run on the
+          // pg client itself, as named prepared statements, not through Kysely (which would check out one per statement).
+          session: () => lendPgConnection(options.pool!, true),
+          ...(poolSize === undefined ? {} : { poolSize }),
         }),
     executor: executorOf(owned),
     concurrentConnections: options.concurrentConnections ?? true,
