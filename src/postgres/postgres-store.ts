@@ -104,7 +104,8 @@ export interface PostgresStoreOptions<TTx> {
    * a 50k drain by 1 and 4 processes (bench/README.md). Holds at most half the pool's connections (the listening one
    * counted); a claim loop gives its connection back when it stops or rests (`relinquish`), or when a statement on it
    * fails. Calling the store yourself, `relinquish(owner)` or `close()` gives an owner's back: until then `pool.end()`
-   * waits for it.
+   * waits for it. Not behind a transaction-mode pooler (PgBouncer): the setting is the connection's, and Kysely's
+   * connection runs named prepared statements.
    */
   readonly holdClaimConnections?: boolean;
 }

@@ -39,7 +39,9 @@ pool.on('error', (error) => process.stderr.write('[chaos worker ' + process.pid 
 
 export const ItemCreated = defineEvent('${EVENT_TYPE}', Type.Object({ n: Type.Integer({ minimum: 0 }) }));
 const bus = createRelayBus({
-  store: postgresStore({ driver: fromPg(pool), schema }),
+  // Claim connections held (the path with more to lose when a backend is terminated or the server restarts); the
+  // pool's path meets the same in connection-loss.test.ts and the CLI's worker-resilience tests.
+  store: postgresStore({ driver: fromPg(pool), schema, holdClaimConnections: true }),
   events: [ItemCreated],
   setupStore: false,
   maxAttempts: ${MAX_ATTEMPTS},

@@ -215,30 +215,31 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     }
   }
 
-  it('a bus delivers on held connections and gives them back when it stops: pool.end() returns', async () => {
-    const own = new pg.Pool({ connectionString: url, max: 8 });
-    await deliverThenStop(
-      postgresStore({ driver: fromPg(own), schema: busSchema, holdClaimConnections: true }),
-      'bus-pg',
-      200,
-      () => assert.ok(lent(own) >= 2, "the listening connection and at least one claim loop's"),
-    );
-    assert.equal(lent(own), 0, 'all given back by stop()');
-    await own.end();
-  });
-
-  it('Kysely with its pool: a bus delivers on held connections and gives them back when it stops', async () => {
-    const own = new pg.Pool({ connectionString: url, max: 8 });
-    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: own }) });
-    await deliverThenStop(
-      postgresStore({ driver: fromKysely(db, { pool: own }), schema: busSchema, holdClaimConnections: true }),
-      'bus-kysely',
-      100,
-      () => assert.ok(lent(own) >= 2, "the listening connection and at least one claim loop's"),
-    );
-    assert.equal(lent(own), 0, 'all given back by stop()');
-    await db.destroy();
-  });
+  /** A store over a pg pool of 8 straight (`fromPg`) or through Kysely given the pool, and how to close what it opened. */
+  const overPgPool: Record<string, (own: pg.Pool) => { store: PostgresStore<unknown>; end: () => Promise<void> }> = {
+    pg: (own: pg.Pool) => ({
+      store: postgresStore({ driver: fromPg(own), schema: busSchema, holdClaimConnections: true }),
+      end: () => own.end(),
+    }),
+    kysely: (own: pg.Pool) => {
+      const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: own }) });
+      return {
+        store: postgresStore({ driver: fromKysely(db, { pool: own }), schema: busSchema, holdClaimConnections: true }),
+        end: () => db.destroy(),
+      };
+    },
+  };
+  for (const [name, open] of Object.entries(overPgPool)) {
+    it(`${name}: a bus delivers on held connections and gives them back when it stops: the pool ends`, async () => {
+      const own = new pg.Pool({ connectionString: url, max: 8 });
+      const { store: busStore, end } = open(own);
+      await deliverThenStop(busStore, `bus-${name}`, 100, () =>
+        assert.ok(lent(own) >= 2, "the listening connection and at least one claim loop's"),
+      );
+      assert.equal(lent(own), 0, 'all given back by stop()');
+      await end();
+    });
+  }
 
   it('postgres.js: a bus delivers on reserved connections and gives them back when it stops: sql.end() returns', async () => {
     const sql = postgres(url, { max: 8, onnotice: () => {} });

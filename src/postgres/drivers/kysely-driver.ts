@@ -152,19 +152,19 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
       `fromKysely(db, { pool }) needs the pg.Pool of the PostgresDialect, got ${describe(options.pool)}.`,
     );
   }
-  const subscribe = options.pool === undefined ? undefined : guardPgPool(options.pool);
-  const poolSize = options.pool === undefined ? undefined : pgPoolSize(options.pool);
+  const { pool } = options;
+  const subscribe = pool === undefined ? undefined : guardPgPool(pool);
+  const poolSize = pool === undefined ? undefined : pgPoolSize(pool);
   const owned = db.withoutPlugins();
   return {
     ...(subscribe ? { onConnectionError: subscribe } : {}),
-    ...(options.pool === undefined
+    ...(pool === undefined
       ? {}
       : {
-          listen: (channel: string, onNotify: (payload: string) => void) =>
-            listenOnPgPool(options.pool, channel, onNotify),
+          listen: (channel: string, onNotify: (payload: string) => void) => listenOnPgPool(pool, channel, onNotify),
           // A claim loop's connection (`holdClaimConnections`), checked out of the same pool; its statements run on the
           // pg client itself, as named prepared statements, not through Kysely (which would check out one per statement).
-          session: () => lendPgConnection(options.pool!, true),
+          session: () => lendPgConnection(pool, true),
           ...(poolSize === undefined ? {} : { poolSize }),
         }),
     executor: executorOf(owned),
