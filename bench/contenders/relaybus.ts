@@ -113,7 +113,6 @@ function makeBus(
     driver: fromPg(pool),
     schema,
     notify,
-    holdClaimConnections: settings?.extra?.holdClaimConnections === 1,
   });
   return createRelayBus({
     store,
@@ -155,15 +154,16 @@ export const relaybus: Contender = {
     // followers 9: each keyed head brings up to 9 of its key's next due deliveries, read by one scan (DispatcherOptions.
     // followers: each loop starts at 1 and doubles the count after every claim). Beside the
     // same without followers (no-followers), 50k keyed, 3 runs each: 1.20-1.28x; unkeyed and at a light load the same.
-    // holdClaimConnections (every variant but defaults): each claim loop's statements on a connection it holds, planned
-    // once, generically: 1.04x and 1.08x the deliveries/s of 50k at 1 and 4 processes (5 interleaved repetitions each),
-    // the mixed cell the same (bench/README.md, Diagnosis, the thirteenth session).
+    // Every variant (defaults too) runs with the store's holdClaimConnections on (its default since the fourteenth
+    // session): each claim loop's statements on a connection it holds, planned once, generically: 1.04x and 1.08x the
+    // deliveries/s of 50k at 1 and 4 processes (5 interleaved repetitions each), the mixed cell the same (bench/README.md,
+    // Diagnosis, the thirteenth session).
     tuned: {
       concurrency: 1000,
       batchSize: 500,
       pollIntervalMs: 50,
       poolSize: 20,
-      extra: { claimLoops: 2, followers: 9, holdClaimConnections: 1 },
+      extra: { claimLoops: 2, followers: 9 },
     },
     // tuned without followers (what tuned was until retried heads were claimed ahead of their due time: with a fixed 9,
     // claims of 500 heads and their followers took 150-460 ms on a loaded machine and a retried head due meanwhile
@@ -173,7 +173,7 @@ export const relaybus: Contender = {
       batchSize: 500,
       pollIntervalMs: 50,
       poolSize: 20,
-      extra: { claimLoops: 2, holdClaimConnections: 1 },
+      extra: { claimLoops: 2 },
     },
     // The setting tuned had before (concurrency 200, batch 200, two loops): beside tuned in the claim-loops cell.
     c200: {
@@ -181,7 +181,7 @@ export const relaybus: Contender = {
       batchSize: 200,
       pollIntervalMs: 50,
       poolSize: 20,
-      extra: { claimLoops: 2, holdClaimConnections: 1 },
+      extra: { claimLoops: 2 },
     },
     // Twice the batch in handler slots: the next claim overlaps the completion of the previous batch.
     pipelined: {
@@ -189,7 +189,6 @@ export const relaybus: Contender = {
       batchSize: 200,
       pollIntervalMs: 50,
       poolSize: 20,
-      extra: { holdClaimConnections: 1 },
     },
     // tuned with one claim loop (the library's default count).
     loops1: {
@@ -197,7 +196,7 @@ export const relaybus: Contender = {
       batchSize: 500,
       pollIntervalMs: 50,
       poolSize: 20,
-      extra: { followers: 9, holdClaimConnections: 1 },
+      extra: { followers: 9 },
     },
     // tuned with tracing on: the OpenTelemetry SDK records a consumer span per delivery (no-op exporter).
     traced: {
@@ -205,7 +204,7 @@ export const relaybus: Contender = {
       batchSize: 500,
       pollIntervalMs: 50,
       poolSize: 20,
-      extra: { claimLoops: 2, followers: 9, tracing: 1, holdClaimConnections: 1 },
+      extra: { claimLoops: 2, followers: 9, tracing: 1 },
     },
   },
   tables: { deliveries: 'relaybus_deliveries', lanes: 'relaybus_lanes' },

@@ -443,6 +443,8 @@ export class Dispatcher<TTx> {
           ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
           ...(options.followers > 0 ? { followers: loop.followersNow } : {}),
           siblingOwners: this.#siblings[loop.index]!,
+          // Each loop relinquishes its owner when it rests (`#rest`) and when the dispatcher stops.
+          holdConnection: true,
           ...(this.#hintedLanes.size === 0 ? {} : { preferLanes: [...this.#hintedLanes] }),
         };
         this.#hintedLanes.clear();
@@ -1025,9 +1027,11 @@ export class Dispatcher<TTx> {
     await unsubscribe?.().catch((error: unknown) =>
       logger.warn('stopping the wake-up listener failed', { error: describeError(error) }),
     );
-    try {
-      let lanes = 0;
-      for (const loop of this.#loops) {
+    // Every loop's lanes, each on its own: one that fails still lets the others go (and the store gives back the
+    // connection each loop held for its claims, holdConnection, whatever happens).
+    let lanes = 0;
+    for (const loop of this.#loops) {
+      try {
         // What a failed claim may have recorded would keep its lane from being handed back.
         const failed = loop.mustForget ? await this.#forgetUnheld(loop) : undefined;
         if (failed !== undefined)
@@ -1036,19 +1040,19 @@ export class Dispatcher<TTx> {
             { owner: loop.owner, error: describeError(failed.error) },
           );
         lanes += await store.relinquish(loop.owner);
+      } catch (error) {
+        logger.error('relinquishing lanes failed; other workers take them once their leases expire', {
+          owner: loop.owner,
+          error: describeError(error),
+        });
       }
-      logger.info('dispatcher stopped', {
-        owner: this.owner,
-        drained: drained === 'drained',
-        aborted: aborted.length,
-        lanesRelinquished: lanes,
-      });
-    } catch (error) {
-      logger.error('relinquishing lanes failed; other workers take them once their leases expire', {
-        owner: this.owner,
-        error: describeError(error),
-      });
     }
+    logger.info('dispatcher stopped', {
+      owner: this.owner,
+      drained: drained === 'drained',
+      aborted: aborted.length,
+      lanesRelinquished: lanes,
+    });
     this.#health.markUnready();
     this.#state = 'stopped';
   }

@@ -98,14 +98,16 @@ export interface PostgresStoreOptions<TTx> {
    */
   readonly notify?: boolean;
   /**
-   * Each claim loop of a worker holds one connection of the pool for its claim statements (default false), where the
-   * driver can lend one (`fromPg`, `fromPostgresJs`, `fromKysely` with its pool; elsewhere they run on the pool): Postgres plans them once there, generically from the
-   * first call, instead of six times on every connection a claim lands on. Measured: 1.04x and 1.08x the deliveries/s of
-   * a 50k drain by 1 and 4 processes (bench/README.md). Holds at most half the pool's connections (the listening one
-   * counted); a claim loop gives its connection back when it stops or rests (`relinquish`), or when a statement on it
-   * fails. Calling the store yourself, `relinquish(owner)` or `close()` gives an owner's back: until then `pool.end()`
-   * waits for it. Not behind a transaction-mode pooler (PgBouncer): the setting is the connection's, and Kysely's
-   * connection runs named prepared statements.
+   * Each claim loop of a worker holds one connection of the pool for its claim statements (default true), where the
+   * driver can lend one (`fromPg`, `fromKysely` with its pool, `fromDrizzle` over a node-postgres pool; elsewhere they
+   * run on the pool: postgres.js's reserved connections do not survive a terminated backend, see `fromPostgresJs`): Postgres plans them once there, generically from the first
+   * call, instead of six times on every connection a claim lands on. Measured: 1.04x and 1.08x the deliveries/s of a
+   * 50k drain by 1 and 4 processes (bench/README.md). Holds at most half the pool's connections (the listening one
+   * counted); a claim loop gives its connection back when it stops or rests, or when a statement on it fails, so
+   * `pool.end()` after `bus.stop()` returns at once. Only claims that say they will relinquish their owner hold one
+   * (`ClaimParams.holdConnection`: the dispatcher's do): calling `claim` yourself holds nothing unless you ask.
+   * Set it to false behind a transaction-mode pooler (PgBouncer) unless the driver runs without prepared statements:
+   * the generic-plan setting is the connection's, and the held connection runs named prepared statements.
    */
   readonly holdClaimConnections?: boolean;
 }
@@ -428,7 +430,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const runOwned = <Row extends object>(name: StatementName, params: readonly unknown[]) =>
     run<Row>(driver.executor, name, params);
   /** A claim loop's connection, where the driver lends one (the listening connection is held besides). */
-  const sessions = new ClaimSessions(options.holdClaimConnections === true ? driver : undefined, listens ? 1 : 0);
+  const sessions = new ClaimSessions(options.holdClaimConnections === false ? undefined : driver, listens ? 1 : 0);
 
   /** Run a fenced single-delivery write; true when the statement returned its row. */
   async function fenced(name: StatementName, lease: ParsedLease, extra: readonly unknown[]): Promise<boolean> {
@@ -463,9 +465,11 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     failedClaims.throwHidden(owner);
     const now = iso(params.now);
     const lookaheadMs = params.retryLookaheadMs ?? 0;
-    /** The claim's statements run on the owner's connection (`ClaimSessions`). */
+    /** The claim's statements run on the owner's connection when the caller relinquishes it (`ClaimSessions`). */
     const runClaim = <Row extends object>(name: StatementName, values: readonly unknown[]) =>
-      sessions.run(owner, driver.executor, (executor) => run<Row>(executor, name, values));
+      params.holdConnection === true
+        ? sessions.run(owner, driver.executor, (executor) => run<Row>(executor, name, values))
+        : run<Row>(driver.executor, name, values);
     /**
      * The one row of a claim statement, and what it claimed. The walks move on, then the lanes it handed back lose their
      * cursors (in that order: a handed-back lane may have walked in the same claim).

@@ -68,8 +68,7 @@ export interface PostgresDriver<TTx> {
 export interface SqlSession extends SqlExecutor {
   /**
    * Give the connection back, with the settings relaybus changed restored; `broken` (a statement on it failed, so the
-   * connection may be gone or in an unknown state) closes it instead where the driver can (pg; postgres.js resets it all
-   * the same). Idempotent.
+   * connection may be gone or in an unknown state) closes it instead. Idempotent.
    */
   release(broken: boolean): Promise<void>;
 }

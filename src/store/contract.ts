@@ -173,6 +173,13 @@ export interface ClaimParams {
    * The owners of this worker's other claim loops: lanes they hold are not counted in `CompleteAndClaimResult.peerLanes`.
    */
   readonly siblingOwners?: readonly string[];
+  /**
+   * The caller relinquishes this owner when it is done claiming (`relinquish`: the dispatcher does when a claim loop
+   * stops or rests), so a store may keep a connection for the owner's claims until then (the Postgres store, see
+   * `PostgresStoreOptions.holdClaimConnections`). Default false: each claim gives back what it used. A store may ignore
+   * it.
+   */
+  readonly holdConnection?: boolean;
   readonly now?: Date;
 }
 

@@ -186,7 +186,7 @@ export function validateClaim(params: ClaimParams): void {
   params.handlers.forEach((name, i) => assertName(name, `handlers[${i}]`));
   assertPositiveInteger(params.limit, 'limit', 10_000);
   assertPositiveInteger(params.leaseDurationMs, 'leaseDurationMs', 86_400_000);
-  for (const flag of ['acquireWhenFull', 'skipFreeLanes', 'freeLanesFirst'] as const)
+  for (const flag of ['acquireWhenFull', 'skipFreeLanes', 'freeLanesFirst', 'holdConnection'] as const)
     if (params[flag] !== undefined && typeof params[flag] !== 'boolean')
       fail(`${flag} must be a boolean, got ${echo(params[flag])}.`);
   const prefer: unknown = params.preferLanes;

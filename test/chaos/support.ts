@@ -41,7 +41,7 @@ export const ItemCreated = defineEvent('${EVENT_TYPE}', Type.Object({ n: Type.In
 const bus = createRelayBus({
   // Claim connections held (the path with more to lose when a backend is terminated or the server restarts); the
   // pool's path meets the same in connection-loss.test.ts and the CLI's worker-resilience tests.
-  store: postgresStore({ driver: fromPg(pool), schema, holdClaimConnections: true }),
+  store: postgresStore({ driver: fromPg(pool), schema }),
   events: [ItemCreated],
   setupStore: false,
   maxAttempts: ${MAX_ATTEMPTS},

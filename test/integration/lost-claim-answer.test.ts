@@ -46,8 +46,9 @@ describe('a claim whose answer was lost, on real Postgres', { skip: 'skip' in fo
   before(async () => {
     pool = new pg.Pool({ connectionString: url, max: 6 });
     const driver = fromPg(pool);
-    const executor: SqlExecutor = {
-      exec: (script) => driver.executor.exec(script),
+    /** `executor` with the fault injected into its next matching statement. */
+    const faulty = <E extends SqlExecutor>(executor: E): E => ({
+      ...executor,
       async run(statement, params) {
         const hit = fault !== undefined && statement.name.startsWith(`relaybus_${fault.statement}_`);
         if (hit && skipped < fault!.skip) skipped += 1;
@@ -57,15 +58,18 @@ describe('a claim whose answer was lost, on real Postgres', { skip: 'skip' in fo
             fault = undefined;
             throw cut();
           }
-          const rows = await driver.executor.run<{ claimed?: string | null }>(statement, params);
+          const rows = await executor.run<{ claimed?: string | null }>(statement, params);
           if (when === 'after-claiming' && rows[0]?.claimed == null) return rows as never;
           fault = undefined;
           throw cut();
         }
-        return driver.executor.run(statement, params);
+        return executor.run(statement, params);
       },
-    };
-    store = postgresStore({ driver: { ...driver, executor }, schema });
+    });
+    const executor = faulty(driver.executor);
+    // A worker's claims run on the connection its claim loop holds (holdClaimConnections): the fault reaches them there.
+    const session = async () => faulty(await driver.session!());
+    store = postgresStore({ driver: { ...driver, executor, session }, schema });
     await store.setup();
   });
   after(async () => {

@@ -23,6 +23,7 @@ import { listenOnPgPool } from './pg-listener.js';
 import { listenOnPglite } from './pglite-driver.js';
 import { toArrayLiteral } from './array-literal.js';
 import { listenOnPostgresJs } from './postgres-js-driver.js';
+import { lendPgConnection, pgPoolSize, type PgPoolLike } from './pg-driver.js';
 import { inTransaction, runGuarded } from './transaction-guard.js';
 import { placeholderChunks, splitStatements } from './placeholders.js';
 
@@ -155,6 +156,19 @@ function listenerOf(db: DrizzleDatabaseLike): Pick<PostgresDriver<unknown>, 'lis
   return {};
 }
 
+/**
+ * Claim loops' connections (`holdClaimConnections`) from a node-postgres pool under the database (see `fromPg`): their
+ * claim statements run on that connection as named prepared statements, not through Drizzle. None under postgres.js
+ * (see `fromPostgresJs`) or PGlite.
+ */
+function sessionsOf(db: DrizzleDatabaseLike): Pick<PostgresDriver<unknown>, 'session' | 'poolSize'> {
+  const client: unknown = (db as { $client?: unknown }).$client;
+  if (!kindsOf(db).includes('NodePgDatabase') || !isPgPool(client)) return {};
+  const pool = client as PgPoolLike;
+  const poolSize = pgPoolSize(pool);
+  return { session: () => lendPgConnection(pool, true), ...(poolSize === undefined ? {} : { poolSize }) };
+}
+
 function describe(value: unknown): string {
   if (value === null) return 'null';
   if (typeof value !== 'object') return typeof value;
@@ -210,6 +224,7 @@ function drizzleDriver(db: DrizzleDatabaseLike, options: FromDrizzleOptions): Po
   return {
     ...(subscribe ? { onConnectionError: subscribe } : {}),
     ...listenerOf(db),
+    ...sessionsOf(db),
     executor: executorOf(db, postgresJs),
     concurrentConnections: options.concurrentConnections ?? !single,
     unwrap(tx: DrizzleTransactionLike): SqlExecutor {

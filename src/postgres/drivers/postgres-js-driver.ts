@@ -1,5 +1,5 @@
 import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
-import type { PostgresDriver, SqlExecutor, SqlSession, SqlStatement, Unlisten } from '../sql-client.js';
+import type { PostgresDriver, SqlExecutor, SqlStatement, Unlisten } from '../sql-client.js';
 import { inTransaction } from './transaction-guard.js';
 import { parseArrayLiteral, toArrayLiteral } from './array-literal.js';
 import { jsonCastParams } from './placeholders.js';
@@ -56,8 +56,6 @@ export interface PostgresJsTransactionLike extends PostgresJsQueryableLike {
 export interface PostgresJsSqlLike extends PostgresJsQueryableLike {
   begin(fn: (tx: PostgresJsTransactionLike) => Promise<unknown>): Promise<unknown>;
   end(options?: { timeout?: number | null }): Promise<void>;
-  /** postgres.js >= 3.4: one connection of the pool, until `release()`. */
-  reserve?(): Promise<PostgresJsQueryableLike & { release(): void }>;
   readonly options?: {
     readonly prepare?: boolean;
     /** How many connections the client may open (10 unless set). */
@@ -213,44 +211,11 @@ function postgresJsDriver(
       return inTransaction<PostgresJsTransactionLike, T>((body) => sql.begin(body) as Promise<T>, fn);
     },
     listen: (channel, onNotify) => listenOnPostgresJs(sql, channel, onNotify),
-    ...(typeof sql.reserve === 'function' && sql.options !== undefined
-      ? { session: () => reservePostgresJs(sql, prepare), poolSize: sql.options.max ?? POSTGRES_JS_DEFAULT_MAX }
-      : {}),
+    // No `session` (holdClaimConnections): a reserved postgres.js connection (`sql.reserve()`, 3.4.9) whose backend is
+    // terminated is still written to on its next query, and the write on its closed socket throws in a timer: the
+    // process dies (test/integration/connection-loss.test.ts, postgres.js, failed that way while claims held one).
     async close(): Promise<void> {
       if (options.closeWithStore) await sql.end();
-    },
-  };
-}
-
-/** postgres.js's default `max`. */
-const POSTGRES_JS_DEFAULT_MAX = 10;
-
-/**
- * A reserved connection of `sql` lent to relaybus (`PostgresDriver.session`), planning generically from each statement's
- * first call while held (see `lendPgConnection`). postgres.js cannot close a reserved connection, so the setting is
- * reset whatever happened: where that fails the connection is gone, and postgres.js opens a new one without it.
- */
-async function reservePostgresJs(sql: PostgresJsSqlLike, prepare: boolean): Promise<SqlSession> {
-  const reserved = await sql.reserve!();
-  try {
-    if (prepare) await reserved.unsafe("SELECT set_config('plan_cache_mode', 'force_generic_plan', false)");
-  } catch (error) {
-    reserved.release();
-    throw error;
-  }
-  let released = false;
-  return {
-    ...executorOf(reserved, prepare),
-    async release(): Promise<void> {
-      if (released) return;
-      released = true;
-      try {
-        if (prepare) await reserved.unsafe('RESET plan_cache_mode');
-      } catch {
-        // The connection is gone (see above).
-      } finally {
-        reserved.release();
-      }
     },
   };
 }
