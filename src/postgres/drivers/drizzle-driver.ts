@@ -23,7 +23,7 @@ import { listenOnPgPool } from './pg-listener.js';
 import { listenOnPglite } from './pglite-driver.js';
 import { toArrayLiteral } from './array-literal.js';
 import { listenOnPostgresJs } from './postgres-js-driver.js';
-import { lendPgConnection, pgPoolSize, type PgPoolLike } from './pg-driver.js';
+import { pgSessions, type PgPoolLike } from './pg-driver.js';
 import { inTransaction, runGuarded } from './transaction-guard.js';
 import { placeholderChunks, splitStatements } from './placeholders.js';
 
@@ -163,10 +163,7 @@ function listenerOf(db: DrizzleDatabaseLike): Pick<PostgresDriver<unknown>, 'lis
  */
 function sessionsOf(db: DrizzleDatabaseLike): Pick<PostgresDriver<unknown>, 'session' | 'poolSize'> {
   const client: unknown = (db as { $client?: unknown }).$client;
-  if (!kindsOf(db).includes('NodePgDatabase') || !isPgPool(client)) return {};
-  const pool = client as PgPoolLike;
-  const poolSize = pgPoolSize(pool);
-  return { session: () => lendPgConnection(pool, true), ...(poolSize === undefined ? {} : { poolSize }) };
+  return kindsOf(db).includes('NodePgDatabase') && isPgPool(client) ? pgSessions(client as PgPoolLike, true) : {};
 }
 
 function describe(value: unknown): string {

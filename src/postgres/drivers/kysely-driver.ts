@@ -21,7 +21,7 @@ import { InvalidInputError, InvalidOptionsError } from '../../core/errors.js';
 import type { PostgresDriver, SqlExecutor, SqlStatement } from '../sql-client.js';
 import { guardPgPool, isPgPool } from './connection-errors.js';
 import { listenOnPgPool } from './pg-listener.js';
-import { lendPgConnection, pgPoolSize, type PgPoolLike } from './pg-driver.js';
+import { pgSessions, type PgPoolLike } from './pg-driver.js';
 import { splitStatements } from './placeholders.js';
 
 /** What relaybus needs of any Kysely handle: run a compiled query, drop plugins. */
@@ -154,7 +154,6 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
   }
   const { pool } = options;
   const subscribe = pool === undefined ? undefined : guardPgPool(pool);
-  const poolSize = pool === undefined ? undefined : pgPoolSize(pool);
   const owned = db.withoutPlugins();
   return {
     ...(subscribe ? { onConnectionError: subscribe } : {}),
@@ -164,8 +163,7 @@ function kyselyDriver(db: KyselyLike, options: FromKyselyOptions): PostgresDrive
           listen: (channel: string, onNotify: (payload: string) => void) => listenOnPgPool(pool, channel, onNotify),
           // A claim loop's connection (`holdClaimConnections`), checked out of the same pool; its statements run on the
           // pg client itself, as named prepared statements, not through Kysely (which would check out one per statement).
-          session: () => lendPgConnection(pool, true),
-          ...(poolSize === undefined ? {} : { poolSize }),
+          ...pgSessions(pool, true),
         }),
     executor: executorOf(owned),
     concurrentConnections: options.concurrentConnections ?? true,

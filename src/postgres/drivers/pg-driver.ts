@@ -67,7 +67,7 @@ function executorOf(client: PgClientLike, prepared: boolean): SqlExecutor {
 const PG_DEFAULT_POOL_SIZE = 10;
 
 /** How many connections a pg pool may open (its `max`), or undefined for a pool-like that does not say. */
-export function pgPoolSize(pool: PgPoolLike): number | undefined {
+function pgPoolSize(pool: PgPoolLike): number | undefined {
   if (!('options' in pool)) return undefined;
   const max = pool.options?.max;
   return typeof max === 'number' && Number.isInteger(max) && max > 0 ? max : PG_DEFAULT_POOL_SIZE;
@@ -80,7 +80,7 @@ export function pgPoolSize(pool: PgPoolLike): number | undefined {
  * without them (transaction-mode PgBouncer): unnamed statements are planned on every call anyway, and a session setting
  * would stay on whichever server connection the pooler picked.
  */
-export async function lendPgConnection(pool: PgPoolLike, prepared: boolean): Promise<SqlSession> {
+async function lendPgConnection(pool: PgPoolLike, prepared: boolean): Promise<SqlSession> {
   const client = await pool.connect();
   guardCheckedOut(pool, client);
   try {
@@ -112,6 +112,15 @@ export async function lendPgConnection(pool: PgPoolLike, prepared: boolean): Pro
 }
 
 /**
+ * What a driver over `pool` lends for `holdClaimConnections` (`PostgresDriver.session` and `poolSize`): `fromPg`, and
+ * Kysely and Drizzle over a pg pool (their claim statements then run on the pg client itself, not through them).
+ */
+export function pgSessions(pool: PgPoolLike, prepared: boolean): Pick<PostgresDriver<unknown>, 'session' | 'poolSize'> {
+  const poolSize = pgPoolSize(pool);
+  return { session: () => lendPgConnection(pool, prepared), ...(poolSize === undefined ? {} : { poolSize }) };
+}
+
+/**
  * Adapt a `pg.Pool` for `postgresStore`. `bus.publish(client, ...)` then takes a `pg` client in an
  * open transaction (`BEGIN` issued by the caller).
  *
@@ -135,7 +144,6 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
   }
   const prepared = options.preparedStatements ?? true;
   const subscribe = guardPgPool(pool);
-  const poolSize = pgPoolSize(pool);
   return {
     executor: executorOf(pool, prepared),
     concurrentConnections: true,
@@ -187,8 +195,7 @@ export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresD
       return subscribe?.(listener) ?? (() => {});
     },
     listen: (channel, onNotify) => listenOnPgPool(pool, channel, onNotify),
-    session: () => lendPgConnection(pool, prepared),
-    ...(poolSize === undefined ? {} : { poolSize }),
+    ...pgSessions(pool, prepared),
     async close(): Promise<void> {
       if (options.closeWithStore) await pool.end();
     },

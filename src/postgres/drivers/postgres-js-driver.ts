@@ -58,8 +58,6 @@ export interface PostgresJsSqlLike extends PostgresJsQueryableLike {
   end(options?: { timeout?: number | null }): Promise<void>;
   readonly options?: {
     readonly prepare?: boolean;
-    /** How many connections the client may open (10 unless set). */
-    readonly max?: number;
     readonly transform?: {
       readonly column?: { readonly from?: unknown };
       readonly value?: { readonly from?: unknown };
