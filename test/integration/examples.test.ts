@@ -13,54 +13,13 @@
  * Both also type-check against the packed declarations.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import {
-  cpSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-import pg from 'pg';
 import { findPostgres } from '../support/databases.js';
+import { FlowDatabases, packedTarball, REPO_ROOT, removeWork, run, workDir } from '../support/packed-package.js';
 
-const execFileAsync = promisify(execFile);
-const root = fileURLToPath(new URL('../../', import.meta.url));
 const found = await findPostgres();
-
-/** Run a command; on failure the error carries its output. */
-async function run(
-  command: string,
-  args: readonly string[],
-  cwd: string,
-  env: Record<string, string> = {},
-): Promise<string> {
-  // npm_* variables of an enclosing `npm test` would leak into the example's npm (its prefix, its scripts).
-  const clean = Object.fromEntries(
-    Object.entries(process.env).filter(([name]) => !name.toLowerCase().startsWith('npm_')),
-  );
-  try {
-    const { stdout, stderr } = await execFileAsync(command, [...args], {
-      cwd,
-      env: { ...clean, ...env, NO_UPDATE_NOTIFIER: '1' },
-      timeout: 120_000,
-      maxBuffer: 32 * 1024 * 1024,
-    });
-    return `${stdout}${stderr}`;
-  } catch (error) {
-    const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
-    throw new Error(`${command} ${args.join(' ')} failed in ${cwd}:\n${stdout}\n${stderr}`, { cause: error });
-  }
-}
 
 /** The last line of `output` that parses as JSON. */
 function lastJson(output: string): Record<string, unknown> {
@@ -78,26 +37,20 @@ const EXPECTED = { notified: ['o-1'], receipts: ['o-1'], orders: ['o-1'], left: 
 describe('example apps, with relaybus packed and installed from the tarball', {
   skip: 'skip' in found ? found.skip : undefined,
 }, () => {
-  const url = 'url' in found ? found.url : '';
-  const work = mkdtempSync(join(tmpdir(), 'relaybus-examples-'));
-  const admin = new pg.Pool({ connectionString: url, max: 1 });
-  const databases: string[] = [];
+  const work = workDir('examples');
+  const databases = new FlowDatabases('url' in found ? found.url : '');
   let tarball = '';
 
   /** A fresh database for one example; its URL. */
-  async function database(label: string): Promise<string> {
-    const name = `relaybus_example_${label}_${process.pid}_${Date.now()}`;
-    await admin.query(`CREATE DATABASE "${name}"`);
-    databases.push(name);
-    const target = new URL(url);
-    target.pathname = `/${name}`;
-    return target.toString();
-  }
+  const database = (label: string) => databases.create(label);
 
   /** A copy of examples/<app> with relaybus installed from the tarball and its other dependencies from the npm cache. */
   async function install(app: string): Promise<string> {
     const project = join(work, app);
-    cpSync(join(root, 'examples', app), project, { recursive: true, filter: (src) => !src.includes('node_modules') });
+    cpSync(join(REPO_ROOT, 'examples', app), project, {
+      recursive: true,
+      filter: (src) => !src.includes('node_modules'),
+    });
     const manifest = JSON.parse(readFileSync(join(project, 'package.json'), 'utf8')) as {
       dependencies: Record<string, string>;
     };
@@ -108,48 +61,12 @@ describe('example apps, with relaybus packed and installed from the tarball', {
   }
 
   before(async () => {
-    // A copy of the package sources (the repository's own dist/ stays untouched: other runs may be using it),
-    // built with `npm run build`, then packed as `npm pack` packs it.
-    const staging = join(work, 'package');
-    mkdirSync(staging);
-    for (const path of ['package.json', 'tsconfig.json', 'tsconfig.build.json', 'README.md', 'src', 'schema', 'sql']) {
-      cpSync(join(root, path), join(staging, path), { recursive: true });
-    }
-    symlinkSync(join(root, 'node_modules'), join(staging, 'node_modules'), 'dir');
-    await run('npm', ['run', 'build'], staging);
-    assert.ok(existsSync(join(staging, 'dist/src/index.js')), 'npm run build writes dist/');
-    const packed = JSON.parse(
-      await run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work, '--loglevel=error'], staging),
-    ) as {
-      filename: string;
-      files: { path: string }[];
-    }[];
-    const files = new Set(packed[0]!.files.map((f) => f.path));
-    for (const file of [
-      'dist/src/index.js',
-      'dist/src/index.d.ts',
-      'dist/src/postgres/index.js',
-      'dist/src/postgres/drivers/kysely-driver.js',
-      'dist/src/postgres/drivers/drizzle-driver.d.ts',
-      'dist/schema/index.js',
-      'sql/publish.sql',
-      'sql/complete-many.sql',
-      'schema/migrations/meta/_journal.json',
-      'schema/postgres-supplement.sql',
-    ]) {
-      assert.ok(files.has(file), `the tarball contains ${file}`);
-    }
-    assert.ok(
-      ![...files].some((f) => f.startsWith('src/') || f.startsWith('test/')),
-      'no sources or tests in the tarball',
-    );
-    tarball = join(work, packed[0]!.filename);
+    tarball = await packedTarball(work);
   });
 
   after(async () => {
-    for (const name of databases) await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
-    await admin.end();
-    rmSync(work, { recursive: true, force: true });
+    await databases.drop();
+    removeWork(work);
   });
 
   it('drizzle-app: drizzle-kit generate and migrate with relaybus/schema, setupStore: false, publish in db.transaction, a worker', async () => {
