@@ -4,7 +4,6 @@ import {
   InvalidInputError,
   InvalidOptionsError,
   RelayBusError,
-  SchemaMismatchError,
   StoreUnavailableError,
 } from '../core/errors.js';
 import { laneOf, LANE_COUNT } from '../core/lanes.js';
@@ -66,6 +65,7 @@ import { RecordedLanes } from './recorded-lanes.js';
 import { ClaimSessions } from './claim-sessions.js';
 import { FailedClaims } from './failed-claims.js';
 import { RetryProbes } from './retry-probes.js';
+import { missingSchemaError, PublishProbe } from './publish-probe.js';
 import { claimedTuples, type RowOf } from './rows.js';
 import { setupPostgres } from './setup.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
@@ -123,10 +123,7 @@ function toStoreError(error: unknown, statement: string, schema: string): RelayB
   const sqlState = sqlStateOf(error);
   const detail = error instanceof Error ? error.message : String(error);
   if (sqlState === UNDEFINED_TABLE) {
-    return new SchemaMismatchError(
-      `The relaybus tables are missing in schema "${schema}" (${detail}). Run setup() first (bus.start() does, unless setupStore is false) or apply createPostgresSchemaSql().`,
-      { cause: error },
-    );
+    return missingSchemaError(schema, detail, error);
   }
   const retryable = isRetryableDatabaseError(error);
   const state = sqlState === undefined ? '' : ` (SQLSTATE ${sqlState})`;
@@ -395,6 +392,8 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
   const walks = new KeyWalkCursors();
   const recordedLanes = new RecordedLanes();
   const probes = new RetryProbes();
+  /** Until the tables are seen, a publish checks for them first, so their absence leaves the caller's transaction usable. */
+  const publishProbe = new PublishProbe(schema, statements);
   const failedClaims = new FailedClaims();
   /**
    * Owners that may hold lanes: their last claim claimed or completed something. One not here (new, relinquished, or
@@ -708,6 +707,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
     async setup() {
       try {
         await setupPostgres(driver, schema, statements);
+        publishProbe.markFound();
       } catch (error) {
         throw toStoreError(error, 'setup', schema);
       }
@@ -717,6 +717,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
       const payloads = validatePublish(events, now);
       if (events.length === 0) return [];
       const executor = driver.unwrap(tx);
+      await publishProbe.check(executor, (on, params) => run(on, 'publish-probe', params));
       const ids = events.map((event) => event.id ?? randomUUID());
       // Outside a transaction block (a transaction object used after it ended) a statement would autocommit. No
       // single statement can tell, so a guard statement sets a transaction-local marker first, pipelined where the

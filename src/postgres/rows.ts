@@ -222,6 +222,7 @@ export const ROW_COLUMNS = {
   'publish-guard': { marker: col('text') },
   'publish-new': LEAN,
   'publish-new-one': LEAN,
+  'publish-probe': { missing: col('_text'), row_lease: col('bool') },
   'purge-expired': { events: col('int4'), dead_deliveries: col('int4'), history: col('int4') },
   release: IDS,
   relinquish: { lane: col('int2') },

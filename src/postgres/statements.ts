@@ -22,6 +22,7 @@ export const STATEMENT_NAMES = [
   'publish-guard',
   'publish-new',
   'publish-new-one',
+  'publish-probe',
   'publish-undo',
   'purge-expired',
   'release',

@@ -34,3 +34,21 @@ export const PRELUDES: Readonly<Record<string, string>> = {
     'declare const order: { readonly id: string; readonly customerId: string };',
   ].join('\n'),
 };
+
+/**
+ * The same preludes as values a program can run, for the flow tests (test/flows/) that run a README block in a new
+ * project: what the reader's application would have made by then. Each declares the names its `PRELUDES` entry
+ * declares, with those types, so a block that typechecks with one runs with the other.
+ */
+export const RUNNABLE_PRELUDES: Readonly<Record<string, string>> = {
+  'order-placed': PRELUDES['order-placed']!,
+
+  kysely: [
+    "import pg_ from 'pg';",
+    "import { Kysely as Kysely_, PostgresDialect as PostgresDialect_ } from 'kysely';",
+    'const pool = new pg_.Pool({ connectionString: process.env.DATABASE_URL });',
+    "pool.on('error', (error) => console.error('idle Postgres connection lost:', error.message));",
+    'const db = new Kysely_<{ orders: { id: string; customer_id: string } }>({ dialect: new PostgresDialect_({ pool }) });',
+    "const order: { readonly id: string; readonly customerId: string } = { id: 'o-1', customerId: 'c-7' };",
+  ].join('\n'),
+};

@@ -1,8 +1,9 @@
 /**
  * The README's quick start as a list of steps, in the README's order: files to write (`ts` blocks
- * with `file=`), environment exports, install commands (which the test replaces by links to this
- * repository), `relaybus` invocations, and other shell lines that run as written. A step this
- * module cannot classify is an error, so the quick start cannot grow a step the test ignores.
+ * with `file=`), environment exports, npm installs into the project, the build of relaybus's
+ * tarball in its clone (`npm ci && npm pack`), `relaybus` invocations, and other shell lines that
+ * run as written. A step this module cannot classify is an error, so the quick start cannot grow a
+ * step the flow test (test/flows/quick-start.test.ts) ignores.
  */
 import type { CodeBlock } from './markdown.js';
 import { invocationsInShell, type Invocation } from './commands.js';
@@ -11,12 +12,15 @@ export type Step =
   | { readonly kind: 'file'; readonly line: number; readonly name: string; readonly code: string }
   | { readonly kind: 'env'; readonly line: number; readonly name: string; readonly value: string }
   | { readonly kind: 'install'; readonly line: number; readonly text: string }
+  | { readonly kind: 'build'; readonly line: number; readonly text: string }
   | { readonly kind: 'relaybus'; readonly line: number; readonly invocation: Invocation; readonly text: string }
   | { readonly kind: 'shell'; readonly line: number; readonly text: string };
 
 const SHELL = new Set(['sh', 'bash', 'shell']);
-/** Installing relaybus and its peers: the test links them from this repository instead. */
-const INSTALL = /^(git clone|npm (install|i|ci|pack)|cd)\b/;
+/** An npm install into the project: the flow test runs it as written, npm served from the local cache. */
+const INSTALL = /^npm (install|i)\b/;
+/** The build of relaybus's package in its clone: the flow test builds the same tarball from this repository. */
+const BUILD = /\bnpm pack\b/;
 
 /** The steps of the code blocks of one README section, in order. */
 export function quickStartSteps(blocks: readonly CodeBlock[]): Step[] {
@@ -42,6 +46,10 @@ export function quickStartSteps(blocks: readonly CodeBlock[]): Step[] {
       const exported = /^export\s+([A-Z_][A-Z0-9_]*)=(\S*)$/.exec(command);
       if (exported) {
         steps.push({ kind: 'env', line, name: exported[1]!, value: exported[2]! });
+        return;
+      }
+      if (BUILD.test(command)) {
+        steps.push({ kind: 'build', line, text: command });
         return;
       }
       if (INSTALL.test(command)) {

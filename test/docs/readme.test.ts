@@ -5,23 +5,20 @@
  *   mapped to src/ and schema/ by tsconfig `paths`), with the preludes its marker names, in a
  *   git-ignored folder under test/docs/.snippets/;
  * - every `relaybus` subcommand and long flag the README names (shell and Dockerfile blocks, inline
- *   code, the worker's flag table) is listed by `relaybus <command> --help` of the built bin;
- * - the quick start runs as written, in order, against Postgres, in a database of its own (the
- *   README's code uses the default `relaybus` schema, so a database is what keeps it apart): its
- *   files are saved, `relaybus setup` runs, the publishing script commits, and a worker drains.
+ *   code, the worker's flag table) is listed by `relaybus <command> --help` of the built bin.
+ *
+ * The flows themselves (the quick start, Kysely, SQL and triggers, ...) are followed as a user does in
+ * test/flows/, with the packed package in a new project.
  *
  * See test/docs/markdown.ts for the `<!-- snippet: ... -->` markers.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import pg from 'pg';
-import { BIN, REPO, runCli, startCli, tempDir, useBuiltCli, type CliResult } from '../cli/support.js';
-import { findPostgres } from '../support/databases.js';
+import { REPO, runCli, useBuiltCli, type CliResult } from '../cli/support.js';
 import {
   declaredFlags,
   invocationInDockerfile,
@@ -44,6 +41,15 @@ useBuiltCli();
 describe('README.md markers', () => {
   it('every <!-- snippet: ... --> marker is well-formed and applies to a code block or table', () => {
     assert.deepEqual(parts.problems, []);
+  });
+
+  it('the quick start is made of steps test/flows/quick-start.test.ts knows how to run', () => {
+    const steps = quickStartSteps(parts.blocks.filter((block) => block.section === QUICK_START));
+    for (const kind of ['build', 'install', 'file', 'relaybus'])
+      assert.ok(
+        steps.some((step) => step.kind === kind),
+        `the quick start has a ${kind} step`,
+      );
   });
 
   it('every ts block is checked, or skipped with a reason; its preludes exist; its file name is unique', () => {
@@ -238,148 +244,4 @@ describe('README.md names only relaybus commands and flags that exist', () => {
       assert.deepEqual(missing, [], `relaybus ${command} --help lists ${[...declared].join(' ')}`);
     });
   }
-});
-
-/** What the quick start says the worker prints: "... prints `<text>`". */
-function printedClaims(): string[] {
-  const text = readFileSync(README, 'utf8');
-  const start = text.indexOf(`## ${QUICK_START}`);
-  const section = text.slice(start, text.indexOf('\n## ', start + 1));
-  return [...section.matchAll(/prints `([^`]+)`/g)].map((match) => match[1]!);
-}
-
-const found = await findPostgres();
-
-describe('README.md quick start, run as written against Postgres', {
-  skip: 'skip' in found ? found.skip : undefined,
-}, () => {
-  const url = 'url' in found ? found.url : '';
-  const database = `relaybus_readme_${process.pid}_${Date.now()}`;
-  const admin = new pg.Pool({ connectionString: url, max: 1 });
-  let target = '';
-
-  before(async () => {
-    await admin.query(`CREATE DATABASE "${database}"`);
-    const at = new URL(url);
-    at.pathname = `/${database}`;
-    target = at.toString();
-    // The README publishes into "an orders (id, customer_id) table of your application".
-    const app = new pg.Client({ connectionString: target });
-    await app.connect();
-    await app.query('CREATE TABLE orders (id text PRIMARY KEY, customer_id text NOT NULL)');
-    await app.end();
-  });
-
-  after(async () => {
-    await admin.query(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
-    await admin.end();
-  });
-
-  it('saves the files, runs relaybus setup, publishes, and a worker drains the delivery, in the README order', {
-    timeout: 120_000,
-  }, async () => {
-    const steps = quickStartSteps(parts.blocks.filter((block) => block.section === QUICK_START));
-    assert.ok(
-      steps.some((step) => step.kind === 'relaybus' && step.invocation.words[0] === 'worker'),
-      'the quick start runs a worker',
-    );
-    // A fresh project as `npm init -y` makes it, with relaybus, pg and tsx linked from this repository.
-    const project = tempDir('readme-quick-start');
-    writeFileSync(
-      join(project, 'package.json'),
-      `${JSON.stringify({ name: 'app', version: '1.0.0', type: 'commonjs' }, null, 2)}\n`,
-    );
-    mkdirSync(join(project, 'node_modules/.bin'), { recursive: true });
-    symlinkSync(REPO, join(project, 'node_modules/relaybus'), 'dir');
-    for (const name of ['pg', 'tsx'])
-      symlinkSync(join(REPO, 'node_modules', name), join(project, 'node_modules', name), 'dir');
-    symlinkSync(join(REPO, 'node_modules/tsx/dist/cli.mjs'), join(project, 'node_modules/.bin/tsx'));
-    symlinkSync(BIN, join(project, 'node_modules/.bin/relaybus'));
-
-    const clean = Object.fromEntries(
-      Object.entries(process.env).filter(([name]) => !name.toLowerCase().startsWith('npm_')),
-    );
-    // DATABASE_URL is always this test's database, whatever the README exports: never the shared one.
-    const env: Record<string, string | undefined> = {
-      ...clean,
-      NPM_CONFIG_OFFLINE: 'true',
-      NO_UPDATE_NOTIFIER: '1',
-      DATABASE_URL: target,
-    };
-    const db = new pg.Pool({ connectionString: target, max: 1 });
-    // The drop of the worker's connections below (and the database's forced drop after) may reach this pool's own idle
-    // connection too: a dropped idle connection is an 'error' event of the pool, harmless here.
-    db.on('error', () => {});
-    try {
-      for (const step of steps) {
-        const at = `README.md:${step.line}`;
-        if (step.kind === 'file') writeFileSync(join(project, step.name), step.code);
-        else if (step.kind === 'env') env[step.name] = step.name === 'DATABASE_URL' ? target : step.value;
-        else if (step.kind === 'install')
-          continue; // relaybus, pg and tsx are linked above
-        else if (step.kind === 'shell') {
-          await execFileAsync('/bin/sh', ['-c', step.text], { cwd: project, env, timeout: 60_000 }).catch(
-            (error: { stdout?: string; stderr?: string }) => {
-              assert.fail(`${at}: \`${step.text}\` failed:\n${error.stdout ?? ''}${error.stderr ?? ''}`);
-            },
-          );
-        } else if (step.invocation.words[0] !== 'worker') {
-          const result = await runCli(step.invocation.args, { cwd: project, env });
-          assert.equal(
-            result.code,
-            0,
-            `${at}: \`${step.text}\` exited ${result.code}:\n${result.stdout}${result.stderr}`,
-          );
-        } else {
-          // The bin itself, not npx: the README says why (npx does not wait for the worker on SIGTERM).
-          const worker = startCli(step.invocation.args, { cwd: project, env });
-          const deadline = Date.now() + 30_000;
-          for (;;) {
-            const { rows } = await db.query<{ events: number; deliveries: number }>(
-              'SELECT (SELECT count(*)::int FROM relaybus.relaybus_events) AS events, (SELECT count(*)::int FROM relaybus.relaybus_deliveries) AS deliveries',
-            );
-            if (rows[0]!.events > 0 && rows[0]!.deliveries === 0) break;
-            const output = worker.output();
-            if (Date.now() > deadline || worker.child.exitCode !== null) {
-              worker.child.kill('SIGKILL');
-              assert.fail(
-                `${at}: the worker did not drain (${JSON.stringify(rows[0])}):\n${output.stdout}${output.stderr}`,
-              );
-            }
-            await sleep(100);
-          }
-          // The server drops the worker's connections (a failover, an idle timeout): the quick start's
-          // pool error listener keeps the process alive, and the worker still stops gracefully.
-          const dropped = await db.query(
-            'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
-            [database],
-          );
-          assert.ok((dropped.rowCount ?? 0) > 0, 'the worker had connections to drop');
-          await sleep(500);
-          assert.equal(
-            worker.child.exitCode,
-            null,
-            `${at}: the worker died when its connections were dropped:\n${worker.output().stderr}`,
-          );
-          worker.child.kill('SIGTERM');
-          const result = await worker.exited;
-          assert.equal(
-            result.code,
-            0,
-            `${at}: the worker stopped with ${result.code ?? result.signal}:\n${result.stdout}${result.stderr}`,
-          );
-          for (const claim of printedClaims())
-            assert.ok(
-              result.stdout.includes(claim),
-              `the README says the worker prints "${claim}"; it printed:\n${result.stdout}`,
-            );
-        }
-      }
-      const { rows } = await db.query<{ handlers: string[] }>('SELECT handlers FROM relaybus.relaybus_events');
-      assert.equal(rows.length, 1, 'the quick start published one event');
-      assert.ok(rows[0]!.handlers.length > 0, 'with its handlers');
-    } finally {
-      await db.end();
-    }
-  });
 });
