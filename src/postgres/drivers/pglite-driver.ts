@@ -86,6 +86,13 @@ function pgliteDriver(db: PgliteLike, options: FromPgliteOptions): PostgresDrive
           'Expected a PGlite transaction (the argument of db.transaction(fn)), got ' + typeof tx + '.',
         );
       }
+      if (typeof (tx as { transaction?: unknown }).transaction === 'function') {
+        // the database itself: its statements would commit on their own, not with the caller's writes
+        throw new InvalidInputError(
+          'Expected a PGlite transaction, got the PGlite database itself: a publish outside a transaction would not be ' +
+            'atomic with your writes. Call it inside db.transaction(async (tx) => ...) and pass tx.',
+        );
+      }
       // A PGlite transaction refuses statements once it ended: no guard statement needed.
       return { ...executorOf(tx), transactionChecked: true };
     },
