@@ -7,6 +7,7 @@ export {
   type FromPgOptions,
   type PgClientLike,
   type PgPoolClientLike,
+  type PgPoolClientOf,
   type PgPoolLike,
 } from './drivers/pg-driver.js';
 export {
@@ -14,6 +15,8 @@ export {
   type FromPgliteOptions,
   type PgliteLike,
   type PgliteQueryableLike,
+  type PgliteTransactionLike,
+  type PgliteTransactionOf,
 } from './drivers/pglite-driver.js';
 export {
   fromPostgresJs,

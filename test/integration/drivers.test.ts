@@ -16,7 +16,7 @@ import postgres from 'postgres';
 import { InvalidInputError, InvalidOptionsError, RelayBusError } from '../../src/core/errors.js';
 import { fromDrizzle } from '../../src/postgres/drivers/drizzle-driver.js';
 import { fromKysely, type KyselyTransactionLike } from '../../src/postgres/drivers/kysely-driver.js';
-import { fromPg, fromPostgresJs, postgresStore, type PostgresStore } from '../../src/postgres/index.js';
+import { fromPg, fromPglite, fromPostgresJs, postgresStore, type PostgresStore } from '../../src/postgres/index.js';
 import type { PublishParams } from '../../src/store/contract.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 
@@ -283,6 +283,22 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
         await pool.end();
       }
     });
+  });
+});
+
+describe('PGlite: the database where a transaction is needed', () => {
+  it('is refused with a clear error and nothing is written', async () => {
+    const db = await PGlite.create();
+    try {
+      const store = postgresStore({ driver: fromPglite(db) });
+      await store.setup();
+      await rejectsInput(store.publish(db as never, [event('e1')]), /got the PGlite database itself: .*not be atomic/);
+      assert.equal(await countEvents(store), 0);
+      await db.transaction((tx) => store.publish(tx, [event('e2')]));
+      assert.equal(await countEvents(store), 2);
+    } finally {
+      await db.close();
+    }
   });
 });
 

@@ -28,7 +28,8 @@ import {
   fromPglite,
   fromPostgresJs,
   postgresStore,
-  type PgClientLike,
+  type PgPoolClientLike,
+  type PgPoolLike,
   type PostgresDriver,
   type PostgresStore,
   type SqlExecutor,
@@ -222,13 +223,13 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     const client = await pool.connect();
     try {
-      const driver = fromPg(pool);
+      const driver = fromPg<PgPoolLike>(pool); // typed as the minimal client: `old` below is one
       const store = await storeOn(driver, 'late_pg');
       await client.query('BEGIN');
       await client.query('COMMIT');
       await refusesLateTransaction(store, driver, client, isRefusal);
       // An older pg client cannot say whether it is in a transaction: the guard does.
-      const old: PgClientLike = { query: (config: never) => client.query(config) };
+      const old: PgPoolClientLike = { query: (config: never) => client.query(config), release: () => {} };
       await assert.rejects(store.publish(old, [event('old-pg')]), NOT_IN_TRANSACTION);
       await client.query('BEGIN');
       await store.publish(old, [event('old-pg')]);
@@ -260,12 +261,12 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
   it('the guard holds when a driver runs the publish before the guard statement', async () => {
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     try {
-      const pgDriver = fromPg(pool);
+      const pgDriver = fromPg<PgPoolLike>(pool);
       // A driver that holds the guard statement back until the next statement has run: the publish sees no marker
       // first, then runs again once the guard has.
-      const reordering: PostgresDriver<PgClientLike> = {
+      const reordering: PostgresDriver<PgPoolClientLike> = {
         ...pgDriver,
-        unwrap(tx: PgClientLike): SqlExecutor {
+        unwrap(tx: PgPoolClientLike): SqlExecutor {
           const inner = pgDriver.unwrap(tx);
           let held: (() => void) | undefined;
           return {
@@ -291,7 +292,7 @@ describe('publish through a transaction that has ended', { skip, timeout: 120_00
       assert.deepEqual(await counts(store, reordering), { events: 3, deliveries: 6 });
       const client = await pool.connect();
       try {
-        const unchecked: PgClientLike = { query: (config: never) => client.query(config) };
+        const unchecked: PgPoolClientLike = { query: (config: never) => client.query(config), release: () => {} };
         await assert.rejects(store.publish(unchecked, [event('r4')]), NOT_IN_TRANSACTION);
         assert.deepEqual(await counts(store, reordering), { events: 3, deliveries: 6 });
       } finally {

@@ -37,6 +37,21 @@ export interface PgPoolLike extends PgClientLike {
   readonly options?: { readonly max?: number };
 }
 
+/**
+ * The client type of a pool: what its `connect()` resolves to (`pg.PoolClient` for a `pg.Pool`), so a
+ * transactional handler's `ctx.transaction` is the application's own typed client and `bus.publish` refuses the
+ * pool itself (a `pg.Pool` has no `release`). Both of `pg.Pool.connect`'s overloads are matched: inferring from
+ * the last one alone (the callback form) would give `unknown`.
+ */
+export type PgPoolClientOf<TPool> = TPool extends {
+  connect(): Promise<infer Client>;
+  connect(callback: never): void;
+}
+  ? Client extends PgPoolClientLike
+    ? Client
+    : PgPoolClientLike
+  : PgPoolClientLike;
+
 export interface FromPgOptions {
   /** Run statements as named prepared statements (default true). Turn off behind transaction-mode poolers. */
   readonly preparedStatements?: boolean;
@@ -121,8 +136,9 @@ export function pgSessions(pool: PgPoolLike, prepared: boolean): Pick<PostgresDr
 }
 
 /**
- * Adapt a `pg.Pool` for `postgresStore`. `bus.publish(client, ...)` then takes a `pg` client in an
- * open transaction (`BEGIN` issued by the caller).
+ * Adapt a `pg.Pool` for `postgresStore`. `bus.publish(client, ...)` then takes a client checked out of
+ * the pool (`pg.PoolClient`) in an open transaction (`BEGIN` issued by the caller), and a transactional
+ * handler's `ctx.transaction` is a `pg.PoolClient` too; the pool itself does not type-check there.
  *
  * Dropped connections: relaybus puts an `'error'` listener on the pool and on every client it hands
  * out from then on (once per pool), so a connection that drops (`pg_terminate_backend`, a restart)
@@ -136,7 +152,14 @@ export function pgSessions(pool: PgPoolLike, prepared: boolean): Pick<PostgresDr
  * const store = postgresStore({ driver: fromPg(pool) });
  * ```
  */
-export function fromPg(pool: PgPoolLike, options: FromPgOptions = {}): PostgresDriver<PgClientLike> {
+export function fromPg<TPool extends PgPoolLike>(
+  pool: TPool,
+  options: FromPgOptions = {},
+): PostgresDriver<PgPoolClientOf<TPool>> {
+  return pgDriver(pool, options) as unknown as PostgresDriver<PgPoolClientOf<TPool>>;
+}
+
+function pgDriver(pool: PgPoolLike, options: FromPgOptions): PostgresDriver<PgClientLike> {
   if (!isPgClient(pool) || typeof (pool as { connect?: unknown }).connect !== 'function') {
     throw new InvalidInputError(
       'fromPg() needs a pg.Pool (an object with query() and connect()). For PGlite use fromPglite().',
