@@ -1,6 +1,7 @@
 import { defineConfig } from 'drizzle-kit';
 
-// The app's tables and the relaybus tables (re-exported from 'relaybus/schema') in one set of migrations.
+// The app's tables and the relaybus tables in one set of migrations. drizzle-kit reads each schema entry as a
+// file path or glob, never as a package name, so src/relaybus-schema.ts re-exports 'relaybus/schema'.
 // The relaybus tables live in their own Postgres schema, so schemaFilter lists it next to 'public'.
 export default defineConfig({
   dialect: 'postgresql',

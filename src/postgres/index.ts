@@ -28,9 +28,6 @@ export {
   type PostgresJsTransactionLike,
   type PostgresJsTransactionOf,
 } from './drivers/postgres-js-driver.js';
-export {
-  createPostgresSchemaSql,
-  createPostgresSupplementSql,
-  DEFAULT_SCHEMA,
-} from './schema-sql.js';
+export { createPostgresAdoptSql, createPostgresSupplementSql } from './drizzle-kit-sql.js';
+export { createPostgresSchemaSql, DEFAULT_SCHEMA } from './schema-sql.js';
 export type { PostgresDriver, SqlExecutor, SqlStatement } from './sql-client.js';

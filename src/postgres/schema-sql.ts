@@ -91,29 +91,5 @@ export function createPostgresSchemaSql(options: { schema?: string } = {}): stri
   );
 }
 
-/**
- * Everything drizzle-kit cannot express, for a team that puts the relaybus tables into its own
- * drizzle-kit migrations (`drizzle-kit generate --custom`, then paste this): storage parameters, the
- * lane rows, and the record of the relaybus migrations the tables now match, so a later `setup()`
- * finds nothing to do. Starts with a newline: drizzle-kit's custom file ends on its comment line.
- *
- * ```ts
- * import { createPostgresSupplementSql } from 'relaybus/postgres';
- * fs.appendFileSync('drizzle/0003_relaybus_supplement.sql', createPostgresSupplementSql());
- * ```
- */
-export function createPostgresSupplementSql(options: { schema?: string } = {}): string {
-  const schema = options.schema ?? DEFAULT_SCHEMA;
-  const statements = [...loadSupplement(schema), ...migrationRecords(schema, loadMigrations(schema))];
-  return `\n${statements.map((statement) => (statement.endsWith(';') ? statement : `${statement};`)).join('\n--> statement-breakpoint\n')}\n`;
-}
-
-function migrationRecords(schema: string, migrations: readonly Migration[]): string[] {
-  return migrations.map(
-    ({ name }) =>
-      `INSERT INTO ${quoteIdentifier(schema)}.relaybus_migrations (name) VALUES ('${name}') ON CONFLICT (name) DO NOTHING`,
-  );
-}
-
 /** Join statements into one script (used by setup). */
 export { asScript };

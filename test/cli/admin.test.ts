@@ -271,7 +271,9 @@ describe('relaybus setup, stats, dead, purge (real Postgres, built bin)', {
 });
 
 describe('relaybus sql (no database)', () => {
-  it('prints the whole DDL for a schema, and only the supplement with --supplement', { timeout: 30_000 }, async () => {
+  it('prints the whole DDL for a schema, only the supplement with --supplement, the adopt migration with --adopt', {
+    timeout: 30_000,
+  }, async () => {
     const full = await runCli(['sql', '--schema', 'events']);
     assert.equal(full.code, 0, full.stderr);
     assert.match(full.stdout, /^-- relaybus schema "events"/);
@@ -285,6 +287,13 @@ describe('relaybus sql (no database)', () => {
       supplement.stdout,
       /ALTER TABLE "relaybus"\."relaybus_lanes" SET \(fillfactor = 50, toast_tuple_target = 8160\);\n--> statement-breakpoint\n/,
     );
+    const adopt = await runCli(['sql', '--adopt', '--schema', 'events']);
+    assert.equal(adopt.code, 0, adopt.stderr);
+    assert.match(adopt.stdout, /ALTER SCHEMA "events" RENAME TO "relaybus_set_aside_[0-9a-f]{12}"/);
+    assert.doesNotMatch(adopt.stdout, /CREATE TABLE/);
+    const both = await runCli(['sql', '--adopt', '--supplement']);
+    assert.equal(both.code, 2);
+    assert.match(both.stderr, /--adopt and --supplement print two different migrations/);
     const bad = await runCli(['sql', '--schema', 'Bad Name']);
     assert.equal(bad.code, 2);
     assert.equal(lines(bad.stderr).length, 1);

@@ -4,8 +4,9 @@
  * with the example's own dependencies (from the local npm cache). Each example gets a database of
  * its own.
  *
- * - examples/drizzle-app: drizzle-kit generate (the app's tables, the relaybus tables from
- *   `relaybus/schema`, the supplement as a custom migration) and migrate, then the bus with
+ * - examples/drizzle-app: drizzle-kit generate (the app's tables and the relaybus tables, re-exported
+ *   from `relaybus/schema` by a file of the app, between the adopt and supplement custom migrations)
+ *   and migrate, then the bus with
  *   `setupStore: false`, a publish inside `db.transaction(...)` and a worker.
  * - examples/kysely-app: the bus runs relaybus's setup, a publish inside
  *   `db.transaction().execute(...)` and a worker.
@@ -69,19 +70,20 @@ describe('example apps, with relaybus packed and installed from the tarball', {
     removeWork(work);
   });
 
-  it('drizzle-app: drizzle-kit generate and migrate with relaybus/schema, setupStore: false, publish in db.transaction, a worker', async () => {
+  it('drizzle-app: drizzle-kit generate and migrate with relaybus/schema re-exported, the adopt and supplement migrations, setupStore: false, publish in db.transaction, a worker', async () => {
     const project = await install('drizzle-app');
     const env = { DATABASE_URL: await database('drizzle') };
     await run('npm', ['run', 'db:generate'], project, env);
     const migrations = readdirSync(join(project, 'drizzle'))
       .filter((f) => f.endsWith('.sql'))
       .sort();
-    assert.equal(migrations.length, 2, migrations.join(', '));
-    const init = readFileSync(join(project, 'drizzle', migrations[0]!), 'utf8');
-    assert.match(init, /CREATE TABLE "orders"/);
-    assert.match(init, /CREATE TABLE "relaybus"\."relaybus_lanes"/);
+    assert.equal(migrations.length, 3, migrations.join(', '));
+    const [adopt, init, supplement] = migrations.map((file) => readFileSync(join(project, 'drizzle', file), 'utf8'));
+    assert.match(adopt!, /ALTER SCHEMA "relaybus" RENAME TO/);
+    assert.match(init!, /CREATE TABLE "orders"/);
+    assert.match(init!, /CREATE TABLE "relaybus"\."relaybus_lanes"/);
     assert.match(
-      readFileSync(join(project, 'drizzle', migrations[1]!), 'utf8'),
+      supplement!,
       /\nALTER TABLE "relaybus"\."relaybus_lanes" SET \(fillfactor = 50, toast_tuple_target = 8160\)/,
     );
     await run('npm', ['run', 'db:migrate'], project, env);

@@ -1,2 +1,3 @@
-// The relaybus tables, for drizzle-kit: `drizzle-kit generate` puts them in this app's migrations.
+// The relaybus tables, for drizzle-kit (which reads files, not package names): `drizzle-kit generate` puts them
+// in this app's migrations.
 export * from 'relaybus/schema';
