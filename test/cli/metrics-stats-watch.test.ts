@@ -6,11 +6,14 @@
  * --json` carries each dead letter's payload and headers, of an event published inline too.
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
-import { runCli, startCli, useBuiltCli } from './support.js';
+import { parseReadme } from '../docs/markdown.js';
+import { REPO, runCli, startCli, useBuiltCli } from './support.js';
 
 const found = await findPostgres();
 useBuiltCli();
@@ -110,6 +113,21 @@ describe('relaybus stats --watch (real Postgres, built bin)', {
       0,
       'the store API counts 0 (capabilities say there is no history)',
     );
+
+    // The README's example of the output has the same keys (noLiveWorker only while subscriptions are recorded).
+    const documented = parseReadme(readFileSync(join(REPO, 'README.md'), 'utf8')).blocks.filter(
+      (block) => block.lang === 'json' && block.code.includes('"lanesLeased"'),
+    );
+    assert.equal(documented.length, 1, 'one README example of stats --json');
+    const example = JSON.parse(documented[0]!.code) as Record<string, unknown> & {
+      handlers: Record<string, Record<string, unknown>>;
+    };
+    assert.deepEqual(
+      Object.keys(example).filter((key) => key !== 'noLiveWorker'),
+      Object.keys(json),
+    );
+    assert.deepEqual(Object.keys(Object.values(example.handlers)[0]!), Object.keys(Object.values(json.handlers)[0]!));
+    assert.equal(example.completed, null, 'the example shows completed without history');
   });
 
   it('dead list --json carries the payload and headers of an event published inline', { timeout: 30_000 }, async () => {
