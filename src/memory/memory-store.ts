@@ -931,7 +931,14 @@ class MemoryStore implements Store<MemoryTransaction> {
       .sort((a, b) => compareIds(a.id, b.id));
     const items = views.slice(0, limit);
     const nextCursor = views.length > limit ? items[items.length - 1]!.id : null;
-    return { items, nextCursor };
+    return { items: params.withPayload ? items.map((view) => this.#withPayload(view)) : items, nextCursor };
+  }
+
+  /** The view with its event's payload and headers, while the event is kept. */
+  #withPayload(view: DeliveryView): DeliveryView {
+    const event = this.#events.get(view.eventId);
+    if (event === undefined) return view;
+    return { ...view, payload: JSON.parse(event.payloadJson) as unknown, headers: { ...event.headers } };
   }
 
   #allViews(status: DeliveryStatus | undefined): DeliveryView[] {

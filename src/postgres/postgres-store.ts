@@ -318,6 +318,8 @@ function toView(row: DeliveryRow): DeliveryView {
     lastError: row.last_error,
     createdAt: toDate(row.created_at),
     updatedAt: toDate(row.updated_at),
+    // Headers are an object whenever the payload was read (a payload may be JSON null itself).
+    ...(row.headers === null ? {} : { payload: row.payload, headers: row.headers }),
   };
 }
 
@@ -988,6 +990,7 @@ export function postgresStore<TTx>(options: PostgresStoreOptions<TTx>): Postgres
         params.key ?? null,
         cursor,
         limit + 1,
+        params.withPayload ?? false,
       ]);
       const items = rows.slice(0, limit).map(toView);
       return { items, nextCursor: rows.length > limit ? items[items.length - 1]!.id : null };

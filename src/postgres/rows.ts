@@ -186,6 +186,9 @@ export const ROW_COLUMNS = {
     last_error: nullable('text'),
     created_at: col('timestamptz'),
     updated_at: col('timestamptz'),
+    /** The event's payload and headers: null unless asked for ($7), or when no row holds them any more. */
+    payload: nullable('jsonb'),
+    headers: typed<'jsonb', Readonly<Record<string, string>> | null>('jsonb'),
     /** The page order (the id as a number); the store pages by `id`. */
     sort_id: col('int8'),
   },

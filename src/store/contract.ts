@@ -287,6 +287,11 @@ export interface ListDeliveriesParams {
   readonly limit?: number;
   /** `nextCursor` of the previous page. */
   readonly cursor?: string;
+  /**
+   * Also return each delivery's event payload and headers (`DeliveryView.payload` / `headers`). Default false: a
+   * listing of many deliveries (a lane scan, a count) reads no payloads.
+   */
+  readonly withPayload?: boolean;
 }
 
 export interface DeliveryView {
@@ -304,6 +309,13 @@ export interface DeliveryView {
   readonly lastError: string | null;
   readonly createdAt: Date;
   readonly updatedAt: Date;
+  /**
+   * The event's payload (parsed JSON) and headers, listed `withPayload: true`: from the event's row, or from the
+   * delivery itself for an event published inline (no events row). Both absent without `withPayload`, and when no row
+   * holds them any more (a completed delivery of the history whose event was purged).
+   */
+  readonly payload?: unknown;
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 export interface Page<T> {

@@ -277,6 +277,8 @@ export function validateList(params: ListDeliveriesParams = {}): { limit: number
   const limit = params.limit ?? 100;
   assertPositiveInteger(limit, 'limit', 1000);
   if (params.cursor !== undefined) assertDeliveryId(params.cursor, 'cursor');
+  if (params.withPayload !== undefined && typeof params.withPayload !== 'boolean')
+    fail(`withPayload must be a boolean, got ${echo(params.withPayload)}.`);
   return { limit, cursor: params.cursor ?? null };
 }
 

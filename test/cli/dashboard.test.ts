@@ -3,12 +3,16 @@
  * - in headless Chromium (Debian's `chromium`, driven by playwright-core; skipped, saying why, when
  *   there is no browser): the page loads and shows the numbers of `relaybus stats --json` for the
  *   same database; an error text, a key and an event id holding `<script>` and an `<img onerror>`
- *   are shown as text and run nothing; the event search shows an event's deliveries with the
- *   completion history; requeue through the page works and the delivery then runs; a token-protected
- *   dashboard asks for the token and works after logging in.
+ *   are shown as text and run nothing, in a dead letter's payload too; the event search shows an
+ *   event's payload and its deliveries with the completion history; requeue through the page works
+ *   and the delivery then runs; a token-protected dashboard asks for the token, works after logging
+ *   in, and logs out; without completion history the completed column says n/a, and why.
  * - over plain HTTP: a non-local bind without a token and a short token are refused (exit 2); POSTs
  *   without the token, without the CSRF token, or from another origin are refused and change
- *   nothing; a foreign Host header on a loopback bind is refused; a port in use is one clear error.
+ *   nothing; a logout from another origin (another port) or without the session's CSRF token is
+ *   refused and the session survives; a foreign Host header on a loopback bind is refused; a port in
+ *   use is one clear error; dead letters and a found event carry their payload and headers (an
+ *   event published inline too).
  *
  * RELAYBUS_SCREENSHOTS=1 writes docs/dashboard.png and docs/dashboard-login.png.
  */
@@ -67,6 +71,10 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
   const url = 'url' in found ? found.url : '';
   const schema = uniqueSchemaName('cli_dashboard');
   const dbFlags = ['--database-url', url, '--schema', schema];
+  // A schema whose workers keep no completion history, with one dead letter of an event published inline.
+  const plainSchema = uniqueSchemaName('cli_dashboard_plain');
+  const plainFlags = ['--database-url', url, '--schema', plainSchema];
+  const INLINE_PAYLOAD = { note: `inline ${XSS}` };
   let pool: pg.Pool;
   let store: PostgresStore<PgClientLike>;
   let riskyWorks = false;
@@ -113,8 +121,27 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
       ),
     );
     assert.equal((await deadIds()).length, 2, 'two dead letters of risky');
+
+    const plain = postgresStore({ driver: fromPg(pool), schema: plainSchema });
+    await plain.setup();
+    await plain.transaction((tx) =>
+      plain.publish(tx, [
+        {
+          type: Order.type,
+          payload: INLINE_PAYLOAD,
+          headers: { 'x-origin': '<b>checkout</b>' },
+          handlers: [{ name: 'plain', maxAttempts: 1 }],
+        },
+      ]),
+    );
+    const { rows } = await pool.query(`SELECT id FROM "${plainSchema}".relaybus_events`);
+    assert.deepEqual(rows, [], 'published inline: no events row');
+    const [doomed] = await plain.claim({ owner: 'plain-test', handlers: ['plain'], limit: 1, leaseDurationMs: 30_000 });
+    assert.ok(await plain.bury({ deliveryId: doomed!.id, leaseToken: doomed!.leaseToken }, { error: 'plain failure' }));
+    await plain.relinquish('plain-test');
   });
   after(async () => {
+    await pool?.query(`DROP SCHEMA IF EXISTS "${plainSchema}" CASCADE`);
     await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await pool?.end();
   });
@@ -156,7 +183,10 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         await load(page, address);
         const stats = await runCli(['stats', '--json', ...dbFlags]);
         assert.equal(stats.code, 0, stats.stderr);
-        const expected = JSON.parse(stats.stdout) as { handlers: Record<string, Record<string, number>>; dead: number };
+        const expected = JSON.parse(stats.stdout) as {
+          handlers: Record<string, Record<string, number | null>>;
+          dead: number;
+        };
         const shown = await page.$$eval('#handlers tbody tr[data-handler]', (rows) =>
           rows.map((row) => ({
             handler: row.getAttribute('data-handler'),
@@ -176,6 +206,14 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
 
         const errorText = await page.$eval(`#dead tbody tr td[data-field="lastError"]`, (td) => td.textContent);
         assert.ok(errorText?.includes(XSS.replaceAll('"', '\\"')), `the error is shown as text: ${errorText}`);
+        // The dead letter's payload, opened: its JSON as text, `<script>` and all.
+        const deadRow = page.locator('#dead tbody tr').first();
+        await deadRow.locator('td.payload summary').click();
+        const payloadShown = deadRow.locator('td.payload pre[data-field="payload"]');
+        await payloadShown.waitFor({ state: 'visible' });
+        assert.equal(await payloadShown.textContent(), JSON.stringify({ note: XSS }, null, 2));
+        await page.waitForSelector(`body:not([data-loaded="${await page.getAttribute('body', 'data-loaded')}"])`);
+        assert.ok(await payloadShown.isVisible(), 'an opened payload stays open across refreshes');
         assert.equal(
           await page.evaluate(() => (globalThis as { __pwned?: unknown }).__pwned),
           undefined,
@@ -197,6 +235,12 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
           ['completed', 'dead'],
           "the event's deliveries, the completed one from the history",
         );
+        assert.equal(
+          await page.textContent('#event-payload [data-field="payload"]'),
+          JSON.stringify({ note: XSS }, null, 2),
+          "the event's payload, as text",
+        );
+        assert.ok(await page.isVisible('#event-payload'));
         assert.ok(
           rows.every((row) => row.text?.includes('<i>key</i>')),
           'the key is shown as text',
@@ -259,6 +303,45 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
           throw new Error(`${String(error)}\n${page.url()}\n${await page.content()}`);
         });
         assert.ok(await page.$('#handlers tbody tr[data-handler="email"]'));
+        // Logging out from the page itself (same origin, the session's CSRF field) ends the session.
+        await page.click('form[action="/logout"] button');
+        await page.waitForSelector('form[action="/login"]');
+        assert.equal((await context.cookies(address)).filter((c) => c.name === 'relaybus_dashboard').length, 0);
+      } finally {
+        await page.close();
+        await stop(cli);
+      }
+    });
+
+    it('without completion history: the completed column says n/a and why; an inline dead letter shows its payload as text', {
+      timeout: 30_000,
+    }, async () => {
+      const { cli, url: address } = await startDashboard(plainFlags);
+      const page = await context.newPage();
+      try {
+        await load(page, address);
+        assert.equal(await page.textContent('#handlers tr[data-handler="plain"] td[data-field="completed"]'), 'n/a');
+        assert.ok(await page.isVisible('#completed-note'));
+        assert.match(
+          (await page.textContent('#completed-note')) ?? '',
+          /^completed: n\/a, no completion history is recorded\. A completed delivery is deleted; workers record one in the history only with completionHistory: true\.$/,
+        );
+        assert.equal(
+          await page.textContent('#dead td.payload pre[data-field="payload"]'),
+          JSON.stringify(INLINE_PAYLOAD, null, 2),
+        );
+        assert.equal(await page.textContent('#dead td.payload pre[data-field="headers"]'), 'x-origin: <b>checkout</b>');
+        assert.equal(
+          await page.$$eval('main b, main img, main script', (nodes) => nodes.length),
+          0,
+          'no injected element',
+        );
+        assert.equal(await page.evaluate(() => (globalThis as { __pwned?: unknown }).__pwned), undefined);
+        assert.match(
+          (await page.textContent('section:has(#lanes) p.muted')) ?? '',
+          /^The lanes a worker holds: its lease owner id/,
+          'the lanes section says what its columns show',
+        );
       } finally {
         await page.close();
         await stop(cli);
@@ -321,6 +404,12 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         assert.equal(form.status, 415, 'a form post');
         assert.deepEqual(await deadIds(), before, 'nothing was requeued');
 
+        assert.equal(
+          (await post({ authorization: `Bearer ${TOKEN}`, origin: 'http://127.0.0.1:1' })).status,
+          403,
+          'a bearer request from another origin',
+        );
+        // A bearer request needs no CSRF token: a browser never attaches an Authorization header by itself.
         const response = await fetch(`${address}/api/requeue`, {
           method: 'POST',
           headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` },
@@ -332,6 +421,120 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         assert.equal(headers.get('x-frame-options'), 'DENY');
       } finally {
         await stop(cli);
+      }
+    });
+
+    it('a logout from another origin (another port of 127.0.0.1) or without the CSRF token is refused; the session survives', {
+      timeout: 30_000,
+    }, async () => {
+      const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0', '--token', TOKEN]);
+      try {
+        const login = await fetch(`${address}/login`, {
+          method: 'POST',
+          body: new URLSearchParams({ token: TOKEN }),
+          redirect: 'manual',
+        });
+        const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
+        const html = await (await fetch(address, { headers: { cookie } })).text();
+        const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
+        assert.match(
+          html,
+          new RegExp(`<form method="post" action="/logout"><input type="hidden" name="csrf" value="${csrf}">`),
+        );
+        const otherPort = `http://127.0.0.1:${Number(new URL(address).port) + 1}`;
+        const logout = (headers: Record<string, string>, form: Record<string, string>) =>
+          fetch(`${address}/logout`, {
+            method: 'POST',
+            headers: { cookie, 'content-type': 'application/x-www-form-urlencoded', ...headers },
+            body: new URLSearchParams(form),
+            redirect: 'manual',
+          });
+        const alive = async () => (await fetch(`${address}/api/overview`, { headers: { cookie } })).status;
+
+        const crossPort = await logout({ origin: otherPort }, { csrf });
+        assert.equal(crossPort.status, 403, 'a form on another port of the same host');
+        assert.match(
+          ((await crossPort.json()) as { error: string }).error,
+          /cross-origin logout from http:\/\/127\.0\.0\.1:\d+ refused/,
+        );
+        assert.equal(crossPort.headers.get('set-cookie'), null);
+        assert.equal((await logout({ origin: 'http://evil.example' }, { csrf })).status, 403, 'another site');
+        assert.equal((await logout({}, {})).status, 403, 'no CSRF token');
+        assert.equal((await logout({ origin: address }, { csrf: 'forged' })).status, 403, 'a wrong CSRF token');
+        assert.equal(await alive(), 200, 'the session survives');
+
+        const own = await logout({ origin: address }, { csrf });
+        assert.equal(own.status, 303, "the page's own logout");
+        assert.match(own.headers.get('set-cookie')!, /^relaybus_dashboard=; .*Max-Age=0/);
+        assert.equal(await alive(), 401, 'the session is over');
+      } finally {
+        await stop(cli);
+      }
+    });
+
+    it('dead letters and a found event carry their payload as text and their headers, an inline event too', {
+      timeout: 30_000,
+    }, async () => {
+      // A dead letter of a handler of its own (the other tests requeue theirs), its event in an events row.
+      const probeId = `probe-${XSS}`.slice(0, 200);
+      await store.transaction((tx) =>
+        store.publish(tx, [
+          {
+            id: probeId,
+            type: 'probe.event', // no subscription: no delivery but the probe's
+            payload: { note: XSS },
+            headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+            handlers: [{ name: 'payload-probe', maxAttempts: 1 }],
+          },
+        ]),
+      );
+      const [doomed] = await store.claim({
+        owner: 'probe',
+        handlers: ['payload-probe'],
+        limit: 1,
+        leaseDurationMs: 30_000,
+      });
+      assert.ok(await store.bury({ deliveryId: doomed!.id, leaseToken: doomed!.leaseToken }, { error: 'probe' }));
+      await store.relinquish('probe');
+      const { cli, url: address } = await startDashboard(dbFlags);
+      const plainDashboard = await startDashboard(plainFlags);
+      try {
+        type Delivery = { eventId: string; payload: string | null; headers: Record<string, string> | null };
+        const dead = (await (await fetch(`${address}/api/dead?handler=payload-probe`)).json()) as { items: Delivery[] };
+        assert.deepEqual(
+          dead.items.map((item) => [item.eventId, item.payload, item.headers]),
+          [
+            [
+              probeId,
+              JSON.stringify({ note: XSS }, null, 2),
+              { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+            ],
+          ],
+        );
+        const found = (await (await fetch(`${address}/api/event?id=${encodeURIComponent(probeId)}`)).json()) as {
+          payload: string | null;
+          headers: Record<string, string> | null;
+          items: object[];
+        };
+        assert.equal(found.payload, JSON.stringify({ note: XSS }, null, 2));
+        assert.deepEqual(found.headers, { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' });
+        assert.equal(found.items.length, 1);
+
+        const plain = (await (await fetch(`${plainDashboard.url}/api/dead`)).json()) as { items: Delivery[] };
+        assert.deepEqual(
+          plain.items.map((item) => [item.payload, item.headers]),
+          [[JSON.stringify(INLINE_PAYLOAD, null, 2), { 'x-origin': '<b>checkout</b>' }]],
+          'an inline event: from its delivery row',
+        );
+        const overview = (await (await fetch(`${plainDashboard.url}/api/overview`)).json()) as {
+          stats: { completed: number | null; handlers: Record<string, { completed: number | null }> };
+        };
+        assert.equal(overview.stats.completed, null, 'no completion history: null, not 0');
+        assert.equal(overview.stats.handlers.plain?.completed, null);
+      } finally {
+        await stop(plainDashboard.cli);
+        await stop(cli);
+        await store.requeue({ handler: 'payload-probe' }); // leaves the other tests' dead letters as they were
       }
     });
 

@@ -1,14 +1,19 @@
 /**
  * `relaybus stats --watch` (built bin, real Postgres): warns while deliveries are due and no lane is
  * leased (no worker claims them), stops warning once a worker holds lanes, and keeps every line
- * within 100 columns, even with a handler name of 150 characters.
+ * within 100 columns, even with a handler name of 150 characters. Without completion history,
+ * `stats --json` says `completed: null` (not a 0 that reads as "nothing completed"); `dead list
+ * --json` carries each dead letter's payload and headers, of an event published inline too.
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
-import { startCli, useBuiltCli } from './support.js';
+import { parseReadme } from '../docs/markdown.js';
+import { REPO, runCli, startCli, useBuiltCli } from './support.js';
 
 const found = await findPostgres();
 useBuiltCli();
@@ -85,5 +90,74 @@ describe('relaybus stats --watch (real Postgres, built bin)', {
     );
     assert.ok(lines.some((line) => /^email\s+\d+/.test(line)));
     await store.relinquish('test-worker').catch(() => 0);
+  });
+
+  it('stats --json says completed: null while no completion history is recorded, per handler too', {
+    timeout: 30_000,
+  }, async () => {
+    const result = await runCli(['stats', '--json', '--database-url', url, '--schema', schema]);
+    assert.equal(result.code, 0, result.stderr);
+    const json = JSON.parse(result.stdout) as {
+      completed: number | null;
+      pending: number;
+      handlers: Record<string, { completed: number | null }>;
+    };
+    assert.equal(json.completed, null);
+    assert.deepEqual(
+      Object.values(json.handlers).map((handler) => handler.completed),
+      [null, null],
+    );
+    assert.equal(typeof json.pending, 'number');
+    assert.equal(
+      (await store.statistics()).completed,
+      0,
+      'the store API counts 0 (capabilities say there is no history)',
+    );
+
+    // The README's example of the output has the same keys (noLiveWorker only while subscriptions are recorded).
+    const documented = parseReadme(readFileSync(join(REPO, 'README.md'), 'utf8')).blocks.filter(
+      (block) => block.lang === 'json' && block.code.includes('"lanesLeased"'),
+    );
+    assert.equal(documented.length, 1, 'one README example of stats --json');
+    const example = JSON.parse(documented[0]!.code) as Record<string, unknown> & {
+      handlers: Record<string, Record<string, unknown>>;
+    };
+    assert.deepEqual(
+      Object.keys(example).filter((key) => key !== 'noLiveWorker'),
+      Object.keys(json),
+    );
+    assert.deepEqual(Object.keys(Object.values(example.handlers)[0]!), Object.keys(Object.values(json.handlers)[0]!));
+    assert.equal(example.completed, null, 'the example shows completed without history');
+  });
+
+  it('dead list --json carries the payload and headers of an event published inline', { timeout: 30_000 }, async () => {
+    // Small, without an id, no completion history: published inline, its delivery row carries payload and headers.
+    await store.transaction((tx) =>
+      store.publish(tx, [
+        {
+          type: 'order.placed',
+          payload: { n: 99, note: '<script>' },
+          headers: { seq: '99' },
+          handlers: [{ name: 'inline-dead', maxAttempts: 1 }],
+        },
+      ]),
+    );
+    const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".relaybus_events`);
+    assert.deepEqual(rows, [{ n: 0 }], 'published inline: no events row');
+    const [doomed] = await store.claim({
+      owner: 'dead-maker',
+      handlers: ['inline-dead'],
+      limit: 1,
+      leaseDurationMs: 30_000,
+    });
+    assert.ok(await store.bury({ deliveryId: doomed!.id, leaseToken: doomed!.leaseToken }, { error: 'no' }));
+    await store.relinquish('dead-maker');
+    const result = await runCli(['dead', 'list', '--json', '--database-url', url, '--schema', schema]);
+    assert.equal(result.code, 0, result.stderr);
+    const dead = JSON.parse(result.stdout) as { id: string; payload: unknown; headers: Record<string, string> }[];
+    assert.deepEqual(
+      dead.map((item) => [item.id, item.payload, item.headers]),
+      [[doomed!.id, { n: 99, note: '<script>' }, { seq: '99' }]],
+    );
   });
 });

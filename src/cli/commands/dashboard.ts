@@ -16,8 +16,8 @@ import { onShutdownSignals } from '../signals.js';
 
 /**
  * `relaybus dashboard`: the admin page in a browser (see `cli/dashboard/`): per-handler statistics
- * with a backlog chart, dead letters with a requeue action, lanes with work in flight, an event
- * search. It reads and writes only through the store API of `--database-url` / `--schema`.
+ * with a backlog chart, dead letters with their payload and a requeue action, the held lanes, an
+ * event search. It reads and writes only through the store API of `--database-url` / `--schema`.
  */
 
 export const DEFAULT_DASHBOARD_PORT = 8473;
@@ -56,7 +56,7 @@ export const dashboardCommand: Command = {
   help: renderHelp({
     usage: ['relaybus dashboard [--port <port>] [--host <host>] [--token <secret>]'],
     description:
-      "Serve the admin page: per-handler statistics (the numbers of relaybus stats) with a backlog-over-time chart, the dead letters with their last error and a requeue button, the lanes with work in flight, and a search by event id that shows the event's deliveries (and their completion history when the store keeps one). Everything goes through the store API of --database-url / --schema. Ctrl-C stops it.",
+      "Serve the admin page: per-handler statistics (the numbers of relaybus stats) with a backlog-over-time chart, the dead letters with their last error, payload and headers and a requeue button, the held lanes (lease owner, lease, in flight), and a search by event id that shows the event's payload, headers and deliveries (completed ones too where a completion history is kept). Everything goes through the store API of --database-url / --schema. Ctrl-C stops it.",
     flags: FLAGS,
     sections: [
       {
@@ -64,8 +64,9 @@ export const dashboardCommand: Command = {
         lines: [
           `It binds ${DEFAULT_HOST} unless told otherwise. Any other --host needs a token (--token or`,
           `${TOKEN_ENV}); with one, the page asks for it and keeps a session cookie (HttpOnly,`,
-          'SameSite=Strict), and scripts may send Authorization: Bearer <token>. Requeue is a POST that',
-          'checks the session or the token and a CSRF token. Data is always shown as text, never as HTML.',
+          'SameSite=Strict), and scripts may send Authorization: Bearer <token>. Requeue and logout are',
+          "POSTs from the page's own origin with the session's CSRF token; a bearer request needs no CSRF",
+          'token (a browser never attaches that header by itself). Data is shown as text, never as HTML.',
         ],
       },
       {

@@ -77,6 +77,8 @@ async function list(args: readonly string[], context: CliContext): Promise<numbe
         eventId: values['event-id'],
         limit: Math.min(PAGE, limit - items.length),
         cursor,
+        // The table has no room for payloads; the JSON carries each one whole, with its headers.
+        withPayload: values.json === true,
       });
       items.push(...page.items);
       cursor = page.nextCursor ?? undefined;
@@ -153,7 +155,7 @@ export const deadListCommand: Command = {
   help: renderHelp({
     usage: ['relaybus dead list [options]'],
     description:
-      'List dead deliveries in delivery id order (the order they were written in): deliveries whose handler failed its last attempt. They stay until requeued (relaybus dead requeue) or purged (relaybus purge --dead-retention).',
+      'List dead deliveries in delivery id order (the order they were written in): deliveries whose handler failed its last attempt. They stay until requeued (relaybus dead requeue) or purged (relaybus purge --dead-retention). With --json each one carries its event\'s "payload" and "headers" as well.',
     flags: LIST_FLAGS,
     sections: [
       { title: 'Exit codes', lines: EXIT_LINES },

@@ -146,10 +146,42 @@ async function recordedSubscriptions(
   }
 }
 
-/** Statistics as JSON-ready data (plain numbers, no Dates). */
-export function statisticsJson(stats: Statistics, schema: string, at: Date): Record<string, unknown> {
+/** One handler's figures in `relaybus stats --json` (and the dashboard's API). */
+export interface HandlerStatisticsJson extends Omit<HandlerStatistics, 'completed'> {
+  /**
+   * Deliveries in the completion history; null while that history holds no row. Completed deliveries are deleted, and
+   * only workers whose store has `completionHistory: true` record them: without it the count would always read 0.
+   */
+  readonly completed: number | null;
+}
+
+/** What `relaybus stats --json` prints: the totals, then per handler. */
+export interface StatisticsJson extends HandlerStatisticsJson {
+  readonly schema: string;
+  /** When the figures were read (ISO 8601). */
+  readonly at: string;
+  readonly lanesLeased: number;
+  readonly handlers: Readonly<Record<string, HandlerStatisticsJson>>;
+}
+
+/**
+ * Statistics as JSON-ready data (plain numbers, no Dates). `completed` is null everywhere while the completion history
+ * is empty: the admin commands cannot know whether the workers keep one (it is an option of their store), and a 0
+ * there would read as "nothing completed".
+ */
+export function statisticsJson(stats: Statistics, schema: string, at: Date): StatisticsJson {
+  const recorded = stats.completed > 0;
+  const completed = (count: number): number | null => (recorded ? count : null);
   const { handlers, ...totals } = stats;
-  return { schema, at: at.toISOString(), ...totals, handlers };
+  return {
+    schema,
+    at: at.toISOString(),
+    ...totals,
+    completed: completed(totals.completed),
+    handlers: Object.fromEntries(
+      Object.entries(handlers).map(([name, counts]) => [name, { ...counts, completed: completed(counts.completed) }]),
+    ),
+  };
 }
 
 function isInterval(arg: string): boolean {
@@ -179,7 +211,8 @@ export const statsCommand: Command = {
     usage: ['relaybus stats [options]', 'relaybus stats --watch [interval] [--json]'],
     description:
       'Count the deliveries of every handler: pending (not in flight: due now or scheduled for later, e.g. backing off), due, scheduled, in flight (claimed by a worker), dead (out of attempts, waiting for relaybus dead requeue) and the age of the oldest due delivery, the lag to watch. The header names the leased lanes (workers holding live leases). ' +
-      `A handler with pending deliveries whose subscriptions are all stale (no worker refreshed them in the last ${formatDuration(STALE_AFTER_MS)}) or missing is marked ${NO_LIVE_WORKER_MARK}: no live worker runs it (with --json: its name in "noLiveWorker"). There is no mark, and no "noLiveWorker", while no subscription at all is recorded.`,
+      `A handler with pending deliveries whose subscriptions are all stale (no worker refreshed them in the last ${formatDuration(STALE_AFTER_MS)}) or missing is marked ${NO_LIVE_WORKER_MARK}: no live worker runs it (with --json: its name in "noLiveWorker"). There is no mark, and no "noLiveWorker", while no subscription at all is recorded. ` +
+      'With --json also "completed": the deliveries in the completion history, null while it holds none (completed deliveries are deleted; workers record them only with completionHistory: true).',
     flags: FLAGS,
     sections: [
       {

@@ -58,7 +58,7 @@ export function mainPage(options: {
 <h1>relaybus</h1>
 <p class="where">schema <b>${escapeHtml(options.schema)}</b> on ${escapeHtml(options.target)}</p>
 <p id="updated" class="muted">loading…</p>
-${options.loggedIn ? '<form method="post" action="/logout"><button type="submit" class="quiet">Log out</button></form>' : ''}
+${options.loggedIn ? `<form method="post" action="/logout"><input type="hidden" name="csrf" value="${escapeHtml(options.csrf)}"><button type="submit" class="quiet">Log out</button></form>` : ''}
 </header>
 <p id="status" class="error" role="alert" hidden></p>
 <main>
@@ -68,6 +68,7 @@ ${options.loggedIn ? '<form method="post" action="/logout"><button type="submit"
 <thead><tr><th>handler</th><th class="num">pending</th><th class="num">due</th><th class="num">scheduled</th><th class="num">in flight</th><th class="num">dead</th><th class="num">completed</th><th class="num">oldest due</th></tr></thead>
 <tbody></tbody>
 </table>
+<p id="completed-note" class="muted" hidden>completed: n/a, no completion history is recorded. A completed delivery is deleted; workers record one in the history only with <code>completionHistory: true</code>.</p>
 <h3>Backlog over time <span class="muted">(pending + in flight, per handler)</span></h3>
 <svg id="chart" viewBox="0 0 760 220" role="img" aria-label="backlog over time"></svg>
 <div id="legend"></div>
@@ -76,13 +77,13 @@ ${options.loggedIn ? '<form method="post" action="/logout"><button type="submit"
 <h2>Dead letters <span id="dead-count" class="muted"></span></h2>
 <p id="requeue-result" class="muted" role="status"></p>
 <table id="dead">
-<thead><tr><th>delivery</th><th>handler</th><th>event</th><th>key</th><th class="num">attempts</th><th>died</th><th>last error</th><th></th></tr></thead>
+<thead><tr><th>delivery</th><th>handler</th><th>event</th><th>key</th><th class="num">attempts</th><th>died</th><th>last error</th><th>payload</th><th></th></tr></thead>
 <tbody></tbody>
 </table>
 </section>
 <section>
-<h2>Lanes with work in flight</h2>
-<p class="muted">From the deliveries in flight. Lease owners and lease ages are not in the store API yet.</p>
+<h2>Held lanes</h2>
+<p class="muted">The lanes a worker holds: its lease owner id, what it has in flight, when its lease ends (an expired one is taken over by the next claim), and the handlers and oldest event of the deliveries it runs.</p>
 <table id="lanes">
 <thead><tr><th class="num">lane</th><th>held by</th><th class="num">in flight</th><th>lease</th><th>handlers</th><th>oldest event</th></tr></thead>
 <tbody></tbody>
@@ -92,6 +93,12 @@ ${options.loggedIn ? '<form method="post" action="/logout"><button type="submit"
 <h2>Find an event</h2>
 <form id="search"><label for="event-id">Event id</label> <input id="event-id" name="id" required maxlength="200"> <button type="submit">Search</button></form>
 <p id="event-note" class="muted"></p>
+<div id="event-payload" hidden>
+<h3>Payload</h3>
+<pre data-field="payload"></pre>
+<h3>Headers</h3>
+<pre data-field="headers"></pre>
+</div>
 <table id="event" hidden>
 <thead><tr><th>delivery</th><th>handler</th><th>status</th><th class="num">attempts</th><th class="num">lane</th><th>key</th><th>available / completed</th><th>last error</th></tr></thead>
 <tbody></tbody>
@@ -129,6 +136,9 @@ svg#chart { width: 100%; max-width: 760px; height: auto; background: #fcfcfd; bo
 svg#chart text { font-size: 11px; fill: var(--muted); }
 #legend { display: flex; flex-wrap: wrap; gap: 0.4rem 1rem; margin-top: 0.4rem; font-size: 0.85rem; }
 #legend span::before { content: ""; display: inline-block; width: 0.8rem; height: 0.25rem; margin-right: 0.3rem; vertical-align: middle; background: currentColor; }
+pre { margin: 0.2rem 0; padding: 0.4rem 0.6rem; max-height: 24rem; overflow: auto; background: #f4f5f7; border-radius: 5px; white-space: pre-wrap; overflow-wrap: anywhere; font: 0.8rem/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; }
+td.payload { max-width: 28rem; }
+td.payload summary { cursor: pointer; color: var(--accent); font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 0.8rem; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 .login { max-width: 24rem; margin: 5rem auto; background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 1.5rem; }
 .login form { display: grid; gap: 0.6rem; }
 .login input { min-width: 0; }
@@ -200,9 +210,12 @@ export const APP_JS = `'use strict';
       if (!item.total) row.setAttribute('data-handler', item.name);
       else row.setAttribute('data-total', 'true');
       cell(row, item.name, 'text');
-      ['pending', 'due', 'scheduled', 'inFlight', 'dead', 'completed'].forEach(function (field) {
+      ['pending', 'due', 'scheduled', 'inFlight', 'dead'].forEach(function (field) {
         cell(row, item.counts[field], 'num', field);
       });
+      // null: no completion history is recorded, so there is nothing to count (a 0 would read as "none completed").
+      var completed = cell(row, item.counts.completed === null ? 'n/a' : item.counts.completed, 'num', 'completed');
+      if (item.counts.completed === null) completed.title = 'no completion history is recorded';
       cell(row, duration(item.counts.oldestDueAgeMs), 'num', 'oldestDue');
       tbody.appendChild(row);
     });
@@ -213,6 +226,7 @@ export const APP_JS = `'use strict';
       tbody.appendChild(empty);
     }
     document.getElementById('lanes-leased').textContent = 'lanes leased: ' + stats.lanesLeased;
+    document.getElementById('completed-note').hidden = stats.completed !== null;
   }
 
   function svg(tag, attributes, text) {
@@ -298,6 +312,32 @@ export const APP_JS = `'use strict';
     }, function (error) { status('requeue failed: ' + error.message); });
   }
 
+  // The dead letters whose payload is open: the table is redrawn on every refresh, and keeps them open.
+  var openPayloads = {};
+  function payloadCell(row, item) {
+    var td = cell(row, null, 'payload');
+    if (item.payload === null) {
+      td.textContent = '-';
+      td.title = 'the event is not stored any more';
+      return;
+    }
+    var details = el('details');
+    details.open = openPayloads[item.id] === true;
+    details.addEventListener('toggle', function () { openPayloads[item.id] = details.open; });
+    details.appendChild(el('summary', item.payload.replace(/\\s+/g, ' ').slice(0, 60)));
+    var payload = el('pre', item.payload);
+    payload.setAttribute('data-field', 'payload');
+    details.appendChild(payload);
+    var headers = el('pre', headerLines(item.headers));
+    headers.setAttribute('data-field', 'headers');
+    details.appendChild(headers);
+    td.appendChild(details);
+  }
+  function headerLines(headers) {
+    var names = Object.keys(headers || {}).sort();
+    return names.length === 0 ? '(no headers)' : names.map(function (name) { return name + ': ' + headers[name]; }).join('\\n');
+  }
+
   function renderDead(page, total) {
     var tbody = document.querySelector('#dead tbody');
     clear(tbody);
@@ -312,6 +352,7 @@ export const APP_JS = `'use strict';
       cell(row, item.attempts + '/' + item.maxAttempts, 'num');
       cell(row, ago(item.updatedAt));
       cell(row, item.lastError === null ? '' : item.lastError, 'text', 'lastError');
+      payloadCell(row, item);
       var action = el('td');
       var button = el('button', 'Requeue', 'quiet');
       button.type = 'button';
@@ -323,7 +364,7 @@ export const APP_JS = `'use strict';
     });
     if (page.items.length === 0) {
       var empty = el('tr');
-      cell(empty, 'no dead letters', 'muted').colSpan = 8;
+      cell(empty, 'no dead letters', 'muted').colSpan = 9;
       tbody.appendChild(empty);
     }
   }
@@ -332,9 +373,13 @@ export const APP_JS = `'use strict';
     var note = document.getElementById('event-note');
     var table = document.getElementById('event');
     var tbody = table.querySelector('tbody');
+    var payload = document.getElementById('event-payload');
     return api('/api/event?id=' + encodeURIComponent(id)).then(function (result) {
       clear(tbody);
       table.hidden = result.items.length === 0;
+      payload.hidden = result.payload === null;
+      payload.querySelector('[data-field="payload"]').textContent = result.payload === null ? '' : result.payload;
+      payload.querySelector('[data-field="headers"]').textContent = result.payload === null ? '' : headerLines(result.headers);
       var completed = result.items.some(function (item) { return item.status === 'completed'; });
       note.textContent = result.items.length === 0
         ? 'no delivery of event ' + result.eventId + ' (completed deliveries are listed only where a completion history is kept)'

@@ -11,7 +11,11 @@ import { isIP } from 'node:net';
  *   SameSite=Strict cookie, given by POST /login with the token) or `Authorization: Bearer <token>`.
  * - Every action that changes data is a POST carrying JSON and a CSRF token (`x-relaybus-csrf`, from
  *   the page's meta tag, per session), from the dashboard's own origin (`Origin`, when the browser
- *   sends one). A bearer request is exempt from the CSRF token: browsers never attach it by themselves.
+ *   sends one). A bearer request is exempt from the CSRF token, not from the origin check: a browser
+ *   never attaches an Authorization header by itself, so a cross-site form or fetch cannot carry one.
+ * - Logging out is a form POST from the dashboard's own origin carrying the session's CSRF token (a
+ *   `csrf` field): another site, another port of the same host included (same site, so the SameSite
+ *   cookie is sent), cannot end the session. Logging in checks the origin (there is no session yet).
  * - On a loopback bind the `Host` header must name a loopback host (a DNS-rebinding page cannot
  *   read the page or its CSRF token).
  * - Responses carry a strict Content-Security-Policy (scripts and styles from the dashboard only),
@@ -129,10 +133,30 @@ export class Gate {
     return `${SESSION_COOKIE}=${id}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${SESSION_TTL_MS / 1000}`;
   }
 
-  logout(request: IncomingMessage): string {
-    const id = cookiesOf(request).get(SESSION_COOKIE);
-    if (id !== undefined) this.#sessions.delete(id);
-    return `${SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0`;
+  /** The origin of a request from another origin (another site or another port), or undefined when it is ours or unsaid. */
+  crossOrigin(request: IncomingMessage): string | undefined {
+    const origin = request.headers.origin;
+    return origin !== undefined && origin !== `http://${request.headers.host ?? ''}` ? origin : undefined;
+  }
+
+  /**
+   * End the session of `request` when the logout form is ours: same origin, and the session's CSRF token in the
+   * `csrf` field. Returns the cookie header that clears the session, or why the logout is refused. A request with no
+   * live session has nothing to end: it only clears the cookie.
+   */
+  logout(
+    request: IncomingMessage,
+    csrf: string | null,
+  ): { readonly cookie: string } | { readonly status: number; readonly reason: string } {
+    const origin = this.crossOrigin(request);
+    if (origin !== undefined) return { status: 403, reason: `cross-origin logout from ${origin} refused` };
+    const access = this.access(request);
+    if (access.kind === 'session') {
+      if (csrf === null || !sameSecret(csrf, access.csrf))
+        return { status: 403, reason: 'missing or wrong csrf field (log out from the page)' };
+      this.#sessions.delete(cookiesOf(request).get(SESSION_COOKIE)!);
+    }
+    return { cookie: `${SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0` };
   }
 
   /**
@@ -147,9 +171,8 @@ export class Gate {
       return { status: 401, reason: 'a token is required: log in, or send Authorization: Bearer <token>' };
     if (!/^application\/json\b/i.test(request.headers['content-type'] ?? ''))
       return { status: 415, reason: 'send JSON (content-type: application/json)' };
-    const origin = request.headers.origin;
-    if (origin !== undefined && origin !== `http://${request.headers.host ?? ''}`)
-      return { status: 403, reason: `cross-origin request from ${origin} refused` };
+    const origin = this.crossOrigin(request);
+    if (origin !== undefined) return { status: 403, reason: `cross-origin request from ${origin} refused` };
     if (access.kind === 'bearer') return undefined;
     const sent = request.headers[CSRF_HEADER];
     if (typeof sent !== 'string' || !sameSecret(sent, access.csrf))

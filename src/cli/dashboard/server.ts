@@ -2,9 +2,10 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { InvalidInputError, RelayBusError } from '../../core/errors.js';
 import { describeError } from '../../core/logger.js';
-import type { DeliveryView, Statistics, Store } from '../../store/contract.js';
+import type { Statistics, Store } from '../../store/contract.js';
 import { statisticsJson } from '../commands/stats.js';
 import { APP_CSS, APP_JS, loginPage, mainPage } from './page.js';
+import { deliveryJson, payloadText } from './payload.js';
 import { Gate, securityHeaders, type Access } from './security.js';
 
 /**
@@ -14,10 +15,10 @@ import { Gate, securityHeaders, type Access } from './security.js';
  *   GET  /                 the page (or the login form when a token is required)
  *   GET  /app.js, /app.css its script and styles
  *   GET  /api/overview     statistics (the shape of `relaybus stats --json`), the backlog history, the held lanes (holder, lease, in flight)
- *   GET  /api/dead         dead letters with their last error (?handler=, ?cursor=)
- *   GET  /api/event?id=    an event's deliveries, and its completion history when the store keeps one
+ *   GET  /api/dead         dead letters with their last error, payload (as text, cut) and headers (?handler=, ?cursor=)
+ *   GET  /api/event?id=    an event's payload and headers, its deliveries, and their completion history where one is kept
  *   POST /api/requeue      { deliveryIds } or { handler }: dead deliveries back to pending
- *   POST /login, /logout   the session of a token-protected dashboard
+ *   POST /login, /logout   the session of a token-protected dashboard (logout: same origin, the session's `csrf` field)
  *
  * See `security.ts` for the rules. Everything the API returns is data the page writes as text.
  */
@@ -89,15 +90,6 @@ async function readBody(request: IncomingMessage): Promise<string> {
     chunks.push(chunk);
   }
   return Buffer.concat(chunks).toString('utf8');
-}
-
-function deliveryJson(view: DeliveryView): Record<string, unknown> {
-  return {
-    ...view,
-    availableAt: view.availableAt.toISOString(),
-    createdAt: view.createdAt.toISOString(),
-    updatedAt: view.updatedAt.toISOString(),
-  };
 }
 
 /** The requeue selector of a POST body: `{ deliveryIds: string[] }` or `{ handler: string }`. */
@@ -224,7 +216,6 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       sendJson(response, 200, {
         schema: options.schema,
         target: options.target,
-        completionHistory: store.capabilities.completionHistory,
         stats: statisticsJson(stats, options.schema, at),
         history,
         ...lanesView,
@@ -237,17 +228,24 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         limit: DEAD_PAGE,
         ...(handler ? { handler } : {}),
         ...(cursor ? { cursor } : {}),
+        withPayload: true,
       });
       sendJson(response, 200, { items: page.items.map(deliveryJson), nextCursor: page.nextCursor });
     } else if (path === '/api/event') {
       const eventId = query.get('id') ?? '';
       if (eventId === '' || eventId.length > 200)
         throw new HttpError(400, 'give an event id: /api/event?id=<event id>');
-      const page = await store.listDeliveries({ eventId, limit: 1_000 });
+      const page = await store.listDeliveries({ eventId, limit: 1_000, withPayload: true });
+      // Every delivery of one event carries the same payload (an inline event's copies included): send it once.
+      const stored = page.items.find((item) => item.headers !== undefined);
       sendJson(response, 200, {
         eventId,
-        completionHistory: store.capabilities.completionHistory,
-        items: page.items.map(deliveryJson),
+        payload: stored === undefined ? null : payloadText(stored.payload),
+        headers: stored?.headers ?? null,
+        items: page.items.map((item) => {
+          const { payload: _payload, headers: _headers, ...rest } = deliveryJson(item);
+          return rest;
+        }),
       });
     } else {
       throw new HttpError(404, `no route GET ${path}`);
@@ -264,9 +262,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     if (path === '/app.css') return sendText(response, 200, 'text/css; charset=utf-8', APP_CSS);
     if (path === '/favicon.ico') return sendText(response, 204, 'text/plain', '');
     if (path === '/login' && request.method === 'POST') {
-      const origin = request.headers.origin;
-      if (origin !== undefined && origin !== `http://${request.headers.host ?? ''}`)
-        throw new HttpError(403, `cross-origin login from ${origin} refused`);
+      const origin = gate.crossOrigin(request);
+      if (origin !== undefined) throw new HttpError(403, `cross-origin login from ${origin} refused`);
       const token = new URLSearchParams(await readBody(request)).get('token') ?? '';
       const cookie = gate.login(token);
       if (cookie === undefined)
@@ -282,9 +279,11 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       });
     }
     if (path === '/logout' && request.method === 'POST') {
+      const loggedOut = gate.logout(request, new URLSearchParams(await readBody(request)).get('csrf'));
+      if ('reason' in loggedOut) throw new HttpError(loggedOut.status, loggedOut.reason);
       return sendText(response, 303, 'text/plain; charset=utf-8', 'logged out\n', {
         location: '/',
-        'set-cookie': gate.logout(request),
+        'set-cookie': loggedOut.cookie,
       });
     }
     const access = gate.access(request);

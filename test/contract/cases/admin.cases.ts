@@ -96,6 +96,42 @@ export const adminCases: CaseGroup = {
       },
     },
     {
+      name: 'listDeliveries withPayload gives each delivery its event payload and headers, an inline event too; none without it',
+      async run({ harness }) {
+        // Without an id, a small event may be published inline (no events row): its deliveries carry the payload.
+        await publish(harness, [
+          event({
+            id: 'kept',
+            payload: { note: '<script>x</script>' },
+            headers: { trace: 't-1' },
+            handlers: handlers(H1, H2),
+          }),
+          event({ payload: { n: 2, nested: [null, true] }, headers: { origin: 'inline' } }),
+          event({ id: 'bare', payload: null }),
+        ]);
+        const [dying] = await claim(harness, 'w1', { handlers: [H2] });
+        assert.equal(await harness.store.bury(leaseOf(dying!), { error: 'no', now: harness.clock.now() }), true);
+
+        const listed = (await harness.store.listDeliveries({ withPayload: true })).items;
+        const shown = listed.map((d) => [d.handler, d.status, d.payload, d.headers]);
+        assert.deepEqual(shown, [
+          [H1, 'pending', { note: '<script>x</script>' }, { trace: 't-1' }],
+          [H2, 'dead', { note: '<script>x</script>' }, { trace: 't-1' }],
+          [H1, 'pending', { n: 2, nested: [null, true] }, { origin: 'inline' }],
+          [H1, 'pending', null, {}],
+        ]);
+        const dead = (await harness.store.listDeliveries({ status: 'dead', withPayload: true })).items;
+        assert.deepEqual(
+          dead.map((d) => d.payload),
+          [{ note: '<script>x</script>' }],
+        );
+        for (const item of (await harness.store.listDeliveries({})).items) {
+          assert.equal('payload' in item, false, 'no payload unless asked for');
+          assert.equal('headers' in item, false, 'no headers unless asked for');
+        }
+      },
+    },
+    {
       name: 'listDeliveries pages in id order with a cursor and ends with a null cursor',
       async run({ harness }) {
         await publish(
@@ -141,6 +177,7 @@ export const adminCases: CaseGroup = {
         await rejectsWithCode(harness.store.listDeliveries({ limit: 1001 }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.listDeliveries({ cursor: 'abc' }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(harness.store.listDeliveries({ status: 'running' as never }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(harness.store.listDeliveries({ withPayload: 'yes' as never }), 'RELAYBUS_INVALID_INPUT');
       },
     },
     {

@@ -133,6 +133,17 @@ export const completionCases: CaseGroup = {
           ]);
           assert.deepEqual(new Set(completed.items.map((d) => d.id)), new Set(done.map((c) => c.id)));
           assert.deepEqual(
+            (await harness.store.listDeliveries({ status: 'completed', withPayload: true })).items.map((d) => [
+              d.payload,
+              d.headers,
+            ]),
+            [
+              [{ n: 1 }, {}],
+              [{ n: 1 }, {}],
+            ],
+            'a completed delivery of the history with its payload',
+          );
+          assert.deepEqual(
             (await harness.store.listDeliveries({ status: 'completed', handler: H2 })).items.map((d) => d.handler),
             [H2],
           );
