@@ -378,6 +378,33 @@ export const publishCases: CaseGroup = {
       },
     },
     {
+      name: 'a lone surrogate in an id, type, key, handler, payload or header is refused before anything is written',
+      async run({ harness }) {
+        const half = '\ud83c';
+        const cases: [Partial<PublishParams>, RelayBusErrorCode, RegExp][] = [
+          [{ id: `e${half}` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.id/],
+          [{ type: `t${half}` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.type/],
+          [{ key: `${half}k` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.key/],
+          [{ handlers: handlers(H1, `h${half}`) }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.handlers\[1\]\.name/],
+          [{ payload: { a: [`x${half}`] } }, 'RELAYBUS_INVALID_PAYLOAD', /events\[1\]\.payload at \/a\/0/],
+          [{ payload: { [`k${half}`]: 1 } }, 'RELAYBUS_INVALID_PAYLOAD', /events\[1\]\.payload at \/k\\ud83c/],
+          [{ headers: { trace: `t${half}` } }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.headers\.trace/],
+        ];
+        for (const [index, [change, code, where]] of cases.entries()) {
+          const error = await refusedThenUsable(
+            harness,
+            [event({ id: `good-${index}` }), event(change)],
+            code,
+            event({ id: `after-${index}` }),
+          );
+          assert.match(error.message, where);
+          assert.match(error.message, /lone surrogate/);
+          assert.doesNotMatch(error.message, LONE_SURROGATE, 'the message itself is valid text');
+        }
+        assert.equal((await allDeliveries(harness)).length, cases.length, 'only the publishes after the refusals');
+      },
+    },
+    {
       name: 'a date outside the years 1 to 9999 is refused before anything is written',
       async run({ harness }) {
         for (const [index, availableAt] of [
