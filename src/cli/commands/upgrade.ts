@@ -112,7 +112,8 @@ export const upgradeCommand: Command = {
         title: 'Exit codes',
         lines: [
           '0  planned (--dry-run) or upgraded',
-          '1  refused (0.1 workers hold leases, a 0.1 table lacks a column the upgrade reads, a newer or unknown schema) or the database failed',
+          '1  refused (0.1 workers hold leases, a 0.1 table lacks a column the upgrade reads,',
+          '   a newer or unknown schema) or the database failed',
           '2  usage error',
         ],
       },
