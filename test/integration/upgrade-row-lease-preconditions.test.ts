@@ -4,8 +4,9 @@
  *
  * - a 0.1 layout that lacks a column the upgrade reads (events.key), has a counter renamed
  *   (deliveries.attempts) or a column of another type (events.payload json): the dry run and the
- *   real run both refuse with an `UpgradePreconditionError` naming it, and the schema is unchanged;
- *   once the column is back, the same upgrade goes through;
+ *   real run both refuse with an `UpgradePreconditionError` naming it (the one-script form of
+ *   createPostgresSchemaSql too), and the schema is unchanged; once the column is back, the same
+ *   upgrade goes through;
  * - rows the upgraded layout's checks refuse (max_attempts 0): refused alike, before any change;
  * - a column dropped after the batches committed (the failure once reported as a bare SQLSTATE
  *   42703 at the last step): the final step refuses, naming the column and the steps that committed;
@@ -18,7 +19,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
 import { SchemaMismatchError, StoreUnavailableError } from '../../src/core/errors.js';
-import { fromPg } from '../../src/postgres/index.js';
+import { createPostgresSchemaSql, fromPg } from '../../src/postgres/index.js';
 import { loadMigrations } from '../../src/postgres/schema-sql.js';
 import { setupPostgres } from '../../src/postgres/setup.js';
 import { loadStatements } from '../../src/postgres/statements.js';
@@ -110,6 +111,12 @@ describe('the 0.1 upgrade checks its preconditions first and says where it stopp
           assert.match(refusal ?? '', variant.named);
         } else {
           await assert.rejects(plan, refused);
+          // The one-script form (relaybus sql) checks the same layout in plpgsql.
+          await assert.rejects(pool.query(createPostgresSchemaSql({ schema })), (error: unknown) => {
+            assert.match(String(error), /has the layout of relaybus 0\.1 .*but not everything the upgrade reads/);
+            assert.match(String(error), variant.named);
+            return true;
+          });
         }
         await assert.rejects(setupPostgres(fromPg(pool), schema, loadStatements(schema), { batchSize: 20 }), refused);
         assert.deepEqual(await snapshotRowLease(admin, schema), before, 'the schema is unchanged');

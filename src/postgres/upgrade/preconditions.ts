@@ -82,6 +82,36 @@ export function expectedRowLeaseLayout(target: Migration): Map<string, Expected>
   return expected;
 }
 
+/** One expected column, flat: for the one-script form (`script.ts`), which checks the same layout in plpgsql. */
+export interface ExpectedColumn {
+  readonly table: string;
+  readonly column: string;
+  readonly type: string;
+  /** The table must exist (a 0.1 table); else the column is checked only where the table exists. */
+  readonly tableRequired: boolean;
+  /** The column must exist where the table does; else (a column the upgrade adds) only its type is checked. */
+  readonly columnRequired: boolean;
+}
+
+export function expectedRowLeaseColumns(target: Migration): ExpectedColumn[] {
+  return [...expectedRowLeaseLayout(target)].flatMap(([table, want]) => [
+    ...[...want.columns].map(([column, type]) => ({
+      table,
+      column,
+      type,
+      tableRequired: want.required,
+      columnRequired: true,
+    })),
+    ...[...want.optional].map(([column, type]) => ({
+      table,
+      column,
+      type,
+      tableRequired: want.required,
+      columnRequired: false,
+    })),
+  ]);
+}
+
 const KINDS: Readonly<Record<string, string>> = {
   v: 'a view',
   m: 'a materialized view',
