@@ -71,7 +71,8 @@ BEGIN
      OR EXISTS (SELECT 1 FROM jsonb_each(relaybus_publish.headers) h WHERE jsonb_typeof(h.value) <> 'string') THEN
     RAISE EXCEPTION 'relaybus_publish: headers must be a JSON object of strings' USING ERRCODE = '22023';
   END IF;
-  -- The limits bus.publish checks: names of 1 to 200 characters, dates in years 1 to 9999.
+  -- The limits bus.publish checks: names of 1 to 200 characters (length() counts code points, as src/core/limits.ts
+  -- does), dates in years 1 to 9999.
   IF length(relaybus_publish.type) > 200 OR length(relaybus_publish.key) NOT BETWEEN 1 AND 200 OR length(relaybus_publish.id) NOT BETWEEN 1 AND 200 THEN
     RAISE EXCEPTION 'relaybus_publish: type, key and id must be 1 to 200 characters (key and id may be NULL)' USING ERRCODE = '22023';
   END IF;

@@ -31,3 +31,5 @@ export {
 export { createPostgresAdoptSql, createPostgresSupplementSql } from './drizzle-kit-sql.js';
 export { createPostgresSchemaSql, DEFAULT_SCHEMA } from './schema-sql.js';
 export type { PostgresDriver, SqlExecutor, SqlStatement } from './sql-client.js';
+export { UpgradeInterruptedError } from './upgrade/interrupted.js';
+export { UpgradePreconditionError } from './upgrade/preconditions.js';

@@ -4,11 +4,11 @@ import { asScript, loadMigrations, loadSupplement } from './schema-sql.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import type { Statements } from './statements.js';
 import { inspectLayout, type Layout } from './upgrade/layout.js';
+import { startProgress, upgradeFailure, upgradeState, type UpgradeProgress } from './upgrade/interrupted.js';
 import {
+  checkRowLease,
   convertRowLease,
-  countRowLease,
   finishRowLease,
-  leasesHeldError,
   prepareRowLease,
   type RowLeaseCounts,
 } from './upgrade/row-lease.js';
@@ -20,8 +20,10 @@ import {
  *
  * - An empty schema, or one at an earlier relaybus version: the missing migrations of
  *   `schema/migrations/` (journal order) and the supplement, in one transaction.
- * - The row-lease layout of relaybus 0.1: converted in place (see `upgrade/row-lease.ts`), in
- *   batches of their own transactions, then finished, migrated and supplemented in one transaction.
+ * - The row-lease layout of relaybus 0.1: checked first (`upgrade/preconditions.ts`: every table and
+ *   column it reads), then converted in place (see `upgrade/row-lease.ts`), in batches of their own
+ *   transactions, then finished, migrated and supplemented in one transaction. A failure after the
+ *   first commit says which steps committed and how to resume (`upgrade/interrupted.ts`).
  * - Anything else (a newer relaybus's schema, foreign tables under relaybus's names): refused with
  *   a `SchemaMismatchError` before anything is written (`upgrade/layout.ts`).
  */
@@ -116,7 +118,7 @@ export async function setupPostgres<TTx>(
   };
   const inspect = (executor: SqlExecutor) => inspectLayout(executor, statements, schema, migrations);
 
-  let changed = false;
+  let progress: UpgradeProgress | undefined;
   try {
     const first = await locked(async (executor): Promise<{ result: SetupResult } | { counts: RowLeaseCounts }> => {
       const layout = await inspect(executor);
@@ -128,21 +130,22 @@ export async function setupPostgres<TTx>(
           },
         };
       }
-      const counts = await countRowLease(executor, statements);
-      if (counts.leased > 0) throw leasesHeldError(schema, counts.leased, counts.leaseOwners, counts.leasedUntil);
+      const counts = await checkRowLease(executor, statements, schema, target);
+      progress = startProgress(counts.deliveries);
       await prepareRowLease(executor, statements, target);
       return { counts };
     });
     if ('result' in first) return first.result;
-    changed = true;
-    return await upgradeRowLease(first.counts);
+    progress!.prepared = true;
+    return await upgradeRowLease(first.counts, progress!);
   } catch (error) {
-    throw setupError(error, schema, changed);
+    const failure = setupError(error, schema, progress?.prepared ?? false);
+    throw progress === undefined ? failure : upgradeFailure(failure, schema, progress);
   }
 
-  async function upgradeRowLease(counts: RowLeaseCounts): Promise<SetupResult> {
+  async function upgradeRowLease(counts: RowLeaseCounts, progress: UpgradeProgress): Promise<SetupResult> {
     let after = '-1';
-    let done = 0;
+    progress.step = 'convert';
     // Batches until one comes back short: rows added meanwhile (a 0.1 publisher still running) are the final step's.
     for (;;) {
       const batch = await locked(async (executor) => {
@@ -150,17 +153,21 @@ export async function setupPostgres<TTx>(
         return convertRowLease(executor, statements, after, batchSize);
       });
       if (batch === null) break;
-      done += batch.scanned;
+      if (batch.scanned > 0) progress.batches += 1;
+      progress.converted += batch.scanned;
+      progress.moved += batch.moved;
+      const done = progress.converted;
       await options.onProgress?.({ step: 'convert', done, total: Math.max(done, counts.deliveries) });
       if (batch.lastId === null || batch.scanned < batchSize) break;
       after = batch.lastId;
     }
+    progress.step = 'finish';
     await options.onProgress?.({ step: 'finish' });
     return locked(async (executor) => {
       const layout = await inspect(executor);
       if (layout.kind !== 'row-lease')
         return { from: 'row-lease', applied: await complete(executor, layout.kind === 'empty' ? [] : layout.applied) };
-      const finished = await finishRowLease(executor, statements, schema, target);
+      const finished = await finishRowLease(executor, statements, schema, target, upgradeState(progress));
       const applied = await complete(executor, [target.name]);
       return {
         from: 'row-lease',

@@ -40,6 +40,7 @@ export const STATEMENT_NAMES = [
   'unsubscribe',
   'upgrade-drop-lane-function',
   'upgrade-lane-function',
+  'upgrade-row-lease-catalog',
   'upgrade-row-lease-convert',
   'upgrade-row-lease-deliveries-columns',
   'upgrade-row-lease-deliveries-layout',

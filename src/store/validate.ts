@@ -20,21 +20,32 @@ import type {
 
 /**
  * Input checks shared by every store, so each throws the same typed error for the same bad input,
- * before anything is written. Postgres cannot store a NUL character (U+0000) in text or jsonb: a
- * statement carrying one fails and aborts the caller's transaction, so NULs are refused here, with
- * the field named, before any statement runs.
+ * before anything is written. Postgres cannot store a NUL character (U+0000) in text or jsonb, nor
+ * a lone surrogate (half of a UTF-16 pair) in jsonb: a statement carrying one fails and aborts the
+ * caller's transaction (text gets U+FFFD from the driver instead, silently). Both are refused here,
+ * with the field named, before any statement runs.
  */
 
 function fail(message: string): never {
   throw new InvalidInputError(message);
 }
 
-/** Refuse a string with a NUL character, naming where it is. */
+/** Whether `text` holds a lone surrogate: half of a UTF-16 pair, which Postgres jsonb refuses. */
+function hasLoneSurrogate(text: string): boolean {
+  return !(text as string & { isWellFormed(): boolean }).isWellFormed();
+}
+
+/** Refuse a string with a NUL character or a lone surrogate, naming where it is. */
 export function assertNoNul(value: string, what: string): void {
   const at = value.indexOf('\0');
   if (at !== -1) {
     fail(
       `${what} contains a NUL character (\\u0000) at index ${at}, which Postgres cannot store; nothing was written. Got ${echo(value)}.`,
+    );
+  }
+  if (hasLoneSurrogate(value)) {
+    fail(
+      `${what} contains a lone surrogate (half of a UTF-16 pair), which Postgres cannot store; nothing was written. Got ${echo(value)}.`,
     );
   }
 }
@@ -82,14 +93,25 @@ export function assertOptionalDate(value: unknown, what: string): void {
   if (value !== undefined) assertDate(value, what);
 }
 
-/** The JSON pointer of the first string or object key under `value` that holds a NUL character. */
-function nulPath(value: unknown, path: string): string | undefined {
-  if (typeof value === 'string') return value.includes('\0') ? path : undefined;
+/** What in `text` jsonb cannot store: a NUL character or a lone surrogate; undefined when nothing. */
+function unstorable(text: string): string | undefined {
+  if (text.includes('\0')) return 'a NUL character (\\u0000)';
+  if (hasLoneSurrogate(text)) return 'a lone surrogate (half of a UTF-16 pair)';
+  return undefined;
+}
+
+/** The JSON pointer of the first string or object key under `value` that jsonb cannot store, and what it holds. */
+function unstorablePath(value: unknown, path: string): { path: string; what: string } | undefined {
+  if (typeof value === 'string') {
+    const what = unstorable(value);
+    return what === undefined ? undefined : { path, what };
+  }
   if (typeof value !== 'object' || value === null) return undefined;
   for (const [key, inner] of Object.entries(value)) {
     const at = `${path}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
-    if (key.includes('\0')) return at;
-    const found = nulPath(inner, at);
+    const what = unstorable(key);
+    if (what !== undefined) return { path: at, what };
+    const found = unstorablePath(inner, at);
     if (found !== undefined) return found;
   }
   return undefined;
@@ -97,19 +119,20 @@ function nulPath(value: unknown, path: string): string | undefined {
 
 /**
  * Serialise a payload, rejecting what JSON cannot represent faithfully (undefined, functions, bigint,
- * cycles: InvalidInputError) and what Postgres jsonb cannot store (a NUL character in any string or
- * object key: InvalidPayloadError naming its JSON pointer).
+ * cycles: InvalidInputError) and what Postgres jsonb cannot store (a NUL character or a lone
+ * surrogate in any string or object key: InvalidPayloadError naming its JSON pointer).
  */
 export function payloadToJson(payload: unknown, what = 'payload'): string {
   let text: string | undefined;
-  let hasNul = false;
+  let hasUnstorable = false;
   try {
     text = JSON.stringify(payload, (key, value: unknown) => {
       if (typeof value === 'bigint' || typeof value === 'function' || typeof value === 'symbol') {
         throw new TypeError(`a ${typeof value} is not JSON`);
       }
       if (typeof value === 'number' && !Number.isFinite(value)) throw new TypeError(`${value} is not JSON`);
-      if (key.includes('\0') || (typeof value === 'string' && value.includes('\0'))) hasNul = true;
+      if (unstorable(key) !== undefined || (typeof value === 'string' && unstorable(value) !== undefined))
+        hasUnstorable = true;
       return value;
     });
   } catch (error) {
@@ -119,11 +142,16 @@ export function payloadToJson(payload: unknown, what = 'payload'): string {
     );
   }
   if (text === undefined) fail(`The ${what} is not JSON-serialisable (undefined). Publish plain JSON values.`);
-  if (hasNul) {
+  if (hasUnstorable) {
     // The serialised form is exactly what would be stored: find the path in it (toJSON and friends applied).
-    const path = nulPath(JSON.parse(text), '') ?? '';
-    const message = 'contains a NUL character (\\u0000), which Postgres jsonb cannot store';
-    const shown = path.replaceAll('\0', '\\u0000');
+    const found = unstorablePath(JSON.parse(text), '') ?? { path: '', what: 'a NUL character (\\u0000)' };
+    const { path } = found;
+    const message = `contains ${found.what}, which Postgres jsonb cannot store`;
+    // The pointer as text: a NUL or lone surrogate in a key shown escaped, so the message itself stays valid text.
+    const shown = path.replace(
+      /\0|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g,
+      (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+    );
     throw new InvalidPayloadError(
       `The ${what} ${path === '' ? 'itself' : `at ${shown}`} ${message}; nothing was written. Remove or replace the character.`,
       [{ path, message }],

@@ -83,10 +83,16 @@ describe('relaybus upgrade and relaybus setup on a relaybus 0.1 schema (real Pos
     assert.match(
       dry.stdout,
       new RegExp(
-        `${n(counts!.all)} deliveries \\([\\d,]+ pending, ${n(counts!.processing)} processing, ${n(counts!.completed)} completed, [\\d,]+ dead\\), ${n(counts!.all)} to convert`,
+        `${n(counts!.all)} deliveries \\([\\d,]+ pending, ${n(counts!.processing)} processing of which 1 on their last attempt, ${n(counts!.completed)} completed, [\\d,]+ dead\\), ${n(counts!.all)} to convert`,
       ),
     );
     assert.match(dry.stdout, /convert [\d,]+ of [\d,]+ deliveries in batches of 100/);
+    assert.match(
+      dry.stdout,
+      new RegExp(
+        `of the ${n(counts!.processing)} deliveries in flight, ${n(counts!.processing - 1)} go back to pending \\(attempts kept\\) and 1 on their last attempt become dead letters`,
+      ),
+    );
     assert.match(dry.stdout, /apply migrations? 0001_/);
     assert.match(dry.stdout, /dry run: nothing was changed\n$/);
     assert.deepEqual(await columns(schema), layout, 'the dry run changed nothing');
@@ -122,6 +128,12 @@ describe('relaybus upgrade and relaybus setup on a relaybus 0.1 schema (real Pos
       ),
     );
 
+    assert.match(
+      upgraded.stdout,
+      new RegExp(`${n(counts!.processing - 1)} in-flight ones back to pending, 1 on their last attempt now dead`),
+      'the upgrade did what the dry run said',
+    );
+
     const setup = await cli(['setup', '--schema', schema]);
     assert.equal(setup.code, 0, setup.stderr);
     assert.match(setup.stdout, new RegExp(`^relaybus: schema "${schema}" on .+ is set up \\(\\d+ ms\\)\\n$`));
@@ -130,6 +142,24 @@ describe('relaybus upgrade and relaybus setup on a relaybus 0.1 schema (real Pos
       after.stdout,
       new RegExp(`relaybus tables at ${loadMigrations().at(-1)!.name}\\nplan:\\n {2}1\\. nothing to migrate`),
     );
+  });
+
+  it('a 0.1 schema without events.key: the dry run and the upgrade refuse (exit 1), naming the column, changing nothing', async () => {
+    const schema = uniqueSchemaName('cli_nokey');
+    schemas.push(schema);
+    await admin.query(rowLeaseLayout(schema));
+    await seedRowLease(admin, schema, 50);
+    await admin.query(`ALTER TABLE "${schema}".relaybus_events DROP COLUMN key`);
+    const layout = await columns(schema);
+    for (const args of [['upgrade', '--dry-run'], ['upgrade'], ['setup']]) {
+      const refused = await cli([...args, '--schema', schema]);
+      assert.equal(refused.code, 1, `${args.join(' ')}: ${refused.stdout}`);
+      assert.match(
+        refused.stderr,
+        /^relaybus: Schema ".+" has the layout of relaybus 0\.1 .*column relaybus_events\.key \(text\) is missing\. The upgrade changed nothing/,
+      );
+    }
+    assert.deepEqual(await columns(schema), layout, 'nothing changed');
   });
 
   it('refuses a schema of a newer relaybus, naming its versions', async () => {

@@ -21,7 +21,15 @@ import { setupPostgres, type SetupProgress, type SetupResult } from '../../src/p
 import { loadStatements } from '../../src/postgres/statements.js';
 import { planPostgresSetup } from '../../src/postgres/upgrade/plan.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
-import { catalog, HANDLERS, KEYS, rowLeaseLayout, seedRowLease, withoutPositions } from '../support/upgrades.js';
+import {
+  catalog,
+  HANDLERS,
+  KEYS,
+  rowLeaseLayout,
+  seedRowLease,
+  snapshotRowLease,
+  withoutPositions,
+} from '../support/upgrades.js';
 import { waitFor } from '../support/wait.js';
 
 const found = await findPostgres();
@@ -221,18 +229,26 @@ describe('setup() upgrades a relaybus 0.1 schema (row leases) in place', {
           deliveries: old.length,
           pending: count('pending'),
           processing: count('processing'),
+          lastAttempt: 1,
           completed: count('completed'),
           dead: count('dead'),
           toConvert: old.length,
           events: 3_000,
+          unfit: 0,
           leased: 0,
           leaseOwners: undefined,
           leasedUntil: null,
         },
       );
       assert.ok(old.length >= 6_000 && count('processing') > 100 && count('completed') > 1_000 && count('dead') > 100);
+      // What the final step will do to the deliveries in flight, counted by the rule it applies (one was on its last attempt).
       assert.ok(
-        plan.steps.some((step) => step.includes(`${count('processing')} processing deliveries back to pending`)),
+        plan.steps.some((step) =>
+          step.includes(
+            `of the ${count('processing')} deliveries in flight, ${count('processing') - 1} go back to pending (attempts kept) ` +
+              'and 1 on their last attempt become dead letters',
+          ),
+        ),
         plan.steps.join('\n'),
       );
       assert.deepEqual(await snapshotRowLease(admin, schema), beforePlan);
@@ -250,6 +266,14 @@ describe('setup() upgrades a relaybus 0.1 schema (row leases) in place', {
       assert.deepEqual(result.applied, versions);
       const processing = old.filter((r) => r.status === 'processing');
       assert.deepEqual(result.rowLease?.released, { pending: processing.length - 1, dead: 1 });
+      assert.deepEqual(
+        result.rowLease?.released,
+        {
+          pending: result.rowLease!.counts.processing - result.rowLease!.counts.lastAttempt,
+          dead: result.rowLease!.counts.lastAttempt,
+        },
+        'the upgrade did what its plan counted',
+      );
       const converts = progress.filter((p) => p.step === 'convert');
       assert.ok(converts.length >= 6, `one progress report per batch (${converts.length})`);
       assert.deepEqual(converts[converts.length - 1], { step: 'convert', done: old.length, total: old.length });
@@ -522,31 +546,3 @@ describe('setup() upgrades a relaybus 0.1 schema (row leases) in place', {
     assert.deepEqual(await snapshot(admin, schema), twice, 'running the script again changes nothing');
   });
 });
-
-/** The catalog and rows of a 0.1 schema (for "nothing changed"). */
-async function snapshotRowLease(admin: pg.Pool, schema: string) {
-  const rows = async (table: string) => (await admin.query(`SELECT * FROM "${schema}".${table} ORDER BY 1`)).rows;
-  const functions = await admin.query(
-    `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
-    [schema],
-  );
-  const tables = await admin.query(
-    `SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`,
-    [schema],
-  );
-  const indexes = await admin.query(`SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY 1`, [
-    schema,
-  ]);
-  const columns = await admin.query(
-    `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = $1 ORDER BY 1, 2`,
-    [schema],
-  );
-  return {
-    deliveries: await rows('relaybus_deliveries'),
-    events: await rows('relaybus_events'),
-    functions: functions.rows,
-    tables: tables.rows,
-    indexes: indexes.rows,
-    columns: columns.rows,
-  };
-}

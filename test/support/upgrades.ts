@@ -262,3 +262,31 @@ export async function seedRowLease(admin: pg.Pool, schema: string, events: numbe
   await admin.query(`UPDATE ${s}.relaybus_deliveries SET attempts = max_attempts
     WHERE id = (SELECT min(id) FROM ${s}.relaybus_deliveries WHERE status = 'processing' AND key IS NULL)`);
 }
+
+/** The catalog and rows of a 0.1 schema (for "nothing changed"). */
+export async function snapshotRowLease(admin: pg.Pool, schema: string) {
+  const rows = async (table: string) => (await admin.query(`SELECT * FROM "${schema}".${table} ORDER BY 1`)).rows;
+  const functions = await admin.query(
+    `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
+    [schema],
+  );
+  const tables = await admin.query(
+    `SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`,
+    [schema],
+  );
+  const indexes = await admin.query(`SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY 1`, [
+    schema,
+  ]);
+  const columns = await admin.query(
+    `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = $1 ORDER BY 1, 2`,
+    [schema],
+  );
+  return {
+    deliveries: await rows('relaybus_deliveries'),
+    events: await rows('relaybus_events'),
+    functions: functions.rows,
+    tables: tables.rows,
+    indexes: indexes.rows,
+    columns: columns.rows,
+  };
+}

@@ -105,14 +105,15 @@ export const upgradeCommand: Command = {
   help: renderHelp({
     usage: ['relaybus upgrade [--dry-run] [--batch-size n] [options]'],
     description:
-      'Bring the relaybus tables to this version, as relaybus setup and bus.start() do: install them, apply the relaybus migrations they lack, or convert a relaybus 0.1 schema (the row-lease layout) in place, in batches of their own transactions and then one final transaction; an interrupted upgrade is finished by running it again. With --dry-run: print the plan and the rows to convert, and change nothing. Stop every relaybus 0.1 worker first: while one holds a lease, both refuse. A schema of a newer relaybus is refused, never downgraded.',
+      'Bring the relaybus tables to this version, as relaybus setup and bus.start() do: install them, apply the relaybus migrations they lack, or convert a relaybus 0.1 schema (the row-lease layout) in place, in batches of their own transactions and then one final transaction; an interrupted upgrade is finished by running it again (its error says which steps committed). Before its first change it checks that the 0.1 tables have every column it reads, with their types, and refuses, naming what is missing, if not. With --dry-run: run the same checks, print the plan and the rows to convert (what becomes of each), and change nothing. Stop every relaybus 0.1 worker first: while one holds a lease, both refuse. A schema of a newer relaybus is refused, never downgraded.',
     flags: FLAGS,
     sections: [
       {
         title: 'Exit codes',
         lines: [
           '0  planned (--dry-run) or upgraded',
-          '1  refused (0.1 workers hold leases, a newer or unknown schema) or the database failed',
+          '1  refused (0.1 workers hold leases, a 0.1 table lacks a column the upgrade reads,',
+          '   a newer or unknown schema) or the database failed',
           '2  usage error',
         ],
       },
@@ -144,7 +145,8 @@ export const upgradeCommand: Command = {
           const n = (value: number) => value.toLocaleString('en-US');
           writeLine(
             context.stdout,
-            `  ${n(counts.deliveries)} deliveries (${n(counts.pending)} pending, ${n(counts.processing)} processing, ` +
+            `  ${n(counts.deliveries)} deliveries (${n(counts.pending)} pending, ${n(counts.processing)} processing of which ` +
+              `${n(counts.lastAttempt)} on their last attempt, ` +
               `${n(counts.completed)} completed, ${n(counts.dead)} dead), ${n(counts.toConvert)} to convert; ${n(counts.events)} events; ` +
               `${n(counts.leased)} under a live 0.1 lease`,
           );

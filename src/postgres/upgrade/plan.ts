@@ -3,12 +3,20 @@ import { setupError } from '../setup.js';
 import type { PostgresDriver } from '../sql-client.js';
 import type { Statements } from '../statements.js';
 import { inspectLayout, type Layout } from './layout.js';
+import {
+  assertRowLeaseLayout,
+  NOTHING_CHANGED,
+  rowLeaseDataProblems,
+  UpgradePreconditionError,
+} from './preconditions.js';
 import { countRowLease, leasesHeldError, type RowLeaseCounts } from './row-lease.js';
 
 /**
  * What setup() would do to a schema, read in a read-only transaction (`relaybus upgrade
  * --dry-run`): the layout found, the migrations to apply, and for a 0.1 schema the rows to
- * convert. A layout setup() refuses throws the same `SchemaMismatchError` setup() would.
+ * convert and what becomes of each (counted with the rules the upgrade applies). A layout setup()
+ * refuses throws the same `SchemaMismatchError` setup() would (for a 0.1 schema that lacks a column
+ * the upgrade reads: `UpgradePreconditionError`, from the same check).
  */
 
 export interface SetupPlan {
@@ -70,12 +78,17 @@ export async function planPostgresSetup<TTx>(
           ],
         };
       }
-      const counts = await countRowLease(executor, statements);
       const [target, ...later] = names;
+      // The layout first, as the upgrade does: the counts below read the lease columns.
+      await assertRowLeaseLayout(executor, statements, schema, migrations[0]!);
+      const counts = await countRowLease(executor, statements);
+      const problems = rowLeaseDataProblems(counts);
       const refusal =
-        counts.leased > 0
-          ? leasesHeldError(schema, counts.leased, counts.leaseOwners, counts.leasedUntil).message
-          : undefined;
+        problems.length > 0
+          ? new UpgradePreconditionError(schema, problems, NOTHING_CHANGED).message
+          : counts.leased > 0
+            ? leasesHeldError(schema, counts.leased, counts.leaseOwners, counts.leasedUntil).message
+            : undefined;
       return {
         schema,
         layout: layout.kind,
@@ -88,8 +101,9 @@ export async function planPostgresSetup<TTx>(
             'and the SQL lane function (one short transaction)',
           `convert ${n(counts.toConvert)} of ${n(counts.deliveries)} deliveries in batches of ${n(options.batchSize)} (a transaction each): their lane, ` +
             `their events' handlers; the ${n(counts.completed)} completed ones move to the completion history (listed and counted until retention purges them)`,
-          `final transaction, deliveries and events locked: convert what is left, ${n(counts.processing)} processing deliveries back to pending ` +
-            `(attempts kept), drop the lease columns, the constraints and indexes of ${target}, the key counters, record ${target}`,
+          `final transaction, deliveries and events locked: convert what is left; of the ${n(counts.processing)} deliveries in flight, ` +
+            `${n(counts.processing - counts.lastAttempt)} go back to pending (attempts kept) and ${n(counts.lastAttempt)} on their last ` +
+            `attempt become dead letters; drop the lease columns, the constraints and indexes of ${target}, the key counters, record ${target}`,
           ...(later.length > 0
             ? [`apply migration${later.length === 1 ? '' : 's'} ${later.join(', ')} (same transaction)`]
             : []),

@@ -3,6 +3,12 @@ import type { RowOf } from '../rows.js';
 import type { Migration } from '../schema-sql.js';
 import type { SqlExecutor } from '../sql-client.js';
 import type { StatementName, Statements } from '../statements.js';
+import {
+  assertRowLeaseLayout,
+  NOTHING_CHANGED,
+  rowLeaseDataProblems,
+  UpgradePreconditionError,
+} from './preconditions.js';
 
 /**
  * The upgrade of a relaybus 0.1 schema (the row-lease layout: status and lease columns on every
@@ -27,11 +33,18 @@ export interface RowLeaseCounts {
   readonly deliveries: number;
   readonly pending: number;
   readonly processing: number;
+  /**
+   * Processing deliveries whose claim spent their last attempt: the final step makes them dead, the other processing
+   * ones pending (sql/fragments/row-lease-last-attempt.sql, one rule for both the count and the upgrade).
+   */
+  readonly lastAttempt: number;
   readonly completed: number;
   readonly dead: number;
   /** Deliveries without a lane yet, plus completed ones (they move to the history). */
   readonly toConvert: number;
   readonly events: number;
+  /** Deliveries kept by the upgrade whose attempts the upgraded layout's check refuses (attempts < 0, max_attempts < 1). */
+  readonly unfit: number;
   /** Deliveries 0.1 workers hold under a lease that has not expired. */
   readonly leased: number;
   readonly leaseOwners: readonly string[];
@@ -43,7 +56,7 @@ type PlanRow = RowOf<'upgrade-row-lease-plan'>;
 const toDate = (value: Date | string | null): Date | null =>
   value === null ? null : value instanceof Date ? value : new Date(value);
 
-/** Count what the upgrade of a 0.1 schema has to do. */
+/** Count what the upgrade of a 0.1 schema has to do (after `assertRowLeaseLayout`: the count reads the lease columns). */
 export async function countRowLease(executor: SqlExecutor, statements: Statements): Promise<RowLeaseCounts> {
   const [row] = await executor.run<PlanRow>(statements['upgrade-row-lease-plan'], [null]);
   const r = row!;
@@ -51,10 +64,12 @@ export async function countRowLease(executor: SqlExecutor, statements: Statement
     deliveries: Number(r.deliveries),
     pending: Number(r.pending),
     processing: Number(r.processing),
+    lastAttempt: Number(r.last_attempt),
     completed: Number(r.completed),
     dead: Number(r.dead),
     toConvert: Number(r.to_convert),
     events: Number(r.events),
+    unfit: Number(r.unfit),
     leased: Number(r.leased),
     leaseOwners: r.lease_owners ?? [],
     leasedUntil: toDate(r.leased_until),
@@ -93,6 +108,24 @@ export async function assertNoRowLeases(
   const [row] = await executor.run<RowOf<'upgrade-row-lease-leases'>>(statements['upgrade-row-lease-leases'], [null]);
   if (Number(row!.leased) > 0)
     throw leasesHeldError(schema, Number(row!.leased), row!.lease_owners ?? [], toDate(row!.leased_until), started);
+}
+
+/**
+ * Everything the upgrade needs before its first change, in the caller's transaction: the layout (every table and
+ * column it reads), then the rows (none the upgraded layout's checks refuse) and no live 0.1 lease. Returns the counts.
+ */
+export async function checkRowLease(
+  executor: SqlExecutor,
+  statements: Statements,
+  schema: string,
+  target: Migration,
+): Promise<RowLeaseCounts> {
+  await assertRowLeaseLayout(executor, statements, schema, target);
+  const counts = await countRowLease(executor, statements);
+  const problems = rowLeaseDataProblems(counts);
+  if (problems.length > 0) throw new UpgradePreconditionError(schema, problems, NOTHING_CHANGED);
+  if (counts.leased > 0) throw leasesHeldError(schema, counts.leased, counts.leaseOwners, counts.leasedUntil);
+  return counts;
 }
 
 const CREATE_TABLE = /^CREATE TABLE "/;
@@ -188,15 +221,18 @@ export interface FinishResult {
 
 /**
  * Part 3: finish, in the caller's transaction under the setup lock: afterwards the schema is at
- * `target` (recorded), and the caller applies the later migrations and the supplement.
+ * `target` (recorded), and the caller applies the later migrations and the supplement. The layout
+ * is checked again first, under the lock (`state` says what the upgrade committed, for the refusal).
  */
 export async function finishRowLease(
   executor: SqlExecutor,
   statements: Statements,
   schema: string,
   target: Migration,
+  state: string,
 ): Promise<FinishResult> {
   await executor.exec(statements['upgrade-row-lease-lock'].text);
+  await assertRowLeaseLayout(executor, statements, schema, target, state);
   await assertNoRowLeases(executor, statements, schema, true);
   await prepareRowLease(executor, statements, target);
   const converted = await convertRowLease(executor, statements, null, null);

@@ -1,6 +1,7 @@
 import type { Migration } from '../schema-sql.js';
 import { quoteIdentifier, type Statements } from '../statements.js';
 import { relaybusTableNames } from './layout.js';
+import { expectedRowLeaseColumns } from './preconditions.js';
 import { finishLayoutSteps, prepareSteps, type RowLeaseStep } from './row-lease.js';
 
 /**
@@ -78,14 +79,39 @@ function steps(statements: Statements, list: readonly RowLeaseStep[]): string[] 
   );
 }
 
+/**
+ * The layout check of `preconditions.ts` in plpgsql: every column the upgrade reads, of the type the upgraded layout
+ * keeps, listed in one exception before the first change (the same expected columns, from the target migration).
+ */
+function layoutCheck(schema: string, target: Migration): string[] {
+  const rows = expectedRowLeaseColumns(target).map(
+    (c) => `(${literal(c.table)}, ${literal(c.column)}, ${literal(c.type)}, ${c.tableRequired}, ${c.columnRequired})`,
+  );
+  const relation = `to_regclass(format('%I.%I', ${literal(schema)}, w.tbl))`;
+  return [
+    "  SELECT string_agg(CASE WHEN a.attname IS NULL THEN format('column %s.%s (%s) is missing', w.tbl, w.col, w.typ)",
+    "                         ELSE format('column %s.%s is %s, expected %s', w.tbl, w.col, format_type(a.atttypid, a.atttypmod), w.typ) END,",
+    "                    '; ' ORDER BY w.tbl, w.col)",
+    '    INTO problems',
+    `    FROM (VALUES ${rows.join(',\n      ')}) AS w(tbl, col, typ, table_required, column_required)`,
+    `    LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = ${relation} AND a.attname = w.col AND a.attnum > 0 AND NOT a.attisdropped`,
+    `    WHERE (w.table_required OR ${relation} IS NOT NULL)`,
+    '      AND CASE WHEN a.attname IS NULL THEN w.column_required ELSE format_type(a.atttypid, a.atttypmod) <> w.typ END;',
+    '  IF problems IS NOT NULL THEN',
+    `    RAISE EXCEPTION ${literal(`relaybus: schema "${schema}" has the layout of relaybus 0.1 (deliveries.lease_token) but not everything the upgrade reads: %; nothing was changed (give the tables what is missing, then run this script again)`)}, problems;`,
+    '  END IF;',
+  ];
+}
+
 function rowLease(schema: string, statements: Statements, target: Migration): string {
   const q = quoteIdentifier(schema);
   return block(
-    ['  leased integer;', '  owners text[];', '  until timestamptz;'],
+    ['  leased integer;', '  owners text[];', '  until timestamptz;', '  problems text;'],
     [
       `  IF NOT ${rowLeaseMarker(schema)} THEN`,
       '    RETURN;',
       '  END IF;',
+      ...layoutCheck(schema, target),
       execute(statements['upgrade-row-lease-lock'].text),
       execute(statements['upgrade-row-lease-leases'].text, ' INTO leased, owners, until USING NULL::timestamptz'),
       '  IF leased > 0 THEN',

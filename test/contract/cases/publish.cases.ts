@@ -46,6 +46,8 @@ async function refusedThenUsable<TTx>(
 }
 
 const NUL = '\u0000';
+/** Half of a UTF-16 surrogate pair on its own: what cutting a string inside an emoji leaves. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 export const publishCases: CaseGroup = {
   area: 'publish',
@@ -347,6 +349,59 @@ export const publishCases: CaseGroup = {
         );
         assert.match(error.message, /5000 characters/);
         assert.ok(error.message.length < 400, `message of ${error.message.length} characters`);
+      },
+    },
+    {
+      name: 'names are counted in code points: a key or id of 200 emoji is accepted, 201 refused, the message never cut in a pair',
+      async run({ harness }) {
+        const emoji = '\u{1f389}';
+        for (const [index, name] of [emoji.repeat(200), `${'a'.repeat(199)}${emoji}`].entries()) {
+          const [result] = await publish(harness, [event({ id: name, key: name, type: `t-${index}` })]);
+          assert.equal(result?.eventId, name);
+          const [stored] = (await harness.store.listDeliveries({ eventId: name })).items;
+          assert.equal(stored?.key, name, 'the key stored whole');
+        }
+        for (const [index, change] of [
+          { key: emoji.repeat(201) },
+          { id: emoji.repeat(201) },
+          { type: `${'a'.repeat(200)}${emoji}` },
+        ].entries()) {
+          const error = await refusedThenUsable(
+            harness,
+            [event({ id: `e-${index}`, ...change })],
+            'RELAYBUS_INVALID_INPUT',
+            event({ id: `after-${index}` }),
+          );
+          assert.match(error.message, /at most 200 characters, got a string of 201 characters/);
+          assert.doesNotMatch(error.message, LONE_SURROGATE, 'no half of an emoji in the message');
+        }
+      },
+    },
+    {
+      name: 'a lone surrogate in an id, type, key, handler, payload or header is refused before anything is written',
+      async run({ harness }) {
+        const half = '\ud83c';
+        const cases: [Partial<PublishParams>, RelayBusErrorCode, RegExp][] = [
+          [{ id: `e${half}` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.id/],
+          [{ type: `t${half}` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.type/],
+          [{ key: `${half}k` }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.key/],
+          [{ handlers: handlers(H1, `h${half}`) }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.handlers\[1\]\.name/],
+          [{ payload: { a: [`x${half}`] } }, 'RELAYBUS_INVALID_PAYLOAD', /events\[1\]\.payload at \/a\/0/],
+          [{ payload: { [`k${half}`]: 1 } }, 'RELAYBUS_INVALID_PAYLOAD', /events\[1\]\.payload at \/k\\ud83c/],
+          [{ headers: { trace: `t${half}` } }, 'RELAYBUS_INVALID_INPUT', /events\[1\]\.headers\.trace/],
+        ];
+        for (const [index, [change, code, where]] of cases.entries()) {
+          const error = await refusedThenUsable(
+            harness,
+            [event({ id: `good-${index}` }), event(change)],
+            code,
+            event({ id: `after-${index}` }),
+          );
+          assert.match(error.message, where);
+          assert.match(error.message, /lone surrogate/);
+          assert.doesNotMatch(error.message, LONE_SURROGATE, 'the message itself is valid text');
+        }
+        assert.equal((await allDeliveries(harness)).length, cases.length, 'only the publishes after the refusals');
       },
     },
     {
