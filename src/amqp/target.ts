@@ -1,7 +1,13 @@
 import type amqp from 'amqplib';
 import { InvalidOptionsError } from '../core/errors.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
-import { BrokerRejectedError, BrokerUnavailableError, MessageTooLargeError, redactUrl } from '../broker/errors.js';
+import {
+  BrokerNotFoundError,
+  BrokerRejectedError,
+  BrokerUnavailableError,
+  MessageTooLargeError,
+  redactUrl,
+} from '../broker/errors.js';
 import { HEADERS, type OutboundMessage } from '../broker/message.js';
 import { checkPositiveIntegers } from '../broker/options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
@@ -134,7 +140,7 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
                 else link.returned.set(key, returned - 1);
                 reject(
                   new BrokerRejectedError(
-                    `event ${message.id}: no queue is bound to exchange "${exchange}" with routing key "${routingKey}" on ${this.name}; RabbitMQ returned it unroutable`,
+                    `event ${message.id}: no queue is bound to exchange "${exchange}" with routing key "${routingKey}" on ${this.name}; RabbitMQ returned it unroutable (start the inbox, whose \`declare\` binds its queue; the relay retries)`,
                   ),
                 );
                 return;
@@ -179,7 +185,14 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
         try {
           await channel.checkExchange(exchange);
         } catch (error) {
-          throw channelError(error, `exchange "${exchange}" on ${this.name}`);
+          const typed = channelError(error, `exchange "${exchange}" on ${this.name}`);
+          // Usually the inbox that declares it has not started yet: say so (the relay retries meanwhile).
+          if (typed instanceof BrokerNotFoundError)
+            throw new BrokerNotFoundError(
+              `${typed.message}. Start the inbox first: amqpInbox({ declare: { bindings } }) declares the exchange when \`relaybus inbox\` starts (or declare it yourself); the relay retries until it exists`,
+              { cause: error },
+            );
+          throw typed;
         } finally {
           await closeQuietly(channel);
         }

@@ -154,6 +154,23 @@ describe('permanent relay failures on RabbitMQ', { skip: await rabbitSkip() }, (
       (error: unknown) => error instanceof BrokerRejectedError && !isPermanentFailure(error),
     );
   });
+
+  it('an exchange that does not exist yet: BrokerNotFoundError saying the inbox declares it (retried, not permanent)', async () => {
+    const target = amqpTarget({ url: AMQP_URL });
+    targets.push(target);
+    await assert.rejects(
+      relayTo(target, { exchange: uniqueName('not-yet'), routingKey: 'x' })({ n: 1 }, context('e-nx')),
+      (error: unknown) => {
+        assert.ok(error instanceof BrokerNotFoundError, String(error));
+        assert.equal(isPermanentFailure(error), false);
+        assert.match(
+          error.message,
+          /does not exist.*Start the inbox first: amqpInbox\(\{ declare: \{ bindings \} \}\)/s,
+        );
+        return true;
+      },
+    );
+  });
 });
 
 describe('permanent relay failures on NATS JetStream', { skip: await natsSkip() }, () => {
