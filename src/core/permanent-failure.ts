@@ -46,5 +46,9 @@ export class PermanentFailure extends Error {
   }
 }
 
-/** The log line of a delivery buried at once, by a permanent failure or a check before its handler ran. */
-export const BURIED_AT_ONCE = 'handler failed permanently (a retry cannot fix it); the delivery is dead until requeued';
+/** The log line of a delivery that is dead: at once (a permanent failure, a check before its handler ran), or out of attempts. */
+export function deadLogLine(permanent: boolean): string {
+  return permanent
+    ? 'handler failed permanently (a retry cannot fix it); the delivery is dead until requeued'
+    : 'handler failed on its last attempt; the delivery is dead until requeued';
+}

@@ -3,7 +3,7 @@ import { RelayBusError } from '../core/errors.js';
 import type { DeliveryInfo, HandlerContext, RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
 import { MAX_RETRY_LOOKAHEAD_MS } from '../core/limits.js';
 import { describeError, type Logger } from '../core/logger.js';
-import { BURIED_AT_ONCE, isPermanentFailure } from '../core/permanent-failure.js';
+import { deadLogLine, isPermanentFailure } from '../core/permanent-failure.js';
 import { decideRetry } from '../core/retry-policy.js';
 import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
 import type { CompletionAnswer, CompletionBatcher, CompletionWaiter } from './completion-batcher.js';
@@ -801,10 +801,7 @@ async function writeFailure<TTx>(
     deps.emitter.emit('failed', { delivery: run.info, error, durationMs, retryAt: decision.availableAt });
     return 'failed';
   }
-  deps.logger.error(
-    permanent ? BURIED_AT_ONCE : 'handler failed on its last attempt; the delivery is dead until requeued',
-    fields,
-  );
+  deps.logger.error(deadLogLine(permanent), fields);
   deps.emitter.emit('dead', { delivery: run.info, error, durationMs });
   return 'dead';
 }
