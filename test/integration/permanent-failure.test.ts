@@ -37,7 +37,10 @@ for (const target of [memoryTarget, pgTarget()] as ContractTarget<unknown>[]) {
         timeout: 20_000,
       }, async () => {
         await harness.reset();
+        const errors: string[] = [];
+        const logger = { debug() {}, info() {}, warn() {}, error: (message: string) => errors.push(message) };
         const bus = createRelayBus({
+          logger,
           store: harness.store,
           events: [OrderPlaced],
           backoff: { initialDelayMs: 60_000, maxDelayMs: 60_000, jitter: 0 },
@@ -86,6 +89,9 @@ for (const target of [memoryTarget, pgTarget()] as ContractTarget<unknown>[]) {
           ['dead', 1, 10, 'PermanentFailure: customer c-9 does not exist'],
         );
         assert.ok(ran.indexOf('o-next') > ran.indexOf('o-gone'), 'the next delivery of the key ran after it');
+        assert.deepEqual(errors, [
+          'handler failed permanently (a retry cannot fix it); the delivery is dead until requeued',
+        ]);
         // The control: a plain error is retried later, not buried.
         const [flaky] = (await harness.store.listDeliveries({ eventId: 'e-flaky' })).items;
         assert.deepEqual([flaky?.status, flaky?.attempts], ['pending', 1]);
