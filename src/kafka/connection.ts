@@ -70,16 +70,16 @@ export function kafkaError(error: unknown, what: string, brokers: readonly strin
 const RECORD_REFUSED = new Set(['INVALID_RECORD', 'INVALID_TOPIC_EXCEPTION']);
 const RECORD_TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
 
-/** The kafkajs error `type` of `error`, or of an error it wraps (retries exceeded, an aggregate of partitions). */
-function kafkaTypeOf(error: unknown, depth = 0): string | undefined {
+/** The record error type (above) of `error` or of an error it wraps (retries exceeded, an aggregate), if any. */
+function recordErrorType(error: unknown, depth = 0): string | undefined {
   if (typeof error !== 'object' || error === null || depth > 4) return undefined;
   const { type, cause, errors } = error as { type?: unknown; cause?: unknown; errors?: unknown };
   if (typeof type === 'string' && (RECORD_REFUSED.has(type) || RECORD_TOO_LARGE.has(type))) return type;
   for (const inner of [cause, ...(Array.isArray(errors) ? errors : [])]) {
-    const found = kafkaTypeOf(inner, depth + 1);
+    const found = recordErrorType(inner, depth + 1);
     if (found !== undefined) return found;
   }
-  return typeof type === 'string' ? type : undefined;
+  return undefined;
 }
 
 /**
@@ -87,7 +87,7 @@ function kafkaTypeOf(error: unknown, depth = 0): string | undefined {
  * failures: the relay's delivery is dead at once), else as `kafkaError` (retried).
  */
 export function kafkaSendError(error: unknown, what: string, brokers: readonly string[], size: number): Error {
-  const type = kafkaTypeOf(error);
+  const type = recordErrorType(error);
   const message = error instanceof Error ? error.message : String(error);
   if (type !== undefined && RECORD_TOO_LARGE.has(type))
     return new MessageTooLargeError(
