@@ -84,6 +84,7 @@ export {
   UnknownHandlerError,
 } from './core/errors.js';
 export type { RelayBusErrorCode, RelayBusErrorOptions } from './core/errors.js';
+export { isPermanentFailure, PermanentFailure } from './core/permanent-failure.js';
 
 export type {
   BuryParams,

@@ -65,6 +65,12 @@ export function connectError(error: unknown, url: string): Error {
 export function channelError(error: unknown, what: string): Error {
   const message = error instanceof Error ? error.message : String(error);
   const code = replyCode(error);
+  // amqplib's own check of a field it cannot encode (a name over 255 bytes): the same call fails the same way.
+  if (error instanceof TypeError)
+    return new BrokerRejectedError(`${what}: cannot be encoded for RabbitMQ: ${message}`, {
+      cause: error,
+      permanent: true,
+    });
   if (code === 404) return new BrokerNotFoundError(`${what} does not exist: ${message}`, { cause: error });
   if (code === 406 && /larger than configured max size/i.test(message)) {
     const [, size, limit] = /size (\d+) is larger than configured max size (\d+)/.exec(message) ?? [];

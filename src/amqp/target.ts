@@ -1,7 +1,13 @@
 import type amqp from 'amqplib';
 import { InvalidOptionsError } from '../core/errors.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
-import { BrokerRejectedError, BrokerUnavailableError, MessageTooLargeError, redactUrl } from '../broker/errors.js';
+import {
+  BrokerNotFoundError,
+  BrokerRejectedError,
+  BrokerUnavailableError,
+  MessageTooLargeError,
+  redactUrl,
+} from '../broker/errors.js';
 import { HEADERS, type OutboundMessage } from '../broker/message.js';
 import { checkPositiveIntegers } from '../broker/options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
@@ -12,7 +18,8 @@ import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './connect
  * and again after a loss. Each message is published persistent and mandatory, with message id = event
  * id, `type` = event type, the key in the `relaybus-key` header; `send` resolves on the publisher
  * confirm. A negative confirm, an unroutable message (no queue bound: returned), a closed channel or
- * a timeout rejects, so the relay handler fails and is retried; nothing is lost.
+ * a timeout rejects, so the relay handler fails and is retried; nothing is lost. A message too large for the broker,
+ * or one amqplib cannot encode (a routing key over 255 bytes), is a permanent failure: its delivery is dead at once.
  */
 
 /** Where a relayed message goes. */
@@ -75,8 +82,8 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
     }
     signal.throwIfAborted();
     const link = await this.#connect();
-    const exchange = routeValue(route.exchange, message);
-    const routingKey = routeValue(route.routingKey, message);
+    const exchange = routeName(route.exchange, message, 'exchange', this.name);
+    const routingKey = routeName(route.routingKey, message, 'routingKey', this.name);
     await this.#checkExchange(link, exchange);
     const key = returnKey(exchange, routingKey, message.id);
     const headers: Record<string, string> = {
@@ -119,7 +126,7 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
               if (error) {
                 reject(
                   link.lastError !== undefined
-                    ? this.#closedBy(link.lastError, exchange)
+                    ? this.#closedBy(link.lastError, exchange, message.body.length)
                     : new BrokerRejectedError(
                         `RabbitMQ at ${this.name} refused event ${message.id} (negative confirm or closed channel): ${describeError(error)}`,
                         { retryable: true },
@@ -133,7 +140,7 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
                 else link.returned.set(key, returned - 1);
                 reject(
                   new BrokerRejectedError(
-                    `event ${message.id}: no queue is bound to exchange "${exchange}" with routing key "${routingKey}" on ${this.name}; RabbitMQ returned it unroutable`,
+                    `event ${message.id}: no queue is bound to exchange "${exchange}" with routing key "${routingKey}" on ${this.name}; RabbitMQ returned it unroutable (start the inbox, whose \`declare\` binds its queue; the relay retries)`,
                   ),
                 );
                 return;
@@ -142,11 +149,22 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
             },
           );
         } catch (error) {
-          // amqplib throws synchronously on a closed channel or headers it cannot encode.
+          // amqplib throws synchronously on a closed channel (retried), on headers over its encoding buffer
+          // (RangeError) and on a field it cannot encode, such as a routing key over 255 bytes (TypeError): those two
+          // are the message's own, a retry repeats them.
           reject(
             error instanceof RangeError
-              ? new MessageTooLargeError(`event ${message.id}: ${error.message}`, message.body.length, limit)
-              : new BrokerUnavailableError(`RabbitMQ at ${this.name}: ${describeError(error)}`, { cause: error }),
+              ? new MessageTooLargeError(
+                  `event ${message.id} (${message.type}): RabbitMQ at ${this.name} cannot take its headers (${error.message}); it was not sent`,
+                  message.body.length,
+                  limit,
+                )
+              : error instanceof TypeError
+                ? new BrokerRejectedError(
+                    `event ${message.id} (${message.type}) cannot be encoded for RabbitMQ at ${this.name} (${error.message}); it was not sent`,
+                    { cause: error, permanent: true },
+                  )
+                : new BrokerUnavailableError(`RabbitMQ at ${this.name}: ${describeError(error)}`, { cause: error }),
           );
         }
       });
@@ -167,7 +185,14 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
         try {
           await channel.checkExchange(exchange);
         } catch (error) {
-          throw channelError(error, `exchange "${exchange}" on ${this.name}`);
+          const typed = channelError(error, `exchange "${exchange}" on ${this.name}`);
+          // Usually the inbox that declares it has not started yet: say so (the relay retries meanwhile).
+          if (typed instanceof BrokerNotFoundError)
+            throw new BrokerNotFoundError(
+              `${typed.message}. Start the inbox first: amqpInbox({ declare: { bindings } }) declares the exchange when \`relaybus inbox\` starts (or declare it yourself); the relay retries until it exists`,
+              { cause: error },
+            );
+          throw typed;
         } finally {
           await closeQuietly(channel);
         }
@@ -178,11 +203,20 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
     return checked;
   }
 
-  /** The error of a confirm that failed because the channel closed: this publish's fault, or another's (then retryable). */
-  #closedBy(error: unknown, exchange: string): Error {
+  /**
+   * The error of a confirm that failed because the channel closed: this publish's fault, or another's (then retried).
+   * A message over the server's `max_message_size` is this one's when the size RabbitMQ names is its size.
+   */
+  #closedBy(error: unknown, exchange: string, size: number): Error {
     const typed = channelError(error, `exchange "${exchange}" on ${this.name}`);
     const text = error instanceof Error ? error.message : String(error);
-    if (typed instanceof BrokerUnavailableError || text.includes(`'${exchange}'`)) return typed;
+    if (typed instanceof MessageTooLargeError && typed.size !== size)
+      return new BrokerUnavailableError(
+        `RabbitMQ at ${this.name} closed the channel because of another, larger publish (${text}); retried`,
+        { cause: error },
+      );
+    if (typed instanceof BrokerUnavailableError || typed instanceof MessageTooLargeError) return typed;
+    if (text.includes(`'${exchange}'`)) return typed;
     return new BrokerUnavailableError(
       `RabbitMQ at ${this.name} closed the channel because of another publish (${text}); retried`,
       { cause: error },
@@ -257,6 +291,22 @@ class AmqpTarget implements RelayTarget<AmqpRoute> {
     });
     return opening;
   }
+}
+
+/**
+ * A route field's value for `message`, at most 255 bytes (AMQP's short string). Over it, a fixed name is a
+ * configuration error (retried: every event waits until it is fixed); one a route function computed for this message
+ * is the message's own (permanent: its delivery is dead at once).
+ */
+function routeName(value: RouteValue, message: OutboundMessage, field: string, broker: string): string {
+  const name = routeValue(value, message);
+  const bytes = Buffer.byteLength(name);
+  if (bytes <= 255) return name;
+  const fixed = typeof value === 'string';
+  throw new BrokerRejectedError(
+    `event ${message.id} (${message.type}): the ${fixed ? 'route' : 'route function'} gave ${field} "${name.slice(0, 40)}…" of ${bytes} bytes; RabbitMQ at ${broker} takes at most 255; it was not sent`,
+    { permanent: !fixed },
+  );
 }
 
 /**

@@ -1,9 +1,16 @@
 import { RelayBusError, type RelayBusErrorCode, type RelayBusErrorOptions } from '../core/errors.js';
+import { isPermanentFailure, markPermanent } from '../core/permanent-failure.js';
 
 /**
  * Typed errors of the broker bridge (`relaybus/amqp`, `relaybus/nats`): a broker that cannot be
  * reached, a queue/stream/consumer that does not exist, a message over the broker's size limit, a
  * publish the broker refused. Each is a `RelayBusError` with a stable `code` and `retryable`.
+ *
+ * The relay retries every one of them except those about the message itself, which a retry repeats exactly: a
+ * `MessageTooLargeError`, and a `BrokerRejectedError` made with `permanent: true` (a message the client cannot
+ * encode, a route the broker cannot take). Those are permanent failures (`isPermanentFailure`): their delivery is
+ * dead at once. A broker that is down, a refused login, a missing exchange or stream stay retried: they are fixed
+ * on the broker's side, and burying would send every delivery of the backlog to the dead letters, out of key order.
  */
 
 /** The codes of the broker errors (part of `RelayBusErrorCode`). */
@@ -33,7 +40,10 @@ export class BrokerNotFoundError extends RelayBusError {
   }
 }
 
-/** A message is larger than the broker accepts; it was not sent (a retry repeats the failure). */
+/**
+ * A message is larger than the broker accepts; it was not sent. A permanent failure: a retry repeats it, so the relay's
+ * delivery is dead at once.
+ */
 export class MessageTooLargeError extends RelayBusError {
   readonly size: number;
   readonly limit: number;
@@ -41,13 +51,34 @@ export class MessageTooLargeError extends RelayBusError {
     super('RELAYBUS_MESSAGE_TOO_LARGE', message);
     this.size = size;
     this.limit = limit;
+    markPermanent(this);
+  }
+
+  /** Always true: see `isPermanentFailure`. */
+  get permanent(): boolean {
+    return true;
   }
 }
 
-/** The broker refused a publish: negatively confirmed, unroutable (no queue bound), or a precondition failed. */
+/** Options of a `BrokerRejectedError`. */
+export interface BrokerRejectedErrorOptions extends RelayBusErrorOptions {
+  /** The message itself is the cause (it cannot be encoded, its route is invalid): a retry repeats it. Default false. */
+  readonly permanent?: boolean;
+}
+
+/**
+ * The broker refused a publish: negatively confirmed, unroutable (no queue bound), or a precondition failed; or the
+ * client could not encode the message (`permanent`: the relay's delivery is dead at once).
+ */
 export class BrokerRejectedError extends RelayBusError {
-  constructor(message: string, options?: RelayBusErrorOptions) {
+  constructor(message: string, options?: BrokerRejectedErrorOptions) {
     super('RELAYBUS_BROKER_REJECTED', message, options);
+    if (options?.permanent === true) markPermanent(this);
+  }
+
+  /** True when a retry repeats it: see `isPermanentFailure`. */
+  get permanent(): boolean {
+    return isPermanentFailure(this);
   }
 }
 

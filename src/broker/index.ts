@@ -9,4 +9,5 @@ export type { CommittedMessage, Inbox, InboxEventMap, InboxStopOptions } from '.
 export type { InboxBus } from './inbox-engine.js';
 export { INBOX_DEFAULTS } from './options.js';
 export { BrokerNotFoundError, BrokerRejectedError, BrokerUnavailableError, MessageTooLargeError } from './errors.js';
-export type { BrokerErrorCode } from './errors.js';
+export type { BrokerErrorCode, BrokerRejectedErrorOptions } from './errors.js';
+export { isPermanentFailure, PermanentFailure } from '../core/permanent-failure.js';

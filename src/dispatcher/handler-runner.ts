@@ -3,6 +3,7 @@ import { RelayBusError } from '../core/errors.js';
 import type { DeliveryInfo, HandlerContext, RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
 import { MAX_RETRY_LOOKAHEAD_MS } from '../core/limits.js';
 import { describeError, type Logger } from '../core/logger.js';
+import { deadLogLine, isPermanentFailure } from '../core/permanent-failure.js';
 import { decideRetry } from '../core/retry-policy.js';
 import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
 import type { CompletionAnswer, CompletionBatcher, CompletionWaiter } from './completion-batcher.js';
@@ -17,6 +18,7 @@ import type { EarlyStarts } from './early-starts.js';
  * | transactional handler returned                 | `complete(lease, tx)` in its transaction | `delivered`  |
  * | handler threw or timed out, attempts left      | `reschedule` after backoff              | `failed`     |
  * | handler threw or timed out, last attempt       | `bury`                                  | `dead`       |
+ * | handler threw a permanent failure (any attempt) | `bury`                                  | `dead`       |
  * | lane lease lost (renewal, newer claim, fence)  | none: the late result is dropped        | `lease-lost` |
  * | aborted by a graceful stop                     | none here: the dispatcher `release`s it | `aborted`    |
  * | the write itself failed (database down)        | `release` attempted                     | `unrecorded` |
@@ -590,7 +592,7 @@ function failedOutcome<TTx>(
   }
   if (run.abortKind === 'shutdown') return 'aborted';
   const error: unknown = run.abortKind === 'timeout' ? run.abortReason : thrown;
-  return writeFailure(run, deps, error, started, false);
+  return writeFailure(run, deps, error, started, isPermanentFailure(error));
 }
 
 /**
@@ -799,7 +801,7 @@ async function writeFailure<TTx>(
     deps.emitter.emit('failed', { delivery: run.info, error, durationMs, retryAt: decision.availableAt });
     return 'failed';
   }
-  deps.logger.error('handler failed on its last attempt; the delivery is dead until requeued', fields);
+  deps.logger.error(deadLogLine(permanent), fields);
   deps.emitter.emit('dead', { delivery: run.info, error, durationMs });
   return 'dead';
 }

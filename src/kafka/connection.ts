@@ -1,6 +1,11 @@
 import { Kafka, logLevel, type KafkaConfig } from 'kafkajs';
 import { InvalidOptionsError } from '../core/errors.js';
-import { BrokerNotFoundError, BrokerUnavailableError } from '../broker/errors.js';
+import {
+  BrokerNotFoundError,
+  BrokerRejectedError,
+  BrokerUnavailableError,
+  MessageTooLargeError,
+} from '../broker/errors.js';
 
 /**
  * Kafka clients (kafkajs) and typed errors. kafkajs retries a lost broker by itself (connections, metadata, a
@@ -59,4 +64,41 @@ export function kafkaError(error: unknown, what: string, brokers: readonly strin
     `${what}: Kafka at ${brokers.join(', ')} ${refused ? 'refused the request' : 'cannot be reached'}: ${message}`,
     { cause: error, retryable: !refused },
   );
+}
+
+/** Kafka's answers about a record itself: a retry of the same record gets them again. */
+const RECORD_REFUSED = new Set(['INVALID_RECORD', 'INVALID_TOPIC_EXCEPTION']);
+const RECORD_TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
+
+/** The record error type (above) of `error` or of an error it wraps (retries exceeded, an aggregate), if any. */
+function recordErrorType(error: unknown, depth = 0): string | undefined {
+  if (typeof error !== 'object' || error === null || depth > 4) return undefined;
+  const { type, cause, errors } = error as { type?: unknown; cause?: unknown; errors?: unknown };
+  if (typeof type === 'string' && (RECORD_REFUSED.has(type) || RECORD_TOO_LARGE.has(type))) return type;
+  for (const inner of [cause, ...(Array.isArray(errors) ? errors : [])]) {
+    const found = recordErrorType(inner, depth + 1);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
+/**
+ * The typed error of a failed send of one record of `size` bytes: too large or refused as a record (permanent
+ * failures: the relay's delivery is dead at once), else as `kafkaError` (retried).
+ */
+export function kafkaSendError(error: unknown, what: string, brokers: readonly string[], size: number): Error {
+  const type = recordErrorType(error);
+  const message = error instanceof Error ? error.message : String(error);
+  if (type !== undefined && RECORD_TOO_LARGE.has(type))
+    return new MessageTooLargeError(
+      `${what}: the record (${size} bytes of payload) is larger than Kafka at ${brokers.join(', ')} accepts (${type}: ${message}); it was not sent`,
+      size,
+      0,
+    );
+  if (type !== undefined && RECORD_REFUSED.has(type))
+    return new BrokerRejectedError(`${what}: Kafka at ${brokers.join(', ')} refused the record (${type}: ${message})`, {
+      cause: error,
+      permanent: true,
+    });
+  return kafkaError(error, what, brokers);
 }

@@ -4,7 +4,7 @@ import { BrokerRejectedError } from '../broker/errors.js';
 import type { OutboundMessage } from '../broker/message.js';
 import { checkPositiveIntegers } from '../broker/options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
-import { checkBrokers, checkTopic, kafkaClient, kafkaError } from './connection.js';
+import { checkBrokers, checkTopic, kafkaClient, kafkaError, kafkaSendError } from './connection.js';
 import { recordOf } from './message.js';
 
 /**
@@ -13,7 +13,8 @@ import { recordOf } from './message.js';
  * acknowledged it. The idempotent producer drops its own retries of a record; a re-send after a crash (the relay
  * sent, then died before completing the delivery) is a second record with the same id, which every relaybus inbox
  * drops as a duplicate. Keyed events keep their order: one key, one partition, and keyed deliveries of one handler
- * run one at a time in commit order.
+ * run one at a time in commit order. A record Kafka refuses as such (too large, invalid) is a permanent failure: its
+ * delivery is dead at once.
  */
 
 /** Where a relayed event goes: a topic, fixed or from the message. */
@@ -45,7 +46,7 @@ class KafkaTarget implements RelayTarget<KafkaRoute> {
 
   async send(message: OutboundMessage, route: KafkaRoute, signal: AbortSignal): Promise<void> {
     signal.throwIfAborted();
-    const topic = checkTopic(routeValue(route.topic, message), 'relayTo(kafkaTarget)', 'route.topic');
+    const topic = topicOf(route, message);
     const producer = await this.#connect();
     let written: Awaited<ReturnType<Producer['send']>>;
     try {
@@ -56,7 +57,12 @@ class KafkaTarget implements RelayTarget<KafkaRoute> {
         messages: [recordOf(message)],
       });
     } catch (error) {
-      throw kafkaError(error, `sending event ${message.id} to topic "${topic}"`, this.#brokers);
+      throw kafkaSendError(
+        error,
+        `sending event ${message.id} to topic "${topic}"`,
+        this.#brokers,
+        message.body.length,
+      );
     }
     if (!Array.isArray(written) || written.some((partition) => partition.errorCode !== 0)) {
       throw new BrokerRejectedError(`Kafka at ${this.#brokers.join(', ')} did not acknowledge event ${message.id}`, {
@@ -92,6 +98,23 @@ class KafkaTarget implements RelayTarget<KafkaRoute> {
     );
     this.#producer = connecting;
     return connecting;
+  }
+}
+
+/**
+ * The topic of `message`, checked. A fixed topic that is not a valid name is a configuration error (retried: every
+ * event waits until it is fixed); one a route function computed for this message is the message's own (permanent).
+ */
+function topicOf(route: KafkaRoute, message: OutboundMessage): string {
+  const topic = routeValue(route.topic, message);
+  try {
+    return checkTopic(topic, 'relayTo(kafkaTarget)', 'route.topic');
+  } catch (error) {
+    if (typeof route.topic === 'string') throw error;
+    throw new BrokerRejectedError(
+      `event ${message.id} (${message.type}): its route gave an invalid Kafka topic: ${(error as Error).message}`,
+      { cause: error, permanent: true },
+    );
   }
 }
 

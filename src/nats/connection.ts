@@ -1,4 +1,5 @@
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { InvalidOptionsError } from '../core/errors.js';
 import { BrokerNotFoundError, BrokerUnavailableError, MessageTooLargeError, redactUrl } from '../broker/errors.js';
 
@@ -78,6 +79,37 @@ export function jetStreamError(error: unknown, what: string): Error {
   }
   if (/max_payload|maximum payload/i.test(message)) return new MessageTooLargeError(`${what}: ${message}`, 0, 0);
   return new BrokerUnavailableError(`${what}: ${message}`, { cause: error });
+}
+
+/**
+ * The error of a publish to `subject` that no stream answered. The client says "jetstream is not enabled" for both
+ * causes; asking the server tells them apart: JetStream off, or (usually) no stream captures the subject yet because
+ * the inbox that declares it has not started.
+ */
+export async function noStreamError(
+  nc: NatsConnection,
+  subject: string,
+  what: string,
+  cause: unknown,
+): Promise<BrokerNotFoundError> {
+  let enabled: boolean;
+  try {
+    await jetstreamManager(nc, { timeout: 2_000 });
+    enabled = true;
+  } catch (error) {
+    enabled = !/not enabled|JetStreamNotEnabled|no responders/i.test(`${(error as Error)?.name} ${String(error)}`);
+  }
+  if (!enabled)
+    return new BrokerNotFoundError(
+      `${what}: JetStream is not enabled on this NATS server; start nats-server with JetStream on (-js)`,
+      { cause },
+    );
+  return new BrokerNotFoundError(
+    `${what}: no stream captures subject "${subject}" (the stream does not exist yet). Start the inbox first: ` +
+      'natsInbox({ declare: { subjects } }) creates the stream when `relaybus inbox` starts; or create it yourself ' +
+      '(nats stream add). The relay retries until it exists.',
+    { cause },
+  );
 }
 
 /** True when the server understands `+TERM <reason>` (nats-server 2.11 and later); older ones ignore the whole ack. */
