@@ -87,7 +87,7 @@ export interface FailedEvent {
   readonly retryAt: Date;
 }
 
-/** The last allowed attempt failed: the delivery is dead until `requeue`. */
+/** The last allowed attempt failed, or the handler threw `PermanentFailure`: the delivery is dead until `requeue`. */
 export interface DeadEvent {
   readonly delivery: DeliveryInfo;
   readonly error: unknown;
