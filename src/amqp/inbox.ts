@@ -2,7 +2,7 @@ import type amqp from 'amqplib';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidOptionsError } from '../core/errors.js';
 import { describeError } from '../core/logger.js';
-import { RetryBackoff } from '../dispatcher/wakeup.js';
+import { RetryBackoff } from '../core/retry-backoff.js';
 import { redactUrl } from '../broker/errors.js';
 import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
 import type { Inbox, InboxStopOptions } from '../broker/inbox-types.js';

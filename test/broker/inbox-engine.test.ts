@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
 import { createRelayBus, defineEvent, memoryStore, StoreUnavailableError, Type } from '../../src/index.js';
 import { TypedEmitter } from '../../src/core/emitter.js';
 import { noopLogger } from '../../src/core/logger.js';
-import { RetryBackoff } from '../../src/dispatcher/wakeup.js';
+import { RetryBackoff } from '../../src/core/retry-backoff.js';
 import { InboxEngine, type HeldMessage } from '../../src/broker/inbox-engine.js';
 import type { InboxEventMap } from '../../src/broker/inbox-types.js';
 import { defaultMapper } from '../../src/broker/message.js';
