@@ -7,7 +7,7 @@ import type { PublishOptions } from '../bus/bus.js';
 import { RetryBackoff } from '../core/retry-backoff.js';
 import type { PublishResult, Store } from '../store/contract.js';
 import { deadLetterReasonOf, truncate, type DeadLetterReason } from './dead-letter.js';
-import { InboxRejection, type InboundMessage, type InboxMapper } from './message.js';
+import { InboxRejection, type InboundMessage, type InboxMapper } from './broker-message.js';
 import type { InboxEventMap } from './inbox-types.js';
 
 /**

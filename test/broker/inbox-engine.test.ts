@@ -12,7 +12,7 @@ import { noopLogger } from '../../src/core/logger.js';
 import { RetryBackoff } from '../../src/core/retry-backoff.js';
 import { InboxEngine, type HeldMessage } from '../../src/broker/inbox-engine.js';
 import type { InboxEventMap } from '../../src/broker/inbox-types.js';
-import { defaultMapper } from '../../src/broker/message.js';
+import { defaultMapper } from '../../src/broker/broker-message.js';
 import type { MemoryTransaction } from '../../src/memory/memory-store.js';
 import type { Store } from '../../src/store/contract.js';
 import { spyStore } from '../support/wait.js';

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { createRelayBus, defineEvent, isPermanentFailure, Type, type DeadEvent } from '../../src/index.js';
 import { amqpTarget, type AmqpRoute } from '../../src/amqp/index.js';
 import { BrokerNotFoundError, BrokerRejectedError, MessageTooLargeError, relayTo } from '../../src/broker/index.js';
-import { kafkaSendError } from '../../src/kafka/connection.js';
+import { kafkaSendError } from '../../src/kafka/kafka-connection.js';
 import { natsTarget, type NatsRoute } from '../../src/nats/index.js';
 import type { RelayTarget } from '../../src/broker/relay.js';
 import { jetstreamManager } from '@nats-io/jetstream';

@@ -7,10 +7,10 @@ import { describe, it } from 'node:test';
 import type { KafkaMessage } from 'kafkajs';
 import { InvalidOptionsError } from '../../src/core/errors.js';
 import { defineEvent, Type } from '../../src/index.js';
-import { HEADERS, type OutboundMessage } from '../../src/broker/message.js';
+import { HEADERS, type OutboundMessage } from '../../src/broker/broker-message.js';
 import { kafkaInbox, kafkaTarget } from '../../src/kafka/index.js';
-import { inboundOf, recordOf } from '../../src/kafka/message.js';
-import { InOrderOffsets } from '../../src/kafka/offsets.js';
+import { inboundOf, recordOf } from '../../src/kafka/kafka-message.js';
+import { InOrderOffsets } from '../../src/kafka/kafka-offsets.js';
 
 const Placed = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
 
