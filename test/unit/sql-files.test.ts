@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
+import { createPostgresSchemaSql } from '../../src/postgres/schema-sql.js';
 import { loadStatements, STATEMENT_FOLDERS, STATEMENT_NAMES, statementPath } from '../../src/postgres/statements.js';
 
 const directory = new URL('../../sql/', import.meta.url);
@@ -77,5 +78,11 @@ describe('sql/ statement files', () => {
       assert.match(a[name].name, /^relaybus_[a-z_]+_[0-9a-f]{8}$/);
     }
     assert.ok(b.publish.text.includes('"other_schema".relaybus_events'));
+  });
+
+  it('the schema script (relaybus sql) names the file of each statement of sql/ it runs', () => {
+    const named = [...createPostgresSchemaSql().matchAll(/^ {2}-- (sql\/\S+\.sql)$/gm)].map((m) => m[1]!);
+    assert.ok(named.length > 0, 'the upgrade steps are named');
+    for (const path of named) assert.ok(existsSync(new URL(`../../${path}`, import.meta.url)), `${path} exists`);
   });
 });
