@@ -20,7 +20,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { parseLeaseToken } from '../src/core/lease-token.js';
 import { fromPg, postgresStore } from '../src/postgres/index.js';
-import { loadStatements, renderStatement } from '../src/postgres/statements.js';
+import { loadStatements, renderStatement, statementPath } from '../src/postgres/statements.js';
 import type { ClaimedDelivery } from '../src/store/contract.js';
 import { publishBacklog } from './lib/backlog.js';
 import { createBenchDatabase, dropBenchDatabase } from './lib/db.js';
@@ -46,16 +46,22 @@ const schema = 'bench_claim_compare';
 /** Followers per keyed head (ClaimParams.followers) of the claims in flight and of the compared claim. */
 const followers = Number(process.env.CLAIM_FOLLOWERS ?? 0);
 
-/** A file of this repository at the revision, or an error naming both. */
-function atRevision(path: string): string {
-  try {
-    return execFileSync('git', ['show', `${args.against}:${path}`], {
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-  } catch (error) {
-    throw new Error(`cannot read ${path} at revision ${args.against}: ${(error as Error).message.split('\n')[0]}`);
+/** The first of these files of this repository that the revision has, or an error naming them and the revision. */
+function atRevision(...paths: string[]): string {
+  let failure: unknown;
+  for (const path of paths) {
+    try {
+      return execFileSync('git', ['show', `${args.against}:${path}`], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+    } catch (error) {
+      failure = error;
+    }
   }
+  throw new Error(
+    `cannot read ${paths.join(' or ')} at revision ${args.against}: ${(failure as Error).message.split('\n')[0]}`,
+  );
 }
 
 /** The highest $n a statement text uses. */
@@ -63,8 +69,11 @@ const parameterCount = (text: string): number =>
   Math.max(0, ...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
 
 const texts = {
-  [args.against]: renderStatement(atRevision('sql/claim-held-lanes.sql'), schema, (name) =>
-    atRevision(`sql/fragments/${name}.sql`),
+  // sql/ had no folders before the statements were grouped by job: a revision from then has the file at the top.
+  [args.against]: renderStatement(
+    atRevision(statementPath('claim-held-lanes'), 'sql/claim-held-lanes.sql'),
+    schema,
+    (name) => atRevision(`sql/fragments/${name}.sql`),
   ),
   'working tree': loadStatements(schema)['claim-held-lanes'].text,
 };
@@ -105,7 +114,7 @@ try {
   const leases = inFlight.map((d) => ({ id: d.id, ...parseLeaseToken(d.leaseToken) }));
   // The next claim of this owner, as the store sends it with the completions riding (no walk cursors, probes or
   // named lanes, no retry lookahead; followers from CLAIM_FOLLOWERS, default none; no sibling owners; room for the batch
-  // and its followers): $1-$21 of sql/claim-held-lanes.sql.
+  // and its followers): $1-$21 of sql/hot-path/claim-held-lanes.sql.
   const params: unknown[] = [
     owner,
     HANDLERS.slice(),

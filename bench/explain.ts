@@ -223,7 +223,7 @@ RETURNING d.id::text AS id`;
     const results: [string, number][] = [];
     const claimParams = claimParamsOf(owner);
     results.push([
-      'claim-held-lanes (sql/claim-held-lanes.sql)',
+      'claim-held-lanes (sql/hot-path/claim-held-lanes.sql)',
       await explain(`${label}: claim-held-lanes, limit ${batch}`, shipped, claimParams),
     ]);
     results.push([
@@ -238,7 +238,7 @@ RETURNING d.id::text AS id`;
     say('');
     say(`Picks (run for real, rolled back): ${await checkClaim(shipped, owner)}.`);
     results.push([
-      'acquire-lanes (sql/acquire-lanes.sql), take 4',
+      'acquire-lanes (sql/hot-path/acquire-lanes.sql), take 4',
       await explain(`${label}: acquire-lanes, take 4`, statements['acquire-lanes'].text, [
         'explain-other',
         HANDLERS.slice(),
@@ -250,7 +250,7 @@ RETURNING d.id::text AS id`;
       ]),
     ]);
     results.push([
-      `complete-many (sql/complete-many.sql), ${leases.length} ids`,
+      `complete-many (sql/hot-path/complete-many.sql), ${leases.length} ids`,
       await explain(
         `${label}: complete-many (EXISTS fence, as shipped), ${leases.length} ids`,
         statements['complete-many'].text,

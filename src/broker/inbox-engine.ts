@@ -4,10 +4,10 @@ import { EventConflictError } from '../core/errors.js';
 import type { TypedEmitter } from '../core/emitter.js';
 import { describeError, type Logger } from '../core/logger.js';
 import type { PublishOptions } from '../bus/bus.js';
-import { RetryBackoff } from '../dispatcher/wakeup.js';
+import { RetryBackoff } from '../core/retry-backoff.js';
 import type { PublishResult, Store } from '../store/contract.js';
 import { deadLetterReasonOf, truncate, type DeadLetterReason } from './dead-letter.js';
-import { InboxRejection, type InboundMessage, type InboxMapper } from './message.js';
+import { InboxRejection, type InboundMessage, type InboxMapper } from './broker-message.js';
 import type { InboxEventMap } from './inbox-types.js';
 
 /**

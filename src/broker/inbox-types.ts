@@ -1,6 +1,6 @@
 import type { TypedEvents } from '../core/emitter.js';
 import type { DeadLetterReason } from './dead-letter.js';
-import type { InboundMessage } from './message.js';
+import type { InboundMessage } from './broker-message.js';
 
 /** One message whose event was committed (sent with `committed`, before the acks). */
 export interface CommittedMessage {

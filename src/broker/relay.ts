@@ -1,5 +1,5 @@
 import type { HandlerContext } from '../core/handlers.js';
-import { toOutbound, type OutboundMessage } from './message.js';
+import { toOutbound, type OutboundMessage } from './broker-message.js';
 
 /**
  * The outbound side: a handler that sends each event to a broker and completes only once the broker

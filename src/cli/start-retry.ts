@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describeError } from '../core/logger.js';
 import { isRetryableError, type LogFields, type Logger } from '../index.js';
-import { RetryBackoff } from '../dispatcher/wakeup.js';
+import { RetryBackoff } from '../core/retry-backoff.js';
 
 /**
  * The worker's start: `bus.start()` (the store's setup, then the dispatcher) retried while the

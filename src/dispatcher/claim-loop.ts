@@ -6,7 +6,8 @@ import { CompletionBatcher } from './completion-batcher.js';
 import type { RunnerDeps } from './handler-runner.js';
 import { LeaseRenewer } from './lease-renewer.js';
 import { RetryAlarm } from './retry-alarm.js';
-import { RetryBackoff, Wakeup } from './wakeup.js';
+import { RetryBackoff } from '../core/retry-backoff.js';
+import { Wakeup } from './wakeup.js';
 
 /** Added to the lookahead: launching a claimed batch, and timers that fire late. */
 const RETRY_LOOKAHEAD_SLACK_MS = 5;

@@ -19,7 +19,7 @@ import {
   type RunOutcome,
 } from './handler-runner.js';
 import { GracePeriod } from './shutdown.js';
-import type { RetryBackoff } from './wakeup.js';
+import type { RetryBackoff } from '../core/retry-backoff.js';
 
 /**
  * The dispatcher: the worker loop that claims deliveries and runs their handlers. It knows the

@@ -3,8 +3,8 @@
  * bus's store (the `relaybus-id` header is the event id: a redelivery is deduplicated); `relayTo(kafkaTarget(...),
  * { topic })` is a handler that produces each event (record key = ordering key) and waits for Kafka's acknowledgement.
  */
-export { kafkaInbox } from './inbox.js';
-export type { KafkaInboxDeclare, KafkaInboxOptions } from './inbox.js';
-export { kafkaTarget } from './target.js';
-export type { KafkaRoute, KafkaTargetOptions } from './target.js';
+export { kafkaInbox } from './kafka-inbox.js';
+export type { KafkaInboxDeclare, KafkaInboxOptions } from './kafka-inbox.js';
+export { kafkaTarget } from './kafka-target.js';
+export type { KafkaRoute, KafkaTargetOptions } from './kafka-target.js';
 export * from '../broker/index.js';

@@ -58,7 +58,7 @@ import {
   type ParsedLease,
 } from '../store/validate.js';
 import { withTotals } from '../store/statistics.js';
-import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
+import { isRetryableDatabaseError, sqlStateOf } from './retryable-errors.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
 import { KeyWalkCursors } from './key-walk-cursors.js';
 import { RecordedLanes } from './recorded-lanes.js';
@@ -116,7 +116,7 @@ const UNDEFINED_TABLE = '42P01';
 
 /**
  * Every driver error becomes a `RelayBusError` here, once: `retryable` comes from the one
- * classification (`error-class.ts`), and only a retryable error says a retry is safe.
+ * classification (`retryable-errors.ts`), and only a retryable error says a retry is safe.
  */
 function toStoreError(error: unknown, statement: string, schema: string): RelayBusError {
   if (error instanceof RelayBusError) return error;

@@ -1,5 +1,5 @@
 import { InvalidOptionsError, RelayBusError, StoreUnavailableError } from '../core/errors.js';
-import { isRetryableDatabaseError, sqlStateOf } from './error-class.js';
+import { isRetryableDatabaseError, sqlStateOf } from './retryable-errors.js';
 import { asScript, loadMigrations, loadSupplement } from './schema-sql.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import type { Statements } from './statements.js';

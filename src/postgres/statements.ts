@@ -4,60 +4,89 @@ import { packageFile } from './package-files.js';
 import type { SqlStatement } from './sql-client.js';
 
 /**
- * Loads the hot statements from `sql/` once, substitutes the schema marker and names each statement
+ * Loads the statements from `sql/` once, substitutes the schema marker and names each statement
  * `relaybus_<file_snake>_<8-char schema hash>`, so one connection can serve two schemas with named
- * prepared statements. The files ship in the package's `sql/` folder.
+ * prepared statements. The files ship in the package's `sql/` folder, one folder per job.
  */
-export const STATEMENT_NAMES = [
-  'acquire-lanes',
-  'bury',
-  'claim-held-lanes',
-  'claim-light',
-  'complete-many',
-  'complete-one',
-  'extend-lease',
-  'forget-in-flight',
-  'list-deliveries',
-  'publish',
-  'publish-guard',
-  'publish-new',
-  'publish-new-one',
-  'publish-probe',
-  'publish-undo',
-  'purge-expired',
-  'release',
-  'list-lanes',
-  'list-subscriptions',
-  'relinquish',
-  'requeue',
-  'reschedule',
-  'setup-applied',
-  'setup-inspect',
-  'setup-lock',
-  'setup-record',
-  'statistics',
-  'subscribe',
-  'unsubscribe',
-  'upgrade-drop-lane-function',
-  'upgrade-lane-function',
-  'upgrade-row-lease-catalog',
-  'upgrade-row-lease-convert',
-  'upgrade-row-lease-deliveries-columns',
-  'upgrade-row-lease-deliveries-layout',
-  'upgrade-row-lease-drop-indexes',
-  'upgrade-row-lease-events-columns',
-  'upgrade-row-lease-events-handlers',
-  'upgrade-row-lease-events-layout',
-  'upgrade-row-lease-key-sequences',
-  'upgrade-row-lease-leases',
-  'upgrade-row-lease-lock',
-  'upgrade-row-lease-plan',
-  'upgrade-row-lease-release',
-  'upgrade-row-lease-rename-unique',
-] as const;
+export const STATEMENT_FOLDERS = {
+  /** What a delivery goes through: publish, claim, complete, extend, reschedule, bury, release, relinquish. */
+  'hot-path': [
+    'acquire-lanes',
+    'bury',
+    'claim-held-lanes',
+    'claim-light',
+    'complete-many',
+    'complete-one',
+    'extend-lease',
+    'forget-in-flight',
+    'publish',
+    'publish-guard',
+    'publish-new',
+    'publish-new-one',
+    'publish-probe',
+    'publish-undo',
+    'release',
+    'relinquish',
+    'reschedule',
+  ],
+  /** What operators, the CLI and the bus's start run: listings, statistics, requeue, purge, subscriptions. */
+  admin: [
+    'list-deliveries',
+    'list-lanes',
+    'list-subscriptions',
+    'purge-expired',
+    'requeue',
+    'statistics',
+    'subscribe',
+    'unsubscribe',
+  ],
+  /** What setup() runs, the upgrade of an earlier layout included. */
+  setup: [
+    'setup-applied',
+    'setup-inspect',
+    'setup-lock',
+    'setup-record',
+    'upgrade-drop-lane-function',
+    'upgrade-lane-function',
+    'upgrade-row-lease-catalog',
+    'upgrade-row-lease-convert',
+    'upgrade-row-lease-deliveries-columns',
+    'upgrade-row-lease-deliveries-layout',
+    'upgrade-row-lease-drop-indexes',
+    'upgrade-row-lease-events-columns',
+    'upgrade-row-lease-events-handlers',
+    'upgrade-row-lease-events-layout',
+    'upgrade-row-lease-key-sequences',
+    'upgrade-row-lease-leases',
+    'upgrade-row-lease-lock',
+    'upgrade-row-lease-plan',
+    'upgrade-row-lease-release',
+    'upgrade-row-lease-rename-unique',
+  ],
+} as const;
 
-export type StatementName = (typeof STATEMENT_NAMES)[number];
+export type StatementFolder = keyof typeof STATEMENT_FOLDERS;
+export type StatementName = (typeof STATEMENT_FOLDERS)[StatementFolder][number];
 export type Statements = Readonly<Record<StatementName, SqlStatement>>;
+
+const FOLDER_OF = new Map<StatementName, StatementFolder>(
+  Object.entries(STATEMENT_FOLDERS).flatMap(([folder, names]) =>
+    names.map((name): [StatementName, StatementFolder] => [name, folder as StatementFolder]),
+  ),
+);
+
+/** Every statement name, whatever its folder. */
+export const STATEMENT_NAMES: readonly StatementName[] = [...FOLDER_OF.keys()];
+
+/** True for the name of a statement of `sql/` (a header's first word, say). */
+export function isStatementName(name: string): name is StatementName {
+  return FOLDER_OF.has(name as StatementName);
+}
+
+/** A statement's file, relative to the package root: `sql/<folder>/<name>.sql`. */
+export function statementPath(name: StatementName): string {
+  return `sql/${FOLDER_OF.get(name)}/${name}.sql`;
+}
 
 const SCHEMA_MARKER = /\/\*schema\*\//g;
 const rawTexts = new Map<StatementName, string>();
@@ -83,7 +112,7 @@ function spliceFragments(raw: string, readFragment: (name: string) => string): s
 function rawText(name: StatementName): string {
   let text = rawTexts.get(name);
   if (text === undefined) {
-    text = spliceFragments(readFileSync(packageFile(`sql/${name}.sql`), 'utf8'), readFragmentFile);
+    text = spliceFragments(readFileSync(packageFile(statementPath(name)), 'utf8'), readFragmentFile);
     rawTexts.set(name, text);
   }
   return text;

@@ -4,14 +4,14 @@
  * the `MessageTooLargeError` as its last error, and the next event of the same key goes out behind it. The other
  * failures keep their classes: a route function's name the broker cannot take and a header NATS cannot carry are
  * permanent, a fixed route (configuration, fixed on the broker's side or by a deploy) and a missing stream are not:
- * the relay retries them. Kafka's record errors are classified without a broker (none here).
+ * the relay retries them. Kafka's record errors are classified without a broker, in
+ * test/unit/kafka-without-broker.test.ts.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRelayBus, defineEvent, isPermanentFailure, Type, type DeadEvent } from '../../src/index.js';
 import { amqpTarget, type AmqpRoute } from '../../src/amqp/index.js';
 import { BrokerNotFoundError, BrokerRejectedError, MessageTooLargeError, relayTo } from '../../src/broker/index.js';
-import { kafkaSendError } from '../../src/kafka/connection.js';
 import { natsTarget, type NatsRoute } from '../../src/nats/index.js';
 import type { RelayTarget } from '../../src/broker/relay.js';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -267,33 +267,5 @@ describe('permanent relay failures on NATS JetStream', { skip: await natsSkip() 
         return true;
       },
     );
-  });
-});
-
-describe('permanent relay failures on Kafka (classified without a broker)', () => {
-  const brokers = ['localhost:9092'];
-  it('a record Kafka refuses as too large or invalid is permanent; a broker that is away or refuses the login is not', () => {
-    const tooLarge = kafkaSendError(
-      Object.assign(new Error('The request included a message larger than the max message size'), {
-        type: 'MESSAGE_TOO_LARGE',
-      }),
-      'sending event e-1 to topic "orders"',
-      brokers,
-      2_000_000,
-    );
-    assert.ok(tooLarge instanceof MessageTooLargeError && isPermanentFailure(tooLarge));
-    assert.equal(tooLarge.size, 2_000_000);
-    // kafkajs wraps what it gave up on: the record's error is found inside.
-    const wrapped = Object.assign(new Error('Number of retries exceeded'), {
-      cause: Object.assign(new Error('invalid record'), { type: 'INVALID_RECORD' }),
-    });
-    const invalid = kafkaSendError(wrapped, 'sending', brokers, 10);
-    assert.ok(invalid instanceof BrokerRejectedError && isPermanentFailure(invalid));
-    for (const transient of [
-      new Error('Connection error: connect ECONNREFUSED 127.0.0.1:9092'),
-      Object.assign(new Error('SASL PLAIN authentication failed'), { type: 'SASL_AUTHENTICATION_FAILED' }),
-      Object.assign(new Error('not leader'), { type: 'NOT_LEADER_FOR_PARTITION' }),
-    ])
-      assert.equal(isPermanentFailure(kafkaSendError(transient, 'sending', brokers, 10)), false, transient.message);
   });
 });

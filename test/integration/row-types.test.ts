@@ -22,7 +22,13 @@ import { fromPg, fromPglite, fromPostgresJs, postgresStore } from '../../src/pos
 import { loadMigrations } from '../../src/postgres/schema-sql.js';
 import { NO_ROWS, ROW_COLUMNS, type PgTypeName } from '../../src/postgres/rows.js';
 import type { SqlExecutor } from '../../src/postgres/sql-client.js';
-import { loadStatements, STATEMENT_NAMES, type StatementName, type Statements } from '../../src/postgres/statements.js';
+import {
+  loadStatements,
+  STATEMENT_NAMES,
+  type StatementName,
+  type Statements,
+  statementPath,
+} from '../../src/postgres/statements.js';
 import { prepareRowLease } from '../../src/postgres/upgrade/row-lease.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { rowLeaseLayout } from '../support/upgrades.js';
@@ -83,24 +89,24 @@ describe('row types: every statement of sql/ returns the columns src/postgres/ro
       if (expected === undefined) {
         assert.ok(
           returnsNothing(name),
-          `sql/${name}.sql is neither in ROW_COLUMNS nor in NO_ROWS of src/postgres/rows.ts`,
+          `${statementPath(name)} is neither in ROW_COLUMNS nor in NO_ROWS of src/postgres/rows.ts`,
         );
         assert.deepEqual(
           described,
           [],
-          `sql/${name}.sql returns rows (${described.map(([c, t]) => `${c} ${t}`).join(', ')}) but rows.ts lists it in NO_ROWS: describe its columns in ROW_COLUMNS`,
+          `${statementPath(name)} returns rows (${described.map(([c, t]) => `${c} ${t}`).join(', ')}) but rows.ts lists it in NO_ROWS: describe its columns in ROW_COLUMNS`,
         );
         return;
       }
-      assert.ok(!returnsNothing(name), `sql/${name}.sql is both in ROW_COLUMNS and in NO_ROWS`);
+      assert.ok(!returnsNothing(name), `${statementPath(name)} is both in ROW_COLUMNS and in NO_ROWS`);
       assert.ok(
         described.length > 0,
-        `sql/${name}.sql returns no rows, but rows.ts describes columns for it: move it to NO_ROWS`,
+        `${statementPath(name)} returns no rows, but rows.ts describes columns for it: move it to NO_ROWS`,
       );
       assert.deepEqual(
         described,
         expected,
-        `the columns of sql/${name}.sql (actual) differ from ROW_COLUMNS['${name}'] in src/postgres/rows.ts (expected)`,
+        `the columns of ${statementPath(name)} (actual) differ from ROW_COLUMNS['${name}'] in src/postgres/rows.ts (expected)`,
       );
     });
   }

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { STATEMENT_NAMES, statementPath } from '../../src/postgres/statements.js';
 
 const execFileAsync = promisify(execFile);
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -58,8 +59,9 @@ const PACKED_FILES = [
   'dist/src/postgres/drivers/kysely-driver.js',
   'dist/src/postgres/drivers/drizzle-driver.d.ts',
   'dist/schema/index.js',
-  'sql/publish.sql',
-  'sql/complete-many.sql',
+  // Every statement file in its folder, and a fragment: the store reads them at run time.
+  ...STATEMENT_NAMES.map(statementPath),
+  'sql/fragments/claimed-rows.sql',
   'schema/migrations/meta/_journal.json',
   'schema/postgres-supplement.sql',
 ];

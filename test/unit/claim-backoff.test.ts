@@ -5,7 +5,7 @@ import { createRelayBus } from '../../src/bus/bus.js';
 import { InvalidOptionsError, StoreUnavailableError } from '../../src/core/errors.js';
 import { defineEvent } from '../../src/core/events.js';
 import type { LogFields, Logger, LogLevel } from '../../src/core/logger.js';
-import { RetryBackoff, STORE_RETRY_BACKOFF } from '../../src/dispatcher/wakeup.js';
+import { RetryBackoff, STORE_RETRY_BACKOFF } from '../../src/core/retry-backoff.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 import type { ClaimParams } from '../../src/store/contract.js';
 import { nextEvent, spyStore, waitFor } from '../support/wait.js';

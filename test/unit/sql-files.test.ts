@@ -1,16 +1,29 @@
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
-import { loadStatements, STATEMENT_NAMES } from '../../src/postgres/statements.js';
+import { createPostgresSchemaSql } from '../../src/postgres/schema-sql.js';
+import { loadStatements, STATEMENT_FOLDERS, STATEMENT_NAMES, statementPath } from '../../src/postgres/statements.js';
 
 const directory = new URL('../../sql/', import.meta.url);
-const files = readdirSync(directory)
-  .filter((file) => file.endsWith('.sql'))
+/** Every statement file, as `<folder>/<name>.sql`: the folders of sql/ but fragments/. */
+const files = readdirSync(directory, { recursive: true, encoding: 'utf8' })
+  .filter((file) => file.endsWith('.sql') && !file.startsWith('fragments/'))
   .sort();
+const nameOf = (file: string) => file.replace(/^.*\//, '').replace(/\.sql$/, '');
 
 describe('sql/ statement files', () => {
-  it('the statement registry lists exactly the files on disk', () => {
-    assert.deepEqual([...STATEMENT_NAMES].sort(), files.map((file) => file.replace(/\.sql$/, '')).sort());
+  it('the statement registry lists exactly the files on disk, each in its folder', () => {
+    assert.deepEqual([...STATEMENT_NAMES].sort(), files.map(nameOf).sort());
+    assert.deepEqual(
+      files,
+      STATEMENT_NAMES.map((name) => statementPath(name).replace(/^sql\//, '')).sort(),
+      'sql/<folder>/<name>.sql',
+    );
+    assert.deepEqual(
+      readdirSync(directory).sort(),
+      [...Object.keys(STATEMENT_FOLDERS), 'fragments'].sort(),
+      'sql/ holds the statement folders and fragments/ only',
+    );
   });
 
   for (const file of files) {
@@ -20,11 +33,7 @@ describe('sql/ statement files', () => {
         .split('\n')
         .filter((line) => line.startsWith('--'))
         .join('\n');
-      assert.match(
-        header,
-        new RegExp(`^-- ${file.replace(/\.sql$/, '')}: \\S`),
-        'first line is "-- <name>: what it does"',
-      );
+      assert.match(header, new RegExp(`^-- ${nameOf(file)}: \\S`), 'first line is "-- <name>: what it does"');
       for (const field of ['index:', 'params:', 'returns:'])
         assert.ok(header.includes(`-- ${field}`), `header has "${field}"`);
       const body = text
@@ -69,5 +78,11 @@ describe('sql/ statement files', () => {
       assert.match(a[name].name, /^relaybus_[a-z_]+_[0-9a-f]{8}$/);
     }
     assert.ok(b.publish.text.includes('"other_schema".relaybus_events'));
+  });
+
+  it('the schema script (relaybus sql) names the file of each statement of sql/ it runs', () => {
+    const named = [...createPostgresSchemaSql().matchAll(/^ {2}-- (sql\/\S+\.sql)$/gm)].map((m) => m[1]!);
+    assert.ok(named.length > 0, 'the upgrade steps are named');
+    for (const path of named) assert.ok(existsSync(new URL(`../../${path}`, import.meta.url)), `${path} exists`);
   });
 });

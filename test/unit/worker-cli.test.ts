@@ -12,7 +12,7 @@ import {
 import { createCliLogger, type LogFormat } from '../../src/cli/log.js';
 import { watchParent } from '../../src/cli/parent-watch.js';
 import { startWithRetry } from '../../src/cli/start-retry.js';
-import { RetryBackoff, STORE_RETRY_BACKOFF } from '../../src/dispatcher/wakeup.js';
+import { RetryBackoff, STORE_RETRY_BACKOFF } from '../../src/core/retry-backoff.js';
 import { waitFor } from '../support/wait.js';
 
 /** The pure parts of `relaybus worker`: its logger, the DATABASE_URL checks, the parent watch and the start retries. */

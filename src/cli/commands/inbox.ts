@@ -3,7 +3,7 @@ import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isRetryableError, type Logger } from '../../index.js';
 import { describeError } from '../../core/logger.js';
-import { RetryBackoff } from '../../dispatcher/wakeup.js';
+import { RetryBackoff } from '../../core/retry-backoff.js';
 import type { Inbox } from '../../broker/inbox-types.js';
 import { durationFlag, HELP_FLAG, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
 import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';

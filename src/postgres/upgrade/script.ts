@@ -1,5 +1,5 @@
 import type { Migration } from '../schema-sql.js';
-import { quoteIdentifier, type Statements } from '../statements.js';
+import { isStatementName, quoteIdentifier, type Statements, statementPath } from '../statements.js';
 import { relaybusTableNames } from './layout.js';
 import { expectedRowLeaseColumns } from './preconditions.js';
 import { finishLayoutSteps, prepareSteps, type RowLeaseStep } from './row-lease.js';
@@ -27,7 +27,7 @@ function execute(statement: string, using = ''): string {
   const lines = statement.trim().split('\n');
   const header = lines.findIndex((line) => !line.startsWith('--'));
   const name = header > 0 ? /^-- ([a-z-]+):/.exec(lines[0]!)?.[1] : undefined;
-  const title = name === undefined ? '' : `  -- sql/${name}.sql\n`;
+  const title = name !== undefined && isStatementName(name) ? `  -- ${statementPath(name)}\n` : '';
   return `${title}  EXECUTE ${STEP}\n${lines.slice(Math.max(header, 0)).join('\n')}\n${STEP}${using};`;
 }
 

@@ -4,11 +4,11 @@ import { describeError } from '../core/logger.js';
 import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
 import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
 import type { Inbox, InboxStopOptions } from '../broker/inbox-types.js';
-import { defaultMapper, HEADERS } from '../broker/message.js';
-import { checkInboxBase, INBOX_DEFAULTS, type InboxOptionsBase } from '../broker/options.js';
-import { checkBrokers, checkTopic, kafkaClient, kafkaError } from './connection.js';
-import { inboundOf } from './message.js';
-import { InOrderOffsets } from './offsets.js';
+import { defaultMapper, HEADERS } from '../broker/broker-message.js';
+import { checkInboxBase, INBOX_DEFAULTS, type InboxOptionsBase } from '../broker/broker-options.js';
+import { checkBrokers, checkTopic, kafkaClient, kafkaError } from './kafka-connection.js';
+import { inboundOf } from './kafka-message.js';
+import { InOrderOffsets } from './kafka-offsets.js';
 
 /**
  * The Kafka inbox: a consumer group's records turned into events of the bus, one store transaction per batch of

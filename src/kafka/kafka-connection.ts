@@ -5,7 +5,7 @@ import {
   BrokerRejectedError,
   BrokerUnavailableError,
   MessageTooLargeError,
-} from '../broker/errors.js';
+} from '../broker/broker-errors.js';
 
 /**
  * Kafka clients (kafkajs) and typed errors. kafkajs retries a lost broker by itself (connections, metadata, a

@@ -3,7 +3,7 @@ import type { EventDefinition } from '../core/events.js';
 import type { Logger } from '../core/logger.js';
 import type { BackoffOptions } from '../core/retry-policy.js';
 import type { InboxBus } from './inbox-engine.js';
-import type { InboxMapper } from './message.js';
+import type { InboxMapper } from './broker-message.js';
 
 /** Defaults shared by the broker inboxes. */
 export const INBOX_DEFAULTS = Object.freeze({

@@ -1,5 +1,5 @@
 import type { IHeaders, KafkaMessage, Message } from 'kafkajs';
-import { applicationHeaders, HEADERS, type InboundMessage, type OutboundMessage } from '../broker/message.js';
+import { applicationHeaders, HEADERS, type InboundMessage, type OutboundMessage } from '../broker/broker-message.js';
 
 /**
  * Relay messages in Kafka's terms. Kafka has no message id: the relay writes the event id in the `relaybus-id` header

@@ -2,19 +2,19 @@ import type amqp from 'amqplib';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidOptionsError } from '../core/errors.js';
 import { describeError } from '../core/logger.js';
-import { RetryBackoff } from '../dispatcher/wakeup.js';
-import { redactUrl } from '../broker/errors.js';
+import { RetryBackoff } from '../core/retry-backoff.js';
+import { redactUrl } from '../broker/broker-errors.js';
 import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
 import type { Inbox, InboxStopOptions } from '../broker/inbox-types.js';
-import { applicationHeaders, defaultMapper, HEADERS, type InboundMessage } from '../broker/message.js';
+import { applicationHeaders, defaultMapper, HEADERS, type InboundMessage } from '../broker/broker-message.js';
 import {
   checkInboxBase,
   checkInboxNumbers,
   INBOX_DEFAULTS,
   type InboxOptionsBase,
   RECONNECT_BACKOFF,
-} from '../broker/options.js';
-import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './connection.js';
+} from '../broker/broker-options.js';
+import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './amqp-connection.js';
 import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
 
 /**

@@ -6,7 +6,7 @@ import {
   BrokerUnavailableError,
   MessageTooLargeError,
   redactUrl,
-} from '../broker/errors.js';
+} from '../broker/broker-errors.js';
 
 /**
  * Connecting to RabbitMQ with amqplib, and turning its errors into typed ones: a broker that

@@ -2,11 +2,11 @@ import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-
 import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
 import { InvalidOptionsError } from '../core/errors.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
-import { BrokerNotFoundError, BrokerRejectedError, MessageTooLargeError } from '../broker/errors.js';
-import { HEADERS, type OutboundMessage } from '../broker/message.js';
-import { checkPositiveIntegers } from '../broker/options.js';
+import { BrokerNotFoundError, BrokerRejectedError, MessageTooLargeError } from '../broker/broker-errors.js';
+import { HEADERS, type OutboundMessage } from '../broker/broker-message.js';
+import { checkPositiveIntegers } from '../broker/broker-options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
-import { checkServers, connectNats, describeServers, jetStreamError, noStreamError } from './connection.js';
+import { checkServers, connectNats, describeServers, jetStreamError, noStreamError } from './nats-connection.js';
 
 /**
  * The JetStream side of the relay: `js.publish` with `Nats-Msg-Id` = event id, so that a re-send

@@ -1,16 +1,20 @@
 /**
- * relaybus/kafka without a broker: the pieces that decide what is committed and what is sent. The broker tests
- * (test/broker/kafka.test.ts) need KAFKA_BROKERS and say they skipped without it.
+ * relaybus/kafka without a broker: the pieces that decide what is committed and what is sent, and which send errors
+ * are permanent. The broker tests (test/broker/kafka-with-broker.test.ts) need KAFKA_BROKERS and say they skipped
+ * without it.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { KafkaMessage } from 'kafkajs';
 import { InvalidOptionsError } from '../../src/core/errors.js';
+import { isPermanentFailure } from '../../src/core/permanent-failure.js';
+import { BrokerRejectedError, MessageTooLargeError } from '../../src/broker/broker-errors.js';
+import { kafkaSendError } from '../../src/kafka/kafka-connection.js';
 import { defineEvent, Type } from '../../src/index.js';
-import { HEADERS, type OutboundMessage } from '../../src/broker/message.js';
+import { HEADERS, type OutboundMessage } from '../../src/broker/broker-message.js';
 import { kafkaInbox, kafkaTarget } from '../../src/kafka/index.js';
-import { inboundOf, recordOf } from '../../src/kafka/message.js';
-import { InOrderOffsets } from '../../src/kafka/offsets.js';
+import { inboundOf, recordOf } from '../../src/kafka/kafka-message.js';
+import { InOrderOffsets } from '../../src/kafka/kafka-offsets.js';
 
 const Placed = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
 
@@ -137,5 +141,33 @@ describe('kafka: options are checked before anything connects', () => {
       /route\.topic/,
     );
     await target.close();
+  });
+});
+
+describe('kafka: permanent relay failures, classified without a broker', () => {
+  const brokers = ['localhost:9092'];
+  it('a record Kafka refuses as too large or invalid is permanent; a broker that is away or refuses the login is not', () => {
+    const tooLarge = kafkaSendError(
+      Object.assign(new Error('The request included a message larger than the max message size'), {
+        type: 'MESSAGE_TOO_LARGE',
+      }),
+      'sending event e-1 to topic "orders"',
+      brokers,
+      2_000_000,
+    );
+    assert.ok(tooLarge instanceof MessageTooLargeError && isPermanentFailure(tooLarge));
+    assert.equal(tooLarge.size, 2_000_000);
+    // kafkajs wraps what it gave up on: the record's error is found inside.
+    const wrapped = Object.assign(new Error('Number of retries exceeded'), {
+      cause: Object.assign(new Error('invalid record'), { type: 'INVALID_RECORD' }),
+    });
+    const invalid = kafkaSendError(wrapped, 'sending', brokers, 10);
+    assert.ok(invalid instanceof BrokerRejectedError && isPermanentFailure(invalid));
+    for (const transient of [
+      new Error('Connection error: connect ECONNREFUSED 127.0.0.1:9092'),
+      Object.assign(new Error('SASL PLAIN authentication failed'), { type: 'SASL_AUTHENTICATION_FAILED' }),
+      Object.assign(new Error('not leader'), { type: 'NOT_LEADER_FOR_PARTITION' }),
+    ])
+      assert.equal(isPermanentFailure(kafkaSendError(transient, 'sending', brokers, 10)), false, transient.message);
   });
 });

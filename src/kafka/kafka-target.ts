@@ -1,11 +1,11 @@
 import type { Producer } from 'kafkajs';
 import { InvalidOptionsError } from '../core/errors.js';
-import { BrokerRejectedError } from '../broker/errors.js';
-import type { OutboundMessage } from '../broker/message.js';
-import { checkPositiveIntegers } from '../broker/options.js';
+import { BrokerRejectedError } from '../broker/broker-errors.js';
+import type { OutboundMessage } from '../broker/broker-message.js';
+import { checkPositiveIntegers } from '../broker/broker-options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
-import { checkBrokers, checkTopic, kafkaClient, kafkaError, kafkaSendError } from './connection.js';
-import { recordOf } from './message.js';
+import { checkBrokers, checkTopic, kafkaClient, kafkaError, kafkaSendError } from './kafka-connection.js';
+import { recordOf } from './kafka-message.js';
 
 /**
  * The Kafka side of the relay: one record per event (record key = ordering key, event id in the `relaybus-id`

@@ -1,7 +1,12 @@
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { InvalidOptionsError } from '../core/errors.js';
-import { BrokerNotFoundError, BrokerUnavailableError, MessageTooLargeError, redactUrl } from '../broker/errors.js';
+import {
+  BrokerNotFoundError,
+  BrokerUnavailableError,
+  MessageTooLargeError,
+  redactUrl,
+} from '../broker/broker-errors.js';
 
 /**
  * Connecting to NATS (JetStream) and typing its errors. The client reconnects by itself for ever

@@ -11,19 +11,19 @@ import {
 import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidOptionsError } from '../core/errors.js';
 import { describeError } from '../core/logger.js';
-import { RetryBackoff } from '../dispatcher/wakeup.js';
-import { BrokerNotFoundError } from '../broker/errors.js';
+import { RetryBackoff } from '../core/retry-backoff.js';
+import { BrokerNotFoundError } from '../broker/broker-errors.js';
 import { InboxEngine, type HeldMessage } from '../broker/inbox-engine.js';
 import type { Inbox, InboxStopOptions } from '../broker/inbox-types.js';
-import { defaultMapper, HEADERS, type InboundMessage } from '../broker/message.js';
+import { defaultMapper, HEADERS, type InboundMessage } from '../broker/broker-message.js';
 import {
   checkInboxBase,
   checkInboxNumbers,
   INBOX_DEFAULTS,
   type InboxOptionsBase,
   RECONNECT_BACKOFF,
-} from '../broker/options.js';
-import { checkServers, connectNats, describeServers, jetStreamError, termTakesReason } from './connection.js';
+} from '../broker/broker-options.js';
+import { checkServers, connectNats, describeServers, jetStreamError, termTakesReason } from './nats-connection.js';
 import { InboxLifecycle } from '../broker/inbox-lifecycle.js';
 
 /**

@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import pg from 'pg';
 import postgres from 'postgres';
 import { InvalidInputError, StoreUnavailableError } from '../../src/core/errors.js';
-import { isRetryableDatabaseError, sqlStateOf } from '../../src/postgres/error-class.js';
+import { isRetryableDatabaseError, sqlStateOf } from '../../src/postgres/retryable-errors.js';
 
 const withCode = (code: string, message = 'failed'): Error => Object.assign(new Error(message), { code });
 

@@ -7,11 +7,11 @@ import {
   BrokerUnavailableError,
   MessageTooLargeError,
   redactUrl,
-} from '../broker/errors.js';
-import { HEADERS, type OutboundMessage } from '../broker/message.js';
-import { checkPositiveIntegers } from '../broker/options.js';
+} from '../broker/broker-errors.js';
+import { HEADERS, type OutboundMessage } from '../broker/broker-message.js';
+import { checkPositiveIntegers } from '../broker/broker-options.js';
 import { routeValue, type RelayTarget, type RouteValue } from '../broker/relay.js';
-import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './connection.js';
+import { channelError, checkAmqpUrl, closeQuietly, connectAmqp } from './amqp-connection.js';
 
 /**
  * The RabbitMQ side of the relay: one connection and one confirm channel, opened on the first send
