@@ -10,6 +10,7 @@ import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from 
 import { DEFAULT_CONFIG_NAMES, loadBus, resolveConfigPath, type WorkerBus } from '../config-loader.js';
 import { checkDatabaseUrl } from '../database-url.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
+import { decideParentWatch } from '../parent-policy.js';
 import { watchParent } from '../parent-watch.js';
 import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../signals.js';
 import { oneLine } from '../table.js';
@@ -31,6 +32,11 @@ const FLAGS = {
     value: 'time',
     description:
       "How long held messages may take to finish on stop, e.g. 10s. Default: each inbox's shutdownGraceMs (10s).",
+  },
+  'exit-with-parent': {
+    type: 'boolean',
+    description:
+      'Stop (gracefully, exit 129) when the parent process exits. Default: only when npm started the inbox (npx relaybus inbox).',
   },
   ...LOG_FLAGS,
   verbose: {
@@ -66,10 +72,11 @@ const HELP = renderHelp({
     {
       title: 'Exit codes',
       lines: [
-        '0    stopped gracefully (after a signal or its parent exiting)',
+        '0    stopped gracefully (after a signal)',
         '1    runtime failure: the config module threw, a queue/stream/consumer does not exist, a login',
         '     was refused',
         '2    usage error: unknown flag, bad value, config module not found, without a bus or an inbox',
+        '129  stopped gracefully because its parent process exited (npm started it and was signalled)',
         '130  forced by a second SIGINT',
         '143  forced by a second SIGTERM',
       ],
@@ -190,6 +197,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
   const parentAtStart = process.ppid;
   const { values, positionals } = parseFlags('inbox', args, FLAGS, { maxPositionals: 1 });
   const log = loggerFromFlags(values, context, 'relaybus inbox');
+  const parent = decideParentWatch({ env: context.env, flag: values['exit-with-parent'], ppid: parentAtStart });
   const graceMs = durationFlag('grace', values.grace, 0, DAY_MS);
   const configPath = resolveConfigPath(positionals[0], context.cwd);
   checkDatabaseUrl(context.env);
@@ -208,6 +216,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
   const stopAsked = new AbortController();
   let stopping: Promise<unknown> | undefined;
   let forcedBy: ShutdownSignal | undefined;
+  let parentExited = false;
   const stopAll = (grace: number | undefined) =>
     Promise.all(inboxes.map((inbox) => inbox.stop(grace === undefined ? {} : { graceMs: grace })));
   const stopGracefully = (why: string): void => {
@@ -215,7 +224,9 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
     stopAsked.abort();
     log.info(`${why}; stopping gracefully (a second SIGINT/SIGTERM forces the stop)`);
     stopping = stopAll(graceMs);
-    stopping.then(() => settle(forcedBy === undefined ? ExitCode.ok : SHUTDOWN_SIGNALS[forcedBy]), fail);
+    const code = () =>
+      forcedBy !== undefined ? SHUTDOWN_SIGNALS[forcedBy] : parentExited ? ExitCode.parentExited : ExitCode.ok;
+    stopping.then(() => settle(code()), fail);
   };
   const disposeSignals = onShutdownSignals({
     graceful: (signal) => stopGracefully(`${signal} received`),
@@ -226,12 +237,18 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS).unref();
     },
   });
-  const stopWatchingParent = watchParent(
-    (was, now) => {
-      stopGracefully(`the parent process (pid ${was}) exited and left the inbox to pid ${now}`);
-    },
-    { initial: parentAtStart },
-  );
+  if (parent.watch) log.info(`stops when its parent process exits: ${parent.why}`);
+  const stopWatchingParent = parent.watch
+    ? watchParent(
+        (was, now) => {
+          parentExited = true;
+          stopGracefully(
+            `the parent process (pid ${was}) exited and left the inbox to pid ${now} (watched because ${parent.why}; exit code ${ExitCode.parentExited})`,
+          );
+        },
+        { initial: parentAtStart },
+      )
+    : () => {};
 
   try {
     for (const inbox of inboxes) {

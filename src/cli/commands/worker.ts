@@ -24,6 +24,7 @@ import {
 import { checkDatabaseUrl, DATABASE_URL, describeDatabaseUrl } from '../database-url.js';
 import { waitUntilDrained } from '../drain-watch.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
+import { decideParentWatch, EXIT_WITH_PARENT_ENV } from '../parent-policy.js';
 import { watchParent } from '../parent-watch.js';
 import { serveWorkerMetrics, type WorkerMetrics } from '../metrics-server.js';
 import { startWithRetry } from '../start-retry.js';
@@ -35,8 +36,8 @@ import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../sig
  * with `--once`, until what is due is drained). The first signal stops gracefully through
  * `bus.stop()`: running handlers get the configured grace period, the rest are released without
  * charging an attempt and the lanes are handed back. A second signal cuts the grace period to zero
- * and exits 130/143 within `FORCE_DEADLINE_MS`. Losing the parent process (npx killed by a
- * container runtime) stops gracefully too.
+ * and exits 130/143 within `FORCE_DEADLINE_MS`. Losing the parent process stops gracefully too (exit
+ * 129), but only when npm started the worker or `--exit-with-parent` asks (see parent-policy.ts).
  *
  * A database that is down does not end the worker: the start (the store's setup) and the claims
  * are retried with a capped backoff, one log line per failed attempt. Only errors a retry cannot
@@ -87,6 +88,11 @@ const FLAGS = {
     description: 'Run only these handlers (comma separated names given to bus.on). Default: all.',
   },
   once: { type: 'boolean', description: 'Drain what is due now, then stop and exit 0 (cron jobs, CI, backfills).' },
+  'exit-with-parent': {
+    type: 'boolean',
+    description:
+      'Stop (gracefully, exit 129) when the parent process exits. Default: only when npm started the worker (npx relaybus worker).',
+  },
   ...LOG_FLAGS,
   verbose: {
     type: 'boolean',
@@ -143,16 +149,19 @@ const HELP = renderHelp({
         "debug and info lines go to stdout, warn and error lines to stderr; the library's own lines",
         '(dispatcher, setup, retries) use the same format. In containers, run the bin directly',
         "(node_modules/.bin/relaybus worker) so the runtime's SIGTERM reaches the worker; under",
-        'npx the worker notices that npx is gone and stops gracefully.',
+        'npx (or an npm script that runs it) the worker notices that npm is gone and stops',
+        'gracefully (exit 129). Started any other way (setsid, nohup ... &, a launcher that exits),',
+        `it keeps running when its parent exits, unless --exit-with-parent or ${EXIT_WITH_PARENT_ENV}=1.`,
       ],
     },
     {
       title: 'Exit codes',
       lines: [
-        '0    stopped gracefully (after a signal, its parent exiting, or when --once had drained)',
+        '0    stopped gracefully (after a signal, or when --once had drained)',
         '1    runtime failure: the config module threw, the database refused the worker for good',
         '2    usage error: unknown flag, bad value, config module not found or without a bus,',
         '     DATABASE_URL not a connection string',
+        '129  stopped gracefully because its parent process exited (npx signalled; see Logs)',
         '130  forced by a second SIGINT',
         '143  forced by a second SIGTERM',
       ],
@@ -308,6 +317,8 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   const parentAtStart = process.ppid;
   const { values, positionals } = parseFlags('worker', args, FLAGS, { maxPositionals: 1 });
   const log = loggerFromFlags(values, context, 'relaybus worker');
+  // Before the config loads: a launcher that exits meanwhile must not look like npm.
+  const parent = decideParentWatch({ env: context.env, flag: values['exit-with-parent'], ppid: parentAtStart });
   const { options, flags } = overridesOf(values);
   const metricsPort = integerFlag('metrics-port', values['metrics-port'], 0, 65_535);
   const metricsIntervalMs = durationFlag('metrics-interval', values['metrics-interval'], 100, DAY_MS) ?? 5_000;
@@ -348,12 +359,15 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   let stopping: Promise<void> | undefined;
   let drainError: unknown;
   let forcedBy: ShutdownSignal | undefined;
+  let parentExited = false;
   const stopGracefully = (why: string): void => {
     if (stopping !== undefined) return;
     stopAsked.abort();
     log.info(`${why}; stopping gracefully (a second SIGINT/SIGTERM forces the stop)`);
     stopping = bus.stop();
-    stopping.then(() => settle(forcedBy === undefined ? ExitCode.ok : SHUTDOWN_SIGNALS[forcedBy]), fail);
+    const code = () =>
+      forcedBy !== undefined ? SHUTDOWN_SIGNALS[forcedBy] : parentExited ? ExitCode.parentExited : ExitCode.ok;
+    stopping.then(() => settle(code()), fail);
   };
   const disposeSignals = onShutdownSignals({
     graceful: (signal) => stopGracefully(`${signal} received`),
@@ -364,14 +378,18 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS);
     },
   });
-  const stopWatchingParent = watchParent(
-    (was, now) => {
-      stopGracefully(
-        `the parent process (pid ${was}) exited and left the worker to pid ${now}, as npx does when it is signalled`,
-      );
-    },
-    { initial: parentAtStart },
-  );
+  if (parent.watch) log.info(`stops when its parent process exits: ${parent.why}`);
+  const stopWatchingParent = parent.watch
+    ? watchParent(
+        (was, now) => {
+          parentExited = true;
+          stopGracefully(
+            `the parent process (pid ${was}) exited and left the worker to pid ${now}, as npm does when it is signalled (watched because ${parent.why}; exit code ${ExitCode.parentExited})`,
+          );
+        },
+        { initial: parentAtStart },
+      )
+    : () => {};
 
   try {
     // Per-run flags and the CLI's logger go to a bus whose start() takes options (see acceptsStartOptions).
