@@ -147,10 +147,7 @@ describe('detachesItsCommand and isNpmCommandLine', () => {
 
   it('reads this process from /proc on Linux', { skip: process.platform !== 'linux' }, () => {
     assert.equal(procReader.parentOf(process.pid), process.ppid);
-    assert.deepEqual(
-      procReader.commandLine(process.pid)?.[0],
-      process.argv0 === 'node' ? 'node' : procReader.commandLine(process.pid)?.[0],
-    );
+    assert.ok((procReader.commandLine(process.pid) ?? []).length > 0);
     assert.equal(typeof procReader.sessionOf(process.pid), 'number');
   });
 });
