@@ -126,9 +126,12 @@ export function decideParentWatch(input: ParentWatchInput): ParentWatchDecision 
   if (isNpmCommandLine(parent)) return { watch: true, why: `its parent is npm (pid ${ppid})` };
   // npm runs its command through `sh -c <script>`: watch when that shell is npm's and the script runs the command in the foreground.
   const [shell = '', flag, command] = parent;
-  if (script === undefined || !SHELLS.test(basename(shell)) || flag !== '-c' || command !== script)
+  // (npm exec appends the arguments to the script npm_lifecycle_script names: `'relaybus' worker`.)
+  const runsScript =
+    command !== undefined && script !== undefined && (command === script || command.startsWith(`${script} `));
+  if (!runsScript || !SHELLS.test(basename(shell)) || flag !== '-c')
     return { watch: false, why: 'its parent is not npm' };
-  if (detachesItsCommand(script)) return { watch: false, why: `the npm script "${script}" detaches it` };
+  if (detachesItsCommand(command)) return { watch: false, why: `the npm script "${command}" detaches it` };
   const grandparent = reader.parentOf(ppid);
   const npm = grandparent === undefined ? undefined : reader.commandLine(grandparent);
   if (npm === undefined || !isNpmCommandLine(npm)) return { watch: false, why: "its parent's parent is not npm" };

@@ -33,9 +33,10 @@ const WORKER = { args: ['node', '/app/node_modules/.bin/relaybus', 'worker'], pp
 
 describe('decideParentWatch', () => {
   it('watches when npm runs the worker through sh -c <its script> (npx relaybus worker, npm exec, npm run)', () => {
+    // npm exec names the command in npm_lifecycle_script and gives the shell the command and its arguments.
     const reader = table({
       10: NPM_EXEC,
-      20: { args: ['sh', '-c', "'relaybus' worker"], ppid: 10, session: 7 },
+      20: { args: ['sh', '-c', "'relaybus' worker bus.mjs --concurrency 4"], ppid: 10, session: 7 },
       30: WORKER,
     });
     const decision = decideParentWatch({

@@ -238,6 +238,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
     },
   });
   if (parent.watch) log.info(`stops when its parent process exits: ${parent.why}`);
+  else log.debug(`keeps running if its parent process exits: ${parent.why}`);
   const stopWatchingParent = parent.watch
     ? watchParent(
         (was, now) => {

@@ -379,6 +379,7 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
     },
   });
   if (parent.watch) log.info(`stops when its parent process exits: ${parent.why}`);
+  else log.debug(`keeps running if its parent process exits: ${parent.why}`);
   const stopWatchingParent = parent.watch
     ? watchParent(
         (was, now) => {
