@@ -4,11 +4,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { isRetryableError, type Logger } from '../../index.js';
 import { describeError } from '../../core/logger.js';
 import { RetryBackoff } from '../../dispatcher/wakeup.js';
+import { lendInboxLogger } from '../../broker/inbox-logger.js';
 import type { Inbox } from '../../broker/inbox-types.js';
 import { durationFlag, HELP_FLAG, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
 import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
 import { DEFAULT_CONFIG_NAMES, loadBus, resolveConfigPath, type WorkerBus } from '../config-loader.js';
 import { checkDatabaseUrl } from '../database-url.js';
+import { libraryLogger } from '../library-log.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
 import { decideParentWatch } from '../parent-policy.js';
 import { watchParent } from '../parent-watch.js';
@@ -150,6 +152,13 @@ async function startWithBackoff(inbox: Inbox, log: Logger, signal: AbortSignal):
   }
 }
 
+const plural = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
+
+/** `committed 6 messages: 0 new events, 6 already seen` (a message already seen is a redelivery, its event exists). */
+export function committedLine(messages: number, alreadySeen: number): string {
+  return `committed ${plural(messages, 'message')}: ${plural(messages - alreadySeen, 'new event')}, ${alreadySeen} already seen`;
+}
+
 /** Log lines for what the inboxes do; counts for the last line. */
 function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
   const counts = { committed: 0, duplicates: 0, dead: 0 };
@@ -158,9 +167,7 @@ function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
       counts.committed += messages.length;
       const duplicates = messages.filter((m) => m.duplicate).length;
       counts.duplicates += duplicates;
-      (verbose ? log.info : log.debug)(
-        `${inbox.name}: committed ${messages.length} event${messages.length === 1 ? '' : 's'}${duplicates > 0 ? ` (${duplicates} duplicate)` : ''}`,
-      );
+      (verbose ? log.info : log.debug)(`${inbox.name}: ${committedLine(messages.length, duplicates)}`);
     }),
     inbox.lifecycle.on('dead-lettered', ({ message, reason, detail }) => {
       counts.dead += 1;
@@ -204,7 +211,12 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
   const configName = basename(configPath);
   const bus: WorkerBus = await loadBus(configPath);
   const inboxes = await loadInboxes(configPath);
-  const outcomes = report(inboxes, log, values.verbose === true);
+  const verbose = values.verbose === true || context.verbose;
+  // An inbox made without a logger logs through the CLI's: --log-level, --log-format and --verbose reach its lines.
+  const lent = inboxes.filter((inbox) => lendInboxLogger(inbox, libraryLogger(log, { verbose })));
+  if (lent.length < inboxes.length)
+    log.debug(`${inboxes.length - lent.length} inbox(es) log through the logger their options gave`);
+  const outcomes = report(inboxes, log, verbose);
   log.info(`starting ${inboxes.map((inbox) => inbox.name).join(', ')} from ${configName}`);
 
   let settle!: (code: number) => void;
@@ -267,9 +279,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
       log.info(`running ${inboxes.length} inbox${inboxes.length === 1 ? '' : 'es'} from ${configName}`);
     const code = await finished;
     const { committed, duplicates, dead } = outcomes.counts;
-    log.info(
-      `stopped; ${committed} committed (${duplicates} duplicate${duplicates === 1 ? '' : 's'}), ${dead} dead-lettered`,
-    );
+    log.info(`stopped; ${committedLine(committed, duplicates)}; ${dead} dead-lettered`);
     return code;
   } finally {
     disposeSignals();

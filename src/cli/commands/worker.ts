@@ -23,6 +23,7 @@ import {
 } from '../config-loader.js';
 import { checkDatabaseUrl, DATABASE_URL, describeDatabaseUrl } from '../database-url.js';
 import { waitUntilDrained } from '../drain-watch.js';
+import { libraryLogger } from '../library-log.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
 import { decideParentWatch, EXIT_WITH_PARENT_ENV } from '../parent-policy.js';
 import { watchParent } from '../parent-watch.js';
@@ -223,6 +224,13 @@ function checkOverrides(
   }
 }
 
+function withStack(
+  fields: Record<string, unknown> | undefined,
+  stack: { stack: string } | undefined,
+): Record<string, unknown> | undefined {
+  return stack === undefined ? fields : { ...fields, ...stack };
+}
+
 /** A line per failed attempt (warn) and per dead letter (error), per delivery at debug (info with --verbose); a count of every outcome. */
 function reportOutcomes(
   bus: WorkerBus,
@@ -232,6 +240,9 @@ function reportOutcomes(
 ): { readonly counts: { delivered: number; failed: number; dead: number }; dispose(): void } {
   const counts = { delivered: 0, failed: 0, dead: 0 };
   const describe = (error: unknown) => oneLine(describeError(error));
+  // The stack follows the line only with --verbose (the library's own line about the attempt is at debug).
+  const stackOf = (error: unknown) =>
+    verbose && error instanceof Error && error.stack !== undefined ? { stack: error.stack } : undefined;
   // Structured too with --log-format json (the pretty line says it all already): delivery, handler, attempt, lane, error.
   const fieldsOf = (delivery: DeliveryInfo, error?: unknown) =>
     !structured
@@ -256,14 +267,14 @@ function reportOutcomes(
       counts.failed += 1;
       log.warn(
         `${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`,
-        fieldsOf(delivery, error),
+        withStack(fieldsOf(delivery, error), stackOf(error)),
       );
     }),
     bus.lifecycle.on('dead', ({ delivery, error }: DeadEvent) => {
       counts.dead += 1;
       log.error(
         `${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`,
-        fieldsOf(delivery, error),
+        withStack(fieldsOf(delivery, error), stackOf(error)),
       );
     }),
     bus.lifecycle.on('lease-lost', ({ delivery }) => {
@@ -317,6 +328,7 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   const parentAtStart = process.ppid;
   const { values, positionals } = parseFlags('worker', args, FLAGS, { maxPositionals: 1 });
   const log = loggerFromFlags(values, context, 'relaybus worker');
+  const verbose = values.verbose === true || context.verbose;
   // Before the config loads: a launcher that exits meanwhile must not look like npm.
   const parent = decideParentWatch({ env: context.env, flag: values['exit-with-parent'], ppid: parentAtStart });
   const { options, flags } = overridesOf(values);
@@ -331,7 +343,7 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   const bus = await loadBus(configPath);
   checkOverrides(bus, options, flags, configName);
   const handlers = options.handlers ?? (acceptsStartOptions(bus) ? bus.handlers : undefined);
-  const outcomes = reportOutcomes(bus, log, values.verbose === true, values['log-format'] === 'json');
+  const outcomes = reportOutcomes(bus, log, verbose, values['log-format'] === 'json');
   const stopReportingConnections = reportConnectionErrors(bus, log);
   const metrics: WorkerMetrics | undefined =
     metricsPort === undefined
@@ -395,7 +407,7 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   try {
     // Per-run flags and the CLI's logger go to a bus whose start() takes options (see acceptsStartOptions).
     const startOptions: WorkerStartOptions | undefined = acceptsStartOptions(bus)
-      ? { ...options, logger: log }
+      ? { ...options, logger: libraryLogger(log, { verbose }) }
       : undefined;
     const unset = bus.store.kind !== 'memory' && describeDatabaseUrl(context.env) === undefined;
     try {
