@@ -116,7 +116,7 @@ describe('nats inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
       }
       for (const match of inbox.stdout.matchAll(/committed \d+ messages?: \d+ new events?, (\d+) already seen/g))
         duplicates += Number(match[1]);
-      if (/newer ones wait for their redelivery/.test(inbox.stdout)) held += 1;
+      if (/are unacknowledged; newer (ones|messages) wait/.test(inbox.stdout)) held += 1;
     }
     const drainFrom = Date.now();
     await until(

@@ -159,8 +159,11 @@ export function committedLine(messages: number, alreadySeen: number): string {
   return `committed ${plural(messages, 'message')}: ${plural(messages - alreadySeen, 'new event')}, ${alreadySeen} already seen`;
 }
 
-/** Log lines for what the inboxes do; counts for the last line. */
-function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
+/**
+ * Log lines for what the inboxes do; counts for the last line. An inbox that logs through the CLI's
+ * logger (`lent`) says itself what went wrong or came back; the CLI says it for the others.
+ */
+function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean, lent: ReadonlySet<Inbox>) {
   const counts = { committed: 0, duplicates: 0, dead: 0 };
   const offs = inboxes.flatMap((inbox) => [
     inbox.lifecycle.on('committed', ({ messages }) => {
@@ -171,11 +174,13 @@ function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
     }),
     inbox.lifecycle.on('dead-lettered', ({ message, reason, detail }) => {
       counts.dead += 1;
+      if (lent.has(inbox)) return;
       log.error(
         `${inbox.name}: dead-lettered message ${message.id ?? '(no id)'} from ${message.source}: ${reason}: ${oneLine(detail)}`,
       );
     }),
     inbox.lifecycle.on('retrying', ({ error, delayMs, attempt, messages }) => {
+      if (lent.has(inbox)) return;
       log.warn(`${inbox.name}: the database failed a batch of ${messages}; retrying it in place (unacknowledged)`, {
         attempt,
         retryInMs: delayMs,
@@ -183,18 +188,20 @@ function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
       });
     }),
     inbox.lifecycle.on('held-back', ({ outstanding, ackWaitMs }) => {
+      if (lent.has(inbox)) return;
       log.info(
         `${inbox.name}: ${outstanding} messages delivered before are unacknowledged; newer ones wait for their redelivery (ack wait ${ackWaitMs} ms), then all go in stream order`,
       );
     }),
-    inbox.lifecycle.on('disconnected', ({ error, retryInMs }) =>
+    inbox.lifecycle.on('disconnected', ({ error, retryInMs }) => {
+      if (lent.has(inbox)) return;
       log.warn(`${inbox.name}: lost the broker connection; reconnecting`, {
         retryInMs,
         error: oneLine(describeError(error)),
-      }),
-    ),
+      });
+    }),
     inbox.lifecycle.on('connected', ({ reconnect }) => {
-      if (reconnect) log.info(`${inbox.name}: reconnected`);
+      if (reconnect && !lent.has(inbox)) log.info(`${inbox.name}: reconnected`);
     }),
   ]);
   return { counts, dispose: () => offs.forEach((off) => off()) };
@@ -213,10 +220,10 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
   const inboxes = await loadInboxes(configPath);
   const verbose = values.verbose === true || context.verbose;
   // An inbox made without a logger logs through the CLI's: --log-level, --log-format and --verbose reach its lines.
-  const lent = inboxes.filter((inbox) => lendInboxLogger(inbox, libraryLogger(log, { verbose })));
-  if (lent.length < inboxes.length)
-    log.debug(`${inboxes.length - lent.length} inbox(es) log through the logger their options gave`);
-  const outcomes = report(inboxes, log, verbose);
+  const lent = new Set(inboxes.filter((inbox) => lendInboxLogger(inbox, libraryLogger(log, { verbose }))));
+  for (const inbox of inboxes)
+    if (!lent.has(inbox)) log.debug(`${inbox.name} logs through the logger its options gave`);
+  const outcomes = report(inboxes, log, verbose, lent);
   log.info(`starting ${inboxes.map((inbox) => inbox.name).join(', ')} from ${configName}`);
 
   let settle!: (code: number) => void;
