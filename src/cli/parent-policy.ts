@@ -114,6 +114,8 @@ export function decideParentWatch(input: ParentWatchInput): ParentWatchDecision 
   const ppid = input.ppid ?? process.ppid;
   const parent = reader.commandLine(ppid);
   const script = env.npm_lifecycle_script;
+  if (parent === undefined && reader.commandLine(pid) !== undefined)
+    return { watch: false, why: `its parent (pid ${ppid}) is gone already` };
   if (parent === undefined) {
     // No /proc (macOS): trust npm's environment, unless its script detaches the command.
     if (script !== undefined && !detachesItsCommand(script))

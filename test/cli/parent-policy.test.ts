@@ -90,6 +90,8 @@ describe('decideParentWatch', () => {
     assert.equal(decideParentWatch({ env, pid: 30, ppid: 20, reader }).watch, false, 'a launcher script');
     assert.equal(decideParentWatch({ env, pid: 30, ppid: 21, reader }).watch, false, 'a shell npm did not start');
     assert.equal(decideParentWatch({ env: {}, pid: 30, ppid: 1, reader }).watch, false, 'orphaned before it started');
+    const gone = decideParentWatch({ env, pid: 30, ppid: 99, reader });
+    assert.deepEqual(gone, { watch: false, why: 'its parent (pid 99) is gone already' });
   });
 
   it('--exit-with-parent and RELAYBUS_EXIT_WITH_PARENT decide over the process tree', () => {
