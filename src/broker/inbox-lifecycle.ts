@@ -1,6 +1,7 @@
 import { TypedEmitter, type TypedEvents } from '../core/emitter.js';
 import { InvalidOptionsError } from '../core/errors.js';
-import { describeError, type Logger, noopLogger } from '../core/logger.js';
+import { describeError, type Logger } from '../core/logger.js';
+import { inboxLogger } from './inbox-logger.js';
 import type { Inbox, InboxEventMap, InboxStopOptions } from './inbox-types.js';
 
 /** Where an inbox is in its life. */
@@ -24,7 +25,7 @@ export abstract class InboxLifecycle implements Inbox {
   #stopping: Promise<void> | undefined;
 
   constructor(logger: Logger | undefined) {
-    this.logger = logger ?? noopLogger;
+    this.logger = inboxLogger(this, logger); // relaybus inbox lends its logger when none was given
     this.emitter = new TypedEmitter<InboxEventMap>(() => this.logger);
   }
 

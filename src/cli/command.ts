@@ -11,6 +11,8 @@ export const ExitCode = Object.freeze({
   failure: 1,
   /** The command line is wrong: unknown command or flag, bad value, missing config file. */
   usage: 2,
+  /** A worker stopped gracefully because its parent process exited (npx signalled), not because it was asked to. */
+  parentExited: 129,
   /** A worker was forced to stop by a second SIGINT. */
   forcedByInterrupt: 130,
   /** A worker was forced to stop by a second SIGTERM. */

@@ -70,11 +70,15 @@ function renderField(key: string, value: unknown): string {
   return `${key}=${/^[^\s"=]+$/.test(text) ? text : JSON.stringify(text)}`;
 }
 
+/** One line; a `stack` field (there only with --verbose) follows it on lines of its own, indented. */
 function toPrettyLine(prefix: string, message: string, fields: LogFields | undefined): string {
-  const rendered = Object.entries(fields ?? {})
+  const { stack, ...rest } = fields ?? {};
+  const rendered = Object.entries(rest)
     .filter(([, value]) => value !== undefined)
     .map(([key, value]) => renderField(key, value));
-  return `${prefix}: ${message}${rendered.length > 0 ? ' ' + rendered.join(' ') : ''}`.replace(/\s*\n\s*/g, ' ');
+  const line = `${prefix}: ${message}${rendered.length > 0 ? ' ' + rendered.join(' ') : ''}`.replace(/\s*\n\s*/g, ' ');
+  if (typeof stack !== 'string' || stack === '') return line;
+  return [line, ...stack.split('\n').map((frame) => `    ${frame.trim()}`)].join('\n');
 }
 
 /**

@@ -70,6 +70,7 @@ function topHelp(): string {
     '  0    success',
     '  1    runtime failure (database, config module); the message says what failed',
     '  2    usage error (unknown command or flag, bad value, missing config module)',
+    '  129  a worker (or inbox) stopped because its parent process exited (npm started it)',
     '  130  a worker forced to stop by a second SIGINT',
     '  143  a worker forced to stop by a second SIGTERM',
     '',

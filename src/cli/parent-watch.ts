@@ -2,7 +2,8 @@
  * `npx relaybus worker` as a container's command: the runtime signals `npx` (npm), which hands the
  * signal to the shell it ran the bin through and exits; the worker is orphaned and never hears the
  * signal, and its lanes wait out their lease. An orphan is re-parented (to PID 1 or a subreaper),
- * so its `process.ppid` changes: the worker polls it and stops gracefully when it does.
+ * so its `process.ppid` changes: the worker polls it and stops gracefully when it does. Only a
+ * worker npm started (or one asked to) watches its parent: see parent-policy.ts.
  */
 
 /** How often the worker looks at its parent process id. */

@@ -109,7 +109,7 @@ describe('amqp inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
           `the last inbox stops gracefully.\nstderr:\n${inbox.stderr}`,
         );
       }
-      for (const match of inbox.stdout.matchAll(/committed \d+ events? \((\d+) duplicate\)/g))
+      for (const match of inbox.stdout.matchAll(/committed \d+ messages?: \d+ new events?, (\d+) already seen/g))
         duplicates += Number(match[1]);
     }
     const drainFrom = Date.now();

@@ -114,9 +114,9 @@ describe('nats inbox: SIGKILL between commit and ack, repeatedly', { skip }, () 
           `the last inbox stops gracefully.\nstderr:\n${inbox.stderr}`,
         );
       }
-      for (const match of inbox.stdout.matchAll(/committed \d+ events? \((\d+) duplicate\)/g))
+      for (const match of inbox.stdout.matchAll(/committed \d+ messages?: \d+ new events?, (\d+) already seen/g))
         duplicates += Number(match[1]);
-      if (/newer ones wait for their redelivery/.test(inbox.stdout)) held += 1;
+      if (/are unacknowledged; newer (ones|messages) wait/.test(inbox.stdout)) held += 1;
     }
     const drainFrom = Date.now();
     await until(

@@ -193,7 +193,7 @@ describe('relaybus setup, stats, dead, purge (real Postgres, built bin)', {
     assert.equal(limited.length, 1);
   });
 
-  it('dead requeue moves dead letters back to pending (by id, by handler, needs a selector)', {
+  it('dead requeue moves dead letters back to pending (by id, by handler, needs a selector); an --id that is not dead exits 1', {
     timeout: 30_000,
   }, async () => {
     const [first, second] = (
@@ -214,6 +214,19 @@ describe('relaybus setup, stats, dead, purge (real Postgres, built bin)', {
       [first],
     );
     assert.deepEqual(row.rows[0], { status: 'pending', attempts: 0 });
+
+    // An --id that names no dead delivery (requeued already, or never there) fails, saying so.
+    for (const id of [first!, '999999']) {
+      const notDead = await runCli(['dead', 'requeue', '--id', id, ...flags]);
+      assert.equal(notDead.code, 1, `--id ${id}: ${notDead.stdout}`);
+      assert.equal(notDead.stdout, '');
+      assert.match(
+        notDead.stderr,
+        new RegExp(
+          `^relaybus: no dead delivery with id ${id} in schema "${schema}": the delivery does not exist, completed, or is not dead .*relaybus dead list shows the dead ones\n$`,
+        ),
+      );
+    }
 
     const byHandler = await runCli(['dead', 'requeue', '--handler', 'email', ...flags]);
     assert.equal(byHandler.code, 0, byHandler.stderr);

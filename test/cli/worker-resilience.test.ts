@@ -42,6 +42,8 @@ import { createRelayBus, defineEvent, Type } from '${IMPORTS.relaybus}';
 import { fromPg, postgresStore } from '${IMPORTS.postgres}';
 
 if (process.env.MARK_FILE) writeFileSync(process.env.MARK_FILE, 'imported');
+// The exit code Node exits with (an orphaned worker's status goes to its new parent, not to the test).
+if (process.env.EXIT_FILE) process.on('exit', (code) => writeFileSync(process.env.EXIT_FILE, String(code)));
 const schema = process.env.TEST_SCHEMA;
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
 const store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema });
@@ -346,7 +348,7 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     assert.equal(await lanesOf(owner), 0, 'every lane was relinquished, none waits out its lease');
   });
 
-  it('npm exec relaybus -- worker: SIGTERM to npm (which exits and orphans the worker) still stops the worker gracefully', {
+  it('npm exec relaybus -- worker: SIGTERM to npm (which exits and orphans the worker) still stops the worker gracefully, exit 129', {
     timeout: 60_000,
   }, async () => {
     await reset();
@@ -363,9 +365,10 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     writeModule(project, 'bus.mjs', CONFIG);
     assert.ok(existsSync(BIN));
 
+    const exitFile = join(project, 'worker.exit');
     const npm = spawn('npm', ['exec', '--offline', 'relaybus', '--', 'worker', 'bus.mjs'], {
       cwd: project,
-      env: { ...process.env, ...env({ HANDLER_DELAY_MS: '100' }) },
+      env: { ...process.env, ...env({ HANDLER_DELAY_MS: '100', EXIT_FILE: exitFile }) },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
@@ -405,8 +408,10 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     );
     await waitUntil('the worker process is gone', async () => !isRunning(pid), 5_000);
     assert.ok(Date.now() - signalledAt < 15_000);
-    assert.match(stdout, /the parent process \(pid \d+\) exited .*; stopping gracefully/);
+    assert.match(stdout, /stops when its parent process exits: npm \(pid \d+\) runs it through sh/);
+    assert.match(stdout, /the parent process \(pid \d+\) exited .*; exit code 129\); stopping gracefully/);
     assert.match(stdout, /relaybus worker: stopped; \d+ delivered, 0 failed attempts, 0 dead/);
+    assert.equal(readFileSync(exitFile, 'utf8'), '129', 'a worker its parent left exits non-zero');
     assert.equal(await lanesOf(owner), 0, 'every lane was relinquished');
     const stats = await store.statistics();
     assert.equal(stats.inFlight, 0, 'nothing was left in flight');

@@ -10,7 +10,7 @@ import {
   type FlagSpecs,
 } from '../args.js';
 import { withAdminStore } from '../admin-store.js';
-import { ExitCode, UsageError, writeLine, type CliContext, type Command } from '../command.js';
+import { CliFailure, ExitCode, UsageError, writeLine, type CliContext, type Command } from '../command.js';
 import { formatDuration } from '../duration.js';
 import { renderTable, type Column } from '../table.js';
 
@@ -127,7 +127,7 @@ async function requeue(args: readonly string[], context: CliContext): Promise<nu
       'dead requeue needs a selector: --id <delivery-id>, --handler <name>, --event-id <id>, or --all',
     );
   }
-  return withAdminStore(values, context, async ({ store }) => {
+  return withAdminStore(values, context, async ({ store, schema }) => {
     const count = await store.requeue({
       ...(ids ? { deliveryIds: ids } : {}),
       ...(values.handler !== undefined ? { handler: values.handler } : {}),
@@ -135,18 +135,45 @@ async function requeue(args: readonly string[], context: CliContext): Promise<nu
       ...(values.all ? { all: true } : {}),
     });
     if (values.json) writeLine(context.stdout, JSON.stringify({ requeued: count }));
-    else
+    else if (count > 0 || ids === undefined)
       writeLine(
         context.stdout,
         count === 0
           ? 'no dead delivery matched; nothing requeued'
           : `requeued ${count} dead deliver${count === 1 ? 'y' : 'ies'}: pending again with a fresh attempt budget (keyed ones go to the end of their key's order)`,
       );
+    // An --id names one delivery: one that is not dead (gone, never there, pending) is an error, not a no-op.
+    const named = ids === undefined ? 0 : new Set(ids).size;
+    if (count < named)
+      throw new CliFailure(missedIds(ids ?? [], named, count, schema, values.handler, values['event-id']));
     return ExitCode.ok;
   });
 }
 
-const EXIT_LINES = ['0  done (also when nothing matched)', '1  the database failed', '2  usage error'];
+/** Why `dead requeue --id ...` fails when fewer deliveries were requeued than ids were named. */
+function missedIds(
+  ids: readonly string[],
+  named: number,
+  requeued: number,
+  schema: string,
+  handler: string | undefined,
+  eventId: string | undefined,
+): string {
+  const missing = named - requeued;
+  const filters = handler !== undefined || eventId !== undefined ? ' matching --handler/--event-id' : '';
+  const which =
+    named === 1
+      ? `no dead delivery with id ${ids[0]}${filters} in schema "${schema}"`
+      : `${missing} of the ${named} --id values matched no dead delivery${filters} in schema "${schema}" (${requeued} requeued)`;
+  return `${which}: the delivery does not exist, completed, or is not dead (pending, or requeued already); relaybus dead list shows the dead ones`;
+}
+
+const LIST_EXIT_LINES = ['0  done (also when nothing matched)', '1  the database failed', '2  usage error'];
+const REQUEUE_EXIT_LINES = [
+  '0  requeued, or --handler / --event-id / --all matched no dead delivery',
+  '1  an --id is not a dead delivery (the others were requeued), or the database failed',
+  '2  usage error',
+];
 
 /** `relaybus dead list`. */
 export const deadListCommand: Command = {
@@ -158,7 +185,7 @@ export const deadListCommand: Command = {
       'List dead deliveries in delivery id order (the order they were written in): deliveries whose handler failed its last attempt. They stay until requeued (relaybus dead requeue) or purged (relaybus purge --dead-retention). With --json each one carries its event\'s "payload" and "headers" as well.',
     flags: LIST_FLAGS,
     sections: [
-      { title: 'Exit codes', lines: EXIT_LINES },
+      { title: 'Exit codes', lines: LIST_EXIT_LINES },
       {
         title: 'Examples',
         lines: ['relaybus dead list --handler send-receipt', 'relaybus dead list --json --limit 1000 > dead.json'],
@@ -181,7 +208,7 @@ export const deadRequeueCommand: Command = {
       "Move dead deliveries back to pending, due now, with a fresh attempt budget. Selectors combine with AND (--handler a --event-id e requeues the dead deliveries of handler a for event e); --all alone requeues every dead delivery. A keyed delivery goes to the end of its key's order. Deploy the fix first: a requeued delivery runs again at once.",
     flags: REQUEUE_FLAGS,
     sections: [
-      { title: 'Exit codes', lines: EXIT_LINES },
+      { title: 'Exit codes', lines: REQUEUE_EXIT_LINES },
       {
         title: 'Examples',
         lines: [

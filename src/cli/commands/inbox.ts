@@ -4,12 +4,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { isRetryableError, type Logger } from '../../index.js';
 import { describeError } from '../../core/logger.js';
 import { RetryBackoff } from '../../core/retry-backoff.js';
+import { lendInboxLogger } from '../../broker/inbox-logger.js';
 import type { Inbox } from '../../broker/inbox-types.js';
 import { durationFlag, HELP_FLAG, parseFlags, renderHelp, type FlagSpecs } from '../args.js';
 import { CliFailure, ExitCode, UsageError, type CliContext, type Command } from '../command.js';
 import { DEFAULT_CONFIG_NAMES, loadBus, resolveConfigPath, type WorkerBus } from '../config-loader.js';
 import { checkDatabaseUrl } from '../database-url.js';
+import { libraryLogger } from '../library-log.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
+import { decideParentWatch } from '../parent-policy.js';
 import { watchParent } from '../parent-watch.js';
 import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../signals.js';
 import { oneLine } from '../table.js';
@@ -31,6 +34,11 @@ const FLAGS = {
     value: 'time',
     description:
       "How long held messages may take to finish on stop, e.g. 10s. Default: each inbox's shutdownGraceMs (10s).",
+  },
+  'exit-with-parent': {
+    type: 'boolean',
+    description:
+      'Stop (gracefully, exit 129) when the parent process exits. Default: only when npm started the inbox (npx relaybus inbox).',
   },
   ...LOG_FLAGS,
   verbose: {
@@ -66,10 +74,11 @@ const HELP = renderHelp({
     {
       title: 'Exit codes',
       lines: [
-        '0    stopped gracefully (after a signal or its parent exiting)',
+        '0    stopped gracefully (after a signal)',
         '1    runtime failure: the config module threw, a queue/stream/consumer does not exist, a login',
         '     was refused',
         '2    usage error: unknown flag, bad value, config module not found, without a bus or an inbox',
+        '129  stopped gracefully because its parent process exited (npm started it and was signalled)',
         '130  forced by a second SIGINT',
         '143  forced by a second SIGTERM',
       ],
@@ -143,25 +152,35 @@ async function startWithBackoff(inbox: Inbox, log: Logger, signal: AbortSignal):
   }
 }
 
-/** Log lines for what the inboxes do; counts for the last line. */
-function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
+const plural = (count: number, noun: string) => `${count} ${noun}${count === 1 ? '' : 's'}`;
+
+/** `committed 6 messages: 0 new events, 6 already seen` (a message already seen is a redelivery, its event exists). */
+export function committedLine(messages: number, alreadySeen: number): string {
+  return `committed ${plural(messages, 'message')}: ${plural(messages - alreadySeen, 'new event')}, ${alreadySeen} already seen`;
+}
+
+/**
+ * Log lines for what the inboxes do; counts for the last line. An inbox that logs through the CLI's
+ * logger (`lent`) says itself what went wrong or came back; the CLI says it for the others.
+ */
+function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean, lent: ReadonlySet<Inbox>) {
   const counts = { committed: 0, duplicates: 0, dead: 0 };
   const offs = inboxes.flatMap((inbox) => [
     inbox.lifecycle.on('committed', ({ messages }) => {
       counts.committed += messages.length;
       const duplicates = messages.filter((m) => m.duplicate).length;
       counts.duplicates += duplicates;
-      (verbose ? log.info : log.debug)(
-        `${inbox.name}: committed ${messages.length} event${messages.length === 1 ? '' : 's'}${duplicates > 0 ? ` (${duplicates} duplicate)` : ''}`,
-      );
+      (verbose ? log.info : log.debug)(`${inbox.name}: ${committedLine(messages.length, duplicates)}`);
     }),
     inbox.lifecycle.on('dead-lettered', ({ message, reason, detail }) => {
       counts.dead += 1;
+      if (lent.has(inbox)) return;
       log.error(
         `${inbox.name}: dead-lettered message ${message.id ?? '(no id)'} from ${message.source}: ${reason}: ${oneLine(detail)}`,
       );
     }),
     inbox.lifecycle.on('retrying', ({ error, delayMs, attempt, messages }) => {
+      if (lent.has(inbox)) return;
       log.warn(`${inbox.name}: the database failed a batch of ${messages}; retrying it in place (unacknowledged)`, {
         attempt,
         retryInMs: delayMs,
@@ -169,18 +188,20 @@ function report(inboxes: readonly Inbox[], log: Logger, verbose: boolean) {
       });
     }),
     inbox.lifecycle.on('held-back', ({ outstanding, ackWaitMs }) => {
+      if (lent.has(inbox)) return;
       log.info(
         `${inbox.name}: ${outstanding} messages delivered before are unacknowledged; newer ones wait for their redelivery (ack wait ${ackWaitMs} ms), then all go in stream order`,
       );
     }),
-    inbox.lifecycle.on('disconnected', ({ error, retryInMs }) =>
+    inbox.lifecycle.on('disconnected', ({ error, retryInMs }) => {
+      if (lent.has(inbox)) return;
       log.warn(`${inbox.name}: lost the broker connection; reconnecting`, {
         retryInMs,
         error: oneLine(describeError(error)),
-      }),
-    ),
+      });
+    }),
     inbox.lifecycle.on('connected', ({ reconnect }) => {
-      if (reconnect) log.info(`${inbox.name}: reconnected`);
+      if (reconnect && !lent.has(inbox)) log.info(`${inbox.name}: reconnected`);
     }),
   ]);
   return { counts, dispose: () => offs.forEach((off) => off()) };
@@ -190,13 +211,19 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
   const parentAtStart = process.ppid;
   const { values, positionals } = parseFlags('inbox', args, FLAGS, { maxPositionals: 1 });
   const log = loggerFromFlags(values, context, 'relaybus inbox');
+  const parent = decideParentWatch({ env: context.env, flag: values['exit-with-parent'], ppid: parentAtStart });
   const graceMs = durationFlag('grace', values.grace, 0, DAY_MS);
   const configPath = resolveConfigPath(positionals[0], context.cwd);
   checkDatabaseUrl(context.env);
   const configName = basename(configPath);
   const bus: WorkerBus = await loadBus(configPath);
   const inboxes = await loadInboxes(configPath);
-  const outcomes = report(inboxes, log, values.verbose === true);
+  const verbose = values.verbose === true || context.verbose;
+  // An inbox made without a logger logs through the CLI's: --log-level, --log-format and --verbose reach its lines.
+  const lent = new Set(inboxes.filter((inbox) => lendInboxLogger(inbox, libraryLogger(log, { verbose }))));
+  for (const inbox of inboxes)
+    if (!lent.has(inbox)) log.debug(`${inbox.name} logs through the logger its options gave`);
+  const outcomes = report(inboxes, log, verbose, lent);
   log.info(`starting ${inboxes.map((inbox) => inbox.name).join(', ')} from ${configName}`);
 
   let settle!: (code: number) => void;
@@ -208,6 +235,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
   const stopAsked = new AbortController();
   let stopping: Promise<unknown> | undefined;
   let forcedBy: ShutdownSignal | undefined;
+  let parentExited = false;
   const stopAll = (grace: number | undefined) =>
     Promise.all(inboxes.map((inbox) => inbox.stop(grace === undefined ? {} : { graceMs: grace })));
   const stopGracefully = (why: string): void => {
@@ -215,7 +243,9 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
     stopAsked.abort();
     log.info(`${why}; stopping gracefully (a second SIGINT/SIGTERM forces the stop)`);
     stopping = stopAll(graceMs);
-    stopping.then(() => settle(forcedBy === undefined ? ExitCode.ok : SHUTDOWN_SIGNALS[forcedBy]), fail);
+    const code = () =>
+      forcedBy !== undefined ? SHUTDOWN_SIGNALS[forcedBy] : parentExited ? ExitCode.parentExited : ExitCode.ok;
+    stopping.then(() => settle(code()), fail);
   };
   const disposeSignals = onShutdownSignals({
     graceful: (signal) => stopGracefully(`${signal} received`),
@@ -226,12 +256,19 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS).unref();
     },
   });
-  const stopWatchingParent = watchParent(
-    (was, now) => {
-      stopGracefully(`the parent process (pid ${was}) exited and left the inbox to pid ${now}`);
-    },
-    { initial: parentAtStart },
-  );
+  if (parent.watch) log.info(`stops when its parent process exits: ${parent.why}`);
+  else log.debug(`keeps running if its parent process exits: ${parent.why}`);
+  const stopWatchingParent = parent.watch
+    ? watchParent(
+        (was, now) => {
+          parentExited = true;
+          stopGracefully(
+            `the parent process (pid ${was}) exited and left the inbox to pid ${now} (watched because ${parent.why}; exit code ${ExitCode.parentExited})`,
+          );
+        },
+        { initial: parentAtStart },
+      )
+    : () => {};
 
   try {
     for (const inbox of inboxes) {
@@ -249,9 +286,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
       log.info(`running ${inboxes.length} inbox${inboxes.length === 1 ? '' : 'es'} from ${configName}`);
     const code = await finished;
     const { committed, duplicates, dead } = outcomes.counts;
-    log.info(
-      `stopped; ${committed} committed (${duplicates} duplicate${duplicates === 1 ? '' : 's'}), ${dead} dead-lettered`,
-    );
+    log.info(`stopped; ${committedLine(committed, duplicates)}; ${dead} dead-lettered`);
     return code;
   } finally {
     disposeSignals();

@@ -23,7 +23,9 @@ import {
 } from '../config-loader.js';
 import { checkDatabaseUrl, DATABASE_URL, describeDatabaseUrl } from '../database-url.js';
 import { waitUntilDrained } from '../drain-watch.js';
+import { libraryLogger } from '../library-log.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
+import { decideParentWatch, EXIT_WITH_PARENT_ENV } from '../parent-policy.js';
 import { watchParent } from '../parent-watch.js';
 import { serveWorkerMetrics, type WorkerMetrics } from '../metrics-server.js';
 import { startWithRetry } from '../start-retry.js';
@@ -35,8 +37,8 @@ import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../sig
  * with `--once`, until what is due is drained). The first signal stops gracefully through
  * `bus.stop()`: running handlers get the configured grace period, the rest are released without
  * charging an attempt and the lanes are handed back. A second signal cuts the grace period to zero
- * and exits 130/143 within `FORCE_DEADLINE_MS`. Losing the parent process (npx killed by a
- * container runtime) stops gracefully too.
+ * and exits 130/143 within `FORCE_DEADLINE_MS`. Losing the parent process stops gracefully too (exit
+ * 129), but only when npm started the worker or `--exit-with-parent` asks (see parent-policy.ts).
  *
  * A database that is down does not end the worker: the start (the store's setup) and the claims
  * are retried with a capped backoff, one log line per failed attempt. Only errors a retry cannot
@@ -87,6 +89,11 @@ const FLAGS = {
     description: 'Run only these handlers (comma separated names given to bus.on). Default: all.',
   },
   once: { type: 'boolean', description: 'Drain what is due now, then stop and exit 0 (cron jobs, CI, backfills).' },
+  'exit-with-parent': {
+    type: 'boolean',
+    description:
+      'Stop (gracefully, exit 129) when the parent process exits. Default: only when npm started the worker (npx relaybus worker).',
+  },
   ...LOG_FLAGS,
   verbose: {
     type: 'boolean',
@@ -143,16 +150,19 @@ const HELP = renderHelp({
         "debug and info lines go to stdout, warn and error lines to stderr; the library's own lines",
         '(dispatcher, setup, retries) use the same format. In containers, run the bin directly',
         "(node_modules/.bin/relaybus worker) so the runtime's SIGTERM reaches the worker; under",
-        'npx the worker notices that npx is gone and stops gracefully.',
+        'npx (or an npm script that runs it) the worker notices that npm is gone and stops',
+        'gracefully (exit 129). Started any other way (setsid, nohup ... &, a launcher that exits),',
+        `it keeps running when its parent exits, unless --exit-with-parent or ${EXIT_WITH_PARENT_ENV}=1.`,
       ],
     },
     {
       title: 'Exit codes',
       lines: [
-        '0    stopped gracefully (after a signal, its parent exiting, or when --once had drained)',
+        '0    stopped gracefully (after a signal, or when --once had drained)',
         '1    runtime failure: the config module threw, the database refused the worker for good',
         '2    usage error: unknown flag, bad value, config module not found or without a bus,',
         '     DATABASE_URL not a connection string',
+        '129  stopped gracefully because its parent process exited (npx signalled; see Logs)',
         '130  forced by a second SIGINT',
         '143  forced by a second SIGTERM',
       ],
@@ -214,6 +224,13 @@ function checkOverrides(
   }
 }
 
+function withStack(
+  fields: Record<string, unknown> | undefined,
+  stack: { stack: string } | undefined,
+): Record<string, unknown> | undefined {
+  return stack === undefined ? fields : { ...fields, ...stack };
+}
+
 /** A line per failed attempt (warn) and per dead letter (error), per delivery at debug (info with --verbose); a count of every outcome. */
 function reportOutcomes(
   bus: WorkerBus,
@@ -223,6 +240,9 @@ function reportOutcomes(
 ): { readonly counts: { delivered: number; failed: number; dead: number }; dispose(): void } {
   const counts = { delivered: 0, failed: 0, dead: 0 };
   const describe = (error: unknown) => oneLine(describeError(error));
+  // The stack follows the line only with --verbose (the library's own line about the attempt is at debug).
+  const stackOf = (error: unknown) =>
+    verbose && error instanceof Error && error.stack !== undefined ? { stack: error.stack } : undefined;
   // Structured too with --log-format json (the pretty line says it all already): delivery, handler, attempt, lane, error.
   const fieldsOf = (delivery: DeliveryInfo, error?: unknown) =>
     !structured
@@ -247,14 +267,14 @@ function reportOutcomes(
       counts.failed += 1;
       log.warn(
         `${delivery.handler} failed on delivery ${delivery.id} (attempt ${delivery.attempt}/${delivery.maxAttempts}), retry at ${retryAt.toISOString()}: ${describe(error)}`,
-        fieldsOf(delivery, error),
+        withStack(fieldsOf(delivery, error), stackOf(error)),
       );
     }),
     bus.lifecycle.on('dead', ({ delivery, error }: DeadEvent) => {
       counts.dead += 1;
       log.error(
         `${delivery.handler} failed its last attempt on delivery ${delivery.id} (${delivery.eventType} ${delivery.eventId}); it is dead until requeued (relaybus dead requeue --id ${delivery.id}): ${describe(error)}`,
-        fieldsOf(delivery, error),
+        withStack(fieldsOf(delivery, error), stackOf(error)),
       );
     }),
     bus.lifecycle.on('lease-lost', ({ delivery }) => {
@@ -308,6 +328,9 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   const parentAtStart = process.ppid;
   const { values, positionals } = parseFlags('worker', args, FLAGS, { maxPositionals: 1 });
   const log = loggerFromFlags(values, context, 'relaybus worker');
+  const verbose = values.verbose === true || context.verbose;
+  // Before the config loads: a launcher that exits meanwhile must not look like npm.
+  const parent = decideParentWatch({ env: context.env, flag: values['exit-with-parent'], ppid: parentAtStart });
   const { options, flags } = overridesOf(values);
   const metricsPort = integerFlag('metrics-port', values['metrics-port'], 0, 65_535);
   const metricsIntervalMs = durationFlag('metrics-interval', values['metrics-interval'], 100, DAY_MS) ?? 5_000;
@@ -320,7 +343,7 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   const bus = await loadBus(configPath);
   checkOverrides(bus, options, flags, configName);
   const handlers = options.handlers ?? (acceptsStartOptions(bus) ? bus.handlers : undefined);
-  const outcomes = reportOutcomes(bus, log, values.verbose === true, values['log-format'] === 'json');
+  const outcomes = reportOutcomes(bus, log, verbose, values['log-format'] === 'json');
   const stopReportingConnections = reportConnectionErrors(bus, log);
   const metrics: WorkerMetrics | undefined =
     metricsPort === undefined
@@ -348,12 +371,15 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
   let stopping: Promise<void> | undefined;
   let drainError: unknown;
   let forcedBy: ShutdownSignal | undefined;
+  let parentExited = false;
   const stopGracefully = (why: string): void => {
     if (stopping !== undefined) return;
     stopAsked.abort();
     log.info(`${why}; stopping gracefully (a second SIGINT/SIGTERM forces the stop)`);
     stopping = bus.stop();
-    stopping.then(() => settle(forcedBy === undefined ? ExitCode.ok : SHUTDOWN_SIGNALS[forcedBy]), fail);
+    const code = () =>
+      forcedBy !== undefined ? SHUTDOWN_SIGNALS[forcedBy] : parentExited ? ExitCode.parentExited : ExitCode.ok;
+    stopping.then(() => settle(code()), fail);
   };
   const disposeSignals = onShutdownSignals({
     graceful: (signal) => stopGracefully(`${signal} received`),
@@ -364,19 +390,24 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS);
     },
   });
-  const stopWatchingParent = watchParent(
-    (was, now) => {
-      stopGracefully(
-        `the parent process (pid ${was}) exited and left the worker to pid ${now}, as npx does when it is signalled`,
-      );
-    },
-    { initial: parentAtStart },
-  );
+  if (parent.watch) log.info(`stops when its parent process exits: ${parent.why}`);
+  else log.debug(`keeps running if its parent process exits: ${parent.why}`);
+  const stopWatchingParent = parent.watch
+    ? watchParent(
+        (was, now) => {
+          parentExited = true;
+          stopGracefully(
+            `the parent process (pid ${was}) exited and left the worker to pid ${now}, as npm does when it is signalled (watched because ${parent.why}; exit code ${ExitCode.parentExited})`,
+          );
+        },
+        { initial: parentAtStart },
+      )
+    : () => {};
 
   try {
     // Per-run flags and the CLI's logger go to a bus whose start() takes options (see acceptsStartOptions).
     const startOptions: WorkerStartOptions | undefined = acceptsStartOptions(bus)
-      ? { ...options, logger: log }
+      ? { ...options, logger: libraryLogger(log, { verbose }) }
       : undefined;
     const unset = bus.store.kind !== 'memory' && describeDatabaseUrl(context.env) === undefined;
     try {
