@@ -29,9 +29,9 @@ export function libraryLogger(log: Logger, options: { readonly verbose: boolean 
   const write =
     (level: LogLevel) =>
     (message: string, fields?: LogFields): void => {
-      if (fields === undefined || !('stack' in fields)) return log[level](message, fields);
-      if (isAttemptFailure(fields)) return log.debug(message, withoutStack(fields));
-      log[level](message, options.verbose ? fields : withoutStack(fields));
+      if (fields === undefined || !('stack' in fields)) log[level](message, fields);
+      else if (isAttemptFailure(fields)) log.debug(message, withoutStack(fields));
+      else log[level](message, options.verbose ? fields : withoutStack(fields));
     };
   return Object.freeze({ debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') });
 }
