@@ -119,12 +119,8 @@ export async function withAdminStore<T>(
   try {
     return await fn(admin);
   } catch (error) {
-    if (error instanceof SchemaMismatchError) {
-      const schemaFlag = admin.schema === DEFAULT_SCHEMA ? '' : ` --schema ${admin.schema}`;
-      throw new CliFailure(`${error.message.replace(/\.$/, '')}; from the command line: relaybus setup${schemaFlag}`, {
-        cause: error,
-      });
-    }
+    // The store's message already names the command to run (`npx relaybus setup --schema ...`).
+    if (error instanceof SchemaMismatchError) throw new CliFailure(error.message, { cause: error });
     throw error;
   } finally {
     await admin.close().catch(() => {});

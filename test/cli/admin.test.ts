@@ -274,7 +274,7 @@ describe('relaybus setup, stats, dead, purge (real Postgres, built bin)', {
     assert.match(
       empty.stderr,
       new RegExp(
-        `^relaybus: The relaybus tables are missing in schema "${schema}_none" .*; from the command line: relaybus setup --schema ${schema}_none\\n$`,
+        `^relaybus: The relaybus tables are missing in schema "${schema}_none" .*Run .npx relaybus setup --schema ${schema}_none..*\\n$`,
       ),
     );
     const down = await runCli(['stats', '--database-url', 'postgres://postgres@127.0.0.1:1/none']);
