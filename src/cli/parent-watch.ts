@@ -6,6 +6,9 @@
  * worker npm started (or one asked to) watches its parent: see parent-policy.ts.
  */
 
+import type { Logger } from '../core/logger.js';
+import type { ParentWatchDecision } from './parent-policy.js';
+
 /** How often the worker looks at its parent process id. */
 export const PARENT_CHECK_MS = 500;
 
@@ -37,4 +40,22 @@ export function watchParent(onGone: (was: number, now: number) => void, options:
   }, options.intervalMs ?? PARENT_CHECK_MS);
   timer.unref();
   return () => clearInterval(timer);
+}
+
+/**
+ * Log what `decision` says and watch the parent only when it says so: `onGone(was, now)` as in `watchParent`, with
+ * the parent read at start-up (`initial`). Returns the function that stops watching.
+ */
+export function watchParentIfDecided(
+  decision: ParentWatchDecision,
+  log: Pick<Logger, 'info' | 'debug'>,
+  initial: number,
+  onGone: (was: number, now: number) => void,
+): () => void {
+  if (!decision.watch) {
+    log.debug(`keeps running if its parent process exits: ${decision.why}`);
+    return () => {};
+  }
+  log.info(`stops when its parent process exits: ${decision.why}`);
+  return watchParent(onGone, { initial });
 }

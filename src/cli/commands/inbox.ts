@@ -13,7 +13,7 @@ import { checkDatabaseUrl } from '../database-url.js';
 import { libraryLogger } from '../library-log.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
 import { decideParentWatch } from '../parent-policy.js';
-import { watchParent } from '../parent-watch.js';
+import { watchParentIfDecided } from '../parent-watch.js';
 import { onShutdownSignals, SHUTDOWN_SIGNALS, type ShutdownSignal } from '../signals.js';
 import { oneLine } from '../table.js';
 
@@ -256,19 +256,12 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS).unref();
     },
   });
-  if (parent.watch) log.info(`stops when its parent process exits: ${parent.why}`);
-  else log.debug(`keeps running if its parent process exits: ${parent.why}`);
-  const stopWatchingParent = parent.watch
-    ? watchParent(
-        (was, now) => {
-          parentExited = true;
-          stopGracefully(
-            `the parent process (pid ${was}) exited and left the inbox to pid ${now} (watched because ${parent.why}; exit code ${ExitCode.parentExited})`,
-          );
-        },
-        { initial: parentAtStart },
-      )
-    : () => {};
+  const stopWatchingParent = watchParentIfDecided(parent, log, parentAtStart, (was, now) => {
+    parentExited = true;
+    stopGracefully(
+      `the parent process (pid ${was}) exited and left the inbox to pid ${now} (watched because ${parent.why}; exit code ${ExitCode.parentExited})`,
+    );
+  });
 
   try {
     for (const inbox of inboxes) {

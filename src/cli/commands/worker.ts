@@ -26,7 +26,7 @@ import { waitUntilDrained } from '../drain-watch.js';
 import { libraryLogger } from '../library-log.js';
 import { closeStoreInTime, failingAs, FORCE_DEADLINE_MS, LOG_FLAGS, loggerFromFlags } from '../long-running.js';
 import { decideParentWatch, EXIT_WITH_PARENT_ENV } from '../parent-policy.js';
-import { watchParent } from '../parent-watch.js';
+import { watchParentIfDecided } from '../parent-watch.js';
 import { serveWorkerMetrics, type WorkerMetrics } from '../metrics-server.js';
 import { startWithRetry } from '../start-retry.js';
 import { oneLine } from '../table.js';
@@ -390,19 +390,12 @@ async function runWorker(args: readonly string[], context: CliContext): Promise<
       setTimeout(() => settle(SHUTDOWN_SIGNALS[signal]), FORCE_DEADLINE_MS);
     },
   });
-  if (parent.watch) log.info(`stops when its parent process exits: ${parent.why}`);
-  else log.debug(`keeps running if its parent process exits: ${parent.why}`);
-  const stopWatchingParent = parent.watch
-    ? watchParent(
-        (was, now) => {
-          parentExited = true;
-          stopGracefully(
-            `the parent process (pid ${was}) exited and left the worker to pid ${now}, as npm does when it is signalled (watched because ${parent.why}; exit code ${ExitCode.parentExited})`,
-          );
-        },
-        { initial: parentAtStart },
-      )
-    : () => {};
+  const stopWatchingParent = watchParentIfDecided(parent, log, parentAtStart, (was, now) => {
+    parentExited = true;
+    stopGracefully(
+      `the parent process (pid ${was}) exited and left the worker to pid ${now}, as npm does when it is signalled (watched because ${parent.why}; exit code ${ExitCode.parentExited})`,
+    );
+  });
 
   try {
     // Per-run flags and the CLI's logger go to a bus whose start() takes options (see acceptsStartOptions).
