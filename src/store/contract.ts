@@ -23,6 +23,10 @@
  *   that reaches its `maxAttempts` that way is dead). `release` charges nothing.
  */
 
+import type { PublishHandler, PublishParams, PublishResult } from '../core/publish-params.js';
+
+export type { PublishHandler, PublishParams, PublishResult };
+
 /** What a store can do; every field is required so no capability is assumed silently. */
 export interface StoreCapabilities {
   /** Atomic publish in the caller's transaction and transactional handlers (`complete(lease, tx)`). */
@@ -33,33 +37,6 @@ export interface StoreCapabilities {
   readonly wakeups: 'listen-notify' | 'change-stream' | 'poll';
   /** Several connections can work at once (false for PGlite: one connection, no lock contention). */
   readonly concurrentConnections: boolean;
-}
-
-/** A handler an event is published to, with the attempt budget of its deliveries. */
-export interface PublishHandler {
-  readonly name: string;
-  /** Attempts before the delivery is dead-lettered (>= 1). */
-  readonly maxAttempts: number;
-}
-
-/** One event to publish. */
-export interface PublishParams {
-  /** Caller-supplied id (inbox dedup: publishing it again adds only handlers it never had). Generated when absent. */
-  readonly id?: string;
-  readonly type: string;
-  /** Ordering key: deliveries of one key run one at a time per handler, in commit order. */
-  readonly key?: string | null;
-  /** Any JSON value. */
-  readonly payload: unknown;
-  readonly headers?: Readonly<Record<string, string>>;
-  /**
-   * The handlers this process registers for the type, each with its attempt budget (may be empty). The store adds a
-   * delivery for every active subscription of the type these do not name (`subscribe`); where both name a handler,
-   * this list wins. An event with no handler either way is refused (`InvalidInputError`), writing nothing.
-   */
-  readonly handlers: readonly PublishHandler[];
-  /** Delayed delivery: not claimable before this instant. Default: `now`. */
-  readonly availableAt?: Date;
 }
 
 /** A handler's subscription to an event type: every publish of the type fans out to it, from any process. */
@@ -107,14 +84,6 @@ export interface UnsubscribeResult {
   readonly removed: number;
   /** Pending deliveries moved to the dead letters (with `buryPending`). */
   readonly buried: number;
-}
-
-export interface PublishResult {
-  readonly eventId: string;
-  /** Handlers that got a new delivery in this call (all of them for a new event). */
-  readonly addedHandlers: readonly string[];
-  /** True when the event id existed before this call. */
-  readonly duplicate: boolean;
 }
 
 export interface ClaimParams {

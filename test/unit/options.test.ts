@@ -16,9 +16,8 @@ import {
   DEFAULT_SHUTDOWN_GRACE_MS,
   resolveDispatcherOptions,
   resolveHandlerOptions,
-  resolveRelayBusOptions,
-  type RelayBusOptions,
 } from '../../src/core/options.js';
+import { resolveRelayBusOptions, type RelayBusOptions } from '../../src/bus/options.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
