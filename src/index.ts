@@ -90,7 +90,10 @@ export { isPermanentFailure, PermanentFailure } from './core/permanent-failure.j
 export type {
   BuryParams,
   ClaimedDelivery,
+  ClaimHints,
   ClaimParams,
+  ClaimSession,
+  ClaimSessionOptions,
   CompleteAndClaimResult,
   DeliveryLease,
   DeliveryStatus,
@@ -98,7 +101,6 @@ export type {
   LaneView,
   ExtendLeaseParams,
   ExtendLeaseResult,
-  ForgetInFlightParams,
   HandlerStatistics,
   ListDeliveriesParams,
   Page,

@@ -93,16 +93,13 @@ const BusSchema = Type.Object(
 const STORE_METHODS = [
   'setup',
   'publish',
-  'claim',
-  'completeAndClaim',
+  'openClaims',
   'extendLease',
-  'forgetInFlight',
   'completeMany',
   'complete',
   'reschedule',
   'bury',
   'release',
-  'relinquish',
   'transaction',
   'subscribe',
 ] as const;

@@ -86,15 +86,12 @@ export interface UnsubscribeResult {
   readonly buried: number;
 }
 
-export interface ClaimParams {
-  /** Unique per worker instance (never reused by a restarted process). */
-  readonly owner: string;
-  /** Handlers this worker runs; deliveries of other handlers are never returned. */
-  readonly handlers: readonly string[];
-  /** Most deliveries to return (>= 1). */
-  readonly limit: number;
-  /** Lease of every lane the claim records work in. */
-  readonly leaseDurationMs: number;
+/**
+ * The hints a claim may carry: each tunes how a store finds work, none changes what a claim may return. A store may
+ * ignore any of them (the memory store ignores most). The dispatcher's claim policy (`dispatcher/claim-policy.ts`)
+ * chooses them; nothing else does.
+ */
+export interface ClaimHints {
   /**
    * Take a few free or expired lanes with due work even when the lanes the owner holds fill the batch (default
    * false: then other lanes are taken only while the batch is not full). Without it a worker whose own lanes always
@@ -104,52 +101,122 @@ export interface ClaimParams {
    */
   readonly acquireWhenFull?: boolean;
   /**
-   * Lanes to try first when taking free lanes (0..255, at most 256): the lanes a wake-up named. A hint only: a store
-   * may ignore it, and other lanes with due work are still taken.
+   * Lanes to try first when taking free lanes (0..255, at most 256): the lanes a wake-up named. Other lanes with due
+   * work are still taken.
    */
   readonly preferLanes?: readonly number[];
   /**
    * A retried head this store rescheduled may be claimed up to this many milliseconds before it is due (default 0;
    * at most 1,000). It comes with `notBefore` and no handler may start before then: the key is held in flight
    * meanwhile, so nothing else of it runs. The dispatcher sets it to cover its claims in progress, so a retry starts
-   * when it is due instead of one or two claims later. A store may ignore it.
+   * when it is due instead of one or two claims later.
    */
   readonly retryLookaheadMs?: number;
   /**
-   * Take no free lane this claim does not name (`preferLanes`, a retried head's lane), even when the held lanes leave
-   * the batch short (default false: a short claim takes free lanes with due work). The dispatcher sets it while it
-   * hears wake-ups, on all but one claim per poll interval: every publish then names its lanes, so a free lane gets
-   * work unannounced only from a delayed delivery coming due, a crashed worker's expired lease or a lost
-   * notification, which that claim looks for. A store may ignore it.
+   * Where free lanes come in (default: after the held lanes, while the batch is still short).
+   * - `'skip'`: take no free lane this claim does not name (`preferLanes`, a retried head's lane), even when the held
+   *   lanes leave the batch short. The dispatcher sets it while it hears wake-ups, on all but one claim per poll
+   *   interval: every publish then names its lanes, so a free lane gets work unannounced only from a delayed delivery
+   *   coming due, a crashed worker's expired lease or a lost notification, which that claim looks for.
+   * - `'first'`: the caller is under a light load, its held lanes will likely not fill the batch: take free lanes with
+   *   due work first, then claim from every held lane at once, the completions riding on that claim.
    */
-  readonly skipFreeLanes?: boolean;
-  /**
-   * The caller is under a light load: the lanes it holds will likely not fill the batch, so a claim that looks at free
-   * lanes takes those with due work first and then claims from every held lane at once, the completions riding on that
-   * claim (default false: held lanes first, free lanes only when the batch is still short). Ignored with
-   * `skipFreeLanes`. A store may ignore it.
-   */
-  readonly freeLanesFirst?: boolean;
+  readonly freeLanes?: 'skip' | 'first';
   /**
    * With each keyed head it claims, the store may also claim up to this many of that key's next deliveries (default
    * 0; at most 100), beyond `limit`, as long as each is due: they come with `follows`, in key order. One read of a
    * key's run instead of a claim per delivery, for deep per-key backlogs. A claim returns at most `limit` x (1 + this)
    * deliveries; with fewer heads than `limit` a store may give each more followers (the Postgres store shares the room
-   * among them, up to 100 a head). A store may ignore it.
+   * among them, up to 100 a head).
    */
   readonly followers?: number;
+}
+
+/** One claim of a claim session: what a store must know, and the hints (`ClaimHints`). */
+export interface ClaimParams extends ClaimHints {
+  /** Handlers this worker runs; deliveries of other handlers are never returned. */
+  readonly handlers: readonly string[];
+  /** Most deliveries to return (>= 1). */
+  readonly limit: number;
+  /** Lease of every lane the claim records work in. */
+  readonly leaseDurationMs: number;
+  readonly now?: Date;
+}
+
+/** Options of `Store.openClaims`. */
+export interface ClaimSessionOptions {
   /**
-   * The owners of this worker's other claim loops: lanes they hold are not counted in `CompleteAndClaimResult.peerLanes`.
+   * The owners of this worker's other claim sessions: lanes they hold are not counted in
+   * `CompleteAndClaimResult.peerLanes`.
    */
   readonly siblingOwners?: readonly string[];
   /**
-   * The caller relinquishes this owner when it is done claiming (`relinquish`: the dispatcher does when a claim loop
-   * stops or rests), so a store may keep a connection for the owner's claims until then (the Postgres store, see
-   * `PostgresStoreOptions.holdClaimConnections`). Default false: each claim gives back what it used. A store may ignore
-   * it.
+   * The session may keep a connection for its claims until `close()` (the Postgres store, see
+   * `PostgresStoreOptions.holdClaimConnections`; the dispatcher's sessions do). Default false: each claim gives back
+   * what it used. A store may ignore it.
    */
   readonly holdConnection?: boolean;
-  readonly now?: Date;
+}
+
+/**
+ * One worker's claims, as one lease owner: everything a store remembers between an owner's claims lives here, and
+ * nowhere else, so `close()` forgets all of it at once. What a session may keep: where each held lane's walk over its
+ * keys resumes, the lanes its claims recorded work in, what its failed claims named (and a failure a claim hid, see
+ * `forgetInFlight`), the lanes its last claim took, whether it likely holds lanes, and a held connection
+ * (`holdConnection`). All of it is a hint: a store may keep none, and a claim is correct with any of it lost. Claims
+ * of one session may run concurrently. A worker keeps one open session per owner (two sessions of one owner share its
+ * lanes, not what each keeps).
+ *
+ * ```ts
+ * const claims = store.openClaims(ownerId);
+ * const batch = await claims.claim({ handlers: ['send-receipt'], limit: 10, leaseDurationMs: 30_000 });
+ * // ... run them, complete them ...
+ * await claims.close(); // hands back the lanes that run nothing
+ * ```
+ */
+export interface ClaimSession {
+  /** The lease owner id (unique per worker instance, never reused by a restarted process). */
+  readonly owner: string;
+
+  /**
+   * Claim up to `limit` due deliveries of `handlers`: keep the lanes the owner holds, take free (or
+   * expired) lanes with due work a few at a time, charge an attempt to everything a taken-over lane
+   * had in flight, and record the batch in the lanes. A keyed delivery is returned only when no
+   * earlier delivery of its handler and key is pending (in flight or not). Lanes the owner holds
+   * that run nothing are handed back. Delivery rows are not written. When the held lanes fill the
+   * batch, no other lane is taken unless `acquireWhenFull` is set: then a few free or expired lanes with due
+   * work are taken as well (charging their takeovers as above) and their work comes with the next
+   * claim. Callers set it about once per lease duration, so an expired lane is taken over even when
+   * every worker is busy. Rejects with `InvalidStateError` once the session is closed.
+   */
+  claim(params: ClaimParams): Promise<ClaimedDelivery[]>;
+
+  /**
+   * `completeMany(leases)`, then `claim(params)`, as one call: a store that can do both in one round trip does (the
+   * dispatcher hands the completions of the last batch to its next claim). A completed keyed delivery's successor
+   * (the next pending delivery of its handler and key) may be claimed in the same call: it is its key's head now.
+   * `completed` is in the order of `leases`, as `completeMany` returns it. Completions that succeed are kept even
+   * when the claim part fails after them; a failure of the completion part rejects the whole call.
+   */
+  completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult>;
+
+  /**
+   * After a claim of this session failed: take every delivery the worker does not hold (`holding`: running, waiting to
+   * start, their outcome being written) out of the in-flight lists of the owner's lanes, so it is claimable again (no
+   * attempt charged). That claim may have recorded deliveries before its answer was lost; nothing would run or
+   * complete them, and every claim skips a delivery in flight, for as long as the owner keeps the lane. Returns how
+   * many pending deliveries were forgotten. A store whose claim ran several statements and had one fail after others
+   * succeeded hands over what it got and rejects the session's next claim with that failure, before doing anything,
+   * so the worker forgets first.
+   */
+  forgetInFlight(holding: readonly string[]): Promise<number>;
+
+  /**
+   * End the session: hand back every lane of the owner that runs nothing, forget what the session kept and give back
+   * its connection (whatever happens). Returns how many lanes were handed back. Safe to call again (it hands back
+   * again). A worker that claims again later opens a new session (the same owner may).
+   */
+  close(): Promise<number>;
 }
 
 /** What `completeManyReportingNext` wrote. */
@@ -179,10 +246,10 @@ export interface ClaimedDelivery {
   readonly maxAttempts: number;
   readonly availableAt: Date;
   readonly createdAt: Date;
-  /** Set when claimed before it was due (`ClaimParams.retryLookaheadMs`): start no handler before this time. */
+  /** Set when claimed before it was due (`ClaimHints.retryLookaheadMs`): start no handler before this time. */
   readonly notBefore?: Date;
   /**
-   * Set on a follower (`ClaimParams.followers`): the id of the delivery of the same claim, of the same key, that comes
+   * Set on a follower (`ClaimHints.followers`): the id of the delivery of the same claim, of the same key, that comes
    * right before it. Start this one only after that one's handler succeeded; if it did not, release this one (and what
    * follows it) unrun.
    */
@@ -202,13 +269,6 @@ export interface ExtendLeaseParams {
   readonly lanes: readonly { readonly lane: number; readonly epoch: string }[];
   readonly leaseDurationMs: number;
   readonly now?: Date;
-}
-
-/** `Store.forgetInFlight`: what an owner's worker still holds after one of its claims failed. */
-export interface ForgetInFlightParams {
-  readonly owner: string;
-  /** Deliveries the worker holds (running, waiting to start, their outcome being written); every other is forgotten. */
-  readonly holding: readonly string[];
 }
 
 export interface ExtendLeaseResult {
@@ -334,7 +394,7 @@ export interface CompleteAndClaimResult {
   readonly completed: readonly boolean[];
   readonly claimed: ClaimedDelivery[];
   /**
-   * How many lanes other workers (neither `owner` nor `siblingOwners`) hold under a lease not expired, when the store
+   * How many lanes other workers (neither the session's owner nor its `siblingOwners`) hold under a lease not expired, when the store
    * looked (undefined: it did not). While other workers share the lanes, the dispatcher's claim loops claim in turn.
    */
   readonly peerLanes?: number;
@@ -397,43 +457,17 @@ export interface Store<TTx> {
   unsubscribe(params: UnsubscribeParams): Promise<UnsubscribeResult>;
 
   /**
-   * Claim up to `limit` due deliveries of `handlers`: keep the lanes the owner holds, take free (or
-   * expired) lanes with due work a few at a time, charge an attempt to everything a taken-over lane
-   * had in flight, and record the batch in the lanes. A keyed delivery is returned only when no
-   * earlier delivery of its handler and key is pending (in flight or not). Lanes the owner holds
-   * that run nothing are handed back. Delivery rows are not written. When the held lanes fill the
-   * batch, no other lane is taken unless `acquireWhenFull` is set: then a few free or expired lanes with due
-   * work are taken as well (charging their takeovers as above) and their work comes with the next
-   * claim. Callers set it about once per lease duration, so an expired lane is taken over even when
-   * every worker is busy. Claims of one owner may run concurrently.
+   * Open the claim session of `owner` (see `ClaimSession`): a worker claims through it and closes it when it stops
+   * claiming. Throws `InvalidInputError` for a bad owner or options, before anything is opened.
    */
-  claim(params: ClaimParams): Promise<ClaimedDelivery[]>;
-
-  /**
-   * `completeMany(leases)`, then `claim(params)`, as one call: a store that can do both in one round trip does (the
-   * dispatcher hands the completions of the last batch to its next claim). A completed keyed delivery's successor
-   * (the next pending delivery of its handler and key) may be claimed in the same call: it is its key's head now.
-   * `completed` is in the order of `leases`, as `completeMany` returns it. Completions that succeed are kept even
-   * when the claim part fails after them; a failure of the completion part rejects the whole call.
-   */
-  completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult>;
+  openClaims(owner: string, options?: ClaimSessionOptions): ClaimSession;
 
   /**
    * Call `onWake` whenever new work may be due (a publish committed: with the lanes it wrote, when the store knows
-   * them, for `ClaimParams.preferLanes`), and after the store reconnected its listener; returns the unsubscribe. Stores whose `capabilities.wakeups` is 'poll' resolve a no-op. A wake-up is a hint only:
+   * them, for `ClaimHints.preferLanes`), and after the store reconnected its listener; returns the unsubscribe. Stores whose `capabilities.wakeups` is 'poll' resolve a no-op. A wake-up is a hint only:
    * workers poll anyway, so a lost one costs latency, never a delivery.
    */
   subscribeWakeups?(onWake: (lanes?: readonly number[]) => void): Promise<() => Promise<void>>;
-
-  /**
-   * After a claim of `owner` failed: take every delivery the worker does not hold out of the in-flight lists of the
-   * owner's lanes, so it is claimable again (no attempt charged). That claim may have recorded deliveries before its
-   * answer was lost; nothing would run or complete them, and every claim skips a delivery in flight, for as long as
-   * the owner keeps the lane. Returns how many pending deliveries were forgotten. A store whose claim ran several
-   * statements and had one fail after others succeeded hands over what it got and rejects the owner's next claim with
-   * that failure, before doing anything, so the worker forgets first.
-   */
-  forgetInFlight(params: ForgetInFlightParams): Promise<number>;
 
   /** Renew the lease of lanes the owner holds; reports the ones it lost. */
   extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult>;
@@ -459,9 +493,6 @@ export interface Store<TTx> {
 
   /** Give deliveries back without charging an attempt (graceful shutdown). */
   release(leases: readonly DeliveryLease[], now?: Date): Promise<boolean[]>;
-
-  /** Hand back every lane of `owner` that runs nothing; returns how many. (No `now`: handing back does not depend on time.) */
-  relinquish(owner: string): Promise<number>;
 
   /** Move dead deliveries back to pending with a fresh attempt budget; returns how many. Keyed ones go to the end of their key's order. */
   requeue(params: RequeueParams): Promise<number>;

@@ -14,6 +14,7 @@ import {
   viewOf,
   type CaseGroup,
 } from './kit.js';
+import * as owners from '../../support/claims.js';
 
 export const shutdownCases: CaseGroup = {
   area: 'shutdown',
@@ -42,7 +43,7 @@ export const shutdownCases: CaseGroup = {
         const [claimed] = await claimExpecting(harness, 'w1', ['e1'], { handlers: [H1] });
         assert.deepEqual(await harness.store.release([leaseOf(claimed!)], harness.clock.now()), [true]);
         assert.deepEqual(await claim(harness, 'w2'), [], 'w1 still holds the lane');
-        assert.equal(await harness.store.relinquish('w1'), 1);
+        assert.equal(await owners.relinquish(harness.store, 'w1'), 1);
         assert.equal((await harness.store.statistics(harness.clock.now())).lanesLeased, 0);
         const taken = await claim(harness, 'w2');
         assert.deepEqual(taken.map((c) => c.handler).sort(), [H1, H2]);
@@ -60,7 +61,7 @@ export const shutdownCases: CaseGroup = {
         assert.equal(claimed.length, 2);
         const [done, running] = claimed;
         await harness.store.completeMany([leaseOf(done!)], harness.clock.now());
-        const handedBack = await harness.store.relinquish('w1');
+        const handedBack = await owners.relinquish(harness.store, 'w1');
         assert.equal(handedBack, done!.lane === running!.lane ? 0 : 1);
         assert.equal((await viewOf(harness, running!.id)).status, 'processing');
         assert.deepEqual(await claim(harness, 'w2'), []);
@@ -69,13 +70,13 @@ export const shutdownCases: CaseGroup = {
           [true],
           'the running delivery keeps its lease',
         );
-        assert.equal(await harness.store.relinquish('nobody'), 0);
+        assert.equal(await owners.relinquish(harness.store, 'nobody'), 0);
       },
     },
     {
       name: 'relinquish with an invalid owner throws RELAYBUS_INVALID_INPUT',
       async run({ harness }) {
-        await rejectsWithCode(harness.store.relinquish(''), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(owners.relinquish(harness.store, ''), 'RELAYBUS_INVALID_INPUT');
       },
     },
   ],
