@@ -1,5 +1,6 @@
-/** Graceful shutdown: release charges nothing, relinquish hands idle lanes back at once. */
+/** Graceful shutdown: release charges nothing, closing a claim session hands idle lanes back at once. */
 import assert from 'node:assert/strict';
+import { InvalidInputError } from '../../../src/core/errors.js';
 import {
   claim,
   claimExpecting,
@@ -10,6 +11,7 @@ import {
   handlers,
   leaseOf,
   publish,
+  LEASE_MS,
   rejectsWithCode,
   viewOf,
   type CaseGroup,
@@ -19,6 +21,42 @@ import * as owners from '../../support/claims.js';
 export const shutdownCases: CaseGroup = {
   area: 'shutdown',
   cases: [
+    {
+      name: 'a closed claim session hands its idle lanes back and claims no more; a new session of the owner claims again',
+      async run({ harness }) {
+        const params = () => ({ handlers: [H1], limit: 10, leaseDurationMs: LEASE_MS, now: harness.clock.now() });
+        await publish(harness, [event({ id: 'e1' })]);
+        const session = harness.store.openClaims('w1');
+        assert.equal(session.owner, 'w1');
+        const [claimed] = await session.claim(params());
+        assert.equal(claimed?.eventId, 'e1');
+        assert.deepEqual(await harness.store.completeMany([leaseOf(claimed!)], harness.clock.now()), [true]);
+        assert.equal(await session.close(), 1, 'its one lane, idle now');
+        assert.deepEqual(await harness.store.listLanes(), []);
+        await rejectsWithCode(session.claim(params()), 'RELAYBUS_INVALID_STATE');
+        await rejectsWithCode(session.completeAndClaim([], params()), 'RELAYBUS_INVALID_STATE');
+        await publish(harness, [event({ id: 'e2' })]);
+        const again = harness.store.openClaims('w1');
+        assert.deepEqual(
+          (await again.claim(params())).map((d) => d.eventId),
+          ['e2'],
+        );
+        assert.equal(await again.close(), 0, 'a lane with work in flight stays');
+      },
+    },
+    {
+      name: 'openClaims refuses a bad owner or options before anything opens',
+      async run({ harness }) {
+        const refused = (open: () => unknown, pattern: RegExp) =>
+          assert.throws(open, (error: unknown) => error instanceof InvalidInputError && pattern.test(error.message));
+        refused(() => harness.store.openClaims(''), /owner/);
+        refused(() => harness.store.openClaims('w1', { siblingOwners: ['ok', ''] }), /siblingOwners\[1\]/);
+        refused(
+          () => harness.store.openClaims('w1', { holdConnection: 'yes' as never }),
+          /holdConnection must be a boolean/,
+        );
+      },
+    },
     {
       name: 'release gives a delivery back without charging an attempt',
       async run({ harness }) {
