@@ -1,5 +1,6 @@
 import { createOwnerId } from './owner-id.js';
 import type { Logger } from '../core/logger.js';
+import type { ResolvedDispatcherOptions } from '../core/options.js';
 import type { ClaimSession, Store } from '../store/contract.js';
 import type { LoopClaimState } from './claim-policy.js';
 import { CompletionBatcher } from './completion-batcher.js';
@@ -8,20 +9,19 @@ import { LeaseRenewer } from './lease-renewer.js';
 import { RetryAlarm } from './retry-alarm.js';
 import { RetryBackoff, Wakeup } from './wakeup.js';
 
+/**
+ * The completion batch is written at once when it reaches this size or twice a claim's batch with its followers,
+ * whichever is larger (below that it waits for its window or rides on the next claim: a claim's whole batch must fit).
+ */
+const MIN_COMPLETION_BATCH = 1_000;
+
 /** What a claim loop is built from: the dispatcher's shared parts and this loop's place. */
 export interface ClaimLoopConfig<TTx> {
   readonly index: number;
-  readonly ownerPrefix: string | undefined;
+  readonly options: ResolvedDispatcherOptions;
   readonly store: Store<TTx>;
-  readonly leaseDurationMs: number;
-  readonly completionBatchWindowMs: number;
-  /** Completions written at once at most (a claim's batch, with its followers, is one write). */
-  readonly maxCompletionBatch: number;
   /** The claim policy's state of this loop (claim-policy.ts). */
   readonly claims: LoopClaimState;
-  /** The owners of the dispatcher's other loops (`ClaimSessionOptions.siblingOwners`), once known. */
-  /** The batcher commits completions in the order they were asked for (`CompletionBatcherOptions.inOrder`). */
-  readonly completionsInOrder: boolean;
   readonly logger: Logger;
   /** The runner's dependencies shared by every loop; the loop adds its own completion batcher. */
   readonly deps: Omit<RunnerDeps<TTx>, 'batcher'>;
@@ -71,14 +71,16 @@ export class ClaimLoop<TTx> {
     this.index = config.index;
     this.claims = config.claims;
     this.#store = config.store;
-    this.owner = createOwnerId(config.ownerPrefix);
+    const { options } = config;
+    this.owner = createOwnerId(options.ownerPrefix);
     this.claimBackoff = config.claimBackoff ?? new RetryBackoff(undefined, config.random);
     this.batcher = new CompletionBatcher({
       store: config.store,
-      windowMs: config.completionBatchWindowMs,
-      maxBatchSize: config.maxCompletionBatch,
+      windowMs: options.completionBatchWindowMs,
+      // A claim's whole batch, with its followers, is one write.
+      maxBatchSize: Math.max(MIN_COMPLETION_BATCH, 2 * options.batchSize * (1 + options.followers)),
       // Followers start once the completion before them is queued: completions must commit in that order.
-      inOrder: config.completionsInOrder,
+      inOrder: options.followers > 0,
       now: config.deps.now,
       logger: config.logger,
       // A completed key's next delivery is due: claim it now rather than at the next wake-up or poll.
@@ -87,8 +89,8 @@ export class ClaimLoop<TTx> {
     this.renewer = new LeaseRenewer({
       store: config.store,
       owner: this.owner,
-      leaseDurationMs: config.leaseDurationMs,
-      intervalMs: Math.max(1, Math.floor(config.leaseDurationMs / 3)),
+      leaseDurationMs: options.leaseDurationMs,
+      intervalMs: Math.max(1, Math.floor(options.leaseDurationMs / 3)),
       now: config.deps.now,
       logger: config.logger,
       onLost: (lane, epoch, detectedBy) => config.onLost(this, lane, epoch, detectedBy),

@@ -1,15 +1,14 @@
-import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
-import type { Clock } from '../core/clock.js';
-import type { TypedEmitter } from '../core/emitter.js';
-import { InvalidStateError, isRetryableError } from '../core/errors.js';
-import type { RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { InvalidStateError } from '../core/errors.js';
 import { parseLeaseToken } from '../core/lease-token.js';
-import { describeError, type Logger } from '../core/logger.js';
-import type { ResolvedDispatcherOptions } from '../core/options.js';
-import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
+import { describeError } from '../core/logger.js';
+import type { ClaimedDelivery, DeliveryLease } from '../store/contract.js';
 import { ActivityReport } from './activity-report.js';
 import { ClaimLoop } from './claim-loop.js';
+import { ClaimPolicy } from './claim-policy.js';
+import type { DispatcherConfig, DispatcherState, StopOptions } from './dispatcher-config.js';
 import { EarlyStarts } from './early-starts.js';
+import { Followers } from './followers.js';
 import {
   reportLeaseLost,
   reportUnexpected,
@@ -18,94 +17,46 @@ import {
   RunningDelivery,
   type RunOutcome,
 } from './handler-runner.js';
-import { GracePeriod } from './shutdown.js';
 import { HealthState } from './health.js';
-import { ClaimPolicy } from './claim-policy.js';
-import { Followers } from './followers.js';
+import { type ClaimLoopHost, ClaimTurns, runClaimLoop } from './loop-runner.js';
+import { closeSessions, GracePeriod, releaseUnfinished } from './shutdown.js';
 
+export type { DispatcherConfig, DispatcherState, StopOptions } from './dispatcher-config.js';
 export { HealthState, type RelayBusHealth } from './health.js';
-import type { RetryBackoff } from './wakeup.js';
+export { createOwnerId } from './owner-id.js';
 
 /**
- * The dispatcher: the worker loop that claims deliveries and runs their handlers. It knows the
- * store only through the `Store` contract.
+ * The dispatcher: the worker that claims deliveries and runs their handlers. It knows the store only through the
+ * `Store` contract. It keeps the handler slots, the runs, the followers and shutdown; its claim loops
+ * (claim-loop.ts, their turns in loop-runner.ts) claim when the claim policy (claim-policy.ts) says so, with its hints,
+ * each through a claim session of its own.
  *
  * States:
  *
  *   idle ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
  *
  * - `idle`: constructed, nothing claimed. `stop()` here just ends in `stopped`.
- * - `running`: the claim loop runs. Each turn it claims at most `min(batchSize, concurrency -
- *   running handlers)` deliveries (never more than free handler slots), starts a handler run for
- *   each, and then either claims again at once (the claim came back full: more is probably due) or
- *   waits up to `pollIntervalMs`. A slot frees when its handler returns (or fails), not when the
- *   outcome is written, so the next claim overlaps the completion batch of the previous one; runs
- *   that only wait for their outcome write are capped at another `concurrency`. The wait ends early
- *   when a wake-up names new work, and when a handler returns or a run ends while that may make a
- *   claim productive: work is flowing (a recent claim was busy), a loop waits for a slot, or the
- *   completion batcher reports that a completed key's next delivery is due. Under a light load a run
- *   that ends wakes nobody, so the loop is free for the next publish. Per-key deliveries never run
- *   concurrently: the store hands out only the head of each key, and a key lives in one lane that
- *   one owner holds. Meanwhile the lease renewer extends the lanes that have work in flight every
- *   `leaseDurationMs / 3`; a lane reported lost (or seen at a newer epoch in a later claim) aborts
- *   the handlers claimed in it and their results are dropped. Completions go through the
- *   completion batcher (one `completeMany` per `completionBatchWindowMs`). Once per lease duration
- *   (by the bus's clock) a claim sets `acquireWhenFull`: even when this worker's own lanes fill the batch,
- *   the store takes a few other lanes, so a crashed worker's expired lanes are taken over while
- *   every worker is busy.
- * - Claim loops (`claimLoops`, default 1): each loop claims as a lease owner of its own (lanes are held per owner),
- *   with its own renewer, completion batcher, wake-up and clock of acquiring when full (src/dispatcher/claim-loop.ts); the handler
- *   slots, the runs and the health are shared. A loop reserves the slots its claim may fill, so the loops never
- *   claim more than `concurrency` between them. With two, one loop's claim waits on Postgres while the other's
- *   handlers run.
- * - `stopping` (`stop()`): no new claim starts; deliveries of a claim that was in progress are
- *   released unrun. Running handlers get up to `shutdownGraceMs` to finish (their outcomes are
- *   written normally). The rest are aborted through their signal and released (no attempt
- *   charged), pending completions are flushed, renewal stops and `relinquish(owner)` of every loop hands
- *   every lane back, so other workers take the lanes at once instead of after the lease.
+ * - `running`: the claim loops run. A claim never asks for more deliveries than free handler slots; a slot frees when
+ *   its handler returns (or fails), not when the outcome is written, so the next claim overlaps the completion batch
+ *   of the previous one; runs that only wait for their outcome write are capped at another `concurrency`. Per-key
+ *   deliveries never run concurrently: the store hands out only the head of each key (and its followers, which start
+ *   one after another), and a key lives in one lane that one owner holds. Meanwhile each loop's lease renewer extends
+ *   the lanes that have work in flight every `leaseDurationMs / 3`; a lane reported lost (or seen at a newer epoch in
+ *   a later claim) aborts the handlers claimed in it and their results are dropped. Completions go through each
+ *   loop's completion batcher (one `completeMany` per `completionBatchWindowMs`, or riding on the loop's next claim).
+ * - Claim loops (`claimLoops`, default 1): each claims as a lease owner of its own (lanes are held per owner), with its
+ *   own claim session, renewer, completion batcher and wake-up; the handler slots, the runs and the health are shared.
+ *   With two, one loop's claim waits on Postgres while the other's handlers run.
+ * - `stopping` (`stop()`): no new claim starts; deliveries of a claim that was in progress are released unrun.
+ *   Running handlers get up to `shutdownGraceMs` to finish (their outcomes are written normally). The rest are
+ *   aborted through their signal and released (no attempt charged), pending completions are flushed, renewal stops
+ *   and every loop's claim session is closed, which hands its lanes back, so other workers take them at once instead
+ *   of after the lease.
  * - `stopped`: final. A dispatcher is not restarted; create a new one (a new owner id).
  *
- * A failed claim is logged once and retried after a capped exponential backoff (250 ms doubling to
- * 30 s, jittered; `STORE_RETRY_BACKOFF`), reset by the next successful claim; store failures never
- * crash the process. The claim loop feeds the bus's health: unready after a failed claim, ready
- * after a successful one, with one log line at each transition. Nothing here handles process
- * signals: the CLI maps SIGTERM onto `bus.stop()`.
+ * Store failures never crash the process (a failed claim is retried after a backoff, see loop-runner.ts). Nothing
+ * here handles process signals: the CLI maps SIGTERM onto `bus.stop()`.
  */
-
-/** Lifecycle state of a dispatcher; see the module header. */
-export type DispatcherState = 'idle' | 'running' | 'stopping' | 'stopped';
-
-/** Everything a dispatcher needs; the bus builds it. */
-export interface DispatcherConfig<TTx> {
-  readonly store: Store<TTx>;
-  /** Handlers by name; the dispatcher claims deliveries of these handlers only. */
-  readonly handlers: ReadonlyMap<string, ResolvedHandler<TTx>>;
-  readonly options: ResolvedDispatcherOptions;
-  readonly logger: Logger;
-  /** Undefined: store calls use the store's clock. */
-  readonly clock: Clock | undefined;
-  readonly emitter: TypedEmitter<RelayBusEventMap>;
-  /** Random source of the backoff jitter (tests). */
-  readonly random?: () => number;
-  /** Where the claim loop reports whether the store answers; a private one when absent. */
-  readonly health?: HealthState;
-  /** Delays between retries of a failing claim; `STORE_RETRY_BACKOFF` when absent (tests shorten it). */
-  readonly claimBackoff?: RetryBackoff;
-}
-
-/** Options of `stop()`. */
-export interface StopOptions {
-  /** Override `shutdownGraceMs` for this stop; while a stop is in progress, cuts its grace period to this. */
-  readonly graceMs?: number;
-}
-
-export { createOwnerId } from './owner-id.js';
-
-/**
- * The completion batch is written at once when it reaches this size or twice a claim's batch with its followers,
- * whichever is larger (below that it waits for its window or rides on the next claim: a claim's whole batch must fit).
- */
-const MIN_COMPLETION_BATCH = 1_000;
 
 /**
  * Runs a claim launches in one turn of the event loop, followers included (see `#claimLoop`): 5,000 of a claim of 500
@@ -132,8 +83,8 @@ export class Dispatcher<TTx> {
   readonly #running = new Map<RunningDelivery<TTx>, ClaimLoop<TTx>>();
   /** The claim policy: claim now, with which hints, whom to wake (claim-policy.ts). */
   readonly #policy: ClaimPolicy;
-  /** Settles when the claim that has the turn is over (only used while the loops claim in turn). */
-  #turnTaken: Promise<void> = Promise.resolve();
+  /** What the claim loops use of this dispatcher (loop-runner.ts). */
+  readonly #host: ClaimLoopHost<TTx>;
   /** Runs at most, running or waiting for their outcome write (see `#claimLoop`). */
   readonly #maxRuns: number;
   /** Followers waiting for the delivery before them, and those parked for a retried head's claim (followers.ts). */
@@ -171,7 +122,7 @@ export class Dispatcher<TTx> {
     const { clock } = config;
     this.#earlyStarts = new EarlyStarts(clock === undefined ? Date.now : () => clock.now().getTime());
     const { options } = config;
-    /** The most deliveries one claim hands out: its batch and their followers. */
+    // Runs at most: the handler slots, and as many again (or what the loops' claims bring with their followers).
     const claimRows = options.batchSize * (1 + options.followers);
     this.#maxRuns = options.concurrency + Math.max(options.concurrency, options.claimLoops * claimRows);
     this.#policy = new ClaimPolicy({
@@ -185,18 +136,15 @@ export class Dispatcher<TTx> {
       now: this.#now,
       wallNow: () => this.#wallNow().getTime(),
     });
+    this.#host = this.#loopHost();
     this.#loops = Array.from(
       { length: options.claimLoops },
       (_, index) =>
         new ClaimLoop<TTx>({
           index,
-          ownerPrefix: options.ownerPrefix,
+          options,
           store: config.store,
-          leaseDurationMs: options.leaseDurationMs,
-          completionBatchWindowMs: options.completionBatchWindowMs,
-          maxCompletionBatch: Math.max(MIN_COMPLETION_BATCH, 2 * claimRows),
           claims: this.#policy.loops[index]!,
-          completionsInOrder: options.followers > 0,
           logger: config.logger,
           deps: {
             store: config.store,
@@ -223,15 +171,51 @@ export class Dispatcher<TTx> {
     for (const loop of this.#loops) loop.siblingOwners = this.owners.filter((owner) => owner !== loop.owner);
   }
 
-  /** Wait for the turn to claim; call the function returned when the claim is over. */
-  async #claimTurn(): Promise<() => void> {
-    const previous = this.#turnTaken;
-    let release!: () => void;
-    this.#turnTaken = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    await previous;
-    return release;
+  /** The handler slots, the runs and the followers as the claim loops see them (`ClaimLoopHost`). */
+  #loopHost(): ClaimLoopHost<TTx> {
+    const { options, logger } = this.#config;
+    return {
+      options,
+      logger,
+      policy: this.#policy,
+      health: this.#health,
+      stopSignal: this.#stopSignal.signal,
+      loops: options.claimLoops,
+      running: () => this.#state === 'running',
+      freeSlots: () =>
+        Math.min(options.concurrency - this.#active, this.#maxRuns - this.#running.size) - this.#reserved,
+      reserve: (slots) => {
+        this.#reserved += slots;
+      },
+      unreserve: (slots) => {
+        this.#reserved -= slots;
+        if (this.#slotsShort) this.#runEnded();
+      },
+      slotsShort: () => {
+        this.#slotsShort = true;
+      },
+      startReady: () => this.#startReady(),
+      turns: new ClaimTurns(),
+      launch: (loop, claimed) => this.#launchClaimed(loop, claimed),
+      release: (leases) => {
+        this.#toRelease.push(...leases);
+      },
+      runsIn: (loop) => this.#runsIn(loop),
+      parkedIn: (loop) => this.#followers.parkedIn(loop),
+      followersWaiting: () => this.#followers.waiting > 0,
+      holding: () => {
+        const holding: string[] = [];
+        for (const run of this.#running.keys()) holding.push(run.claimed.id);
+        holding.push(...this.#followers.ids());
+        for (const lease of this.#toRelease) holding.push(lease.deliveryId);
+        return holding;
+      },
+      runCount: () => this.#running.size,
+      reportActivity: () => this.#activity.maybeReport(Date.now(), this.#running.size),
+      wake: (loops) => {
+        for (const other of loops) this.#loops[other.index]!.wakeup.wake();
+      },
+    };
   }
 
   get state(): DispatcherState {
@@ -257,7 +241,7 @@ export class Dispatcher<TTx> {
       ...this.#config.options,
     });
     this.#wakeups = this.#subscribeWakeups();
-    for (const loop of this.#loops) loop.done = this.#claimLoop(loop);
+    for (const loop of this.#loops) loop.done = runClaimLoop(loop, this.#host);
   }
 
   /** Claim at once when a publish commits (NOTIFY), instead of at the next poll; polling stays. */
@@ -290,7 +274,7 @@ export class Dispatcher<TTx> {
 
   /**
    * Stop gracefully: stop claiming, let running handlers finish within the grace period, abort and
-   * release the rest (no attempt charged), then relinquish every lane. Idempotent.
+   * release the rest (no attempt charged), then close every claim session (its lanes are handed back). Idempotent.
    */
   stop(options: StopOptions = {}): Promise<void> {
     if (this.#stopping !== undefined) {
@@ -307,242 +291,10 @@ export class Dispatcher<TTx> {
     return this.#stopping;
   }
 
-  async #claimLoop(loop: ClaimLoop<TTx>): Promise<void> {
-    const { options, logger } = this.#config;
-    const policy = this.#policy;
-    const claims = loop.claims;
-    while (this.#state === 'running') {
-      if (policy.mayRest(claims, loop.retryAlarm.pending, loop.mustForget)) {
-        await this.#rest(loop);
-        continue;
-      }
-      if (policy.waits(claims)) {
-        await loop.wakeup.wait(options.pollIntervalMs);
-        continue;
-      }
-      if (loop.mustForget) {
-        const failed = await this.#forgetUnheld(loop);
-        if (failed !== undefined) {
-          await this.#retryClaimAfter(loop, failed.error);
-          continue;
-        }
-      }
-      // A slot is a running handler: a run whose handler returned and that only waits for its outcome
-      // write (the completion batch) does not hold one, so the next claim overlaps that write. Those
-      // waiting runs are bounded too, to one more `concurrency` (or what the loops' claims bring with their followers,
-      // if more), should the writes fall behind. Slots another loop's claim in progress may fill are reserved.
-      const free = Math.min(options.concurrency - this.#active, this.#maxRuns - this.#running.size) - this.#reserved;
-      if (free > 0) {
-        const limit = policy.limit(free);
-        const plan = policy.plan(claims, limit);
-        // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
-        // be claimed at once. Not on a light claim (`ClaimPlan.light`): the batcher writes them on their own.
-        if (plan.light) loop.batcher.unhold();
-        const riding = plan.light ? undefined : loop.batcher.take();
-        const runsEndedBefore = loop.runsEnded;
-        let claimed: ClaimedDelivery[];
-        let completedAny = false;
-        this.#reserved += limit;
-        // This claim has its slots and looks up the retried heads due (the plan cleared the loop's retry due): followers
-        // may take free slots again, the parked ones at once (started after the claim and its launch, they had waited a
-        // whole cycle, with up to 750 of 1,000 slots idle in the bench's liveness cell).
-        this.#startReady();
-        const claimStarted = performance.now();
-        // Other workers share the lanes: this worker's loops claim in turn. The wait counts as part of the claim: a
-        // retried head due meanwhile waits for it too (`retryLookaheadMs`).
-        const releaseTurn = policy.claimsInTurn() ? await this.#claimTurn() : undefined;
-        let peerLanes: number | undefined;
-        try {
-          const session = loop.session;
-          if (!policy.completesAndClaims(plan, riding !== undefined)) {
-            claimed = await session.claim(plan.params);
-          } else {
-            const result = await session.completeAndClaim(riding?.leases ?? [], plan.params);
-            riding?.settle(result.completed);
-            claimed = result.claimed;
-            completedAny = result.completed.includes(true);
-            peerLanes = result.peerLanes;
-          }
-        } catch (error) {
-          releaseTurn?.(); // before the backoff below
-          riding?.giveBack();
-          loop.mustForget = true;
-          policy.claimFailed(claims);
-          await this.#retryClaimAfter(loop, error);
-          continue;
-        } finally {
-          releaseTurn?.();
-          this.#reserved -= limit;
-          if (this.#slotsShort) this.#runEnded();
-        }
-        policy.claimed(claims, plan, claimed.length, peerLanes);
-        this.#claimSucceeded(loop);
-        if (claimed.length > 0)
-          logger.debug('claimed deliveries', {
-            count: claimed.length,
-            limit,
-            owner: loop.owner,
-            completed: riding?.leases.length ?? 0,
-            tookMs: Math.round(performance.now() - claimStarted),
-            running: this.#running.size,
-          });
-        if (this.#state !== 'running') {
-          this.#toRelease.push(
-            ...claimed.map((delivery) => ({ deliveryId: delivery.id, leaseToken: delivery.leaseToken })),
-          );
-          break;
-        }
-        const heads = await this.#launchClaimed(loop, claimed);
-        this.#startReady();
-        // The claim and the turns that launched it: a retried head due meanwhile waits for both (`retryLookaheadMs`).
-        const tookMs = performance.now() - claimStarted;
-        if (claims.claimTook(tookMs))
-          logger.debug('followers per keyed head changed', {
-            owner: loop.owner,
-            followers: claims.followersNow,
-            claimCycleMs: Math.round(tookMs),
-          });
-        // Empty only if no run of this loop ended meanwhile: the claim may have kept that run's lane held (it was still in
-        // flight in its snapshot), and only this loop's next claim hands it back.
-        const wake = policy.launched(claims, {
-          full: heads >= limit,
-          empty: claimed.length === 0 && !completedAny && loop.runsEnded === runsEndedBefore,
-          runsInLoop: this.#runsIn(loop),
-        });
-        for (const other of wake) this.#loops[other.index]!.wakeup.wake();
-        if (claimed.length > 0) this.#activity.maybeReport(Date.now(), this.#running.size);
-        if (heads >= limit) {
-          // One turn of the event loop first: handlers that finish at once (and the followers they start) queue their
-          // completions for this claim to carry, instead of a write of their own beside it.
-          if (this.#followers.waiting > 0) await nextTurn();
-          continue;
-        }
-        if (claims.busy) {
-          // Work is flowing but this claim was short: once the handlers that finish at once have, claim again with
-          // their completions riding, rather than wait for a run to end, which takes their write of their own first.
-          await nextTurn();
-          if (loop.batcher.pending > 0 && this.#state === 'running') continue;
-        }
-        // The light claim went first, for the lanes a wake-up named; the look at free lanes is due (`ClaimPolicy`).
-        if (claims.scanDeferred) continue;
-      } else {
-        this.#slotsShort = true;
-      }
-      loop.batcher.unhold();
-      await loop.wakeup.wait(options.pollIntervalMs);
-    }
-    loop.batcher.unhold();
-  }
-
-  /**
-   * While other workers hold lanes, a worker's later loops rest: each lets its runs end (their completions are written
-   * on their own), closes its claim session (its lanes are handed back) and turns dormant, and the first loop (or
-   * another worker) takes those lanes. A second loop overlaps a lone worker's handlers with its claims; beside other
-   * workers, whose claims fill those gaps, its lanes only split the backlog into more, shorter claims and more lanes
-   * changing hands. Measured on 2 cores (Postgres on the same machine), tuned keyed drain of 200k, interleaved with the
-   * loops claiming in turn: 2 workers 51.3-55.9k deliveries/s against 47.7-55.4k (5 runs each, median 1.07x), 4
-   * workers 37.9-41.6k against 35.8-42.2k (4 runs each: no difference). A resting loop claims again (a new session) once
-   * no other worker holds a lane (a claim of the first loop reports it) and a claim comes back full, or when a head it
-   * rescheduled is due again.
-   */
-  async #rest(loop: ClaimLoop<TTx>): Promise<void> {
-    const { options, logger } = this.#config;
-    // Nothing rides any more: what waits is written on its own.
-    loop.batcher.unhold();
-    if (this.#runsIn(loop) || this.#followers.parkedIn(loop)) {
-      await loop.wakeup.wait(options.pollIntervalMs);
-      return;
-    }
-    try {
-      await loop.batcher.flush();
-      const lanes = await loop.closeSession();
-      this.#policy.rested(loop.claims);
-      logger.debug('claim loop resting: other workers share the lanes', { owner: loop.owner, lanesHandedBack: lanes });
-    } catch (error) {
-      logger.warn('handing back the lanes of a resting claim loop failed; it tries again at its next poll', {
-        owner: loop.owner,
-        error: describeError(error),
-      });
-      await loop.wakeup.wait(options.pollIntervalMs);
-    }
-  }
-
   /** Whether any run claimed by `loop` is still in progress (its completion rides on that loop's claims). */
   #runsIn(loop: ClaimLoop<TTx>): boolean {
     for (const runLoop of this.#running.values()) if (runLoop === loop) return true;
     return false;
-  }
-
-  /**
-   * Log a failed claim once (the first loop logs; the others fail alike against the same store), mark the bus
-   * unready, and wait out the backoff (or until stop).
-   */
-  async #retryClaimAfter(loop: ClaimLoop<TTx>, error: unknown): Promise<void> {
-    const delayMs = loop.claimBackoff.failed();
-    const attempt = loop.claimBackoff.failures;
-    if (attempt === 1) loop.failingSince = Date.now();
-    const described = describeError(error);
-    this.#health.markUnready(described);
-    const retryable = isRetryableError(error);
-    const fields = {
-      attempt,
-      retryAt: new Date(Date.now() + delayMs).toISOString(),
-      retryInMs: delayMs,
-      error: described,
-      ...(this.#loops.length > 1 ? { owner: loop.owner } : {}),
-    };
-    const what = retryable
-      ? attempt === 1
-        ? 'database unreachable'
-        : 'database still unreachable'
-      : attempt === 1
-        ? 'claiming deliveries failed'
-        : 'claiming deliveries failed again';
-    const message = `${what}; claiming again after a backoff`;
-    if (loop.index > 0) this.#config.logger.debug(message, fields);
-    else if (retryable) this.#config.logger.warn(message, fields);
-    else this.#config.logger.error(message, fields);
-    try {
-      await sleep(delayMs, undefined, { signal: this.#stopSignal.signal });
-    } catch {
-      // stop() ended the wait
-    }
-  }
-
-  /**
-   * After a failed claim of `loop`: have the store forget the deliveries in its lanes' in-flight lists that this
-   * dispatcher does not hold (that claim may have recorded them before its answer was lost). Its failure, if it failed.
-   */
-  async #forgetUnheld(loop: ClaimLoop<TTx>): Promise<{ error: unknown } | undefined> {
-    const holding: string[] = [];
-    for (const run of this.#running.keys()) holding.push(run.claimed.id);
-    holding.push(...this.#followers.ids());
-    for (const lease of this.#toRelease) holding.push(lease.deliveryId);
-    try {
-      const forgotten = await loop.session.forgetInFlight(holding);
-      loop.mustForget = false;
-      if (forgotten > 0)
-        this.#config.logger.info('deliveries a failed claim had recorded in flight are claimable again', {
-          owner: loop.owner,
-          forgotten,
-        });
-      return undefined;
-    } catch (error) {
-      return { error };
-    }
-  }
-
-  #claimSucceeded(loop: ClaimLoop<TTx>): void {
-    const failures = loop.claimBackoff.succeeded();
-    const first = this.#health.markReady();
-    if (failures > 0 && loop.index === 0) {
-      this.#config.logger.info('database reachable again; claiming resumed', {
-        failedAttempts: failures,
-        unreachableForMs: Date.now() - loop.failingSince,
-      });
-    } else if (first) {
-      this.#config.logger.debug('first claim succeeded; the bus is ready', { owner: loop.owner });
-    }
   }
 
   /**
@@ -760,21 +512,7 @@ export class Dispatcher<TTx> {
 
     // Followers still waiting: their run ended while stopping (a success starts nothing new then), or did not.
     this.#toRelease.push(...this.#followers.drain());
-    const leases = this.#toRelease.splice(0);
-    if (leases.length > 0) {
-      try {
-        const released = await store.release(leases, this.#now());
-        logger.info('released unfinished deliveries (no attempt charged)', {
-          count: released.filter(Boolean).length,
-          requested: leases.length,
-        });
-      } catch (error) {
-        logger.error('releasing unfinished deliveries failed; they run again once their lane lease expires', {
-          count: leases.length,
-          error: describeError(error),
-        });
-      }
-    }
+    await releaseUnfinished(store, this.#toRelease.splice(0), this.#now(), logger);
     await Promise.all(this.#loops.map((loop) => loop.batcher.flush()));
     for (const loop of this.#loops) loop.retryAlarm.stop();
     await Promise.all(this.#loops.map((loop) => loop.renewer.stop()));
@@ -782,26 +520,7 @@ export class Dispatcher<TTx> {
     await unsubscribe?.().catch((error: unknown) =>
       logger.warn('stopping the wake-up listener failed', { error: describeError(error) }),
     );
-    // Every loop's lanes, each on its own: one that fails still lets the others go (closing a claim session gives back
-    // the connection it held for its claims, whatever happens).
-    let lanes = 0;
-    for (const loop of this.#loops) {
-      try {
-        // What a failed claim may have recorded would keep its lane from being handed back.
-        const failed = loop.mustForget ? await this.#forgetUnheld(loop) : undefined;
-        if (failed !== undefined)
-          logger.warn(
-            'forgetting the deliveries a failed claim may have recorded in flight failed; a lane that still lists them is taken over once its lease expires',
-            { owner: loop.owner, error: describeError(failed.error) },
-          );
-        lanes += await loop.closeSession();
-      } catch (error) {
-        logger.error('relinquishing lanes failed; other workers take them once their leases expire', {
-          owner: loop.owner,
-          error: describeError(error),
-        });
-      }
-    }
+    const lanes = await closeSessions(this.#loops, this.#host);
     logger.info('dispatcher stopped', {
       owner: this.owner,
       drained: drained === 'drained',
