@@ -38,6 +38,9 @@ export const MAX_HINTED_LANES = 64;
  */
 export const BUSY_CLAIM = 32;
 
+/** No loop to wake (one array for every claim that wakes none). */
+const NONE: readonly LoopClaimState[] = Object.freeze([]);
+
 /** What the policy needs to know of the dispatcher's settings, and its clocks. */
 export interface ClaimPolicyConfig {
   /** Claim loops of the dispatcher (`DispatcherOptions.claimLoops`). */
@@ -354,9 +357,9 @@ export class ClaimPolicy {
    * a short one from the first loop means none; a loop whose claim found and completed nothing and that runs nothing is
    * barren, and a later one turns dormant then.
    */
-  launched(loop: LoopClaimState, outcome: ClaimOutcome): LoopClaimState[] {
-    if (this.loops.length === 1) return [];
-    let wake: LoopClaimState[] = [];
+  launched(loop: LoopClaimState, outcome: ClaimOutcome): readonly LoopClaimState[] {
+    if (this.loops.length === 1) return NONE;
+    let wake: readonly LoopClaimState[] = NONE;
     if (outcome.full && !this.backlog) {
       this.backlog = true;
       // Beside other workers the dormant loops stay asleep (see `waits`): no wake-up to look and sleep again.

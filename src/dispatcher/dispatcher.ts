@@ -18,7 +18,7 @@ import {
   type RunOutcome,
 } from './handler-runner.js';
 import { HealthState } from './health.js';
-import { type ClaimLoopHost, ClaimTurns, runClaimLoop } from './loop-runner.js';
+import { type ClaimLoopHost, ClaimTurns, listenForWakeups, runClaimLoop } from './loop-runner.js';
 import { closeSessions, GracePeriod, releaseUnfinished } from './shutdown.js';
 
 export type { DispatcherConfig, DispatcherState, StopOptions } from './dispatcher-config.js';
@@ -240,27 +240,8 @@ export class Dispatcher<TTx> {
       handlers: this.#handlerNames.length,
       ...this.#config.options,
     });
-    this.#wakeups = this.#subscribeWakeups();
+    this.#wakeups = listenForWakeups(this.#config.store, this.#policy, this.#config.logger, () => this.#wakeAll());
     for (const loop of this.#loops) loop.done = runClaimLoop(loop, this.#host);
-  }
-
-  /** Claim at once when a publish commits (NOTIFY), instead of at the next poll; polling stays. */
-  async #subscribeWakeups(): Promise<(() => Promise<void>) | undefined> {
-    const { store, logger } = this.#config;
-    if (store.subscribeWakeups === undefined) return undefined;
-    try {
-      // Every loop: the published lane may be held by any of them (`ClaimPolicy.heard`).
-      const unsubscribe = await store.subscribeWakeups((lanes) => {
-        this.#policy.heard(lanes);
-        this.#wakeAll();
-      });
-      // A 'poll' store resolves a no-op: nothing is heard.
-      this.#policy.listening = store.capabilities.wakeups !== 'poll';
-      return unsubscribe;
-    } catch (error) {
-      logger.warn('listening for new deliveries failed; the dispatcher polls only', { error: describeError(error) });
-      return undefined;
-    }
   }
 
   #wakeAll(): void {

@@ -2,7 +2,7 @@ import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promi
 import { isRetryableError } from '../core/errors.js';
 import { describeError, type Logger } from '../core/logger.js';
 import type { ResolvedDispatcherOptions } from '../core/options.js';
-import type { ClaimedDelivery, DeliveryLease } from '../store/contract.js';
+import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
 import type { ClaimLoop } from './claim-loop.js';
 import type { ClaimPolicy, LoopClaimState } from './claim-policy.js';
 import type { HealthState } from './health.js';
@@ -20,6 +20,31 @@ import type { HealthState } from './health.js';
  * doubling to 30 s, jittered; `STORE_RETRY_BACKOFF`), reset by the next successful claim; the loop feeds the bus's
  * health: unready after a failed claim, ready after a successful one, with one log line at each transition.
  */
+
+/**
+ * Claim at once when a publish commits (NOTIFY), instead of at the next poll; polling stays. Every loop is woken
+ * (`wakeAll`): the published lane may be held by any of them (`ClaimPolicy.heard`). Resolves the unsubscribe.
+ */
+export async function listenForWakeups<TTx>(
+  store: Store<TTx>,
+  policy: ClaimPolicy,
+  logger: Logger,
+  wakeAll: () => void,
+): Promise<(() => Promise<void>) | undefined> {
+  if (store.subscribeWakeups === undefined) return undefined;
+  try {
+    const unsubscribe = await store.subscribeWakeups((lanes) => {
+      policy.heard(lanes);
+      wakeAll();
+    });
+    // A 'poll' store resolves a no-op: nothing is heard.
+    policy.listening = store.capabilities.wakeups !== 'poll';
+    return unsubscribe;
+  } catch (error) {
+    logger.warn('listening for new deliveries failed; the dispatcher polls only', { error: describeError(error) });
+    return undefined;
+  }
+}
 
 /** One claim of a dispatcher's loops at a time, while they claim in turn (other workers share the lanes). */
 export class ClaimTurns {
