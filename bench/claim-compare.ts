@@ -25,6 +25,7 @@ import type { ClaimedDelivery } from '../src/store/contract.js';
 import { publishBacklog } from './lib/backlog.js';
 import { createBenchDatabase, dropBenchDatabase } from './lib/db.js';
 import { HANDLERS } from './lib/types.js';
+import * as owners from '../test/support/claims.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -101,7 +102,7 @@ try {
   const inFlight: ClaimedDelivery[] = [];
   while (inFlight.length < batch) {
     // With followers, as a dispatcher's claims under a keyed backlog: the next claim completes the heads and their runs.
-    const more = await store.claim({
+    const more = await owners.claim(store, {
       owner,
       handlers: HANDLERS.slice(),
       limit: batch - inFlight.length,

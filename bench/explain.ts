@@ -27,6 +27,7 @@ import { parseLeaseToken } from '../src/core/lease-token.js';
 import { createBenchDatabase, dropBenchDatabase } from './lib/db.js';
 import { publishBacklog } from './lib/backlog.js';
 import { HANDLERS } from './lib/types.js';
+import * as owners from '../test/support/claims.js';
 
 const { values: args } = parseArgs({
   options: { deliveries: { type: 'string', default: '200000' }, batch: { type: 'string', default: '1000' } },
@@ -183,7 +184,7 @@ RETURNING d.id::text AS id`;
     // The real claim (several statements: held lanes, then free lanes 4, 8, 16, ... at a time) until the batch is full.
     const claimStarted = performance.now();
     while (claimed.length < batch) {
-      const more = await store.claim({
+      const more = await owners.claim(store, {
         owner,
         handlers: HANDLERS.slice(),
         limit: batch - claimed.length,
@@ -279,7 +280,7 @@ RETURNING d.id::text AS id`;
     );
     if (stale) {
       await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
-      await store.relinquish(owner);
+      await owners.relinquish(store, owner);
     }
     void laneOf;
   }

@@ -114,7 +114,9 @@ async function relaybusCase(url: string): Promise<string[]> {
   ]);
   await client.query('COMMIT');
   client.release();
-  const [claimed] = await store.claim({ owner: 'pageinspect', handlers: ['h1'], limit: 1, leaseDurationMs: 30_000 });
+  const [claimed] = await store
+    .openClaims('pageinspect')
+    .claim({ handlers: ['h1'], limit: 1, leaseDurationMs: 30_000 });
   if (!claimed) throw new Error('relaybus: nothing claimed');
   const [done] = await store.completeMany([{ deliveryId: claimed.id, leaseToken: claimed.leaseToken }]);
   await pool.end(); // the backend exits and flushes its table statistics

@@ -56,7 +56,8 @@ export {
   DEFAULT_SETUP_STORE,
   DEFAULT_SHUTDOWN_GRACE_MS,
 } from './core/options.js';
-export type { DispatcherOptions, RelayBusOptions } from './core/options.js';
+export type { DispatcherOptions } from './core/options.js';
+export type { RelayBusOptions } from './bus/options.js';
 export type { HandlerRunInfo, Instrumentation } from './core/instrumentation.js';
 
 export { backoffDelayMs, decideRetry } from './core/retry-policy.js';
@@ -89,7 +90,10 @@ export { isPermanentFailure, PermanentFailure } from './core/permanent-failure.j
 export type {
   BuryParams,
   ClaimedDelivery,
+  ClaimHints,
   ClaimParams,
+  ClaimSession,
+  ClaimSessionOptions,
   CompleteAndClaimResult,
   DeliveryLease,
   DeliveryStatus,
@@ -97,7 +101,6 @@ export type {
   LaneView,
   ExtendLeaseParams,
   ExtendLeaseResult,
-  ForgetInFlightParams,
   HandlerStatistics,
   ListDeliveriesParams,
   Page,

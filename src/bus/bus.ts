@@ -24,12 +24,10 @@ import {
   assertLogger,
   resolveDispatcherOptions,
   resolveHandlerOptions,
-  resolveRelayBusOptions,
   type DispatcherOptions,
-  type RelayBusOptions,
   type ResolvedDispatcherOptions,
-  type ResolvedRelayBusOptions,
 } from '../core/options.js';
+import { resolveRelayBusOptions, type RelayBusOptions, type ResolvedRelayBusOptions } from './options.js';
 
 /**
  * The bus: the API users touch. It registers handlers (`on`), publishes events inside the caller's

@@ -1,4 +1,4 @@
-import type { PublishParams, PublishResult } from '../store/contract.js';
+import type { PublishParams, PublishResult } from './publish-params.js';
 import type { DeliveryInfo } from './handlers.js';
 
 /**

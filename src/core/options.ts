@@ -1,13 +1,9 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import type { Store } from '../store/contract.js';
-import type { Clock } from './clock.js';
 import { InvalidOptionsError } from './errors.js';
 import { MAX_CLAIM_LOOPS, MAX_FOLLOWERS } from './limits.js';
-import { isEventDefinition, type EventDefinition } from './events.js';
 import type { HandlerOptions } from './handlers.js';
-import type { Instrumentation } from './instrumentation.js';
-import { adaptLogger, noopLogger, type Logger } from './logger.js';
+import type { Logger } from './logger.js';
 import type { BackoffOptions } from './retry-policy.js';
 
 /**
@@ -52,7 +48,7 @@ export const DEFAULT_FOLLOWERS = 0;
 export const DEFAULT_SETUP_STORE = true;
 
 /** Longest delay a Node timer supports (about 24.8 days). */
-const MAX_TIMER_MS = 2_147_483_647;
+export const MAX_TIMER_MS = 2_147_483_647;
 const DAY_MS = 86_400_000;
 
 /** Settings of the worker loop that claims deliveries and runs their handlers. */
@@ -115,46 +111,11 @@ export interface ResolvedDispatcherOptions {
   readonly followers: number;
 }
 
-/** Options of `createRelayBus`. */
-export interface RelayBusOptions<TTx, TEvents extends readonly EventDefinition[] = readonly EventDefinition[]> {
-  /** Where events and deliveries live: `postgresStore(...)`, `memoryStore()`, ... */
-  readonly store: Store<TTx>;
-  /** Every event type this bus publishes or handles (at least one, unique type names). */
-  readonly events: TEvents;
-  /** Run `store.setup()` in `start()`. Default true; set false when migrations are applied separately. */
-  readonly setupStore?: boolean;
-  /** Where the library logs; silent by default. */
-  readonly logger?: Logger;
-  /**
-   * The time passed to every store call. Leave it out in production: the store then uses the
-   * database's clock, the same for every worker. Tests inject a stub clock they move by hand.
-   */
-  readonly clock?: Clock;
-  /** Default attempt budget of a handler, 1..1 000 000. Default `DEFAULT_MAX_ATTEMPTS` (10). */
-  readonly maxAttempts?: number;
-  /** Default backoff of a handler; missing fields come from `DEFAULT_BACKOFF`. */
-  readonly backoff?: Partial<BackoffOptions>;
-  /** Default attempt timeout, 1 ms..24.8 days. Default `DEFAULT_HANDLER_TIMEOUT_MS` (60 000). */
-  readonly handlerTimeoutMs?: number;
-  /** Worker loop settings. */
-  readonly dispatcher?: DispatcherOptions;
-  /** Tracing hooks around publish and each handler call, e.g. `openTelemetry()` of `relaybus/opentelemetry`. Default: none. */
-  readonly instrumentation?: Instrumentation;
-}
-
-/** `RelayBusOptions` validated, with every default applied (frozen). */
-export interface ResolvedRelayBusOptions<TTx> {
-  readonly store: Store<TTx>;
-  /** Event definitions by type name. */
-  readonly events: ReadonlyMap<string, EventDefinition>;
-  readonly setupStore: boolean;
-  readonly logger: Logger;
-  readonly clock: Clock | undefined;
+/** The bus-wide handler defaults a handler's options fall back on. */
+export interface HandlerDefaults {
   readonly maxAttempts: number;
   readonly backoff: BackoffOptions;
   readonly handlerTimeoutMs: number;
-  readonly dispatcher: ResolvedDispatcherOptions;
-  readonly instrumentation: Instrumentation | undefined;
 }
 
 /** Handler options with the bus defaults applied. */
@@ -165,9 +126,9 @@ export interface ResolvedHandlerOptions {
   readonly timeoutMs: number;
 }
 
-const integer = (minimum: number, maximum: number) => Type.Optional(Type.Integer({ minimum, maximum }));
+export const integer = (minimum: number, maximum: number) => Type.Optional(Type.Integer({ minimum, maximum }));
 
-const BackoffSchema = Type.Object(
+export const BackoffSchema = Type.Object(
   {
     initialDelayMs: integer(0, MAX_TIMER_MS),
     maxDelayMs: integer(0, MAX_TIMER_MS),
@@ -177,7 +138,7 @@ const BackoffSchema = Type.Object(
   { additionalProperties: false },
 );
 
-const DispatcherSchema = Type.Object(
+export const DispatcherSchema = Type.Object(
   {
     concurrency: integer(1, 1_000),
     batchSize: integer(1, 1_000),
@@ -188,22 +149,6 @@ const DispatcherSchema = Type.Object(
     ownerPrefix: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     claimLoops: integer(1, MAX_CLAIM_LOOPS),
     followers: integer(0, MAX_FOLLOWERS),
-  },
-  { additionalProperties: false },
-);
-
-const BusSchema = Type.Object(
-  {
-    store: Type.Unknown(),
-    events: Type.Unknown(),
-    setupStore: Type.Optional(Type.Boolean()),
-    logger: Type.Optional(Type.Unknown()),
-    clock: Type.Optional(Type.Unknown()),
-    maxAttempts: integer(1, 1_000_000),
-    backoff: Type.Optional(BackoffSchema),
-    handlerTimeoutMs: integer(1, MAX_TIMER_MS),
-    dispatcher: Type.Optional(DispatcherSchema),
-    instrumentation: Type.Optional(Type.Unknown()),
   },
   { additionalProperties: false },
 );
@@ -220,7 +165,7 @@ const HandlerSchema = Type.Object(
 
 const checkers = new Map<TSchema, ReturnType<typeof TypeCompiler.Compile>>();
 
-function assertSchema(schema: TSchema, value: unknown, what: string, root: string): void {
+export function assertSchema(schema: TSchema, value: unknown, what: string, root: string): void {
   let checker = checkers.get(schema);
   if (checker === undefined) checkers.set(schema, (checker = TypeCompiler.Compile(schema)));
   if (checker.Check(value)) return;
@@ -248,7 +193,7 @@ function render(value: unknown): string {
   }
 }
 
-function assertPlainObject(value: unknown, what: string): void {
+export function assertPlainObject(value: unknown, what: string): void {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new InvalidOptionsError(
       `${what} must be an object, got ${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value}.`,
@@ -256,64 +201,7 @@ function assertPlainObject(value: unknown, what: string): void {
   }
 }
 
-/** The store methods a bus calls (the admin ones are the CLI's and the dashboard's). */
-const STORE_METHODS = [
-  'setup',
-  'publish',
-  'claim',
-  'completeAndClaim',
-  'extendLease',
-  'forgetInFlight',
-  'completeMany',
-  'complete',
-  'reschedule',
-  'bury',
-  'release',
-  'relinquish',
-  'transaction',
-  'subscribe',
-] as const;
-
-function assertStore(store: unknown): void {
-  if (typeof store !== 'object' || store === null) {
-    throw new InvalidOptionsError(
-      'createRelayBus: `store` is required, e.g. store: postgresStore({ ... }) or store: memoryStore().',
-    );
-  }
-  const missing = STORE_METHODS.filter((name) => typeof (store as Record<string, unknown>)[name] !== 'function');
-  const capabilities = (store as { capabilities?: unknown }).capabilities;
-  if (missing.length > 0 || typeof capabilities !== 'object' || capabilities === null) {
-    const what = missing.length > 0 ? `methods ${missing.join(', ')}` : 'capabilities';
-    throw new InvalidOptionsError(
-      `createRelayBus: \`store\` does not implement the Store contract (missing ${what}). Pass a store made by a relaybus store factory.`,
-    );
-  }
-}
-
-function resolveEvents(events: unknown): Map<string, EventDefinition> {
-  if (!Array.isArray(events) || events.length === 0) {
-    throw new InvalidOptionsError(
-      'createRelayBus: `events` must list at least one event definition, e.g. events: [OrderPlaced] where OrderPlaced = defineEvent(...).',
-    );
-  }
-  const byType = new Map<string, EventDefinition>();
-  events.forEach((event: unknown, index) => {
-    if (!isEventDefinition(event)) {
-      throw new InvalidOptionsError(
-        `createRelayBus: events[${index}] is not an event definition; create it with defineEvent(type, schema).`,
-      );
-    }
-    if (byType.has(event.type)) {
-      throw new InvalidOptionsError(
-        `createRelayBus: event type "${event.type}" is listed twice in \`events\`; list each definition once.`,
-      );
-    }
-    byType.set(event.type, event);
-  });
-  return byType;
-}
-
-function assertMethods(value: unknown, methods: readonly string[], what: string, example: string): void {
+export function assertMethods(value: unknown, methods: readonly string[], what: string, example: string): void {
   const ok =
     typeof value === 'object' &&
     value !== null &&
@@ -327,7 +215,7 @@ export function assertLogger(value: unknown, what = 'logger'): asserts value is 
   assertMethods(value, ['debug', 'info', 'warn', 'error'], what, 'consoleLogger');
 }
 
-function resolveBackoff(
+export function resolveBackoff(
   input: Partial<BackoffOptions> | undefined,
   base: BackoffOptions,
   what: string,
@@ -368,52 +256,10 @@ export function resolveDispatcherOptions(input: DispatcherOptions = {}): Resolve
   });
 }
 
-/**
- * Validate `createRelayBus` options and apply the defaults; throws `InvalidOptionsError`.
- *
- * ```ts
- * const options = resolveRelayBusOptions({ store: memoryStore(), events: [OrderPlaced], maxAttempts: 5 });
- * ```
- */
-export function resolveRelayBusOptions<TTx>(input: RelayBusOptions<TTx>): ResolvedRelayBusOptions<TTx> {
-  assertPlainObject(input, 'createRelayBus options');
-  assertStore(input.store);
-  const events = resolveEvents(input.events);
-  assertSchema(BusSchema, input, 'relaybus options', '');
-  if (input.logger !== undefined) assertLogger(input.logger);
-  if (input.clock !== undefined) assertMethods(input.clock, ['now'], 'clock', '{ now: () => new Date() }');
-  if (input.instrumentation !== undefined) assertInstrumentation(input.instrumentation);
-  return Object.freeze({
-    store: input.store,
-    events,
-    setupStore: input.setupStore ?? DEFAULT_SETUP_STORE,
-    logger: input.logger === undefined ? noopLogger : adaptLogger(input.logger),
-    clock: input.clock,
-    maxAttempts: input.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
-    backoff: resolveBackoff(input.backoff, DEFAULT_BACKOFF, 'relaybus options: backoff'),
-    handlerTimeoutMs: input.handlerTimeoutMs ?? DEFAULT_HANDLER_TIMEOUT_MS,
-    dispatcher: resolveDispatcherOptions(input.dispatcher),
-    instrumentation: input.instrumentation,
-  });
-}
-
-/** `instrumentation` is an object whose `publish` and `runHandler`, where present, are functions. */
-function assertInstrumentation(value: unknown): void {
-  const hooks = value as Record<string, unknown>;
-  const ok =
-    typeof value === 'object' &&
-    value !== null &&
-    ['publish', 'runHandler'].every((name) => hooks[name] === undefined || typeof hooks[name] === 'function');
-  if (!ok)
-    throw new InvalidOptionsError(
-      'instrumentation must be an object with optional methods publish and runHandler, e.g. openTelemetry() from relaybus/opentelemetry.',
-    );
-}
-
 /** Validate the options of one `bus.on(...)` and fill them from the bus defaults. */
 export function resolveHandlerOptions(
   input: HandlerOptions,
-  defaults: Pick<ResolvedRelayBusOptions<unknown>, 'maxAttempts' | 'backoff' | 'handlerTimeoutMs'>,
+  defaults: HandlerDefaults,
   handlerName: string,
 ): ResolvedHandlerOptions {
   const what = `options of handler "${handlerName}"`;

@@ -1,15 +1,14 @@
-import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
-import type { Clock } from '../core/clock.js';
-import type { TypedEmitter } from '../core/emitter.js';
-import { InvalidStateError, isRetryableError } from '../core/errors.js';
-import type { RelayBusEventMap, ResolvedHandler } from '../core/handlers.js';
-import { isLaterEpoch, parseLeaseToken } from '../core/lease-token.js';
-import { describeError, type Logger } from '../core/logger.js';
-import type { ResolvedDispatcherOptions } from '../core/options.js';
-import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../store/contract.js';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { InvalidStateError } from '../core/errors.js';
+import { parseLeaseToken } from '../core/lease-token.js';
+import { describeError } from '../core/logger.js';
+import type { ClaimedDelivery, DeliveryLease } from '../store/contract.js';
 import { ActivityReport } from './activity-report.js';
 import { ClaimLoop } from './claim-loop.js';
+import { ClaimPolicy } from './claim-policy.js';
+import type { DispatcherConfig, DispatcherState, StopOptions } from './dispatcher-config.js';
 import { EarlyStarts } from './early-starts.js';
+import { Followers } from './followers.js';
 import {
   reportLeaseLost,
   reportUnexpected,
@@ -18,145 +17,46 @@ import {
   RunningDelivery,
   type RunOutcome,
 } from './handler-runner.js';
-import { GracePeriod } from './shutdown.js';
-import type { RetryBackoff } from '../core/retry-backoff.js';
+import { HealthState } from './health.js';
+import { type ClaimLoopHost, ClaimTurns, listenForWakeups, runClaimLoop } from './loop-runner.js';
+import { closeSessions, GracePeriod, releaseUnfinished } from './shutdown.js';
+
+export type { DispatcherConfig, DispatcherState, StopOptions } from './dispatcher-config.js';
+export { HealthState, type RelayBusHealth } from './health.js';
+export { createOwnerId } from './owner-id.js';
 
 /**
- * The dispatcher: the worker loop that claims deliveries and runs their handlers. It knows the
- * store only through the `Store` contract.
+ * The dispatcher: the worker that claims deliveries and runs their handlers. It knows the store only through the
+ * `Store` contract. It keeps the handler slots, the runs, the followers and shutdown; its claim loops
+ * (claim-loop.ts, their turns in loop-runner.ts) claim when the claim policy (claim-policy.ts) says so, with its hints,
+ * each through a claim session of its own.
  *
  * States:
  *
  *   idle ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
  *
  * - `idle`: constructed, nothing claimed. `stop()` here just ends in `stopped`.
- * - `running`: the claim loop runs. Each turn it claims at most `min(batchSize, concurrency -
- *   running handlers)` deliveries (never more than free handler slots), starts a handler run for
- *   each, and then either claims again at once (the claim came back full: more is probably due) or
- *   waits up to `pollIntervalMs`. A slot frees when its handler returns (or fails), not when the
- *   outcome is written, so the next claim overlaps the completion batch of the previous one; runs
- *   that only wait for their outcome write are capped at another `concurrency`. The wait ends early
- *   when a wake-up names new work, and when a handler returns or a run ends while that may make a
- *   claim productive: work is flowing (a recent claim was busy), a loop waits for a slot, or the
- *   completion batcher reports that a completed key's next delivery is due. Under a light load a run
- *   that ends wakes nobody, so the loop is free for the next publish. Per-key deliveries never run
- *   concurrently: the store hands out only the head of each key, and a key lives in one lane that
- *   one owner holds. Meanwhile the lease renewer extends the lanes that have work in flight every
- *   `leaseDurationMs / 3`; a lane reported lost (or seen at a newer epoch in a later claim) aborts
- *   the handlers claimed in it and their results are dropped. Completions go through the
- *   completion batcher (one `completeMany` per `completionBatchWindowMs`). Once per lease duration
- *   (by the bus's clock) a claim sets `acquireWhenFull`: even when this worker's own lanes fill the batch,
- *   the store takes a few other lanes, so a crashed worker's expired lanes are taken over while
- *   every worker is busy.
- * - Claim loops (`claimLoops`, default 1): each loop claims as a lease owner of its own (lanes are held per owner),
- *   with its own renewer, completion batcher, wake-up and clock of acquiring when full (src/dispatcher/claim-loop.ts); the handler
- *   slots, the runs and the health are shared. A loop reserves the slots its claim may fill, so the loops never
- *   claim more than `concurrency` between them. With two, one loop's claim waits on Postgres while the other's
- *   handlers run.
- * - `stopping` (`stop()`): no new claim starts; deliveries of a claim that was in progress are
- *   released unrun. Running handlers get up to `shutdownGraceMs` to finish (their outcomes are
- *   written normally). The rest are aborted through their signal and released (no attempt
- *   charged), pending completions are flushed, renewal stops and `relinquish(owner)` of every loop hands
- *   every lane back, so other workers take the lanes at once instead of after the lease.
+ * - `running`: the claim loops run. A claim never asks for more deliveries than free handler slots; a slot frees when
+ *   its handler returns (or fails), not when the outcome is written, so the next claim overlaps the completion batch
+ *   of the previous one; runs that only wait for their outcome write are capped at another `concurrency`. Per-key
+ *   deliveries never run concurrently: the store hands out only the head of each key (and its followers, which start
+ *   one after another), and a key lives in one lane that one owner holds. Meanwhile each loop's lease renewer extends
+ *   the lanes that have work in flight every `leaseDurationMs / 3`; a lane reported lost (or seen at a newer epoch in
+ *   a later claim) aborts the handlers claimed in it and their results are dropped. Completions go through each
+ *   loop's completion batcher (one `completeMany` per `completionBatchWindowMs`, or riding on the loop's next claim).
+ * - Claim loops (`claimLoops`, default 1): each claims as a lease owner of its own (lanes are held per owner), with its
+ *   own claim session, renewer, completion batcher and wake-up; the handler slots, the runs and the health are shared.
+ *   With two, one loop's claim waits on Postgres while the other's handlers run.
+ * - `stopping` (`stop()`): no new claim starts; deliveries of a claim that was in progress are released unrun.
+ *   Running handlers get up to `shutdownGraceMs` to finish (their outcomes are written normally). The rest are
+ *   aborted through their signal and released (no attempt charged), pending completions are flushed, renewal stops
+ *   and every loop's claim session is closed, which hands its lanes back, so other workers take them at once instead
+ *   of after the lease.
  * - `stopped`: final. A dispatcher is not restarted; create a new one (a new owner id).
  *
- * A failed claim is logged once and retried after a capped exponential backoff (250 ms doubling to
- * 30 s, jittered; `STORE_RETRY_BACKOFF`), reset by the next successful claim; store failures never
- * crash the process. The claim loop feeds the bus's health: unready after a failed claim, ready
- * after a successful one, with one log line at each transition. Nothing here handles process
- * signals: the CLI maps SIGTERM onto `bus.stop()`.
+ * Store failures never crash the process (a failed claim is retried after a backoff, see loop-runner.ts). Nothing
+ * here handles process signals: the CLI maps SIGTERM onto `bus.stop()`.
  */
-
-/** Whether a bus can reach its store; see `RelayBus.health()`. */
-export interface RelayBusHealth {
-  /** True while the dispatcher's last claim succeeded; false before the first one, after a failed one and once stopped. */
-  readonly ready: boolean;
-  /** When `ready` last changed (the bus's creation before that). */
-  readonly since: Date;
-  /** The failure that made the bus unready (its name and message); absent while ready. */
-  readonly lastError?: string;
-}
-
-/** The health of one bus, written by its setup and its dispatcher, read through `bus.health()`. */
-export class HealthState {
-  #ready = false;
-  #since = new Date();
-  #lastError: string | undefined;
-
-  /** A frozen copy of the current health. */
-  snapshot(): RelayBusHealth {
-    return Object.freeze({
-      ready: this.#ready,
-      since: this.#since,
-      ...(this.#lastError === undefined ? {} : { lastError: this.#lastError }),
-    });
-  }
-
-  /** A store call succeeded; true when that made the bus ready. */
-  markReady(): boolean {
-    if (this.#ready) return false;
-    this.#ready = true;
-    this.#since = new Date();
-    this.#lastError = undefined;
-    return true;
-  }
-
-  /** A store call failed (`error`), or the bus stopped (no error); true when that made the bus unready. */
-  markUnready(error?: string): boolean {
-    this.#lastError = error;
-    if (!this.#ready) return false;
-    this.#ready = false;
-    this.#since = new Date();
-    return true;
-  }
-}
-
-/** Lifecycle state of a dispatcher; see the module header. */
-export type DispatcherState = 'idle' | 'running' | 'stopping' | 'stopped';
-
-/** Everything a dispatcher needs; the bus builds it. */
-export interface DispatcherConfig<TTx> {
-  readonly store: Store<TTx>;
-  /** Handlers by name; the dispatcher claims deliveries of these handlers only. */
-  readonly handlers: ReadonlyMap<string, ResolvedHandler<TTx>>;
-  readonly options: ResolvedDispatcherOptions;
-  readonly logger: Logger;
-  /** Undefined: store calls use the store's clock. */
-  readonly clock: Clock | undefined;
-  readonly emitter: TypedEmitter<RelayBusEventMap>;
-  /** Random source of the backoff jitter (tests). */
-  readonly random?: () => number;
-  /** Where the claim loop reports whether the store answers; a private one when absent. */
-  readonly health?: HealthState;
-  /** Delays between retries of a failing claim; `STORE_RETRY_BACKOFF` when absent (tests shorten it). */
-  readonly claimBackoff?: RetryBackoff;
-}
-
-/** Options of `stop()`. */
-export interface StopOptions {
-  /** Override `shutdownGraceMs` for this stop; while a stop is in progress, cuts its grace period to this. */
-  readonly graceMs?: number;
-}
-
-export { createOwnerId } from './owner-id.js';
-
-/** At most this many lanes named by wake-ups are remembered until the next claim (beyond, the claim looks everywhere). */
-const MAX_HINTED_LANES = 64;
-
-/**
- * A claim that returned at least this many deliveries (or a full batch of fewer) marks its loop busy; while any loop is
- * busy, every run that ends wakes the loops (see `#runEnded`), and its claims look at free lanes every time (see
- * `#skipFreeLanes`). At 8, a steady 1,000 deliveries/s fed itself: a claim that looked at free lanes took 7 ms, came
- * back with 8 or more, so the next one looked too (bench mixed cell, A/B in turns: e2e p50 4.3-7.7 ms at 8, 2.9-6.5 ms
- * at 32; a 50k keyed drain the same or faster).
- */
-const BUSY_CLAIM = 32;
-
-/**
- * The completion batch is written at once when it reaches this size or twice a claim's batch with its followers,
- * whichever is larger (below that it waits for its window or rides on the next claim: a claim's whole batch must fit).
- */
-const MIN_COMPLETION_BATCH = 1_000;
 
 /**
  * Runs a claim launches in one turn of the event loop, followers included (see `#claimLoop`): 5,000 of a claim of 500
@@ -170,19 +70,6 @@ const LAUNCH_TURN_RUNS = 500;
  */
 const RETRY_SLOTS = 64;
 
-/** A follower (`ClaimedDelivery.follows`) claimed with its key's head, waiting for the delivery before it to succeed. */
-interface Waiting<TTx> {
-  readonly delivery: ClaimedDelivery;
-  readonly loop: ClaimLoop<TTx>;
-  /** Its lane and the epoch it was claimed at (the one before it has the same). */
-  readonly lane: number;
-  readonly epoch: string;
-}
-
-/** Whether `waiting` was claimed in `lane` at `epoch`. */
-const claimedAt = (waiting: Waiting<unknown>, lane: number, epoch: string): boolean =>
-  waiting.lane === lane && waiting.epoch === epoch;
-
 /** The worker loop of one bus; see the module header for its states. Created by `bus.start()`. */
 export class Dispatcher<TTx> {
   /** The lease owner id of the first claim loop (each loop claims lanes as an owner of its own; see `owners`). */
@@ -194,33 +81,14 @@ export class Dispatcher<TTx> {
   readonly #loops: readonly ClaimLoop<TTx>[];
   /** Every run in progress, with the claim loop whose lane it was claimed in. */
   readonly #running = new Map<RunningDelivery<TTx>, ClaimLoop<TTx>>();
-  /**
-   * Other workers held lanes at this worker's last claim that looked (`CompleteAndClaimResult.peerLanes`). A second loop
-   * overlaps this worker's handlers with its claims; with other workers, their claims fill those gaps, and claims of
-   * several loops at once cost the shared server more than they overlap. So then the loops take turns: one claim of
-   * this worker at a time, each loop still on its own lanes. Measured on 2 cores (Postgres on the same machine), tuned
-   * keyed drain of 400k, 2 loops a worker, 2 runs each: 4 workers 37.8-39.4k deliveries/s claiming side by side,
-   * 39.8-48.9k in turn; one worker 42-53k side by side, 38-41k in turn (so alone they still claim side by side).
-   */
-  #peersHoldLanes = false;
-  /** Settles when the claim that has the turn is over (only used while `#peersHoldLanes`). */
-  #turnTaken: Promise<void> = Promise.resolve();
-  /** The other loops' owners, by loop index (`ClaimParams.siblingOwners`). */
-  readonly #siblings: readonly (readonly string[])[];
+  /** The claim policy: claim now, with which hints, whom to wake (claim-policy.ts). */
+  readonly #policy: ClaimPolicy;
+  /** What the claim loops use of this dispatcher (loop-runner.ts). */
+  readonly #host: ClaimLoopHost<TTx>;
   /** Runs at most, running or waiting for their outcome write (see `#claimLoop`). */
   readonly #maxRuns: number;
-  /**
-   * Followers by the id of the delivery before them (claimed in the same lane at the same epoch): not running, holding
-   * no slot. Keyed by the id alone: a string made per follower to add the lease to the key was a tenth of the
-   * dispatcher's allocations. Two followers of one id are of two claims of it at two epochs of its lane, the older one
-   * lost: only the later one is kept (`#wait`), and a lookup checks the epoch.
-   */
-  readonly #waiting = new Map<string, Waiting<TTx>>();
-  /**
-   * Followers whose delivery before them succeeded while a retried head was due (`ClaimLoop.retryDue`): their slot went
-   * to that claim. Started by `#startReady` once a claim has started and a slot is free.
-   */
-  readonly #ready: Waiting<TTx>[] = [];
+  /** Followers waiting for the delivery before them, and those parked for a retried head's claim (followers.ts). */
+  readonly #followers = new Followers<ClaimLoop<TTx>>();
   /** Runs of `#running` in phase `running` (the others only wait for their outcome write); changes with a run's phase. */
   #active = 0;
   /** Handler slots a claim in progress may fill (so two loops never claim more than `concurrency` between them). */
@@ -228,10 +96,6 @@ export class Dispatcher<TTx> {
   #wakeQueued = false;
   /** A loop waits because every handler slot is taken: a run that ends must wake it. */
   #slotsShort = false;
-  /** The last claim came back full: work is backing up, so every loop claims (see `ClaimLoop.dormant`). */
-  #backlog = false;
-  /** Lanes wake-ups named since the last claim: the next claim tries them first (`ClaimParams.preferLanes`). */
-  readonly #hintedLanes = new Set<number>();
   readonly #grace = new GracePeriod();
   readonly #toRelease: DeliveryLease[] = [];
   readonly #health: HealthState;
@@ -239,8 +103,6 @@ export class Dispatcher<TTx> {
   /** Aborted by `stop()`: ends a claim retry's backoff at once. */
   readonly #stopSignal = new AbortController();
   #state: DispatcherState = 'idle';
-  /** The store's wake-ups are heard: every publish names its lanes (see `#skipFreeLanes`). */
-  #listening = false;
   /** The unsubscribe of the store's wake-ups, once subscribed. */
   #wakeups: Promise<(() => Promise<void>) | undefined> = Promise.resolve(undefined);
   #stopping: Promise<void> | undefined;
@@ -260,21 +122,29 @@ export class Dispatcher<TTx> {
     const { clock } = config;
     this.#earlyStarts = new EarlyStarts(clock === undefined ? Date.now : () => clock.now().getTime());
     const { options } = config;
-    /** The most deliveries one claim hands out: its batch and their followers. */
+    // Runs at most: the handler slots, and as many again (or what the loops' claims bring with their followers).
     const claimRows = options.batchSize * (1 + options.followers);
     this.#maxRuns = options.concurrency + Math.max(options.concurrency, options.claimLoops * claimRows);
+    this.#policy = new ClaimPolicy({
+      loops: options.claimLoops,
+      handlers: this.#handlerNames,
+      batchSize: options.batchSize,
+      concurrency: options.concurrency,
+      leaseDurationMs: options.leaseDurationMs,
+      pollIntervalMs: options.pollIntervalMs,
+      followers: options.followers,
+      now: this.#now,
+      wallNow: () => this.#wallNow().getTime(),
+    });
+    this.#host = this.#loopHost();
     this.#loops = Array.from(
       { length: options.claimLoops },
       (_, index) =>
         new ClaimLoop<TTx>({
           index,
-          ownerPrefix: options.ownerPrefix,
+          options,
           store: config.store,
-          leaseDurationMs: options.leaseDurationMs,
-          completionBatchWindowMs: options.completionBatchWindowMs,
-          maxCompletionBatch: Math.max(MIN_COMPLETION_BATCH, 2 * claimRows),
-          followers: options.followers,
-          completionsInOrder: options.followers > 0,
+          claims: this.#policy.loops[index]!,
           logger: config.logger,
           deps: {
             store: config.store,
@@ -298,18 +168,54 @@ export class Dispatcher<TTx> {
     );
     this.owners = Object.freeze(this.#loops.map((loop) => loop.owner));
     this.owner = this.owners[0]!;
-    this.#siblings = this.#loops.map((loop) => this.owners.filter((owner) => owner !== loop.owner));
+    for (const loop of this.#loops) loop.siblingOwners = this.owners.filter((owner) => owner !== loop.owner);
   }
 
-  /** Wait for the turn to claim; call the function returned when the claim is over. */
-  async #claimTurn(): Promise<() => void> {
-    const previous = this.#turnTaken;
-    let release!: () => void;
-    this.#turnTaken = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    await previous;
-    return release;
+  /** The handler slots, the runs and the followers as the claim loops see them (`ClaimLoopHost`). */
+  #loopHost(): ClaimLoopHost<TTx> {
+    const { options, logger } = this.#config;
+    return {
+      options,
+      logger,
+      policy: this.#policy,
+      health: this.#health,
+      stopSignal: this.#stopSignal.signal,
+      loops: options.claimLoops,
+      running: () => this.#state === 'running',
+      freeSlots: () =>
+        Math.min(options.concurrency - this.#active, this.#maxRuns - this.#running.size) - this.#reserved,
+      reserve: (slots) => {
+        this.#reserved += slots;
+      },
+      unreserve: (slots) => {
+        this.#reserved -= slots;
+        if (this.#slotsShort) this.#runEnded();
+      },
+      slotsShort: () => {
+        this.#slotsShort = true;
+      },
+      startReady: () => this.#startReady(),
+      turns: new ClaimTurns(),
+      launch: (loop, claimed) => this.#launchClaimed(loop, claimed),
+      release: (leases) => {
+        this.#toRelease.push(...leases);
+      },
+      runsIn: (loop) => this.#runsIn(loop),
+      parkedIn: (loop) => this.#followers.parkedIn(loop),
+      followersWaiting: () => this.#followers.waiting > 0,
+      holding: () => {
+        const holding: string[] = [];
+        for (const run of this.#running.keys()) holding.push(run.claimed.id);
+        holding.push(...this.#followers.ids());
+        for (const lease of this.#toRelease) holding.push(lease.deliveryId);
+        return holding;
+      },
+      runCount: () => this.#running.size,
+      reportActivity: () => this.#activity.maybeReport(Date.now(), this.#running.size),
+      wake: (loops) => {
+        for (const other of loops) this.#loops[other.index]!.wakeup.wake();
+      },
+    };
   }
 
   get state(): DispatcherState {
@@ -334,51 +240,22 @@ export class Dispatcher<TTx> {
       handlers: this.#handlerNames.length,
       ...this.#config.options,
     });
-    this.#wakeups = this.#subscribeWakeups();
-    for (const loop of this.#loops) loop.done = this.#claimLoop(loop);
-  }
-
-  /** Claim at once when a publish commits (NOTIFY), instead of at the next poll; polling stays. */
-  async #subscribeWakeups(): Promise<(() => Promise<void>) | undefined> {
-    const { store, logger } = this.#config;
-    if (store.subscribeWakeups === undefined) return undefined;
-    try {
-      // Every loop: the published lane may be held by any of them (a loop that finds nothing costs one acquire; waking
-      // them in turn measured no better, and left a delivery in a busy loop's lane until that loop claimed again).
-      const unsubscribe = await store.subscribeWakeups((lanes) => {
-        const remembered = lanes !== undefined && this.#hintedLanes.size < MAX_HINTED_LANES;
-        if (remembered) for (const lane of lanes) this.#hintedLanes.add(lane);
-        // No lanes named (the listener reconnected, or a foreign payload), or more than are remembered: publishes may
-        // have gone unheard, or their lanes are named to no claim, so the next claims look at the free lanes too.
-        if (!remembered) for (const loop of this.#loops) loop.freeLanesScannedAt = undefined;
-        this.#wakeAll();
-      });
-      // A 'poll' store resolves a no-op: nothing is heard.
-      this.#listening = store.capabilities.wakeups !== 'poll';
-      return unsubscribe;
-    } catch (error) {
-      logger.warn('listening for new deliveries failed; the dispatcher polls only', { error: describeError(error) });
-      return undefined;
-    }
+    this.#wakeups = listenForWakeups(this.#config.store, this.#policy, this.#config.logger, () => this.#wakeAll());
+    for (const loop of this.#loops) loop.done = runClaimLoop(loop, this.#host);
   }
 
   #wakeAll(): void {
     for (const loop of this.#loops) loop.wakeup.wake();
   }
 
-  /**
-   * Wake the loops a run that ended may give work to: not a barren one (`ClaimLoop.barren`; the run's own loop never is,
-   * it had the run in flight at its last claim). Woken by every run end under a backlog, a loop whose sibling held all
-   * five lanes of the bench's liveness cell claimed in a row and found nothing, each claim reserving half the handler
-   * slots the other's claim could have filled.
-   */
+  /** Wake the loops a run that ended may give work to (`ClaimPolicy.toWake`). */
   #wakeWorking(): void {
-    for (const loop of this.#loops) if (!loop.barren) loop.wakeup.wake();
+    for (const claims of this.#policy.toWake()) this.#loops[claims.index]!.wakeup.wake();
   }
 
   /**
    * Stop gracefully: stop claiming, let running handlers finish within the grace period, abort and
-   * release the rest (no attempt charged), then relinquish every lane. Idempotent.
+   * release the rest (no attempt charged), then close every claim session (its lanes are handed back). Idempotent.
    */
   stop(options: StopOptions = {}): Promise<void> {
     if (this.#stopping !== undefined) {
@@ -395,336 +272,10 @@ export class Dispatcher<TTx> {
     return this.#stopping;
   }
 
-  async #claimLoop(loop: ClaimLoop<TTx>): Promise<void> {
-    const { store, options, logger } = this.#config;
-    while (this.#state === 'running') {
-      if (this.#mayRest(loop)) {
-        await this.#rest(loop);
-        continue;
-      }
-      if (loop.dormant && (!this.#backlog || this.#peersHoldLanes)) {
-        // One loop keeps up with a shallow queue at the lowest latency; the others would only add claims that find
-        // nothing. They join in as soon as a claim comes back full, unless other workers share the lanes (`#rest`).
-        await loop.wakeup.wait(options.pollIntervalMs);
-        continue;
-      }
-      if (loop.mustForget) {
-        const failed = await this.#forgetUnheld(loop);
-        if (failed !== undefined) {
-          await this.#retryClaimAfter(loop, failed.error);
-          continue;
-        }
-      }
-      // A slot is a running handler: a run whose handler returned and that only waits for its outcome
-      // write (the completion batch) does not hold one, so the next claim overlaps that write. Those
-      // waiting runs are bounded too, to one more `concurrency` (or what the loops' claims bring with their followers,
-      // if more), should the writes fall behind. Slots another loop's claim in progress may fill are reserved.
-      const free = Math.min(options.concurrency - this.#active, this.#maxRuns - this.#running.size) - this.#reserved;
-      if (free > 0) {
-        // A loop claims at most its share of the slots, so the others find free slots while its handlers run; beside
-        // other workers the later loops rest (`#rest`), and the first has them all.
-        const claimers = this.#peersHoldLanes ? 1 : this.#loops.length;
-        const limit = Math.min(options.batchSize, free, Math.ceil(options.concurrency / claimers));
-        const acquireAt = this.#acquireWhenFullDue(loop);
-        const light = this.#skipFreeLanes(loop);
-        const params: ClaimParams = {
-          owner: loop.owner,
-          handlers: this.#handlerNames,
-          limit,
-          leaseDurationMs: options.leaseDurationMs,
-          now: this.#now(),
-          retryLookaheadMs: loop.retryLookaheadMs,
-          // A loop that is not busy will not fill its batch from its held lanes, so a claim that looks at free lanes
-          // takes them first and claims every lane in one statement after (bench mixed cell, 2 runs of 6 interleaved
-          // repetitions: p99 15.9 and 13.7 ms against 19.7 and 27.8 held lanes first; a 50k drain's statements the same).
-          // Not beside other workers, where it likely took lanes a peer would have drained (200k at 2 processes, 8
-          // interleaved pairs: 0.96x, the slow ones with more claims and acquires).
-          ...(light ? { skipFreeLanes: true } : loop.busy || this.#peersHoldLanes ? {} : { freeLanesFirst: true }),
-          ...(acquireAt === undefined ? {} : { acquireWhenFull: true }),
-          ...(options.followers > 0 ? { followers: loop.followersNow } : {}),
-          siblingOwners: this.#siblings[loop.index]!,
-          // Each loop relinquishes its owner when it rests (`#rest`) and when the dispatcher stops.
-          holdConnection: true,
-          ...(this.#hintedLanes.size === 0 ? {} : { preferLanes: [...this.#hintedLanes] }),
-        };
-        this.#hintedLanes.clear();
-        // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
-        // be claimed at once. Not under a light load: the batcher writes them on their own (its report of a due next
-        // delivery wakes this loop), so the claim can be the store's light one (Postgres: claim-light, a third of the
-        // full claim's plan), which is what a publish waits for.
-        if (light) loop.batcher.unhold();
-        const riding = light ? undefined : loop.batcher.take();
-        const runsEndedBefore = loop.runsEnded;
-        let claimed: ClaimedDelivery[];
-        let completedAny = false;
-        this.#reserved += limit;
-        // This claim has its slots and looks up the retried heads due: followers may take free slots again, the parked
-        // ones at once (started after the claim and its launch, they had waited a whole cycle, with up to 750 of 1,000
-        // slots idle in the bench's liveness cell).
-        loop.retryDue = false;
-        this.#startReady();
-        const claimStarted = performance.now();
-        // Other workers share the lanes: this worker's loops claim in turn (see `#peersHoldLanes`). The wait counts as
-        // part of the claim: a retried head due meanwhile waits for it too (`retryLookaheadMs`).
-        const releaseTurn = this.#peersHoldLanes && this.#loops.length > 1 ? await this.#claimTurn() : undefined;
-        try {
-          if (riding === undefined && (light || this.#loops.length === 1)) {
-            claimed = await store.claim(params);
-          } else {
-            // With several loops, a claim with nothing riding asks whether other workers hold lanes too (a
-            // completeAndClaim of no lease): the first claim of a worker then already keeps its later loops dormant
-            // beside other workers (`#noteClaim`), instead of waking them to claim once or twice before they rest.
-            const result = await store.completeAndClaim(riding?.leases ?? [], params);
-            riding?.settle(result.completed);
-            claimed = result.claimed;
-            completedAny = result.completed.includes(true);
-            if (result.peerLanes !== undefined) this.#peersHoldLanes = result.peerLanes > 0;
-          }
-        } catch (error) {
-          releaseTurn?.(); // before the backoff below
-          riding?.giveBack();
-          loop.mustForget = true;
-          loop.freeLanesScannedAt = undefined;
-          await this.#retryClaimAfter(loop, error);
-          continue;
-        } finally {
-          releaseTurn?.();
-          this.#reserved -= limit;
-          if (this.#slotsShort) this.#runEnded();
-        }
-        this.#claimSucceeded(loop);
-        if (acquireAt !== undefined) loop.lastAcquireWhenFullAt = acquireAt;
-        if (claimed.length > 0)
-          logger.debug('claimed deliveries', {
-            count: claimed.length,
-            limit,
-            owner: loop.owner,
-            completed: riding?.leases.length ?? 0,
-            tookMs: Math.round(performance.now() - claimStarted),
-            running: this.#running.size,
-          });
-        if (this.#state !== 'running') {
-          this.#toRelease.push(
-            ...claimed.map((delivery) => ({ deliveryId: delivery.id, leaseToken: delivery.leaseToken })),
-          );
-          break;
-        }
-        // Busy by what it hands out, followers included: a few heads with long runs behind them are work flowing.
-        loop.busy = claimed.length >= Math.min(BUSY_CLAIM, limit);
-        const heads = await this.#launchClaimed(loop, claimed);
-        this.#startReady();
-        // The claim and the turns that launched it: a retried head due meanwhile waits for both (`retryLookaheadMs`).
-        loop.claimTook(performance.now() - claimStarted);
-        // Empty only if no run of this loop ended meanwhile: the claim may have kept that run's lane held (it was still in
-        // flight in its snapshot), and only this loop's next claim hands it back.
-        this.#noteClaim(
-          loop,
-          heads >= limit,
-          claimed.length === 0 && !completedAny && loop.runsEnded === runsEndedBefore,
-        );
-        if (claimed.length > 0) this.#activity.maybeReport(Date.now(), this.#running.size);
-        if (heads >= limit) {
-          // One turn of the event loop first: handlers that finish at once (and the followers they start) queue their
-          // completions for this claim to carry, instead of a write of their own beside it.
-          if (this.#waiting.size > 0) await nextTurn();
-          continue;
-        }
-        if (loop.busy) {
-          // Work is flowing but this claim was short: once the handlers that finish at once have, claim again with
-          // their completions riding, rather than wait for a run to end, which takes their write of their own first.
-          await nextTurn();
-          if (loop.batcher.pending > 0 && this.#state === 'running') continue;
-        }
-        // The light claim went first, for the lanes a wake-up named; the look at free lanes is due (`#skipFreeLanes`).
-        if (loop.scanDeferred) continue;
-      } else {
-        this.#slotsShort = true;
-      }
-      loop.batcher.unhold();
-      await loop.wakeup.wait(options.pollIntervalMs);
-    }
-    loop.batcher.unhold();
-  }
-
-  /**
-   * After a claim: a full one means a backlog (every loop claims; the dormant ones are woken), a short one from the first
-   * loop means none; a loop whose claim found and completed nothing and that runs nothing is barren, and a later one
-   * turns dormant then.
-   */
-  #noteClaim(loop: ClaimLoop<TTx>, full: boolean, empty: boolean): void {
-    if (this.#loops.length === 1) return;
-    if (full && !this.#backlog) {
-      this.#backlog = true;
-      // Beside other workers the dormant loops stay asleep (see `#claimLoop`): no wake-up to look and sleep again.
-      if (!this.#peersHoldLanes) for (const other of this.#loops) if (other.dormant) other.wakeup.wake();
-    } else if (!full && loop.index === 0) {
-      this.#backlog = false;
-    }
-    loop.barren = empty && !this.#runsIn(loop);
-    loop.dormant = loop.index > 0 && loop.barren && !this.#backlog;
-  }
-
-  /**
-   * Whether a later loop should stop claiming and hand its lanes back (`#rest`): other workers hold lanes, and it waits
-   * for no retried head of its own (the store remembers those heads per owner and looks them up for that owner's claims).
-   */
-  #mayRest(loop: ClaimLoop<TTx>): boolean {
-    return (
-      loop.index > 0 &&
-      this.#peersHoldLanes &&
-      !loop.dormant &&
-      !loop.retryDue &&
-      !loop.retryAlarm.pending &&
-      !loop.mustForget
-    );
-  }
-
-  /**
-   * While other workers hold lanes, a worker's later loops rest: each lets its runs end (their completions are written
-   * on their own), hands its lanes back and turns dormant, and the first loop (or another worker) takes those lanes.
-   * A second loop overlaps a lone worker's handlers with its claims; beside other workers, whose claims fill those
-   * gaps, its lanes only split the backlog into more, shorter claims and more lanes changing hands. Measured on 2 cores
-   * (Postgres on the same machine), tuned keyed drain of 200k, interleaved with the loops claiming in turn: 2 workers
-   * 51.3-55.9k deliveries/s against 47.7-55.4k (5 runs each, median 1.07x), 4 workers 37.9-41.6k against 35.8-42.2k
-   * (4 runs each: no difference). A resting loop claims again once no other worker holds a lane (a claim of the first
-   * loop reports it) and a claim comes back full, or when a head it rescheduled is due again.
-   */
-  async #rest(loop: ClaimLoop<TTx>): Promise<void> {
-    const { store, options, logger } = this.#config;
-    // Nothing rides any more: what waits is written on its own.
-    loop.batcher.unhold();
-    if (this.#runsIn(loop) || this.#ready.some((waiting) => waiting.loop === loop)) {
-      await loop.wakeup.wait(options.pollIntervalMs);
-      return;
-    }
-    try {
-      await loop.batcher.flush();
-      const lanes = await store.relinquish(loop.owner);
-      loop.dormant = true;
-      logger.debug('claim loop resting: other workers share the lanes', { owner: loop.owner, lanesHandedBack: lanes });
-    } catch (error) {
-      logger.warn('handing back the lanes of a resting claim loop failed; it tries again at its next poll', {
-        owner: loop.owner,
-        error: describeError(error),
-      });
-      await loop.wakeup.wait(options.pollIntervalMs);
-    }
-  }
-
   /** Whether any run claimed by `loop` is still in progress (its completion rides on that loop's claims). */
   #runsIn(loop: ClaimLoop<TTx>): boolean {
     for (const runLoop of this.#running.values()) if (runLoop === loop) return true;
     return false;
-  }
-
-  /**
-   * Whether this loop's next claim leaves free lanes it does not name alone (`ClaimParams.skipFreeLanes`): under a
-   * light load (its last claim was not busy) while wake-ups are heard, every publish names its lanes, so one claim per
-   * poll interval looks at the free lanes (for a delayed delivery come due, a crashed worker's expired lease, a lost
-   * notification) and the others do not. Nearly every claim is short then, and each looked at up to 256 free lanes: a
-   * quarter of the claim time in the mixed bench cell. A busy loop looks every time: under a backlog a short claim
-   * means it holds too few lanes (a drain takes its lanes round by round; once per poll it took 0.7x the deliveries/s).
-   * Real time (performance.now()), as the poll's wait is.
-   */
-  #skipFreeLanes(loop: ClaimLoop<TTx>): boolean {
-    const at = performance.now();
-    const last = loop.freeLanesScannedAt;
-    if (this.#listening && !loop.busy && last !== undefined) {
-      if (at - last < this.#config.options.pollIntervalMs) return true;
-      // The look is due, and a wake-up named lanes: the publish that woke the loop is claimed first, by the light claim,
-      // and the look follows at once (the loop does not wait in between), instead of the publish waiting for the full
-      // claim, two statements of several times a light one's length.
-      if (this.#hintedLanes.size > 0 && !loop.scanDeferred) {
-        loop.scanDeferred = true;
-        return true;
-      }
-    }
-    loop.scanDeferred = false;
-    loop.freeLanesScannedAt = at;
-    return false;
-  }
-
-  /**
-   * The clock reading (ms) when this loop's claim should acquire lanes even when full, else undefined: the first claim, then the
-   * first after each lease duration. Only then may a claim whose held lanes fill the batch take other lanes, so a
-   * crashed worker's expired lanes are taken over within about two lease durations even when every worker is busy.
-   */
-  #acquireWhenFullDue(loop: ClaimLoop<TTx>): number | undefined {
-    const at = this.#wallNow().getTime();
-    const last = loop.lastAcquireWhenFullAt;
-    return last === undefined || at - last >= this.#config.options.leaseDurationMs ? at : undefined;
-  }
-
-  /**
-   * Log a failed claim once (the first loop logs; the others fail alike against the same store), mark the bus
-   * unready, and wait out the backoff (or until stop).
-   */
-  async #retryClaimAfter(loop: ClaimLoop<TTx>, error: unknown): Promise<void> {
-    const delayMs = loop.claimBackoff.failed();
-    const attempt = loop.claimBackoff.failures;
-    if (attempt === 1) loop.failingSince = Date.now();
-    const described = describeError(error);
-    this.#health.markUnready(described);
-    const retryable = isRetryableError(error);
-    const fields = {
-      attempt,
-      retryAt: new Date(Date.now() + delayMs).toISOString(),
-      retryInMs: delayMs,
-      error: described,
-      ...(this.#loops.length > 1 ? { owner: loop.owner } : {}),
-    };
-    const what = retryable
-      ? attempt === 1
-        ? 'database unreachable'
-        : 'database still unreachable'
-      : attempt === 1
-        ? 'claiming deliveries failed'
-        : 'claiming deliveries failed again';
-    const message = `${what}; claiming again after a backoff`;
-    if (loop.index > 0) this.#config.logger.debug(message, fields);
-    else if (retryable) this.#config.logger.warn(message, fields);
-    else this.#config.logger.error(message, fields);
-    try {
-      await sleep(delayMs, undefined, { signal: this.#stopSignal.signal });
-    } catch {
-      // stop() ended the wait
-    }
-  }
-
-  /**
-   * After a failed claim of `loop`: have the store forget the deliveries in its lanes' in-flight lists that this
-   * dispatcher does not hold (that claim may have recorded them before its answer was lost). Its failure, if it failed.
-   */
-  async #forgetUnheld(loop: ClaimLoop<TTx>): Promise<{ error: unknown } | undefined> {
-    const holding: string[] = [];
-    for (const run of this.#running.keys()) holding.push(run.claimed.id);
-    for (const { delivery } of [...this.#waiting.values(), ...this.#ready]) holding.push(delivery.id);
-    for (const lease of this.#toRelease) holding.push(lease.deliveryId);
-    try {
-      const forgotten = await this.#config.store.forgetInFlight({ owner: loop.owner, holding });
-      loop.mustForget = false;
-      if (forgotten > 0)
-        this.#config.logger.info('deliveries a failed claim had recorded in flight are claimable again', {
-          owner: loop.owner,
-          forgotten,
-        });
-      return undefined;
-    } catch (error) {
-      return { error };
-    }
-  }
-
-  #claimSucceeded(loop: ClaimLoop<TTx>): void {
-    const failures = loop.claimBackoff.succeeded();
-    const first = this.#health.markReady();
-    if (failures > 0 && loop.index === 0) {
-      this.#config.logger.info('database reachable again; claiming resumed', {
-        failedAttempts: failures,
-        unreachableForMs: Date.now() - loop.failingSince,
-      });
-    } else if (first) {
-      this.#config.logger.debug('first claim succeeded; the bus is ready', { owner: loop.owner });
-    }
   }
 
   /**
@@ -738,7 +289,7 @@ export class Dispatcher<TTx> {
     let heads = 0;
     for (const delivery of claimed)
       if (delivery.follows === undefined) heads += 1;
-      else this.#wait(loop, delivery);
+      else this.#followers.wait(loop, delivery);
     // Sized by the runs this claim brought per head: an unkeyed claim (no followers) launches in one turn.
     const perTurn = Math.max(1, Math.floor((LAUNCH_TURN_RUNS * heads) / Math.max(claimed.length, 1)));
     if (heads > perTurn) loop.batcher.hold();
@@ -748,7 +299,7 @@ export class Dispatcher<TTx> {
       if (delivery.follows !== undefined || delivery.notBefore !== undefined) continue;
       if (launched > 0 && launched % perTurn === 0) {
         await nextTurn();
-        // Stopping: what is not launched goes back (its followers wait in #waiting for #shutdown to release them).
+        // Stopping: what is not launched goes back (its followers wait for #shutdown to release them).
         if (this.#state !== 'running') {
           this.#toRelease.push({ deliveryId: delivery.id, leaseToken: delivery.leaseToken });
           continue;
@@ -760,43 +311,21 @@ export class Dispatcher<TTx> {
     return heads;
   }
 
-  /** Park a follower until the delivery before it succeeds (`#startFollower`) or does not (`#dropFollowers`). */
-  #wait(loop: ClaimLoop<TTx>, delivery: ClaimedDelivery): void {
-    let lane: number;
-    let epoch: string;
-    try {
-      ({ lane, epoch } = parseLeaseToken(delivery.leaseToken));
-    } catch {
-      return; // #launch would log and skip it alike; its lane lease expiring frees it
-    }
-    const before = delivery.follows!;
-    const held = this.#waiting.get(before);
-    if (held !== undefined && isLaterEpoch(held.epoch, epoch)) return;
-    this.#waiting.set(before, { delivery, loop, lane, epoch });
-  }
-
   /** A run succeeded: start the follower waiting for it (when stopping, it waits to be released with the rest). */
   #startFollower(run: RunningDelivery<TTx>): void {
-    if (this.#waiting.size === 0 || this.#state !== 'running') return;
-    const next = this.#waiting.get(run.claimed.id);
-    if (next === undefined || !claimedAt(next, run.lane, run.epoch)) return;
-    this.#waiting.delete(run.claimed.id);
-    if (this.#retryWanted() && this.#freeSlots() <= RETRY_SLOTS) {
+    if (this.#followers.waiting === 0 || this.#state !== 'running') return;
+    const next = this.#followers.next(run.claimed.id, run.lane, run.epoch);
+    if (next === undefined) return;
+    if (this.#policy.retryWanted() && this.#freeSlots() <= RETRY_SLOTS) {
       // Its run would take the slot its predecessor freed, and runs of followers can hold every slot for many turns: no
       // claim would run, and a retried head due now would wait for a whole run to end (566 ms past due in the followers
       // test). The slot goes to the claim that looks it up; this one starts once that claim has its slots. Only while
       // few are free: parking every follower cost the liveness cell's healthy keys a quarter of their throughput.
-      this.#ready.push(next);
+      this.#followers.park(next);
       this.#runEnded();
       return;
     }
     this.#launch(next.loop, next.delivery);
-  }
-
-  /** A loop has a retried head due and no claim started since (`ClaimLoop.retryDue`). */
-  #retryWanted(): boolean {
-    for (const loop of this.#loops) if (loop.retryDue) return true;
-    return false;
   }
 
   /** Handler slots no run holds and no claim in progress reserved. */
@@ -807,30 +336,13 @@ export class Dispatcher<TTx> {
   /** Start followers parked by `#startFollower` while slots are free, leaving `RETRY_SLOTS` to a retried head's claim. */
   #startReady(): void {
     while (
-      this.#ready.length > 0 &&
+      this.#followers.ready > 0 &&
       this.#state === 'running' &&
-      this.#freeSlots() > (this.#retryWanted() ? RETRY_SLOTS : 0)
+      this.#freeSlots() > (this.#policy.retryWanted() ? RETRY_SLOTS : 0)
     ) {
-      const next = this.#ready.shift()!;
+      const next = this.#followers.takeReady()!;
       this.#launch(next.loop, next.delivery);
     }
-  }
-
-  /** Take the followers waiting behind delivery `id` (each behind the one before it) off the wait: their leases. */
-  #dropFollowers(id: string, lane: number, epoch: string): DeliveryLease[] {
-    const leases: DeliveryLease[] = [];
-    if (this.#waiting.size === 0) return leases;
-    let before = id;
-    for (
-      let next = this.#waiting.get(before);
-      next !== undefined && claimedAt(next, lane, epoch);
-      next = this.#waiting.get(before)
-    ) {
-      this.#waiting.delete(before);
-      leases.push({ deliveryId: next.delivery.id, leaseToken: next.delivery.leaseToken });
-      before = next.delivery.id;
-    }
-    return leases;
   }
 
   #launch(loop: ClaimLoop<TTx>, claimed: ClaimedDelivery): void {
@@ -855,7 +367,7 @@ export class Dispatcher<TTx> {
       });
       this.#releaseNow([
         { deliveryId: claimed.id, leaseToken: claimed.leaseToken },
-        ...this.#dropFollowers(claimed.id, lane, epoch),
+        ...this.#followers.drop(claimed.id, lane, epoch),
       ]);
       return;
     }
@@ -865,7 +377,7 @@ export class Dispatcher<TTx> {
         lane,
         epoch,
       });
-      this.#dropFollowers(claimed.id, lane, epoch);
+      this.#followers.drop(claimed.id, lane, epoch);
       return;
     }
     this.#activity.started(lane);
@@ -890,15 +402,11 @@ export class Dispatcher<TTx> {
   }
 
   /**
-   * A run ended (or a claim gave back the slots it reserved): wake the claim loops, once per turn of the event loop, while
-   * work is flowing (a loop's last claim was busy, `BUSY_CLAIM`: the next claim rides the completions and likely finds
-   * more) or a loop waits for a slot. Under a light load nobody is woken: the completion is written by the batcher,
-   * which wakes its loop when a completed key's next delivery is due. A claim per ended run would keep the loop busy
-   * with claims that find nothing, and a publish would wait for them (commit-to-handler p50 2.3 -> 1.4 ms at 1,000
-   * deliveries/s in process).
+   * A run ended (or a claim gave back the slots it reserved): wake the claim loops, once per turn of the event loop,
+   * when the claim policy says so (`ClaimPolicy.wakeOnRunEnd`).
    */
   #runEnded(): void {
-    if (this.#wakeQueued || !(this.#slotsShort || this.#flowing() || this.#ready.length > 0)) return;
+    if (this.#wakeQueued || !this.#policy.wakeOnRunEnd(this.#slotsShort, this.#followers.ready > 0)) return;
     this.#wakeQueued = true;
     setImmediate(() => {
       this.#wakeQueued = false;
@@ -906,11 +414,6 @@ export class Dispatcher<TTx> {
       this.#startReady();
       this.#wakeWorking();
     });
-  }
-
-  /** Work is flowing: some loop's last claim was busy (`BUSY_CLAIM`). */
-  #flowing(): boolean {
-    return this.#loops.some((loop) => loop.busy);
   }
 
   #finish(loop: ClaimLoop<TTx>, run: RunningDelivery<TTx>, outcome: RunOutcome): RunOutcome {
@@ -924,15 +427,15 @@ export class Dispatcher<TTx> {
     // A run that did not succeed keeps its key's head: what waits behind it goes back unrun (no attempt charged), in
     // order for a later claim (when stopping, with the rest, by #shutdown). Under a lost lease the lane's new holder
     // has them.
-    if (outcome === 'lease-lost') this.#dropFollowers(run.claimed.id, run.lane, run.epoch);
+    if (outcome === 'lease-lost') this.#followers.drop(run.claimed.id, run.lane, run.epoch);
     else if (outcome !== 'delivered' && this.#state === 'running') {
-      const followers = this.#dropFollowers(run.claimed.id, run.lane, run.epoch);
+      const followers = this.#followers.drop(run.claimed.id, run.lane, run.epoch);
       if (followers.length > 0) this.#releaseNow(followers);
     }
     // Under a light load a completion through the batcher (or riding on a claim) is the batcher's to report; any other
     // end may have made a key's next delivery its head (a transactional completion, a dead letter, a lost lease), and
     // while work flows every end is a reason to claim: wake the loops.
-    if (outcome === 'delivered' && !run.handler.transactional && !this.#flowing()) this.#runEnded();
+    if (outcome === 'delivered' && !run.handler.transactional && !this.#policy.flowing()) this.#runEnded();
     else this.#wakeWorking();
     return outcome;
   }
@@ -945,19 +448,7 @@ export class Dispatcher<TTx> {
    * while the renewal waited for the lane's lock, and the run learns so only when that answer arrives.
    */
   #onLaneLost(loop: ClaimLoop<TTx>, lane: number, epoch: string, detectedBy: 'renewal' | 'claim'): void {
-    let dropped = 0;
-    for (const [key, waiting] of this.#waiting)
-      if (waiting.loop === loop && claimedAt(waiting, lane, epoch)) {
-        this.#waiting.delete(key);
-        dropped += 1;
-      }
-    for (let index = this.#ready.length - 1; index >= 0; index -= 1) {
-      const ready = this.#ready[index]!;
-      if (ready.loop === loop && claimedAt(ready, lane, epoch)) {
-        this.#ready.splice(index, 1);
-        dropped += 1;
-      }
-    }
+    const dropped = this.#followers.dropLane(loop, lane, epoch);
     const aborted: RunningDelivery<TTx>[] = [];
     for (const [run, runLoop] of this.#running)
       if (runLoop === loop && run.lane === lane && run.epoch === epoch && run.phase === 'running') aborted.push(run);
@@ -1001,25 +492,8 @@ export class Dispatcher<TTx> {
     this.#grace.dispose();
 
     // Followers still waiting: their run ended while stopping (a success starts nothing new then), or did not.
-    for (const { delivery } of [...this.#ready, ...this.#waiting.values()])
-      this.#toRelease.push({ deliveryId: delivery.id, leaseToken: delivery.leaseToken });
-    this.#ready.length = 0;
-    this.#waiting.clear();
-    const leases = this.#toRelease.splice(0);
-    if (leases.length > 0) {
-      try {
-        const released = await store.release(leases, this.#now());
-        logger.info('released unfinished deliveries (no attempt charged)', {
-          count: released.filter(Boolean).length,
-          requested: leases.length,
-        });
-      } catch (error) {
-        logger.error('releasing unfinished deliveries failed; they run again once their lane lease expires', {
-          count: leases.length,
-          error: describeError(error),
-        });
-      }
-    }
+    this.#toRelease.push(...this.#followers.drain());
+    await releaseUnfinished(store, this.#toRelease.splice(0), this.#now(), logger);
     await Promise.all(this.#loops.map((loop) => loop.batcher.flush()));
     for (const loop of this.#loops) loop.retryAlarm.stop();
     await Promise.all(this.#loops.map((loop) => loop.renewer.stop()));
@@ -1027,26 +501,7 @@ export class Dispatcher<TTx> {
     await unsubscribe?.().catch((error: unknown) =>
       logger.warn('stopping the wake-up listener failed', { error: describeError(error) }),
     );
-    // Every loop's lanes, each on its own: one that fails still lets the others go (and the store gives back the
-    // connection each loop held for its claims, holdConnection, whatever happens).
-    let lanes = 0;
-    for (const loop of this.#loops) {
-      try {
-        // What a failed claim may have recorded would keep its lane from being handed back.
-        const failed = loop.mustForget ? await this.#forgetUnheld(loop) : undefined;
-        if (failed !== undefined)
-          logger.warn(
-            'forgetting the deliveries a failed claim may have recorded in flight failed; a lane that still lists them is taken over once its lease expires',
-            { owner: loop.owner, error: describeError(failed.error) },
-          );
-        lanes += await store.relinquish(loop.owner);
-      } catch (error) {
-        logger.error('relinquishing lanes failed; other workers take them once their leases expire', {
-          owner: loop.owner,
-          error: describeError(error),
-        });
-      }
-    }
+    const lanes = await closeSessions(this.#loops, this.#host);
     logger.info('dispatcher stopped', {
       owner: this.owner,
       drained: drained === 'drained',

@@ -1,8 +1,13 @@
+import { describeError, type Logger } from '../core/logger.js';
+import type { DeliveryLease, Store } from '../store/contract.js';
+import type { ClaimLoop } from './claim-loop.js';
+import { type ClaimLoopHost, forgetUnheld } from './loop-runner.js';
+
 /**
  * The grace period of a graceful stop: wait until every running handler has settled, or the grace
  * time is over, or a caller cuts it short (`stop({ graceMs: 0 })` while stopping, e.g. the CLI on a
- * second SIGTERM). What happens next (abort, release, relinquish) is the dispatcher's `stop()`.
- * No process signals are handled here or anywhere in the library.
+ * second SIGTERM). What happens next (abort, release, close the claim sessions) is the dispatcher's `stop()`, with
+ * the two steps below. No process signals are handled here or anywhere in the library.
  */
 export class GracePeriod {
   #cut: (() => void) | undefined;
@@ -41,4 +46,56 @@ export class GracePeriod {
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers = [];
   }
+}
+
+/** Release what a stopping dispatcher did not finish (no attempt charged); a failure is logged, never thrown. */
+export async function releaseUnfinished<TTx>(
+  store: Store<TTx>,
+  leases: readonly DeliveryLease[],
+  now: Date | undefined,
+  logger: Logger,
+): Promise<void> {
+  if (leases.length === 0) return;
+  try {
+    const released = await store.release(leases, now);
+    logger.info('released unfinished deliveries (no attempt charged)', {
+      count: released.filter(Boolean).length,
+      requested: leases.length,
+    });
+  } catch (error) {
+    logger.error('releasing unfinished deliveries failed; they run again once their lane lease expires', {
+      count: leases.length,
+      error: describeError(error),
+    });
+  }
+}
+
+/**
+ * Close every loop's claim session, each on its own: one that fails still lets the others go (closing a session gives
+ * back the connection it held for its claims, whatever happens). Returns how many lanes were handed back.
+ */
+export async function closeSessions<TTx>(
+  loops: readonly ClaimLoop<TTx>[],
+  host: Pick<ClaimLoopHost<TTx>, 'holding' | 'logger'>,
+): Promise<number> {
+  const { logger } = host;
+  let lanes = 0;
+  for (const loop of loops) {
+    try {
+      // What a failed claim may have recorded would keep its lane from being handed back.
+      const failed = loop.mustForget ? await forgetUnheld(loop, host) : undefined;
+      if (failed !== undefined)
+        logger.warn(
+          'forgetting the deliveries a failed claim may have recorded in flight failed; a lane that still lists them is taken over once its lease expires',
+          { owner: loop.owner, error: describeError(failed.error) },
+        );
+      lanes += await loop.closeSession();
+    } catch (error) {
+      logger.error('relinquishing lanes failed; other workers take them once their leases expire', {
+        owner: loop.owner,
+        error: describeError(error),
+      });
+    }
+  }
+  return lanes;
 }

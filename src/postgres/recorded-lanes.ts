@@ -1,5 +1,5 @@
 /**
- * The lanes each owner's claims recorded deliveries in and have not handed back since, kept in the store's memory:
+ * The lanes a claim session's claims recorded deliveries in and have not handed back since, kept by the session:
  * claim-light locks these (and the lanes a wake-up named) by primary key instead of scanning the 256 lane rows for the
  * owner's. Four lanes to a page (postgres-supplement.sql), that scan read 64-90 pages, about a fifth of the statement's
  * time under a light load, which is what a publish waits for.
@@ -10,27 +10,16 @@
  * once a poll interval, as it does for the heads claim-light does not read.
  */
 export class RecordedLanes {
-  readonly #byOwner = new Map<string, Set<number>>();
+  readonly #lanes = new Set<number>();
 
-  /** A claim of `owner` answered: the lanes it recorded deliveries in (`lane:epoch`) and those it handed back. */
-  claimed(owner: string, laneEpochs: readonly string[], handedBack: readonly (number | string)[]): void {
-    let lanes = this.#byOwner.get(owner);
-    if (lanes === undefined) {
-      if (laneEpochs.length === 0) return;
-      this.#byOwner.set(owner, (lanes = new Set()));
-    }
-    for (const laneEpoch of laneEpochs) lanes.add(Number.parseInt(laneEpoch, 10));
-    for (const lane of handedBack) lanes.delete(Number(lane));
+  /** A claim answered: the lanes it recorded deliveries in (`lane:epoch`) and those it handed back. */
+  claimed(laneEpochs: readonly string[], handedBack: readonly (number | string)[]): void {
+    for (const laneEpoch of laneEpochs) this.#lanes.add(Number.parseInt(laneEpoch, 10));
+    for (const lane of handedBack) this.#lanes.delete(Number(lane));
   }
 
-  /** The lanes to look at for `owner`, with `named` ones (a wake-up's) after them. */
-  of(owner: string, named: readonly number[] = []): number[] {
-    const lanes = this.#byOwner.get(owner);
-    return lanes === undefined ? [...named] : [...lanes, ...named];
-  }
-
-  /** The owner handed its lanes back (or never claimed again). */
-  forget(owner: string): void {
-    this.#byOwner.delete(owner);
+  /** The lanes to look at, with `named` ones (a wake-up's) after them. */
+  of(named: readonly number[] = []): number[] {
+    return this.#lanes.size === 0 ? [...named] : [...this.#lanes, ...named];
   }
 }

@@ -1,6 +1,6 @@
 /**
  * Keys whose head this store rescheduled, to look up directly once due again (see
- * sql/claim-held-lanes.sql, `direct`). Without them a retried head waits until the claim's walk over
+ * sql/hot-path/claim-held-lanes.sql, `direct`). Without them a retried head waits until the claim's walk over
  * its lane's keys comes round to it, which in a lane with hundreds of busy keys took several claims.
  *
  * A probe stays until a claim of this store returns its key's head, or until `PROBE_TTL_MS` after it

@@ -23,6 +23,12 @@
  *   that reaches its `maxAttempts` that way is dead). `release` charges nothing.
  */
 
+import type { PublishHandler, PublishParams, PublishResult } from '../core/publish-params.js';
+import type { ClaimSession, ClaimSessionOptions } from './claim-session.js';
+
+export type { PublishHandler, PublishParams, PublishResult };
+export type { ClaimHints, ClaimParams, ClaimSession, ClaimSessionOptions } from './claim-session.js';
+
 /** What a store can do; every field is required so no capability is assumed silently. */
 export interface StoreCapabilities {
   /** Atomic publish in the caller's transaction and transactional handlers (`complete(lease, tx)`). */
@@ -33,33 +39,6 @@ export interface StoreCapabilities {
   readonly wakeups: 'listen-notify' | 'change-stream' | 'poll';
   /** Several connections can work at once (false for PGlite: one connection, no lock contention). */
   readonly concurrentConnections: boolean;
-}
-
-/** A handler an event is published to, with the attempt budget of its deliveries. */
-export interface PublishHandler {
-  readonly name: string;
-  /** Attempts before the delivery is dead-lettered (>= 1). */
-  readonly maxAttempts: number;
-}
-
-/** One event to publish. */
-export interface PublishParams {
-  /** Caller-supplied id (inbox dedup: publishing it again adds only handlers it never had). Generated when absent. */
-  readonly id?: string;
-  readonly type: string;
-  /** Ordering key: deliveries of one key run one at a time per handler, in commit order. */
-  readonly key?: string | null;
-  /** Any JSON value. */
-  readonly payload: unknown;
-  readonly headers?: Readonly<Record<string, string>>;
-  /**
-   * The handlers this process registers for the type, each with its attempt budget (may be empty). The store adds a
-   * delivery for every active subscription of the type these do not name (`subscribe`); where both name a handler,
-   * this list wins. An event with no handler either way is refused (`InvalidInputError`), writing nothing.
-   */
-  readonly handlers: readonly PublishHandler[];
-  /** Delayed delivery: not claimable before this instant. Default: `now`. */
-  readonly availableAt?: Date;
 }
 
 /** A handler's subscription to an event type: every publish of the type fans out to it, from any process. */
@@ -109,80 +88,6 @@ export interface UnsubscribeResult {
   readonly buried: number;
 }
 
-export interface PublishResult {
-  readonly eventId: string;
-  /** Handlers that got a new delivery in this call (all of them for a new event). */
-  readonly addedHandlers: readonly string[];
-  /** True when the event id existed before this call. */
-  readonly duplicate: boolean;
-}
-
-export interface ClaimParams {
-  /** Unique per worker instance (never reused by a restarted process). */
-  readonly owner: string;
-  /** Handlers this worker runs; deliveries of other handlers are never returned. */
-  readonly handlers: readonly string[];
-  /** Most deliveries to return (>= 1). */
-  readonly limit: number;
-  /** Lease of every lane the claim records work in. */
-  readonly leaseDurationMs: number;
-  /**
-   * Take a few free or expired lanes with due work even when the lanes the owner holds fill the batch (default
-   * false: then other lanes are taken only while the batch is not full). Without it a worker whose own lanes always
-   * fill its batch never looks at other lanes, so a crashed worker's lanes would wait until some worker has a short
-   * claim. Work found in the lanes taken is claimed from the next claim on. The dispatcher sets it once per lease
-   * duration; the store keeps no clock of its own for this.
-   */
-  readonly acquireWhenFull?: boolean;
-  /**
-   * Lanes to try first when taking free lanes (0..255, at most 256): the lanes a wake-up named. A hint only: a store
-   * may ignore it, and other lanes with due work are still taken.
-   */
-  readonly preferLanes?: readonly number[];
-  /**
-   * A retried head this store rescheduled may be claimed up to this many milliseconds before it is due (default 0;
-   * at most 1,000). It comes with `notBefore` and no handler may start before then: the key is held in flight
-   * meanwhile, so nothing else of it runs. The dispatcher sets it to cover its claims in progress, so a retry starts
-   * when it is due instead of one or two claims later. A store may ignore it.
-   */
-  readonly retryLookaheadMs?: number;
-  /**
-   * Take no free lane this claim does not name (`preferLanes`, a retried head's lane), even when the held lanes leave
-   * the batch short (default false: a short claim takes free lanes with due work). The dispatcher sets it while it
-   * hears wake-ups, on all but one claim per poll interval: every publish then names its lanes, so a free lane gets
-   * work unannounced only from a delayed delivery coming due, a crashed worker's expired lease or a lost
-   * notification, which that claim looks for. A store may ignore it.
-   */
-  readonly skipFreeLanes?: boolean;
-  /**
-   * The caller is under a light load: the lanes it holds will likely not fill the batch, so a claim that looks at free
-   * lanes takes those with due work first and then claims from every held lane at once, the completions riding on that
-   * claim (default false: held lanes first, free lanes only when the batch is still short). Ignored with
-   * `skipFreeLanes`. A store may ignore it.
-   */
-  readonly freeLanesFirst?: boolean;
-  /**
-   * With each keyed head it claims, the store may also claim up to this many of that key's next deliveries (default
-   * 0; at most 100), beyond `limit`, as long as each is due: they come with `follows`, in key order. One read of a
-   * key's run instead of a claim per delivery, for deep per-key backlogs. A claim returns at most `limit` x (1 + this)
-   * deliveries; with fewer heads than `limit` a store may give each more followers (the Postgres store shares the room
-   * among them, up to 100 a head). A store may ignore it.
-   */
-  readonly followers?: number;
-  /**
-   * The owners of this worker's other claim loops: lanes they hold are not counted in `CompleteAndClaimResult.peerLanes`.
-   */
-  readonly siblingOwners?: readonly string[];
-  /**
-   * The caller relinquishes this owner when it is done claiming (`relinquish`: the dispatcher does when a claim loop
-   * stops or rests), so a store may keep a connection for the owner's claims until then (the Postgres store, see
-   * `PostgresStoreOptions.holdClaimConnections`). Default false: each claim gives back what it used. A store may ignore
-   * it.
-   */
-  readonly holdConnection?: boolean;
-  readonly now?: Date;
-}
-
 /** What `completeManyReportingNext` wrote. */
 export interface CompleteManyResult {
   /** As `completeMany`: `true` per lease that was still held, in input order. */
@@ -210,10 +115,10 @@ export interface ClaimedDelivery {
   readonly maxAttempts: number;
   readonly availableAt: Date;
   readonly createdAt: Date;
-  /** Set when claimed before it was due (`ClaimParams.retryLookaheadMs`): start no handler before this time. */
+  /** Set when claimed before it was due (`ClaimHints.retryLookaheadMs`): start no handler before this time. */
   readonly notBefore?: Date;
   /**
-   * Set on a follower (`ClaimParams.followers`): the id of the delivery of the same claim, of the same key, that comes
+   * Set on a follower (`ClaimHints.followers`): the id of the delivery of the same claim, of the same key, that comes
    * right before it. Start this one only after that one's handler succeeded; if it did not, release this one (and what
    * follows it) unrun.
    */
@@ -233,13 +138,6 @@ export interface ExtendLeaseParams {
   readonly lanes: readonly { readonly lane: number; readonly epoch: string }[];
   readonly leaseDurationMs: number;
   readonly now?: Date;
-}
-
-/** `Store.forgetInFlight`: what an owner's worker still holds after one of its claims failed. */
-export interface ForgetInFlightParams {
-  readonly owner: string;
-  /** Deliveries the worker holds (running, waiting to start, their outcome being written); every other is forgotten. */
-  readonly holding: readonly string[];
 }
 
 export interface ExtendLeaseResult {
@@ -365,7 +263,7 @@ export interface CompleteAndClaimResult {
   readonly completed: readonly boolean[];
   readonly claimed: ClaimedDelivery[];
   /**
-   * How many lanes other workers (neither `owner` nor `siblingOwners`) hold under a lease not expired, when the store
+   * How many lanes other workers (neither the session's owner nor its `siblingOwners`) hold under a lease not expired, when the store
    * looked (undefined: it did not). While other workers share the lanes, the dispatcher's claim loops claim in turn.
    */
   readonly peerLanes?: number;
@@ -428,43 +326,17 @@ export interface Store<TTx> {
   unsubscribe(params: UnsubscribeParams): Promise<UnsubscribeResult>;
 
   /**
-   * Claim up to `limit` due deliveries of `handlers`: keep the lanes the owner holds, take free (or
-   * expired) lanes with due work a few at a time, charge an attempt to everything a taken-over lane
-   * had in flight, and record the batch in the lanes. A keyed delivery is returned only when no
-   * earlier delivery of its handler and key is pending (in flight or not). Lanes the owner holds
-   * that run nothing are handed back. Delivery rows are not written. When the held lanes fill the
-   * batch, no other lane is taken unless `acquireWhenFull` is set: then a few free or expired lanes with due
-   * work are taken as well (charging their takeovers as above) and their work comes with the next
-   * claim. Callers set it about once per lease duration, so an expired lane is taken over even when
-   * every worker is busy. Claims of one owner may run concurrently.
+   * Open the claim session of `owner` (see `ClaimSession`): a worker claims through it and closes it when it stops
+   * claiming. Throws `InvalidInputError` for a bad owner or options, before anything is opened.
    */
-  claim(params: ClaimParams): Promise<ClaimedDelivery[]>;
-
-  /**
-   * `completeMany(leases)`, then `claim(params)`, as one call: a store that can do both in one round trip does (the
-   * dispatcher hands the completions of the last batch to its next claim). A completed keyed delivery's successor
-   * (the next pending delivery of its handler and key) may be claimed in the same call: it is its key's head now.
-   * `completed` is in the order of `leases`, as `completeMany` returns it. Completions that succeed are kept even
-   * when the claim part fails after them; a failure of the completion part rejects the whole call.
-   */
-  completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult>;
+  openClaims(owner: string, options?: ClaimSessionOptions): ClaimSession;
 
   /**
    * Call `onWake` whenever new work may be due (a publish committed: with the lanes it wrote, when the store knows
-   * them, for `ClaimParams.preferLanes`), and after the store reconnected its listener; returns the unsubscribe. Stores whose `capabilities.wakeups` is 'poll' resolve a no-op. A wake-up is a hint only:
+   * them, for `ClaimHints.preferLanes`), and after the store reconnected its listener; returns the unsubscribe. Stores whose `capabilities.wakeups` is 'poll' resolve a no-op. A wake-up is a hint only:
    * workers poll anyway, so a lost one costs latency, never a delivery.
    */
   subscribeWakeups?(onWake: (lanes?: readonly number[]) => void): Promise<() => Promise<void>>;
-
-  /**
-   * After a claim of `owner` failed: take every delivery the worker does not hold out of the in-flight lists of the
-   * owner's lanes, so it is claimable again (no attempt charged). That claim may have recorded deliveries before its
-   * answer was lost; nothing would run or complete them, and every claim skips a delivery in flight, for as long as
-   * the owner keeps the lane. Returns how many pending deliveries were forgotten. A store whose claim ran several
-   * statements and had one fail after others succeeded hands over what it got and rejects the owner's next claim with
-   * that failure, before doing anything, so the worker forgets first.
-   */
-  forgetInFlight(params: ForgetInFlightParams): Promise<number>;
 
   /** Renew the lease of lanes the owner holds; reports the ones it lost. */
   extendLease(params: ExtendLeaseParams): Promise<ExtendLeaseResult>;
@@ -490,9 +362,6 @@ export interface Store<TTx> {
 
   /** Give deliveries back without charging an attempt (graceful shutdown). */
   release(leases: readonly DeliveryLease[], now?: Date): Promise<boolean[]>;
-
-  /** Hand back every lane of `owner` that runs nothing; returns how many. (No `now`: handing back does not depend on time.) */
-  relinquish(owner: string): Promise<number>;
 
   /** Move dead deliveries back to pending with a fresh attempt budget; returns how many. Keyed ones go to the end of their key's order. */
   requeue(params: RequeueParams): Promise<number>;

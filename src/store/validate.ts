@@ -7,7 +7,7 @@ import type {
   ClaimParams,
   DeliveryLease,
   ExtendLeaseParams,
-  ForgetInFlightParams,
+  ClaimSessionOptions,
   ListDeliveriesParams,
   PublishParams,
   PurgeParams,
@@ -209,14 +209,16 @@ export function validatePublish(events: readonly PublishParams[], now: Date | un
 }
 
 export function validateClaim(params: ClaimParams): void {
-  assertName(params?.owner, 'owner');
+  if (typeof params !== 'object' || params === null)
+    fail('claim() needs its params: handlers, limit, leaseDurationMs.');
   if (!Array.isArray(params.handlers) || params.handlers.length === 0) fail('claim() needs at least one handler name.');
   params.handlers.forEach((name, i) => assertName(name, `handlers[${i}]`));
   assertPositiveInteger(params.limit, 'limit', 10_000);
   assertPositiveInteger(params.leaseDurationMs, 'leaseDurationMs', 86_400_000);
-  for (const flag of ['acquireWhenFull', 'skipFreeLanes', 'freeLanesFirst', 'holdConnection'] as const)
-    if (params[flag] !== undefined && typeof params[flag] !== 'boolean')
-      fail(`${flag} must be a boolean, got ${echo(params[flag])}.`);
+  if (params.acquireWhenFull !== undefined && typeof params.acquireWhenFull !== 'boolean')
+    fail(`acquireWhenFull must be a boolean, got ${echo(params.acquireWhenFull)}.`);
+  if (params.freeLanes !== undefined && params.freeLanes !== 'skip' && params.freeLanes !== 'first')
+    fail(`freeLanes must be 'skip' or 'first' (or absent), got ${echo(params.freeLanes)}.`);
   const prefer: unknown = params.preferLanes;
   if (
     prefer !== undefined &&
@@ -228,19 +230,29 @@ export function validateClaim(params: ClaimParams): void {
   if (params.retryLookaheadMs !== undefined)
     assertIntegerIn(params.retryLookaheadMs, 'retryLookaheadMs', 0, MAX_RETRY_LOOKAHEAD_MS);
   if (params.followers !== undefined) assertIntegerIn(params.followers, 'followers', 0, MAX_FOLLOWERS);
-  const siblings: unknown = params.siblingOwners;
-  if (siblings !== undefined) {
-    if (!Array.isArray(siblings) || siblings.length >= MAX_CLAIM_LOOPS)
-      fail(`siblingOwners must be an array of at most ${MAX_CLAIM_LOOPS - 1} owner ids, got ${echo(siblings)}.`);
-    siblings.forEach((owner, i) => assertName(owner, `siblingOwners[${i}]`));
-  }
   assertOptionalDate(params.now, 'now');
 }
 
-export function validateForgetInFlight(params: ForgetInFlightParams): void {
-  assertName(params?.owner, 'owner');
-  if (!Array.isArray(params.holding)) fail('forgetInFlight() needs a holding array of delivery ids.');
-  for (const id of params.holding) assertDeliveryId(id, 'holding[]');
+/** `Store.openClaims(owner, options)`: the owner id and the session's options. */
+export function validateClaimSession(owner: string, options: ClaimSessionOptions | undefined): void {
+  assertName(owner, 'owner');
+  if (options === undefined) return;
+  if (typeof options !== 'object' || options === null)
+    fail(`openClaims() options must be an object, got ${echo(options)}.`);
+  if (options.holdConnection !== undefined && typeof options.holdConnection !== 'boolean')
+    fail(`holdConnection must be a boolean, got ${echo(options.holdConnection)}.`);
+  const siblings: unknown = options.siblingOwners;
+  if (siblings !== undefined) {
+    if (!Array.isArray(siblings) || siblings.length >= MAX_CLAIM_LOOPS)
+      fail(`siblingOwners must be an array of at most ${MAX_CLAIM_LOOPS - 1} owner ids, got ${echo(siblings)}.`);
+    siblings.forEach((sibling, i) => assertName(sibling, `siblingOwners[${i}]`));
+  }
+}
+
+/** `ClaimSession.forgetInFlight(holding)`: the deliveries the worker holds. */
+export function validateForgetInFlight(holding: readonly string[]): void {
+  if (!Array.isArray(holding)) fail('forgetInFlight() needs a holding array of delivery ids.');
+  for (const id of holding) assertDeliveryId(id, 'holding[]');
 }
 
 export function validateExtendLease(params: ExtendLeaseParams): void {

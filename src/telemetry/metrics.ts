@@ -2,7 +2,9 @@ import type { RelayBus } from '../bus/bus.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
 import type {
   ClaimParams,
-  ClaimedDelivery,
+  ClaimSession,
+  ClaimSessionOptions,
+  DeliveryLease,
   ExtendLeaseParams,
   ExtendLeaseResult,
   HandlerStatistics,
@@ -19,7 +21,7 @@ import type { CounterLike, HistogramLike, MeterLike, ObservableCallbackLike, Obs
  * Sources, so that the core needs no metrics hook: the lifecycle events (`delivered`, `failed`,
  * `dead`, `lease-lost`) give the outcome counters and the handler durations; `store.statistics()`,
  * sampled every `statisticsIntervalMs`, gives the backlog; the store's `claim` and `extendLease`
- * are wrapped on the store object itself (claim size and duration, lease renewals); the publish
+ * are wrapped on the store object itself (claim size and duration through the claim sessions it opens, lease renewals); the publish
  * counters come from the `instrumentation.publish` hook (`openTelemetry()`).
  */
 
@@ -167,45 +169,44 @@ export function observeBus<TTx>(
   );
 
   const store = bus.store;
+  /** Claim size and duration of one claim call of a session. */
+  const measured = async <T>(claim: () => Promise<T>, size: (result: T) => number): Promise<T> => {
+    if (stopped) return claim();
+    const started = performance.now();
+    try {
+      const result = await claim();
+      metrics.claimSize.record(size(result));
+      metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'ok' });
+      return result;
+    } catch (error) {
+      metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'error' });
+      throw error;
+    }
+  };
+  // Claims run on the claim sessions the dispatcher opens (when it starts, and when a resting loop claims again): each
+  // session opened from now on is measured (observe the bus before starting it).
   const restoreClaim = wrapMethod(
     store,
-    'claim',
-    (claim: Store<TTx>['claim']) =>
-      async (params: ClaimParams): Promise<ClaimedDelivery[]> => {
-        if (stopped) return claim(params);
-        const started = performance.now();
-        try {
-          const claimed = await claim(params);
-          metrics.claimSize.record(claimed.length);
-          metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'ok' });
-          return claimed;
-        } catch (error) {
-          metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'error' });
-          throw error;
-        }
-      },
-  );
-  // The dispatcher claims with the last batch's completions riding along where the store offers it.
-  type CompleteAndClaim = (
-    leases: unknown,
-    params: ClaimParams,
-  ) => Promise<{ readonly claimed: readonly ClaimedDelivery[] }>;
-  const restoreRiding = wrapMethod(
-    store,
-    'completeAndClaim',
-    (completeAndClaim: CompleteAndClaim): CompleteAndClaim =>
-      async (leases, params) => {
-        if (stopped) return completeAndClaim(leases, params);
-        const started = performance.now();
-        try {
-          const result = await completeAndClaim(leases, params);
-          metrics.claimSize.record(result.claimed.length);
-          metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'ok' });
-          return result;
-        } catch (error) {
-          metrics.claimDuration.record((performance.now() - started) / 1000, { result: 'error' });
-          throw error;
-        }
+    'openClaims',
+    (openClaims: Store<TTx>['openClaims']) =>
+      (owner: string, options?: ClaimSessionOptions): ClaimSession => {
+        const session = openClaims(owner, options);
+        return {
+          owner: session.owner,
+          claim: (params: ClaimParams) =>
+            measured(
+              () => session.claim(params),
+              (claimed) => claimed.length,
+            ),
+          // The dispatcher claims with the last batch's completions riding along where the store offers it.
+          completeAndClaim: (leases: readonly DeliveryLease[], params: ClaimParams) =>
+            measured(
+              () => session.completeAndClaim(leases, params),
+              (result) => result.claimed.length,
+            ),
+          forgetInFlight: (holding: readonly string[]) => session.forgetInFlight(holding),
+          close: () => session.close(),
+        };
       },
   );
   const restoreRenewal = wrapMethod(
@@ -223,7 +224,7 @@ export function observeBus<TTx>(
   if (restoreClaim === undefined || restoreRenewal === undefined) {
     logger.debug('the store object cannot be wrapped (frozen?); claim and lease renewal metrics are not recorded');
   }
-  disposers.push(restoreClaim ?? noop, restoreRiding ?? noop, restoreRenewal ?? noop);
+  disposers.push(restoreClaim ?? noop, restoreRenewal ?? noop);
 
   // Backlog: the last sample, per handler; a handler seen once keeps reporting (0 once drained).
   let lastSample: BusObservation['lastSample'];

@@ -9,6 +9,7 @@ import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { lines, runCli, startCli, useBuiltCli } from './support.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 useBuiltCli();
@@ -46,7 +47,7 @@ describe('relaybus setup, stats, dead, purge (real Postgres, built bin)', {
       ),
     );
     if (dead > 0) {
-      const claimed = await store.claim({
+      const claimed = await owners.claim(store, {
         owner: 'cli-test',
         handlers: [handlers[0]!],
         limit: dead,
@@ -59,7 +60,7 @@ describe('relaybus setup, stats, dead, purge (real Postgres, built bin)', {
             { error: `boom ${delivery.id}\nsecond line` },
           ),
         );
-      await store.relinquish('cli-test');
+      await owners.relinquish(store, 'cli-test');
     }
     return published.map((result) => result.eventId);
   }

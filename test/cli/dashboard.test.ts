@@ -29,6 +29,7 @@ import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '..
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { waitFor } from '../support/wait.js';
 import { REPO, runCli, startCli, useBuiltCli, type RunningCli } from './support.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 useBuiltCli();
@@ -136,9 +137,14 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
     );
     const { rows } = await pool.query(`SELECT id FROM "${plainSchema}".relaybus_events`);
     assert.deepEqual(rows, [], 'published inline: no events row');
-    const [doomed] = await plain.claim({ owner: 'plain-test', handlers: ['plain'], limit: 1, leaseDurationMs: 30_000 });
+    const [doomed] = await owners.claim(plain, {
+      owner: 'plain-test',
+      handlers: ['plain'],
+      limit: 1,
+      leaseDurationMs: 30_000,
+    });
     assert.ok(await plain.bury({ deliveryId: doomed!.id, leaseToken: doomed!.leaseToken }, { error: 'plain failure' }));
-    await plain.relinquish('plain-test');
+    await owners.relinquish(plain, 'plain-test');
   });
   after(async () => {
     await pool?.query(`DROP SCHEMA IF EXISTS "${plainSchema}" CASCADE`);
@@ -488,14 +494,14 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
           },
         ]),
       );
-      const [doomed] = await store.claim({
+      const [doomed] = await owners.claim(store, {
         owner: 'probe',
         handlers: ['payload-probe'],
         limit: 1,
         leaseDurationMs: 30_000,
       });
       assert.ok(await store.bury({ deliveryId: doomed!.id, leaseToken: doomed!.leaseToken }, { error: 'probe' }));
-      await store.relinquish('probe');
+      await owners.relinquish(store, 'probe');
       const { cli, url: address } = await startDashboard(dbFlags);
       const plainDashboard = await startDashboard(plainFlags);
       try {
@@ -590,7 +596,7 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
           { type: Order.type, payload: { note: 'lane' }, handlers: [{ name: 'lane-probe', maxAttempts: 3 }] },
         ]),
       );
-      const [held] = await store.claim({
+      const [held] = await owners.claim(store, {
         owner: 'dash-holder',
         handlers: ['lane-probe'],
         limit: 1,
@@ -611,7 +617,7 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
       } finally {
         await stop(cli);
         await store.completeMany([{ deliveryId: held.id, leaseToken: held.leaseToken }]);
-        await store.relinquish('dash-holder');
+        await owners.relinquish(store, 'dash-holder');
       }
     });
   });

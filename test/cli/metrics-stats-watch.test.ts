@@ -14,6 +14,7 @@ import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '..
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { parseReadme } from '../docs/markdown.js';
 import { REPO, runCli, startCli, useBuiltCli } from './support.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 useBuiltCli();
@@ -59,7 +60,7 @@ describe('relaybus stats --watch (real Postgres, built bin)', {
         /WARNING: 12 deliveries are due, the oldest for .+, and no lane is leased: no worker is claiming/,
       );
       // A worker claims: its lanes are leased while the deliveries are in flight.
-      const claimed = await store.claim({
+      const claimed = await owners.claim(store, {
         owner: 'test-worker',
         handlers: ['email', longName],
         limit: 4,
@@ -89,7 +90,7 @@ describe('relaybus stats --watch (real Postgres, built bin)', {
       'the long handler name is cut with an ellipsis',
     );
     assert.ok(lines.some((line) => /^email\s+\d+/.test(line)));
-    await store.relinquish('test-worker').catch(() => 0);
+    await owners.relinquish(store, 'test-worker').catch(() => 0);
   });
 
   it('stats --json says completed: null while no completion history is recorded, per handler too', {
@@ -144,14 +145,14 @@ describe('relaybus stats --watch (real Postgres, built bin)', {
     );
     const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".relaybus_events`);
     assert.deepEqual(rows, [{ n: 0 }], 'published inline: no events row');
-    const [doomed] = await store.claim({
+    const [doomed] = await owners.claim(store, {
       owner: 'dead-maker',
       handlers: ['inline-dead'],
       limit: 1,
       leaseDurationMs: 30_000,
     });
     assert.ok(await store.bury({ deliveryId: doomed!.id, leaseToken: doomed!.leaseToken }, { error: 'no' }));
-    await store.relinquish('dead-maker');
+    await owners.relinquish(store, 'dead-maker');
     const result = await runCli(['dead', 'list', '--json', '--database-url', url, '--schema', schema]);
     assert.equal(result.code, 0, result.stderr);
     const dead = JSON.parse(result.stdout) as { id: string; payload: unknown; headers: Record<string, string> }[];

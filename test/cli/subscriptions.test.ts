@@ -11,6 +11,7 @@ import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { IMPORTS, lines, runCli, tempDir, useBuiltCli, writeModule } from './support.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 useBuiltCli();
@@ -195,7 +196,7 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
 
   it('remove is refused while a worker runs a delivery, even with --bury-pending', { timeout: 30_000 }, async () => {
     const before = await deliveries('email');
-    const claimed = await store.claim({
+    const claimed = await owners.claim(store, {
       owner: 'cli-subs-test',
       handlers: ['email'],
       limit: 1,
@@ -210,7 +211,7 @@ describe('relaybus subscriptions, setup --subscriptions, stats noLiveWorker (rea
       assert.ok(before.length >= 2);
       assert.deepEqual(await deliveries('email'), before, 'nothing was buried');
     } finally {
-      await store.relinquish('cli-subs-test');
+      await owners.relinquish(store, 'cli-subs-test');
     }
   });
 

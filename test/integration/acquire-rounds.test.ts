@@ -8,10 +8,11 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
-import type { ClaimParams } from '../../src/store/contract.js';
+import type { OwnerClaimParams as ClaimParams } from '../support/claims.js';
 import { findPostgres } from '../support/databases.js';
 import { keysInLane } from '../support/lanes.js';
 import { usePgStore } from '../support/pg-store.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const handlers = [{ name: 'a', maxAttempts: 3 }];
@@ -50,7 +51,7 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
 
     const before = await acquires();
     const claimsBefore = await runs('claim-held-lanes');
-    const wave = await store.claim(params);
+    const wave = await owners.claim(store, params);
     assert.equal(wave.length, 160);
     // 32 and 64 lanes, then a round of 128 that finds the last 64.
     assert.equal((await acquires()) - before, 3);
@@ -61,7 +62,8 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
     // Every lane drained: the claim that completes the wave hands them back, and the next wave is in the 96 others.
     await publishInto(second, 'two');
     const between = await acquires();
-    const next = await store.completeAndClaim(
+    const next = await owners.completeAndClaim(
+      store,
       wave.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })),
       params,
     );
@@ -77,7 +79,7 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
     assert.equal((await acquires()) - between, 1);
 
     await store.completeMany(next.claimed.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
-    await store.relinquish(params.owner);
+    await owners.relinquish(store, params.owner);
   });
 
   /**
@@ -87,24 +89,24 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
   async function completeAndClaimNext(owner: string, held: number, free: number, extra: Partial<ClaimParams>) {
     const params: ClaimParams = { owner, handlers: ['a'], limit: 500, leaseDurationMs: 30_000 };
     await publishInto([held], `${owner}-held`);
-    const [inFlight] = await store.claim(params);
+    const [inFlight] = await owners.claim(store, params);
     assert.equal(inFlight?.lane, held);
     await publishInto([held, free], `${owner}-more`);
     const claimsBefore = await runs('claim-held-lanes');
-    const next = await store.completeAndClaim([{ deliveryId: inFlight.id, leaseToken: inFlight.leaseToken }], {
+    const next = await owners.completeAndClaim(store, [{ deliveryId: inFlight.id, leaseToken: inFlight.leaseToken }], {
       ...params,
       ...extra,
     });
     const claims = (await runs('claim-held-lanes')) - claimsBefore;
     await store.completeMany(next.claimed.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
-    await store.relinquish(owner);
+    await owners.relinquish(store, owner);
     return { completed: next.completed, lanes: next.claimed.map((d) => d.lane).sort((a, b) => a - b), claims };
   }
 
-  it('with freeLanesFirst, takes the free lanes with work first and claims every held lane in one statement', async () => {
+  it('with freeLanes first, takes the free lanes with work first and claims every held lane in one statement', async () => {
     // Under a light load the dispatcher's claim that looks at free lanes asks for this: its held lanes will not fill
     // the batch, so the free lanes are looked at anyway, and taking them first saves the second claim statement.
-    const first = await completeAndClaimNext('free-first', 10, 11, { freeLanesFirst: true });
+    const first = await completeAndClaimNext('free-first', 10, 11, { freeLanes: 'first' });
     assert.deepEqual(first.completed, [true], 'the completion rode on the claim');
     assert.deepEqual(first.lanes, [10, 11]);
     assert.equal(first.claims, 1, 'one claim of the held lanes, after the acquire');
@@ -114,8 +116,8 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
     assert.deepEqual(heldFirst.lanes, [20, 21]);
     assert.equal(heldFirst.claims, 2);
     await assert.rejects(
-      store.claim({ owner: 'x', handlers: ['a'], limit: 1, leaseDurationMs: 1_000, freeLanesFirst: 1 as never }),
-      /freeLanesFirst must be a boolean/,
+      owners.claim(store, { owner: 'x', handlers: ['a'], limit: 1, leaseDurationMs: 1_000, freeLanes: 1 as never }),
+      /freeLanes must be 'skip' or 'first'/,
     );
   });
 });

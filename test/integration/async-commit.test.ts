@@ -11,6 +11,7 @@ import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements, type StatementName } from '../../src/postgres/statements.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 
@@ -34,7 +35,7 @@ describe('asynchronous commit of the dispatcher statements on real Postgres', {
         })),
       ),
     );
-    const claimed = await store.claim({ owner: 'w', handlers: ['h'], limit: 5, leaseDurationMs: 30_000 });
+    const claimed = await owners.claim(store, { owner: 'w', handlers: ['h'], limit: 5, leaseDurationMs: 30_000 });
     assert.equal(claimed.length, 5);
     const leases = claimed.map((d) => d.leaseToken.split(':'));
     const statements = loadStatements(schema);

@@ -26,6 +26,7 @@ import {
 } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const url = 'url' in found ? found.url : '';
@@ -66,7 +67,7 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     );
   /** A claim as the dispatcher sends it: the caller relinquishes the owner when done. */
   const claim = (owner: string, holdConnection = true) =>
-    store.claim({ owner, handlers: ['h'], limit: 5, leaseDurationMs: 60_000, holdConnection });
+    owners.claim(store, { owner, handlers: ['h'], limit: 5, leaseDurationMs: 60_000, holdConnection });
 
   it('a lent connection plans generically from the first call, and is reset when given back', async () => {
     const session = await fromPg(pool).session!();
@@ -132,7 +133,7 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
       2,
       'a and b hold one each; with the listening one that is half of 6: c claims on the pool',
     );
-    for (const owner of ['a', 'b', 'c']) await store.relinquish(owner);
+    for (const owner of ['a', 'b', 'c']) await owners.relinquish(store, owner);
     assert.equal(lent(pool), 0, 'every connection given back');
   });
 
@@ -140,7 +141,7 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     await publish(10, 'unheld');
     assert.ok((await claim('u', false)).length > 0);
     assert.equal(lent(pool), 0, 'the claim gave its connection back to the pool');
-    await store.relinquish('u');
+    await owners.relinquish(store, 'u');
   });
 
   it('a held connection whose backend was terminated fails one claim, retryably; the next claim opens another', async () => {
@@ -161,11 +162,11 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     assert.equal(rows[0]!.n, 1, 'the held backend, terminated');
     await assert.rejects(claim('t'), (error: unknown) => error instanceof StoreUnavailableError && error.retryable);
     assert.equal(lent(pool), 0, 'the broken connection is closed, not pooled');
-    await store.relinquish('t'); // what a worker does after a failed claim: its lanes and records are forgotten
+    await owners.relinquish(store, 't'); // what a worker does after a failed claim: its lanes and records are forgotten
     await publish(5, 'after');
     assert.ok((await claim('t')).length > 0, 'the next claim runs, on a new connection');
     assert.equal(lent(pool), 1);
-    await store.relinquish('t');
+    await owners.relinquish(store, 't');
   });
 
   it('a pool too small to spare a connection: claims run on the pool, nothing is held', async () => {
@@ -173,9 +174,15 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     const smallStore = postgresStore({ driver: fromPg(small), schema });
     try {
       await publish(5, 'small');
-      await smallStore.claim({ owner: 's', handlers: ['h'], limit: 5, leaseDurationMs: 60_000, holdConnection: true });
+      await owners.claim(smallStore, {
+        owner: 's',
+        handlers: ['h'],
+        limit: 5,
+        leaseDurationMs: 60_000,
+        holdConnection: true,
+      });
       assert.equal(lent(small), 0);
-      await smallStore.relinquish('s');
+      await owners.relinquish(smallStore, 's');
     } finally {
       await smallStore.close();
       await small.end();

@@ -8,9 +8,11 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
-import type { ClaimedDelivery, ClaimParams } from '../../src/store/contract.js';
+import type { ClaimedDelivery } from '../../src/store/contract.js';
+import type { OwnerClaimParams as ClaimParams } from '../support/claims.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const handlers = [{ name: 'a', maxAttempts: 3 }];
@@ -29,7 +31,7 @@ describe('the fence of riding completions on real Postgres', { skip: 'skip' in f
         { type: 't', key, payload: { n: 2 }, handlers },
       ]),
     );
-    const claimed = await store.claim(params);
+    const claimed = await owners.claim(store, params);
     assert.equal(claimed.length, 1);
     return claimed[0]!;
   }
@@ -44,7 +46,7 @@ describe('the fence of riding completions on real Postgres', { skip: 'skip' in f
   it('completes nothing of a delivery its lane no longer lists in flight', async () => {
     const head = await claimFirst('unlisted');
     await pool.query(`UPDATE "${schema}".relaybus_lanes SET in_flight = '{}' WHERE lane = $1`, [head.lane]);
-    const result = await store.completeAndClaim([leaseOf(head)], params);
+    const result = await owners.completeAndClaim(store, [leaseOf(head)], params);
     assert.deepEqual(result.completed, [false]);
     assert.ok(await stillPending(head.id), 'the delivery is still there');
     assert.ok(
@@ -56,7 +58,7 @@ describe('the fence of riding completions on real Postgres', { skip: 'skip' in f
   it('completes nothing under a lease of an older epoch of the lane', async () => {
     const head = await claimFirst('old-epoch');
     await pool.query(`UPDATE "${schema}".relaybus_lanes SET epoch = epoch + 1 WHERE lane = $1`, [head.lane]);
-    const result = await store.completeAndClaim([leaseOf(head)], params);
+    const result = await owners.completeAndClaim(store, [leaseOf(head)], params);
     assert.deepEqual(result.completed, [false]);
     assert.ok(await stillPending(head.id), 'the delivery is still there');
   });

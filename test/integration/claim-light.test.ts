@@ -1,5 +1,5 @@
 /**
- * claim-light on real Postgres: the claim of a caller under a light load (`skipFreeLanes`, nothing riding, no retried
+ * claim-light on real Postgres: the claim of a caller under a light load (`freeLanes: 'skip'`, nothing riding, no retried
  * head to look up) runs the small statement, and keeps what claim-held-lanes keeps: only a key's head, nothing of a
  * key whose head is in flight, a named free lane taken only when it gives work, held lanes that run nothing handed
  * back, leases that fence. A lane whose keys need more rows than it reads gives the heads it read, never a follower;
@@ -12,11 +12,13 @@ import { laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements } from '../../src/postgres/statements.js';
-import type { ClaimedDelivery, ClaimParams } from '../../src/store/contract.js';
+import type { ClaimedDelivery } from '../../src/store/contract.js';
+import type { OwnerClaimParams as ClaimParams } from '../support/claims.js';
 import { findPostgres } from '../support/databases.js';
 import { keysInLane } from '../support/lanes.js';
 import { usePgStore } from '../support/pg-store.js';
 import { pause, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const handlers = [{ name: 'h', maxAttempts: 3 }];
@@ -53,9 +55,9 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
       limit: 50,
       leaseDurationMs: 60_000,
       preferLanes,
-      skipFreeLanes: true,
+      freeLanes: 'skip',
     };
-    const claimed = await store.claim(params);
+    const claimed = await owners.claim(store, params);
     const after = await runs();
     assert.ok(after.light > before.light, 'claim-light ran');
     assert.equal(after.full, before.full, 'claim-held-lanes did not');
@@ -91,7 +93,7 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
     const second = await claimLight('w1', lanes);
     assert.deepEqual(second.map(payloadOf), [2], "the key's next delivery, once its head is done");
     await complete(second);
-    await store.relinquish('w1');
+    await owners.relinquish(store, 'w1');
   });
 
   it('takes a named free lane only when it gives work, and hands back a held lane that runs nothing', async () => {
@@ -129,10 +131,10 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
     );
     const light = await claimLight('w4', [lane]);
     assert.deepEqual(light.map(payloadOf), [0], "the deep key's head; the other key lies past the rows read");
-    const full = await store.claim({ owner: 'w4', handlers: ['h'], limit: 50, leaseDurationMs: 60_000 });
+    const full = await owners.claim(store, { owner: 'w4', handlers: ['h'], limit: 50, leaseDurationMs: 60_000 });
     assert.deepEqual(full.map(payloadOf), [1000], "claim-held-lanes finds the other key's head, and no follower");
     await complete([...light, ...full]);
-    await store.relinquish('w4');
+    await owners.relinquish(store, 'w4');
   });
 
   it('a retried head due again, or a completion riding on the claim, goes through claim-held-lanes', async () => {
@@ -147,25 +149,29 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
       ),
     );
     const before = await runs();
-    const again = await store.claim({
+    const again = await owners.claim(store, {
       owner: 'w5',
       handlers: ['h'],
       limit: 50,
       leaseDurationMs: 60_000,
-      skipFreeLanes: true,
+      freeLanes: 'skip',
     });
     assert.deepEqual(again.map(payloadOf), [1], 'the retried head');
     assert.equal((await runs()).full, before.full + 1, 'its probe needs claim-held-lanes');
-    const riding = await store.completeAndClaim([{ deliveryId: again[0]!.id, leaseToken: again[0]!.leaseToken }], {
-      owner: 'w5',
-      handlers: ['h'],
-      limit: 50,
-      leaseDurationMs: 60_000,
-      skipFreeLanes: true,
-    });
+    const riding = await owners.completeAndClaim(
+      store,
+      [{ deliveryId: again[0]!.id, leaseToken: again[0]!.leaseToken }],
+      {
+        owner: 'w5',
+        handlers: ['h'],
+        limit: 50,
+        leaseDurationMs: 60_000,
+        freeLanes: 'skip',
+      },
+    );
     assert.deepEqual(riding.completed, [true]);
     assert.equal((await runs()).full, before.full + 2, 'a riding completion needs claim-held-lanes');
-    await store.relinquish('w5');
+    await owners.relinquish(store, 'w5');
   });
 
   it('looks at the held lanes its claims recorded and the named ones; claim-held-lanes finds any other held lane', async () => {
@@ -200,7 +206,7 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
     );
     // The named claim recorded the other lane, so the owner knows it now: it hands it back only once it ran nothing.
     assert.deepEqual((await claimLight('w6', [])).map(payloadOf), [5], 'recorded by the named claim');
-    await store.relinquish('w6');
+    await owners.relinquish(store, 'w6');
   });
 
   it('leaves a held lane no claim recorded and no wake-up named to claim-held-lanes', async () => {
@@ -214,11 +220,11 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
     assert.deepEqual(await claimLight('w7', []), [], 'claim-light does not scan the lanes for the owner');
     assert.equal((await ownerOf(lane)).lease_owner, 'w7', 'nor hands the lane back');
     // (It may take free lanes too: earlier tests left work in theirs.)
-    const full = await store.claim({ owner: 'w7', handlers: ['h'], limit: 50, leaseDurationMs: 60_000 });
+    const full = await owners.claim(store, { owner: 'w7', handlers: ['h'], limit: 50, leaseDurationMs: 60_000 });
     const inLane = full.filter((d) => d.lane === lane);
     assert.deepEqual(inLane.map(payloadOf), [1], 'the full claim finds the held lane by owner');
     await complete(full);
-    await store.relinquish('w7');
+    await owners.relinquish(store, 'w7');
   });
 });
 

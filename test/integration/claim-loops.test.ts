@@ -17,6 +17,7 @@ import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '..
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { pause, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const Step = defineEvent('claim-loops.step', Type.Object({ key: Type.String(), n: Type.Integer() }));
@@ -33,26 +34,20 @@ function countingClaims(
   onClaim: (owner: string, claimed: number, peerLanes?: number, completed?: number) => void,
   onRelinquish: (owner: string) => void = () => {},
 ): PostgresStore<PgClientLike> {
-  return new Proxy(target, {
-    get(store, name, receiver) {
-      if (name === 'claim')
-        return async (params: Parameters<typeof store.claim>[0]) => {
-          const claimed = await store.claim(params);
-          onClaim(params.owner, claimed.length);
-          return claimed;
-        };
-      if (name === 'completeAndClaim')
-        return async (...args: Parameters<typeof store.completeAndClaim>) => {
-          const result = await store.completeAndClaim(...args);
-          onClaim(args[1].owner, result.claimed.length, result.peerLanes, result.completed.filter(Boolean).length);
-          return result;
-        };
-      if (name === 'relinquish')
-        return (owner: string) => {
-          onRelinquish(owner);
-          return store.relinquish(owner);
-        };
-      return Reflect.get(store, name, receiver);
+  return owners.overrideClaims(target, {
+    claim: async (params) => {
+      const claimed = await owners.claim(target, params);
+      onClaim(params.owner, claimed.length);
+      return claimed;
+    },
+    completeAndClaim: async (...args) => {
+      const result = await owners.completeAndClaim(target, ...args);
+      onClaim(args[1].owner, result.claimed.length, result.peerLanes, result.completed.filter(Boolean).length);
+      return result;
+    },
+    relinquish: (owner) => {
+      onRelinquish(owner);
+      return owners.relinquish(target, owner);
     },
   });
 }

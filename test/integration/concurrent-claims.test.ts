@@ -13,6 +13,7 @@ import { parseLeaseToken } from '../../src/core/lease-token.js';
 import { loadStatements } from '../../src/postgres/statements.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 
@@ -55,7 +56,7 @@ describe('concurrent claims on real Postgres', { skip: 'skip' in found ? found.s
           const preferLanes = hinted
             ? Array.from({ length: 8 }, () => laneOf(null, `k-${Math.floor(Math.random() * 30)}`))
             : undefined;
-          const batch = await store.claim({
+          const batch = await owners.claim(store, {
             owner,
             handlers: ['a', 'b'],
             limit: 25,
@@ -130,7 +131,7 @@ describe('a claim naming free lanes on real Postgres', { skip: 'skip' in found ?
         );
       const before = await epochs();
       statements.length = 0;
-      const claimed = await store.claim({
+      const claimed = await owners.claim(store, {
         owner: 'w1',
         handlers: ['a'],
         limit: 10,
@@ -142,7 +143,7 @@ describe('a claim naming free lanes on real Postgres', { skip: 'skip' in found ?
         ['k-busy'],
       );
       // The named lanes' work comes in the claim's own statement; a claim that may look at free lanes (no
-      // skipFreeLanes) looks once after it, and takes none: no other lane has work, so no claim statement follows.
+      // freeLanes 'skip') looks once after it, and takes none: no other lane has work, so no claim statement follows.
       const names = loadStatements(schema);
       assert.deepEqual(
         statements,
@@ -183,20 +184,23 @@ describe('walk cursors on real Postgres', { skip: 'skip' in found ? found.skip :
         ]),
       );
       const params = { owner: 'w1', handlers: ['a'], limit: 10, leaseDurationMs: 60_000, preferLanes: [done, busy] };
-      const first = await store.claim(params);
+      const first = await owners.claim(store, params);
       assert.deepEqual(first.map((d) => d.key).sort(), ['k-busy', 'k-done']);
       const lease = (key: string) => {
         const d = first.find((c) => c.key === key)!;
         return { deliveryId: d.id, leaseToken: d.leaseToken };
       };
       // Completing k-done leaves its lane without work (handed back); k-busy's next delivery keeps its lane held.
-      const second = await store.completeAndClaim([lease('k-done'), lease('k-busy')], { ...params, preferLanes: [] });
+      const second = await owners.completeAndClaim(store, [lease('k-done'), lease('k-busy')], {
+        ...params,
+        preferLanes: [],
+      });
       assert.deepEqual(second.completed, [true, true]);
       assert.deepEqual(
         second.claimed.map((d) => d.key),
         ['k-busy'],
       );
-      await store.claim({ ...params, preferLanes: [] });
+      await owners.claim(store, { ...params, preferLanes: [] });
       const last = cursorLanes.at(-1)!;
       assert.ok(!last.includes(done), `the handed-back lane's cursor is not sent: ${last.join(',')}`);
       assert.ok(last.includes(busy), `the held lane's cursor is: ${last.join(',')}`);
@@ -235,7 +239,7 @@ describe('the walk under a flow of successors on real Postgres', {
       await publish(busy, 2);
       await publish(flow, 10);
       const params = { owner: 'w1', handlers: ['a'], limit: busy.length + flow.length, leaseDurationMs: 60_000 };
-      const first = await store.claim(params);
+      const first = await owners.claim(store, params);
       assert.equal(first.length, busy.length + flow.length, 'every head');
       await publish([target!], 1);
       let inFlight = first.filter((d) => d.key!.startsWith('c-'));
@@ -244,7 +248,8 @@ describe('the walk under a flow of successors on real Postgres', {
       let claims = 1;
       let found: ClaimedDelivery | undefined;
       while (found === undefined && claims < 10) {
-        const next = await store.completeAndClaim(
+        const next = await owners.completeAndClaim(
+          store,
           inFlight.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })),
           { ...params, limit: flow.length + 1 },
         );
@@ -270,7 +275,7 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
       await store.transaction((tx) =>
         store.publish(tx, [{ type: 't', payload: {}, handlers: [{ name: 'h', maxAttempts: 5 }] }]),
       );
-      const [first] = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+      const [first] = await owners.claim(store, { owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
       assert.ok(first);
       // Hold the reschedule's transaction open so the next claim takes its snapshot first, then waits for the lane.
       const { lane, epoch, claims } = parseLeaseToken(first.leaseToken);
@@ -286,7 +291,7 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
           'boom',
           null,
         ]);
-        const racing = store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+        const racing = owners.claim(store, { owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
         await waitUntilBlocked(pool);
         await holder.query('COMMIT');
         assert.deepEqual(await racing, [], 'the rescheduled delivery is not due for a minute');
@@ -296,7 +301,7 @@ describe('a claim racing a reschedule on real Postgres', { skip: 'skip' in found
       const [view] = (await store.listDeliveries()).items;
       assert.equal(view?.status, 'pending');
       assert.equal(view?.attempts, 1);
-      const later = await store.claim({
+      const later = await owners.claim(store, {
         owner: 'w',
         handlers: ['h'],
         limit: 10,
@@ -324,7 +329,7 @@ describe('a claim racing claims of its own owner on real Postgres', {
           { type: 't', key: 'k', payload: { n: 2 }, handlers },
         ]),
       );
-      const [head] = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+      const [head] = await owners.claim(store, { owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
       assert.ok(head);
       // Another claim of the same owner holds the lane while this one takes its snapshot (the head still pending)
       // and waits; meanwhile the head is completed and the other claim prunes it from the lane's in-flight list.
@@ -332,7 +337,7 @@ describe('a claim racing claims of its own owner on real Postgres', {
       try {
         await holder.query('BEGIN');
         await holder.query(`SELECT 1 FROM "${schema}".relaybus_lanes WHERE lane = $1 FOR NO KEY UPDATE`, [head.lane]);
-        const racing = store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+        const racing = owners.claim(store, { owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
         await waitUntilBlocked(pool);
         await holder.query(`DELETE FROM "${schema}".relaybus_deliveries WHERE id = $1`, [head.id]);
         await holder.query(`UPDATE "${schema}".relaybus_lanes SET in_flight = '{}' WHERE lane = $1`, [head.lane]);
@@ -363,7 +368,7 @@ describe('a retried head behind a full batch on real Postgres', {
           ...busyKeys.flatMap((key) => [1, 2, 3].map(() => ({ type: 't', key, payload: {}, handlers }))),
         ]),
       );
-      const claim = () => store.claim({ owner: 'w', handlers: ['h'], limit: 5, leaseDurationMs: 60_000 });
+      const claim = () => owners.claim(store, { owner: 'w', handlers: ['h'], limit: 5, leaseDurationMs: 60_000 });
       let head: ClaimedDelivery | undefined;
       for (let i = 0; i < 60 && head === undefined; i += 1) {
         const batch = await claim();
@@ -460,7 +465,7 @@ describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in fou
       );
       const t0 = new Date();
       const lease = 10_000;
-      const [lost] = await store.claim({
+      const [lost] = await owners.claim(store, {
         owner: 'crashes',
         handlers: ['hb'],
         limit: 1,
@@ -468,11 +473,17 @@ describe('takeover under a deep backlog on real Postgres', { skip: 'skip' in fou
         now: t0,
       });
       assert.equal(lost?.lane, crashedLane);
-      const first = await store.claim({ owner: 'busy', handlers: ['ha'], limit: 5, leaseDurationMs: lease, now: t0 });
+      const first = await owners.claim(store, {
+        owner: 'busy',
+        handlers: ['ha'],
+        limit: 5,
+        leaseDurationMs: lease,
+        now: t0,
+      });
       assert.equal(first.length, 5);
       // The crashed worker's lease is over; the busy worker's own lanes still fill its batch.
       const later = new Date(t0.getTime() + lease + 1);
-      const again = await store.claim({
+      const again = await owners.claim(store, {
         owner: 'busy',
         handlers: ['ha'],
         limit: 5,

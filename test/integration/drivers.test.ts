@@ -19,6 +19,7 @@ import { fromKysely, type KyselyTransactionLike } from '../../src/postgres/drive
 import { fromPg, fromPglite, fromPostgresJs, postgresStore, type PostgresStore } from '../../src/postgres/index.js';
 import type { PublishParams } from '../../src/store/contract.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const skip = 'skip' in found ? found.skip : undefined;
@@ -54,7 +55,7 @@ async function roundTrip<TTx>(store: PostgresStore<TTx>, id: string) {
   const [published] = await store.transaction((tx) => store.publish(tx, [event(id)]));
   assert.deepEqual(published, { eventId: id, addedHandlers: ['h1', 'h2'], duplicate: false });
   const params = { owner: `w-${id}`, handlers: ['h1', 'h2'], limit: 10, leaseDurationMs: 30_000 };
-  const claimed = await store.claim(params);
+  const claimed = await owners.claim(store, params);
   assert.equal(claimed.length, 2);
   assert.deepEqual(claimed[0]!.payload, event(id).payload);
   assert.deepEqual(claimed[0]!.headers, { trace: 't' });
@@ -64,7 +65,7 @@ async function roundTrip<TTx>(store: PostgresStore<TTx>, id: string) {
   // claim's summary row lists the ids it completed (an array column after rows where it is NULL), read alike through
   // every driver and client setting.
   await store.transaction((tx) => store.publish(tx, [event(`${id}-next`)]));
-  const riding = await store.completeAndClaim(leases, params);
+  const riding = await owners.completeAndClaim(store, leases, params);
   assert.deepEqual(riding.completed, [false, true]);
   assert.equal(riding.claimed.length, 2);
   await store.completeMany(riding.claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
@@ -239,7 +240,12 @@ describe('drivers on real Postgres: wrong objects, finished transactions, client
         /no/,
       );
       await rejectsInput(store.publish(rolledBack!, [event('late')]), /already rolled back/);
-      const claimed = await store.claim({ owner: 'w', handlers: ['h1', 'h2'], limit: 10, leaseDurationMs: 30_000 });
+      const claimed = await owners.claim(store, {
+        owner: 'w',
+        handlers: ['h1', 'h2'],
+        limit: 10,
+        leaseDurationMs: 30_000,
+      });
       assert.deepEqual(claimed, []);
     });
   });

@@ -12,6 +12,7 @@ import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { pause, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const Step = defineEvent('followers.step', Type.Object({ n: Type.Integer() }));
@@ -56,7 +57,13 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
     await publish('run-c', 4, ['h1'], (n) => (n === 2 ? 60_000 : 0));
     const owner = 'followers-claim';
     try {
-      const claimed = await store.claim({ owner, handlers: ['h1'], limit: 3, leaseDurationMs: 10_000, followers: 3 });
+      const claimed = await owners.claim(store, {
+        owner,
+        handlers: ['h1'],
+        limit: 3,
+        leaseDurationMs: 10_000,
+        followers: 3,
+      });
       assert.deepEqual(payloads(claimed, 'run-a'), [0, 1, 2, 3], 'the head and 3 followers, no more');
       assert.deepEqual(payloads(claimed, 'run-b'), [0, 1], 'a key with less behind its head');
       assert.deepEqual(payloads(claimed, 'run-c'), [0, 1], 'up to the delivery that is not due');
@@ -71,12 +78,19 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
           assert.equal(run[i]!.follows, run[i - 1]!.id, `${key}: each follower names the one before it`);
       }
       assert.equal(claimed.filter((d) => d.follows === undefined).length, 3, 'the limit counts heads only');
-      const again = await store.claim({ owner, handlers: ['h1'], limit: 10, leaseDurationMs: 10_000, followers: 3 });
+      const again = await owners.claim(store, {
+        owner,
+        handlers: ['h1'],
+        limit: 10,
+        leaseDurationMs: 10_000,
+        followers: 3,
+      });
       assert.deepEqual(again, [], 'every key of h1 is in flight: nothing more');
 
       // Completing the head and its followers together: the next claim goes on after the last of them.
       const runA = claimed.filter((d) => d.key === 'run-a');
-      const next = await store.completeAndClaim(
+      const next = await owners.completeAndClaim(
+        store,
         runA.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })),
         { owner, handlers: ['h1'], limit: 10, leaseDurationMs: 10_000, followers: 3 },
       );
@@ -88,16 +102,16 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
       );
       const leases = [...claimed.filter((d) => d.key !== 'run-a'), ...next.claimed];
       await store.release(leases.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
-      const h2 = await store.claim({ owner, handlers: ['h2'], limit: 10, leaseDurationMs: 10_000 });
+      const h2 = await owners.claim(store, { owner, handlers: ['h2'], limit: 10, leaseDurationMs: 10_000 });
       assert.deepEqual(payloads(h2, 'run-a'), [0], 'without followers: the head alone');
       assert.equal(h2[0]!.follows, undefined);
       await store.release(h2.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
     } finally {
-      await store.relinquish(owner);
+      await owners.relinquish(store, owner);
       await pool.query(`DELETE FROM "${store.schema}".relaybus_deliveries WHERE key LIKE 'run-%'`);
     }
     await assert.rejects(
-      store.claim({ owner, handlers: ['h1'], limit: 1, leaseDurationMs: 1_000, followers: 101 }),
+      owners.claim(store, { owner, handlers: ['h1'], limit: 1, leaseDurationMs: 1_000, followers: 101 }),
       /followers must be an integer from 0 to 100, got 101/,
     );
   });
@@ -109,9 +123,9 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
     for (let k = 0; k < 12; k += 1) await publish(`free-${k}`, 5, ['budget']);
     const owner = 'followers-budget';
     try {
-      const [first] = await store.claim({ owner, handlers: ['budget'], limit: 1, leaseDurationMs: 10_000 });
+      const [first] = await owners.claim(store, { owner, handlers: ['budget'], limit: 1, leaseDurationMs: 10_000 });
       assert.ok(first !== undefined);
-      const next = await store.completeAndClaim([{ deliveryId: first.id, leaseToken: first.leaseToken }], {
+      const next = await owners.completeAndClaim(store, [{ deliveryId: first.id, leaseToken: first.leaseToken }], {
         owner,
         handlers: ['budget'],
         limit: 4,
@@ -123,7 +137,7 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
       assert.ok(next.claimed.length > 0, 'the claim claimed');
       await store.release(next.claimed.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
     } finally {
-      await store.relinquish(owner);
+      await owners.relinquish(store, owner);
       await pool.query(
         `DELETE FROM "${store.schema}".relaybus_deliveries WHERE key = 'held-deep' OR key LIKE 'free-%'`,
       );
@@ -137,11 +151,17 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
     const owner = 'followers-room';
     try {
       // Two heads of a batch of 10 with 2 followers each: 30 rows at most, 14 followers a head.
-      const two = await store.claim({ owner, handlers: ['deep'], limit: 10, leaseDurationMs: 10_000, followers: 2 });
+      const two = await owners.claim(store, {
+        owner,
+        handlers: ['deep'],
+        limit: 10,
+        leaseDurationMs: 10_000,
+        followers: 2,
+      });
       assert.deepEqual(payloads(two, 'deep-a'), range(15), 'deep-a: its head and 14 followers');
       assert.deepEqual(payloads(two, 'deep-b'), range(15), 'deep-b: the same share');
       // One head of a batch of 100 with 5 followers: the room is 599 rows, but a head brings 100 followers at most.
-      const one = await store.claim({
+      const one = await owners.claim(store, {
         owner,
         handlers: ['deepest'],
         limit: 100,
@@ -158,11 +178,17 @@ describe('followers on real Postgres', { skip: 'skip' in found ? found.skip : un
       }
       // A full batch of heads keeps the count asked for: 12 keys, a batch of 4 with 1 follower: 8 rows.
       for (let k = 0; k < 12; k += 1) await publish(`wide-${k}`, 5, ['wide']);
-      const full = await store.claim({ owner, handlers: ['wide'], limit: 4, leaseDurationMs: 10_000, followers: 1 });
+      const full = await owners.claim(store, {
+        owner,
+        handlers: ['wide'],
+        limit: 4,
+        leaseDurationMs: 10_000,
+        followers: 1,
+      });
       assert.equal(full.length, 8, 'four heads with one follower each');
       await store.release([...two, ...one, ...full].map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
     } finally {
-      await store.relinquish(owner);
+      await owners.relinquish(store, owner);
       await pool.query(`DELETE FROM "${store.schema}".relaybus_deliveries WHERE key LIKE 'deep%' OR key LIKE 'wide-%'`);
     }
   });

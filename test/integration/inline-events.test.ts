@@ -11,6 +11,7 @@ import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '..
 import type { ClaimedDelivery, PublishParams, PublishResult } from '../../src/store/contract.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 
@@ -42,7 +43,8 @@ describe('events published inline on real Postgres', { skip: 'skip' in found ? f
     await publish();
     return (await eventRows()).filter((id) => !before.has(id));
   };
-  const claim = (owner: string) => store.claim({ owner, handlers: ['a', 'b'], limit: 50, leaseDurationMs: 60_000 });
+  const claim = (owner: string) =>
+    owners.claim(store, { owner, handlers: ['a', 'b'], limit: 50, leaseDurationMs: 60_000 });
 
   it('writes no events row for a small event without a caller id, and its deliveries read back whole', async () => {
     const large = { text: 'x'.repeat(2_000) };
@@ -136,12 +138,17 @@ describe('events published inline on real Postgres', { skip: 'skip' in found ? f
       );
     });
     assert.deepEqual(rows, [after!.eventId], 'only the event published with history on has a row');
-    const claimed = await withHistory.claim({ owner: 'h', handlers: ['a'], limit: 10, leaseDurationMs: 60_000 });
+    const claimed = await owners.claim(withHistory, {
+      owner: 'h',
+      handlers: ['a'],
+      limit: 10,
+      leaseDurationMs: 60_000,
+    });
     assert.equal(claimed.length, 2);
     // One completion through completeMany, one riding on the next claim: both statements write history.
     const [first, second] = claimed;
     await withHistory.completeMany([{ deliveryId: first!.id, leaseToken: first!.leaseToken }]);
-    await withHistory.completeAndClaim([{ deliveryId: second!.id, leaseToken: second!.leaseToken }], {
+    await owners.completeAndClaim(withHistory, [{ deliveryId: second!.id, leaseToken: second!.leaseToken }], {
       owner: 'h',
       handlers: ['a'],
       limit: 10,

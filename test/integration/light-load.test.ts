@@ -9,10 +9,11 @@ import { describe, it } from 'node:test';
 import { laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
-import type { ClaimParams } from '../../src/store/contract.js';
+import type { OwnerClaimParams as ClaimParams } from '../support/claims.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { deferred, pause, spyStore, waitFor, type Deferred } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const Step = defineEvent('light-load.step', Type.Object({ n: Type.Integer() }));
@@ -28,7 +29,7 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
    */
   async function startSpiedBus(
     completionBatchWindowMs?: number,
-    overrides: Partial<typeof store> = {},
+    overrides: Partial<typeof store> & Partial<owners.OwnerClaimCalls> = {},
     pollIntervalMs = 20_000,
   ) {
     const spied = spyStore(store, overrides);
@@ -65,7 +66,7 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
     await store.transaction((tx) =>
       store.publish(tx, [{ type: 't', key: 'delayed', payload: { n: 6 }, handlers, availableAt: later }]),
     );
-    const claimed = await store.claim({ owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
+    const claimed = await owners.claim(store, { owner: 'w', handlers: ['h'], limit: 10, leaseDurationMs: 60_000 });
     const byPayload = new Map(claimed.map((d) => [(d.payload as { n: number }).n, d]));
     assert.deepEqual([...byPayload.keys()].sort(), [1, 3, 4, 5], 'the heads and the unkeyed one');
     const complete = (n: number) => {
@@ -77,7 +78,7 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
     assert.deepEqual(await complete(5), { completed: [true], nextDue: false }, 'its next is not due yet');
     assert.deepEqual(await complete(1), { completed: [true], nextDue: true }, 'its next is due');
     assert.deepEqual(await complete(1), { completed: [false], nextDue: false }, 'already completed: lease lost');
-    await store.relinquish('w');
+    await owners.relinquish(store, 'w');
   });
 
   it('a trickle costs about one claim per publish, and a chain of one key runs through without the poll', {
@@ -129,11 +130,11 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
     const { bus, ran } = await startSpiedBus(undefined, {
       claim: async (params) => {
         await held();
-        return store.claim(params);
+        return owners.claim(store, params);
       },
       completeAndClaim: async (leases, params) => {
         await held();
-        return store.completeAndClaim(leases, params);
+        return owners.completeAndClaim(store, leases, params);
       },
     });
     try {
@@ -185,7 +186,7 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
     const claims: { light: boolean; named: readonly number[]; endedAt: number; count: number }[] = [];
     const record = (params: ClaimParams, claimed: readonly unknown[]) =>
       claims.push({
-        light: params.skipFreeLanes === true,
+        light: params.freeLanes === 'skip',
         named: params.preferLanes ?? [],
         endedAt: performance.now(),
         count: claimed.length,
@@ -195,12 +196,12 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
       undefined,
       {
         claim: async (params) => {
-          const claimed = await store.claim(params);
+          const claimed = await owners.claim(store, params);
           record(params, claimed);
           return claimed;
         },
         completeAndClaim: async (leases, params) => {
-          const result = await store.completeAndClaim(leases, params);
+          const result = await owners.completeAndClaim(store, leases, params);
           record(params, result.claimed);
           return result;
         },
@@ -250,7 +251,7 @@ describe('a light load on real Postgres', { skip: 'skip' in found ? found.skip :
       }
       const calls = spied.calls.slice(from);
       const light = (call: (typeof calls)[number]) =>
-        (call.args[call.method === 'claim' ? 0 : 1] as { skipFreeLanes?: boolean } | undefined)?.skipFreeLanes === true;
+        (call.args[call.method === 'claim' ? 0 : 1] as { freeLanes?: string } | undefined)?.freeLanes === 'skip';
       assert.ok(
         calls.some((call) => call.method === 'claim' && light(call)),
         'claims under the light load skip free lanes',

@@ -16,6 +16,7 @@ import { findPostgres } from '../support/databases.js';
 import { keysInLane } from '../support/lanes.js';
 import { usePgStore } from '../support/pg-store.js';
 import { collect, pause, spyStore, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const Step = defineEvent('liveness.step', Type.Object({ n: Type.Integer() }));
@@ -168,7 +169,7 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
       ),
     );
     const claim = (now: Date) =>
-      store.claim({ owner: 'probe-owner', handlers: ['probe'], limit: 5, leaseDurationMs: 60_000, now });
+      owners.claim(store, { owner: 'probe-owner', handlers: ['probe'], limit: 5, leaseDurationMs: 60_000, now });
     const first = await claim(t0);
     const head = first.find((d) => d.key === retried);
     assert.ok(head, 'the first claim starts the walk at the first key');
@@ -336,14 +337,14 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
         ),
       );
       const claim = (now: Date, retryLookaheadMs: number) =>
-        store.claim({
+        owners.claim(store, {
           owner,
           handlers: ['lookahead'],
           limit: 10,
           leaseDurationMs: 60_000,
           now,
           retryLookaheadMs,
-          ...(freeLanesFirst ? { freeLanesFirst } : {}),
+          ...(freeLanesFirst ? { freeLanes: 'first' as const } : {}),
         });
       try {
         const [head, ...rest] = await claim(t0, 0);
@@ -364,12 +365,12 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
         assert.equal(early[0]!.notBefore?.toISOString(), at(400).toISOString());
         assert.equal(early[0]!.attempts, 1);
       } finally {
-        await store.relinquish(owner);
+        await owners.relinquish(store, owner);
       }
     }
     for (const bad of [-1, 0.5, 1_001, '10'])
       await assert.rejects(
-        store.claim({
+        owners.claim(store, {
           owner: 'lookahead-owner',
           handlers: ['lookahead'],
           limit: 1,
@@ -408,11 +409,11 @@ describe('liveness of the delivery path on real Postgres', { skip: 'skip' in fou
     const { store: slow } = spyStore(store, {
       claim: async (params) => {
         await pause(ms);
-        return note(await store.claim(params));
+        return note(await owners.claim(store, params));
       },
       completeAndClaim: async (leases, params) => {
         await pause(ms);
-        const result = await store.completeAndClaim(leases, params);
+        const result = await owners.completeAndClaim(store, leases, params);
         note(result.claimed);
         return result;
       },

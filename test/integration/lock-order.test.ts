@@ -11,6 +11,7 @@ import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { parseLeaseToken } from '../../src/core/lease-token.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 /** How long claims and renewals race; a deadlock showed within a second or two before the fix. */
@@ -44,7 +45,9 @@ describe('lane lock order on real Postgres', { skip: 'skip' in found ? found.ski
         epochs.set(lane, epoch);
       }
     };
-    record((await store.claim({ owner, handlers: ['h'], limit: 2_000, leaseDurationMs })).map((d) => d.leaseToken));
+    record(
+      (await owners.claim(store, { owner, handlers: ['h'], limit: 2_000, leaseDurationMs })).map((d) => d.leaseToken),
+    );
     assert.ok(epochs.size >= 64, `the owner holds many lanes (held ${epochs.size})`);
 
     const deadline = Date.now() + RACE_MS;
@@ -63,7 +66,9 @@ describe('lane lock order on real Postgres', { skip: 'skip' in found ? found.ski
     };
     const claimer = () =>
       guard('claim', async () => {
-        record((await store.claim({ owner, handlers: ['h'], limit: 4, leaseDurationMs })).map((d) => d.leaseToken));
+        record(
+          (await owners.claim(store, { owner, handlers: ['h'], limit: 4, leaseDurationMs })).map((d) => d.leaseToken),
+        );
         claims += 1;
       });
     const renewer = (order: 'reverse' | 'shuffled') =>

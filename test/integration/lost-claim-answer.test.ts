@@ -15,9 +15,10 @@ import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import type { Logger } from '../../src/core/logger.js';
 import { fromPg, type PgClientLike, postgresStore, type PostgresStore } from '../../src/postgres/index.js';
 import type { SqlExecutor } from '../../src/postgres/sql-client.js';
-import type { ClaimParams } from '../../src/store/contract.js';
+import type { OwnerClaimParams as ClaimParams } from '../support/claims.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const url = 'url' in found ? found.url : '';
@@ -102,13 +103,17 @@ describe('a claim whose answer was lost, on real Postgres', { skip: 'skip' in fo
     await publishKeys('hidden', 200);
     const params: ClaimParams = { owner: 'hider', handlers: ['h'], limit: 1_000, leaseDurationMs: 30_000 };
     inject({ statement: 'claim_held_lanes', skip: 2, when: 'after' });
-    const first = await store.claim(params);
+    const first = await owners.claim(store, params);
     assert.ok(first.length > 0, 'the rounds before the failure are handed over');
     assert.equal(fault, undefined, 'the second claim statement ran and its answer was dropped');
-    await assert.rejects(store.claim(params), /Connection terminated unexpectedly/, 'the next claim rejects first');
-    const forgotten = await store.forgetInFlight({ owner: params.owner, holding: first.map((d) => d.id) });
+    await assert.rejects(
+      owners.claim(store, params),
+      /Connection terminated unexpectedly/,
+      'the next claim rejects first',
+    );
+    const forgotten = await owners.forgetInFlight(store, { owner: params.owner, holding: first.map((d) => d.id) });
     assert.ok(forgotten > 0, 'what the dropped statement recorded is forgotten');
-    const rest = await store.claim(params);
+    const rest = await owners.claim(store, params);
     const ids = new Set([...first, ...rest].map((d) => d.id));
     assert.equal(ids.size, 200, 'every delivery is claimed once the forgotten ones are claimable again');
     assert.equal(first.length + rest.length, 200);
@@ -128,7 +133,7 @@ describe('a claim whose answer was lost, on real Postgres', { skip: 'skip' in fo
     };
     // The claim that names the free lane fails on the client at once...
     inject({ statement: 'claim_held_lanes', skip: 0, when: 'before' });
-    await assert.rejects(store.claim(params), /Connection terminated/);
+    await assert.rejects(owners.claim(store, params), /Connection terminated/);
     // ...while on the server it goes on: it takes the lane and records the delivery, and has not committed yet.
     const lingering = await pool.connect();
     try {
@@ -138,7 +143,7 @@ describe('a claim whose answer was lost, on real Postgres', { skip: 'skip' in fo
            lease_expires_at = now() + interval '30 seconds' WHERE lane = $3 AND lease_owner IS NULL`,
         [params.owner, delivery!.id, lane],
       );
-      const forget = store.forgetInFlight({ owner: params.owner, holding: [] });
+      const forget = owners.forgetInFlight(store, { owner: params.owner, holding: [] });
       await waitFor(async () => {
         const { rows } = await pool.query(
           `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%relaybus_lanes%'`,
@@ -151,7 +156,7 @@ describe('a claim whose answer was lost, on real Postgres', { skip: 'skip' in fo
       lingering.release();
     }
     assert.deepEqual(await inFlightOf(lane), []);
-    const [again] = await store.claim({ ...params, preferLanes: [] });
+    const [again] = await owners.claim(store, { ...params, preferLanes: [] });
     assert.equal(again?.id, delivery!.id, 'claimable again');
   });
 

@@ -11,6 +11,7 @@ import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { loadStatements, type StatementName } from '../../src/postgres/statements.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 /** The statements every delivery cycle runs. */
@@ -68,7 +69,7 @@ describe('plan cache of the hot statements on real Postgres', {
         ),
       );
       const owner = `w-${round % 3}`;
-      const batch = await store.claim({ owner, handlers: ['a', 'b'], limit: 25, leaseDurationMs: 30_000 });
+      const batch = await owners.claim(store, { owner, handlers: ['a', 'b'], limit: 25, leaseDurationMs: 30_000 });
       const lanes = new Map(batch.map((d) => [d.lane, d.leaseToken.split(':')[1]!]));
       await store.extendLease({
         owner,
@@ -80,13 +81,13 @@ describe('plan cache of the hot statements on real Postgres', {
       await store.transaction((tx) =>
         store.publish(tx, [{ type: 't', key: `light-${round % 5}`, payload: { round }, handlers }]),
       );
-      const light = await store.claim({
+      const light = await owners.claim(store, {
         owner,
         handlers: ['a', 'b'],
         limit: 25,
         leaseDurationMs: 30_000,
         preferLanes: [laneOf(`light-${round % 5}`, '')],
-        skipFreeLanes: true,
+        freeLanes: 'skip',
       });
       await store.completeMany(light.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
     }

@@ -29,6 +29,7 @@ import { parseReadme } from '../docs/markdown.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { deferred, pause, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 
@@ -275,7 +276,7 @@ describe('publishing from SQL: relaybus_publish and relaybus_lane', {
     const byHandler = new Map<string, ClaimedDelivery[]>(handlers.map((name) => [name, []]));
     let claimed = 0;
     for (let round = 0; round < 200 && claimed < expected; round += 1) {
-      const batch = await store.claim({ owner, handlers, limit: 50, leaseDurationMs: 30_000 });
+      const batch = await owners.claim(store, { owner, handlers, limit: 50, leaseDurationMs: 30_000 });
       for (const delivery of batch) byHandler.get(delivery.handler)!.push(delivery);
       claimed += batch.length;
       if (batch.length > 0)
@@ -284,7 +285,7 @@ describe('publishing from SQL: relaybus_publish and relaybus_lane', {
           batch.map(() => true),
         );
     }
-    await store.relinquish(owner);
+    await owners.relinquish(store, owner);
     assert.equal(claimed, expected, `${owner} claimed ${claimed} of ${expected} deliveries`);
     return byHandler;
   }
@@ -476,11 +477,16 @@ describe('publishing from SQL: relaybus_publish and relaybus_lane', {
       // Claimed like any delivery: headers and payload as published; the delayed ones are not due.
       const byHandler = await drain('fan-worker', ['fan-a', 'fan-b'], 4);
       assert.deepEqual(
-        await store.claim({ owner: 'fan-worker', handlers: ['fan-a', 'fan-b'], limit: 50, leaseDurationMs: 30_000 }),
+        await owners.claim(store, {
+          owner: 'fan-worker',
+          handlers: ['fan-a', 'fan-b'],
+          limit: 50,
+          leaseDurationMs: 30_000,
+        }),
         [],
         'the delayed ones are not due',
       );
-      await store.relinquish('fan-worker');
+      await owners.relinquish(store, 'fan-worker');
       const claimed = [...byHandler.values()].flat();
       assert.deepEqual(claimed.map((d) => d.eventId).sort(), [
         'fan-sql-keyed',

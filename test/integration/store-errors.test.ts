@@ -18,6 +18,7 @@ import { defineEvent } from '../../src/core/events.js';
 import { fromPg, fromPostgresJs, postgresStore, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { nextEvent } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const skip = 'skip' in found ? found.skip : undefined;
@@ -159,7 +160,7 @@ describe('store errors on real Postgres', { skip }, () => {
       await store.transaction((tx) =>
         store.publish(tx, [{ id: 'e1', type: 't', payload: {}, handlers: [{ name: 'h1', maxAttempts: 3 }] }]),
       );
-      const [claimed] = await store.claim({ owner: 'w', handlers: ['h1'], limit: 1, leaseDurationMs: 30_000 });
+      const [claimed] = await owners.claim(store, { owner: 'w', handlers: ['h1'], limit: 1, leaseDurationMs: 30_000 });
       await admin.query(
         `ALTER TABLE "${store.schema}".relaybus_deliveries ADD CONSTRAINT no_poison CHECK (last_error NOT LIKE '%poison%')`,
       );

@@ -14,6 +14,7 @@ import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import { fromPg, fromPglite, fromPostgresJs, postgresStore, type PostgresDriver } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 const url = 'url' in found ? found.url : '';
@@ -172,7 +173,7 @@ for (const target of TARGETS) {
       }
     });
 
-    it('skipFreeLanes: a claim leaves a free lane it does not name alone; without it, it takes the lane', async () => {
+    it('freeLanes skip: a claim leaves a free lane it does not name alone; without it, it takes the lane', async () => {
       const store = postgresStore({ driver: connection.driver, schema });
       await store.setup();
       const handlers = [{ name: 'skip-free', maxAttempts: 3 }];
@@ -180,25 +181,31 @@ for (const target of TARGETS) {
         store.publish(tx, [{ type: 'wakeups.skip-free', key: 'skip-free', payload: { n: 1 }, handlers }]),
       );
       const owner = `skip-free-${target.name}`;
-      const claim = (extra: { skipFreeLanes?: boolean; preferLanes?: number[] }) =>
-        store.claim({ owner, handlers: ['skip-free'], limit: 5, leaseDurationMs: 10_000, ...extra });
+      const claim = (extra: { freeLanes?: 'skip'; preferLanes?: number[] }) =>
+        owners.claim(store, { owner, handlers: ['skip-free'], limit: 5, leaseDurationMs: 10_000, ...extra });
       try {
-        assert.deepEqual(await claim({ skipFreeLanes: true }), [], 'not named: left alone');
-        const named = await claim({ skipFreeLanes: true, preferLanes: [laneOf('skip-free', '')] });
+        assert.deepEqual(await claim({ freeLanes: 'skip' }), [], 'not named: left alone');
+        const named = await claim({ freeLanes: 'skip', preferLanes: [laneOf('skip-free', '')] });
         assert.equal(named.length, 1, 'a named free lane is taken all the same');
         await store.release(named.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
-        await store.relinquish(owner);
+        await owners.relinquish(store, owner);
         const taken = await claim({});
-        assert.equal(taken.length, 1, 'without skipFreeLanes a short claim takes the free lane');
+        assert.equal(taken.length, 1, 'without freeLanes skip a short claim takes the free lane');
         // Released, or its lane stays held for the lease (relinquish hands back only lanes that run nothing) and a later
         // case's event whose id hashes to this lane waits that long.
         await store.release(taken.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
       } finally {
-        await store.relinquish(owner);
+        await owners.relinquish(store, owner);
       }
       await assert.rejects(
-        store.claim({ owner, handlers: ['skip-free'], limit: 1, leaseDurationMs: 1_000, skipFreeLanes: 1 as never }),
-        /skipFreeLanes must be a boolean/,
+        owners.claim(store, {
+          owner,
+          handlers: ['skip-free'],
+          limit: 1,
+          leaseDurationMs: 1_000,
+          freeLanes: 1 as never,
+        }),
+        /freeLanes must be 'skip' or 'first'/,
       );
     });
 

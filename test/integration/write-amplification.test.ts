@@ -9,6 +9,7 @@ import type pg from 'pg';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
 
@@ -74,7 +75,7 @@ describe('write amplification of the delivery path (real Postgres)', {
     }
     let completed = 0;
     for (let round = 0; round < 500 && completed < events * handlers.length; round += 1) {
-      const claimed = await store.claim({
+      const claimed = await owners.claim(store, {
         owner: 'worker-a',
         handlers: ['email', 'ledger'],
         limit: 200,

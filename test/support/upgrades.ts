@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import type pg from 'pg';
 import { laneOf } from '../../src/core/lanes.js';
 import type { Store } from '../../src/store/contract.js';
+import { claim, relinquish } from './claims.js';
 
 /**
  * What the schema tests share: the catalog of a schema (to compare installs built different ways),
@@ -138,7 +139,7 @@ export async function drain<TTx>(store: Store<TTx>, handlers: readonly string[])
   const seen = new Set<string>();
   const lastSequence = new Map<string, bigint>();
   for (let round = 0; round < 10_000; round += 1) {
-    const batch = await store.claim({ owner: 'drain', handlers, limit: 200, leaseDurationMs: 30_000 });
+    const batch = await claim(store, { owner: 'drain', handlers, limit: 200, leaseDurationMs: 30_000 });
     if (batch.length === 0) break;
     for (const delivery of batch) {
       const id = `${delivery.eventId}/${delivery.handler}`;
@@ -156,7 +157,7 @@ export async function drain<TTx>(store: Store<TTx>, handlers: readonly string[])
     }
     await store.completeMany(batch.map((d) => ({ deliveryId: d.id, leaseToken: d.leaseToken })));
   }
-  await store.relinquish('drain');
+  await relinquish(store, 'drain');
   return [...seen].map((id) => id.slice(0, id.lastIndexOf('/'))).sort();
 }
 

@@ -1,5 +1,6 @@
 import type { TypedEvents } from '../../src/core/emitter.js';
-import type { DeliveryLease, Store } from '../../src/store/contract.js';
+import type { ClaimSession, ClaimSessionOptions, DeliveryLease, Store } from '../../src/store/contract.js';
+import { claim, completeAndClaim, forgetInFlight, type OwnerClaimCalls, ownerSession, relinquish } from './claims.js';
 
 /**
  * Helpers for tests that run the real dispatcher: wait on lifecycle events or conditions with a
@@ -82,10 +83,10 @@ export interface StoreCall {
 export function aroundCompletionWrites<TTx>(
   store: Store<TTx>,
   around: <T>(leases: readonly DeliveryLease[], write: () => Promise<T>) => Promise<T>,
-): Partial<Store<TTx>> {
+): Partial<Store<TTx>> & Partial<OwnerClaimCalls> {
   const reportingNext = store.completeManyReportingNext?.bind(store);
   return {
-    completeAndClaim: (leases, params) => around(leases, () => store.completeAndClaim(leases, params)),
+    completeAndClaim: (leases, params) => around(leases, () => completeAndClaim(store, leases, params)),
     completeMany: (leases, now) => around(leases, () => store.completeMany(leases, now)),
     ...(reportingNext === undefined
       ? {}
@@ -93,27 +94,28 @@ export function aroundCompletionWrites<TTx>(
   };
 }
 
-/** Wrap a store so every call is recorded; behaviour is unchanged. `overrides` replace methods. */
+/**
+ * Wrap a store so every call is recorded; behaviour is unchanged. `overrides` replace methods. The calls of the claim
+ * sessions it opens are recorded (and replaced) as the owner's: `claim` and `completeAndClaim` with the owner and the
+ * session's options in their params, `forgetInFlight` with `{ owner, holding }`, and a session's `close()` as
+ * `relinquish(owner)`; they reach the store through one session per owner (test/support/claims.ts).
+ */
 export function spyStore<TTx>(
   store: Store<TTx>,
-  overrides: Partial<Store<TTx>> = {},
+  overrides: Partial<Store<TTx>> & Partial<OwnerClaimCalls> = {},
 ): { store: Store<TTx>; calls: StoreCall[] } {
   const calls: StoreCall[] = [];
   const target = store as unknown as Record<string, unknown>;
   const methods = [
     'setup',
     'publish',
-    'claim',
-    'completeAndClaim',
     'extendLease',
-    'forgetInFlight',
     'completeMany',
     'completeManyReportingNext',
     'complete',
     'reschedule',
     'bury',
     'release',
-    'relinquish',
     'requeue',
     'listDeliveries',
     'statistics',
@@ -135,5 +137,29 @@ export function spyStore<TTx>(
       return (original as (...a: unknown[]) => unknown).apply(method in overrides ? wrapped : store, args);
     };
   }
+  // Each call of a session is recorded as the owner's, then replaced by `overrides` or passed on (`ownerSession`).
+  const recorded =
+    (method: keyof OwnerClaimCalls) =>
+    (...args: unknown[]) => {
+      calls.push({ method, args });
+      const replaced = overrides[method] as ((...a: unknown[]) => unknown) | undefined;
+      return replaced === undefined
+        ? (passOn[method] as (...a: unknown[]) => unknown)(...args)
+        : replaced.apply(wrapped, args);
+    };
+  const passOn: OwnerClaimCalls = {
+    claim: (params) => claim(store, params),
+    completeAndClaim: (leases, params) => completeAndClaim(store, leases, params),
+    forgetInFlight: (params) => forgetInFlight(store, params),
+    relinquish: (owner) => relinquish(store, owner),
+  };
+  const recording = {
+    claim: recorded('claim'),
+    completeAndClaim: recorded('completeAndClaim'),
+    forgetInFlight: recorded('forgetInFlight'),
+    relinquish: recorded('relinquish'),
+  } as OwnerClaimCalls;
+  wrapped.openClaims = (owner: string, options?: ClaimSessionOptions): ClaimSession =>
+    ownerSession(store, owner, options, recording);
   return { store: wrapped as unknown as Store<TTx>, calls };
 }

@@ -7,8 +7,9 @@ import { defineEvent } from '../../src/core/events.js';
 import type { LogFields, Logger, LogLevel } from '../../src/core/logger.js';
 import { RetryBackoff, STORE_RETRY_BACKOFF } from '../../src/core/retry-backoff.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
-import type { ClaimParams } from '../../src/store/contract.js';
+import type { OwnerClaimParams as ClaimParams } from '../support/claims.js';
 import { nextEvent, spyStore, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 /**
  * A store that fails must not make the claim loop spin or go quiet: failed claims are retried after
@@ -44,7 +45,7 @@ function failingBus(t: TestContext, failures: number, error: () => Error = down)
   const { store } = spyStore(memory, {
     claim: (params: ClaimParams) => {
       claims.push(Date.now());
-      return left-- > 0 ? Promise.reject(error()) : memory.claim(params);
+      return left-- > 0 ? Promise.reject(error()) : owners.claim(memory, params);
     },
   });
   const logger = recordingLogger();
@@ -244,11 +245,11 @@ describe('stop after a failed claim', () => {
     let claims = 0;
     let relinquished = 0;
     const { store } = spyStore(memory, {
-      claim: (params: ClaimParams) => (claims++ === 0 ? Promise.reject(down()) : memory.claim(params)),
+      claim: (params: ClaimParams) => (claims++ === 0 ? Promise.reject(down()) : owners.claim(memory, params)),
       forgetInFlight: () => Promise.reject(down()),
       relinquish: (owner: string) => {
         relinquished += 1;
-        return memory.relinquish(owner);
+        return owners.relinquish(memory, owner);
       },
     });
     const logger = recordingLogger();

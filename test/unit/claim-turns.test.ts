@@ -13,9 +13,11 @@ import { createRelayBus } from '../../src/bus/bus.js';
 import { defineEvent } from '../../src/core/events.js';
 import { laneOf } from '../../src/core/lanes.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
-import type { ClaimParams, DeliveryLease } from '../../src/store/contract.js';
+import type { DeliveryLease } from '../../src/store/contract.js';
+import type { OwnerClaimParams as ClaimParams } from '../support/claims.js';
 import { StubClock } from '../support/clock.js';
 import { pause, spyStore, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
 const EVENTS = 600;
@@ -66,17 +68,17 @@ async function drain(withPeer: boolean | 'later', batchSize = 10) {
     }
   };
   const { store } = spyStore(memory, {
-    claim: (params: ClaimParams) => held(params, () => memory.claim(params)),
+    claim: (params: ClaimParams) => held(params, () => owners.claim(memory, params)),
     completeAndClaim: (leases: readonly DeliveryLease[], params: ClaimParams) =>
       held(params, async () => {
-        const result = await memory.completeAndClaim(leases, params);
+        const result = await owners.completeAndClaim(memory, leases, params);
         peerLanesSeen = result.peerLanes;
         if ((result.peerLanes ?? 0) > 0) peersSeen = true;
         return result;
       }),
     relinquish: (owner: string) => {
       relinquished.push(owner);
-      return memory.relinquish(owner);
+      return owners.relinquish(memory, owner);
     },
   });
   const bus = createRelayBus({
@@ -94,7 +96,7 @@ async function drain(withPeer: boolean | 'later', batchSize = 10) {
     // Another worker holds a lane: its delivery, for a handler of its own, stays in flight (the stub clock keeps its
     // lease). It takes only that delivery's lane.
     const peerTakesItsLane = async () => {
-      const peerClaim = await memory.claim({
+      const peerClaim = await owners.claim(memory, {
         owner: 'peer',
         handlers: ['peer-h'],
         limit: 1,

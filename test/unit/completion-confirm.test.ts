@@ -14,6 +14,7 @@ import type { Logger } from '../../src/core/logger.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 import type { DeliveryLease } from '../../src/store/contract.js';
 import { aroundCompletionWrites, spyStore, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
 
@@ -39,7 +40,7 @@ function cutFirstWrite(commits: boolean, handler: () => void | Promise<void>) {
     throw new StoreUnavailableError('connection terminated unexpectedly', { retryable: true });
   };
   const { store } = spyStore(memory, {
-    claim: (params) => (claimsHeld ? Promise.resolve([]) : memory.claim(params)),
+    claim: (params) => (claimsHeld ? Promise.resolve([]) : owners.claim(memory, params)),
     ...aroundCompletionWrites(memory, once),
   });
   const infos: string[] = [];

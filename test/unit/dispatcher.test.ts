@@ -11,9 +11,11 @@ import { LeaseRenewer } from '../../src/dispatcher/lease-renewer.js';
 import { memoryStore, type MemoryTransaction } from '../../src/memory/memory-store.js';
 import { noopLogger } from '../../src/core/logger.js';
 import { StoreUnavailableError } from '../../src/core/errors.js';
-import type { ClaimedDelivery, ClaimParams, DeliveryLease, Store } from '../../src/store/contract.js';
+import type { ClaimedDelivery, DeliveryLease, Store } from '../../src/store/contract.js';
+import type { OwnerClaimParams as ClaimParams } from '../support/claims.js';
 import { StubClock } from '../support/clock.js';
 import { collect, deferred, nextEvent, pause, spyStore, waitFor, type Deferred } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 /**
  * The dispatcher, run for real through the bus against the in-memory store. Time that matters to
@@ -27,7 +29,7 @@ const Audit = defineEvent('audit', Type.Object({ of: Type.Integer() }));
 function harness(
   t: TestContext,
   dispatcher: DispatcherOptions = {},
-  storeOverrides: Partial<Store<MemoryTransaction>> = {},
+  storeOverrides: Partial<Store<MemoryTransaction>> & Partial<owners.OwnerClaimCalls> = {},
 ) {
   const clock = new StubClock();
   const memory = memoryStore();
@@ -285,11 +287,11 @@ describe('dispatcher: failures', () => {
       {},
       {
         claim: (params: ClaimParams) =>
-          failures-- > 0 ? Promise.reject(new StoreUnavailableError('db down')) : memory.claim(params),
+          failures-- > 0 ? Promise.reject(new StoreUnavailableError('db down')) : owners.claim(memory, params),
         transaction: (fn) => memory.transaction(fn),
         publish: (tx, events, now) => memory.publish(tx, events, now),
         completeMany: (leases, now) => memory.completeMany(leases, now),
-        completeAndClaim: (leases, params) => memory.completeAndClaim(leases, params),
+        completeAndClaim: (leases, params) => owners.completeAndClaim(memory, leases, params),
       },
     );
     bus.on(Order, 'after-outage', () => undefined);
@@ -377,7 +379,7 @@ describe('dispatcher: transactional handlers', () => {
     await bus.start();
     await started.promise;
     clock.advance(60_000); // the 30 s lease expired; the renewer (every 10 s of real time) has not run
-    const stolen = await store.claim({
+    const stolen = await owners.claim(store, {
       owner: 'thief',
       handlers: ['tx-slow'],
       limit: 10,
@@ -418,7 +420,7 @@ describe('dispatcher: lost leases', () => {
     await bus.start();
     await started.promise;
     clock.advance(1_000);
-    const [stolen] = await store.claim({
+    const [stolen] = await owners.claim(store, {
       owner: 'thief',
       handlers: ['slow'],
       limit: 10,
@@ -455,7 +457,7 @@ describe('dispatcher: lost leases', () => {
     await bus.start();
     await started.promise;
     clock.advance(60_000);
-    const [stolen] = await store.claim({
+    const [stolen] = await owners.claim(store, {
       owner: 'thief',
       handlers: ['slow'],
       limit: 10,
@@ -663,7 +665,7 @@ function followersHarness(t: TestContext, beforeClaim: (at: number) => Promise<v
   let inner: Store<MemoryTransaction> | undefined;
   const record = async (params: ClaimParams) => {
     const at = performance.now();
-    asked.push({ followers: params.followers, freeLanesFirst: params.freeLanesFirst, at });
+    asked.push({ followers: params.followers, freeLanesFirst: params.freeLanes === 'first' ? true : undefined, at });
     await beforeClaim(at);
   };
   const parts = harness(
@@ -672,11 +674,11 @@ function followersHarness(t: TestContext, beforeClaim: (at: number) => Promise<v
     {
       async claim(params: ClaimParams) {
         await record(params);
-        return inner!.claim(params);
+        return owners.claim(inner!, params);
       },
       async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams) {
         await record(params);
-        return inner!.completeAndClaim(leases, params);
+        return owners.completeAndClaim(inner!, leases, params);
       },
     },
   );
@@ -745,7 +747,7 @@ describe('dispatcher: followers per claim', () => {
 describe('dispatcher: free lanes first', () => {
   it('asks to take free lanes first while its loop is not busy, and not while a backlog keeps it busy', async (t) => {
     // A loop that is not busy holds too little work to fill its batch, so a claim that looks at free lanes will take
-    // some anyway: first, so one claim of the held lanes follows instead of two (ClaimParams.freeLanesFirst). Batches
+    // some anyway: first, so one claim of the held lanes follows instead of two (ClaimHints.freeLanes 'first'). Batches
     // of 2: a full one marks the loop busy.
     const { bus, publish, asked } = followersHarness(t);
     let ran = 0;
@@ -797,7 +799,7 @@ describe('dispatcher: deliveries claimed before they are due', () => {
     let notBefore = 0;
     const { store } = spyStore(memory, {
       async claim(params: ClaimParams) {
-        const claimed = await memory.claim(params);
+        const claimed = await owners.claim(memory, params);
         return claimed.map((delivery) => {
           if (delivery.handler !== 'due-later') return delivery;
           notBefore = Date.now() + 60;
@@ -1150,7 +1152,7 @@ describe('dispatcher: graceful stop', () => {
     );
     assert.equal((await store.statistics(clock.now())).lanesLeased, 0, 'every lane handed back');
     // another worker takes it at once, without waiting for the lease to expire
-    const [taken] = await store.claim({
+    const [taken] = await owners.claim(store, {
       owner: 'next-worker',
       handlers: ['stuck'],
       limit: 1,
@@ -1191,12 +1193,12 @@ describe('dispatcher: graceful stop', () => {
             first = false;
             await gate.promise;
           }
-          return memory.claim(params);
+          return owners.claim(memory, params);
         },
         transaction: (fn) => memory.transaction(fn),
         publish: (tx, events, now) => memory.publish(tx, events, now),
         release: (leases, now) => memory.release(leases, now),
-        relinquish: (owner) => memory.relinquish(owner),
+        relinquish: (owner) => owners.relinquish(memory, owner),
         listDeliveries: (params) => memory.listDeliveries(params),
       },
     );
@@ -1224,13 +1226,19 @@ describe("dispatcher: takeover of crashed workers' lanes", () => {
     const clock = new StubClock();
     const memory = memoryStore();
     const claims: ClaimParams[] = [];
-    const claim = memory.claim.bind(memory);
-    memory.claim = (params) => {
-      claims.push(params);
-      return claim(params);
-    };
+    // Claims and claims with completions riding alike (the memory store's completeAndClaim claims through its claim).
+    const store = owners.overrideClaims(memory, {
+      claim: (params) => {
+        claims.push(params);
+        return owners.claim(memory, params);
+      },
+      completeAndClaim: (leases, params) => {
+        claims.push(params);
+        return owners.completeAndClaim(memory, leases, params);
+      },
+    });
     const bus = createRelayBus({
-      store: memory,
+      store,
       events: [Order, Audit],
       clock,
       backoff: { jitter: 0 },
@@ -1279,7 +1287,7 @@ describe("dispatcher: takeover of crashed workers' lanes", () => {
     });
     // The crashed worker holds its lane with the delivery in flight, then never claims again.
     await memory.transaction((tx) => bus.publish(tx, Order, { n: 0 }, { id: crashedId }));
-    const [lost] = await memory.claim({
+    const [lost] = await owners.claim(memory, {
       owner: 'crashed',
       handlers: ['worker'],
       limit: 1,

@@ -2,8 +2,6 @@
  * The folders of src/ are layers, and imports run one way: core (leaves: errors, events, lanes, clock, handler and
  * option types) <- store (the contract) <- dispatcher <- bus (the API) <- the drivers, brokers, telemetry and CLI.
  * A file may import its own layer and the layers below it, never one above (no folder imports another in a circle).
- * One exception, for types only: core's option and instrumentation types name the store contract's types
- * (`import type`, erased at run time); the contract itself is declarations.
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -25,19 +23,14 @@ function sources(folder: string): string[] {
     .map((file) => join(folder, file));
 }
 
-/** Type-only imports a layer may make of a lower-level folder's declarations. */
-const TYPES_ALLOWED: Readonly<Record<string, readonly string[]>> = { core: ['store/contract.ts'] };
-
-/** The src/ folders a file imports from, except the type-only imports TYPES_ALLOWED lets it make. */
+/** The src/ folders a file imports from (type-only imports count: a layer names nothing above it). */
 function importedFolders(file: string): string[] {
   const text = readFileSync(join(SRC, file), 'utf8');
-  const layer = file.split('/')[0]!;
   const folders: string[] = [];
-  for (const [statement, specifier] of text.matchAll(/import (?:type )?[^;]*?from '(\.[^']+)'/g)) {
+  for (const [, specifier] of text.matchAll(/import (?:type )?[^;]*?from '(\.[^']+)'/g)) {
     const target = join(file, '..', specifier!).replace(/\.js$/, '.ts');
     const parts = target.split('/');
     if (parts.length < 2) continue;
-    if (statement.startsWith('import type') && (TYPES_ALLOWED[layer] ?? []).includes(target)) continue;
     folders.push(parts[0]!);
   }
   return folders;

@@ -16,9 +16,8 @@ import {
   DEFAULT_SHUTDOWN_GRACE_MS,
   resolveDispatcherOptions,
   resolveHandlerOptions,
-  resolveRelayBusOptions,
-  type RelayBusOptions,
 } from '../../src/core/options.js';
+import { resolveRelayBusOptions, type RelayBusOptions } from '../../src/bus/options.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
@@ -121,23 +120,13 @@ describe('resolveRelayBusOptions', () => {
     invalid({ events: [Ping] }, /`store` is required/);
     invalid(
       { ...base, store: { publish() {} } },
-      /does not implement the Store contract \(missing methods setup, claim/,
+      /does not implement the Store contract \(missing methods setup, openClaims/,
     );
-    // Every method a bus calls but completeAndClaim (the dispatcher's claim with completions riding on it).
-    const methods = [
-      'setup',
-      'publish',
-      'claim',
-      'extendLease',
-      'forgetInFlight',
-      'completeMany',
-      'complete',
-      'reschedule',
-      'bury',
-    ];
-    const rest = ['release', 'relinquish', 'transaction', 'subscribe'];
+    // Every method a bus calls but openClaims (the dispatcher's claim sessions).
+    const methods = ['setup', 'publish', 'extendLease', 'completeMany', 'complete', 'reschedule', 'bury'];
+    const rest = ['release', 'transaction', 'subscribe'];
     const store = { capabilities: {}, ...Object.fromEntries([...methods, ...rest].map((name) => [name, () => {}])) };
-    invalid({ ...base, store }, /missing methods completeAndClaim\)/);
+    invalid({ ...base, store }, /missing methods openClaims\)/);
   });
 
   it('requires at least one event definition, each once', () => {

@@ -16,6 +16,7 @@ import type { Logger } from '../../src/core/logger.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 import type { DeliveryLease, ExtendLeaseResult } from '../../src/store/contract.js';
 import { aroundCompletionWrites, collect, deferred, pause, spyStore, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
 
@@ -35,7 +36,7 @@ describe('a renewal that finds a lane handed back by a completion still on its w
         held = true;
         const answer = await write();
         // What the owner's next claim does with a lane that runs nothing (the store's own hand-back).
-        await memory.relinquish(owner!);
+        await owners.relinquish(memory, owner!);
         await lostSeen.promise;
         await pause(5); // the renewer's answer is handled
         return answer;
@@ -43,7 +44,7 @@ describe('a renewal that finds a lane handed back by a completion still on its w
       const { store } = spyStore(memory, {
         claim: (params) => {
           owner ??= params.owner;
-          return memory.claim(params);
+          return owners.claim(memory, params);
         },
         ...aroundCompletionWrites(memory, holdFirst),
         extendLease: async (params): Promise<ExtendLeaseResult> => {

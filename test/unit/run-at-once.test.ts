@@ -12,6 +12,7 @@ import { defineEvent } from '../../src/core/events.js';
 import type { LogFields, Logger } from '../../src/core/logger.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 import { deferred, pause, spyStore, waitFor } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const Ping = defineEvent('ping', Type.Object({ n: Type.Integer() }));
 
@@ -28,7 +29,7 @@ describe('a run that finished at once', () => {
     };
     const { store } = spyStore(memory, {
       completeMany: (leases, now) => held(() => memory.completeMany(leases, now)),
-      completeAndClaim: (leases, params) => held(() => memory.completeAndClaim(leases, params)),
+      completeAndClaim: (leases, params) => held(() => owners.completeAndClaim(memory, leases, params)),
     });
     const stopped: LogFields[] = [];
     const logger: Logger = {

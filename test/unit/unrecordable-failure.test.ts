@@ -16,6 +16,7 @@ import { memoryStore, type MemoryTransaction } from '../../src/memory/memory-sto
 import type { BuryParams, DeliveryLease, RescheduleParams, Store } from '../../src/store/contract.js';
 import { StubClock } from '../support/clock.js';
 import { nextEvent, spyStore } from '../support/wait.js';
+import * as owners from '../support/claims.js';
 
 const Order = defineEvent('order', Type.Object({ n: Type.Integer() }));
 
@@ -28,7 +29,7 @@ const unreachable = () =>
     retryable: true,
   });
 
-function harness(t: TestContext, overrides: Partial<Store<MemoryTransaction>>) {
+function harness(t: TestContext, overrides: Partial<Store<MemoryTransaction>> & Partial<owners.OwnerClaimCalls>) {
   const clock = new StubClock();
   const memory = memoryStore();
   const { store, calls } = spyStore(memory, overrides);
@@ -152,7 +153,7 @@ describe('a failure whose outcome cannot be recorded', () => {
     };
     const { bus, memory, calls, lines, publish } = harness(t, {
       completeMany: (leases, now) => failFirst(() => memory.completeMany(leases, now)),
-      completeAndClaim: (leases, params) => failFirst(() => memory.completeAndClaim(leases, params)),
+      completeAndClaim: (leases, params) => failFirst(() => owners.completeAndClaim(memory, leases, params)),
     });
     let runs = 0;
     bus.on(Order, 'succeeds', { maxAttempts: 5 }, () => {

@@ -19,6 +19,7 @@ import {
   viewOf,
   type CaseGroup,
 } from './kit.js';
+import * as owners from '../../support/claims.js';
 
 export const claimCases: CaseGroup = {
   area: 'claim',
@@ -251,7 +252,7 @@ export const claimCases: CaseGroup = {
         harness.clock.advance(PAST_LEASE_MS);
         const [taken] = await claimExpecting(harness, 'w2', ['e1']);
         await harness.store.completeMany([leaseOf(taken!)], harness.clock.now());
-        assert.equal(await harness.store.relinquish('w2'), 1);
+        assert.equal(await owners.relinquish(harness.store, 'w2'), 1);
         await publish(harness, [event({ id: 'e2', key: 'k' })]);
         const [fresh] = await claimExpecting(harness, 'w1', ['e2']);
         assert.equal(fresh!.lane, old!.lane);
@@ -285,7 +286,7 @@ export const claimCases: CaseGroup = {
         const [held] = await claimExpecting(harness, 'w1', ['e1'], { limit: 1 });
         const [lost] = await claimExpecting(harness, 'w1', ['e2'], { limit: 1 });
         await claimExpecting(harness, 'w1', [], { limit: 10 });
-        assert.equal(await harness.store.forgetInFlight({ owner: 'w1', holding: [held!.id] }), 1);
+        assert.equal(await owners.forgetInFlight(harness.store, { owner: 'w1', holding: [held!.id] }), 1);
         const [again] = await claimExpecting(harness, 'w1', ['e2'], { limit: 10 });
         assert.equal(again!.id, lost!.id);
         assert.equal(again!.attempts, 0, 'no attempt charged');
@@ -294,9 +295,16 @@ export const claimCases: CaseGroup = {
           [true, true],
           'the held lease still completes',
         );
-        assert.equal(await harness.store.forgetInFlight({ owner: 'w1', holding: [] }), 0, 'nothing left to forget');
-        assert.equal(await harness.store.forgetInFlight({ owner: 'nobody', holding: [] }), 0);
-        await rejectsWithCode(harness.store.forgetInFlight({ owner: 'w1', holding: ['x'] }), 'RELAYBUS_INVALID_INPUT');
+        assert.equal(
+          await owners.forgetInFlight(harness.store, { owner: 'w1', holding: [] }),
+          0,
+          'nothing left to forget',
+        );
+        assert.equal(await owners.forgetInFlight(harness.store, { owner: 'nobody', holding: [] }), 0);
+        await rejectsWithCode(
+          owners.forgetInFlight(harness.store, { owner: 'w1', holding: ['x'] }),
+          'RELAYBUS_INVALID_INPUT',
+        );
       },
     },
     {
@@ -318,7 +326,7 @@ export const claimCases: CaseGroup = {
           harness.clock.advance(1);
         }
         const wanted = laneOf(keys[0]!, '');
-        const claimed = await harness.store.claim({
+        const claimed = await owners.claim(harness.store, {
           owner: 'w1',
           handlers: [H1],
           limit: 1,
@@ -338,16 +346,19 @@ export const claimCases: CaseGroup = {
         await publish(harness, [event({ id: 'e1' })]);
         const now = harness.clock.now();
         const base = { owner: 'w1', handlers: [H1], limit: 10, leaseDurationMs: LEASE_MS, now };
-        await rejectsWithCode(harness.store.claim({ ...base, limit: 0 }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.claim({ ...base, handlers: [] }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(owners.claim(harness.store, { ...base, limit: 0 }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(owners.claim(harness.store, { ...base, handlers: [] }), 'RELAYBUS_INVALID_INPUT');
         await rejectsWithCode(
-          harness.store.claim({ ...base, acquireWhenFull: 'yes' as unknown as boolean }),
+          owners.claim(harness.store, { ...base, acquireWhenFull: 'yes' as unknown as boolean }),
           'RELAYBUS_INVALID_INPUT',
         );
-        await rejectsWithCode(harness.store.claim({ ...base, owner: '' }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.claim({ ...base, preferLanes: [256] }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.claim({ ...base, leaseDurationMs: 0 }), 'RELAYBUS_INVALID_INPUT');
-        await rejectsWithCode(harness.store.claim({ ...base, now: new Date(Number.NaN) }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(owners.claim(harness.store, { ...base, owner: '' }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(owners.claim(harness.store, { ...base, preferLanes: [256] }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(owners.claim(harness.store, { ...base, leaseDurationMs: 0 }), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(
+          owners.claim(harness.store, { ...base, now: new Date(Number.NaN) }),
+          'RELAYBUS_INVALID_INPUT',
+        );
         assert.equal((await harness.store.statistics(now)).lanesLeased, 0);
         // Had a rejected claim taken the lane for w1, w2 would get nothing under w1's live lease.
         const [claimed] = await claimExpecting(harness, 'w2', ['e1']);

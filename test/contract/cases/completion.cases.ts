@@ -21,6 +21,7 @@ import {
   viewOf,
   type CaseGroup,
 } from './kit.js';
+import * as owners from '../../support/claims.js';
 
 export const completionCases: CaseGroup = {
   area: 'completion',
@@ -208,7 +209,7 @@ export const completionCases: CaseGroup = {
           // while that transaction is open (variant 0), at the same time (1), or just before it (2).
           const variant = round % 3;
           const startTakeover = () =>
-            store.claim({ owner: b, handlers: [H1], limit: 1, leaseDurationMs: LEASE_MS, now });
+            owners.claim(store, { owner: b, handlers: [H1], limit: 1, leaseDurationMs: LEASE_MS, now });
           let takeover = variant === 2 ? startTakeover() : undefined;
           const completedInTx = deferred();
           const completion = harness.inTransaction(async (tx) => {
@@ -235,8 +236,8 @@ export const completionCases: CaseGroup = {
             assert.equal(takenOver.attempts, 1);
             assert.deepEqual(await store.completeMany([leaseOf(takenOver)], clock.now()), [true]);
           }
-          await store.relinquish(a);
-          await store.relinquish(b);
+          await owners.relinquish(store, a);
+          await owners.relinquish(store, b);
           clock.advance(1_000);
         }
       },

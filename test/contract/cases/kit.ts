@@ -14,6 +14,7 @@ import type {
   StoreCapabilities,
 } from '../../../src/store/contract.js';
 import type { ContractTarget, Harness } from '../../support/harness.js';
+import * as owners from '../../support/claims.js';
 
 /** Capabilities a case can require; a target without one registers the case as skipped, with the reason. */
 export type Capability = {
@@ -77,7 +78,7 @@ export async function claim<TTx>(
   owner: string,
   options: ClaimOptions = {},
 ): Promise<ClaimedDelivery[]> {
-  return harness.store.claim({
+  return owners.claim(harness.store, {
     owner,
     handlers: options.handlers ?? [H1, H2],
     limit: options.limit ?? 10,

@@ -22,6 +22,7 @@ import {
   viewOf,
   type CaseGroup,
 } from './kit.js';
+import * as owners from '../../support/claims.js';
 
 /** `count` distinct keys that share the lane of `key` (so they compete in one lane). */
 function keysInLaneOf(key: string, count: number): string[] {
@@ -161,7 +162,7 @@ export const livenessCases: CaseGroup = {
           limit: number,
           acquireWhenFull?: boolean,
         ): Promise<ClaimedDelivery[]> =>
-          harness.store.claim({
+          owners.claim(harness.store, {
             owner,
             handlers,
             limit,

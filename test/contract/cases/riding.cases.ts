@@ -24,6 +24,7 @@ import {
   viewOf,
   type CaseGroup,
 } from './kit.js';
+import * as owners from '../../support/claims.js';
 
 function completeAndClaim<TTx>(
   harness: Harness<TTx>,
@@ -32,7 +33,7 @@ function completeAndClaim<TTx>(
   names = [H1, H2],
   limit = 10,
 ) {
-  return harness.store.completeAndClaim(done.map(leaseOf), {
+  return owners.completeAndClaim(harness.store, done.map(leaseOf), {
     owner,
     handlers: names,
     limit,
@@ -204,15 +205,16 @@ export const ridingCases: CaseGroup = {
         const mine = await claimOne('w1', 'mine', keys[0]!);
         await claimOne('w1-sibling', 'sibling', keys[1]!);
         await claimOne('peer', 'peer', keys[2]!);
-        const ask = (siblingOwners?: readonly string[], done: readonly ClaimedDelivery[] = []) =>
-          harness.store.completeAndClaim(done.map(leaseOf), {
-            owner: 'w1',
-            handlers: [H1],
-            limit: 10,
-            leaseDurationMs: LEASE_MS,
-            now: harness.clock.now(),
-            ...(siblingOwners === undefined ? {} : { siblingOwners }),
-          });
+        // Siblings are named when a session opens: each ask opens one of w1 (a session keeps nothing it needs here).
+        const ask = async (siblingOwners?: readonly string[], done: readonly ClaimedDelivery[] = []) =>
+          harness.store
+            .openClaims('w1', siblingOwners === undefined ? undefined : { siblingOwners })
+            .completeAndClaim(done.map(leaseOf), {
+              handlers: [H1],
+              limit: 10,
+              leaseDurationMs: LEASE_MS,
+              now: harness.clock.now(),
+            });
         assert.equal((await ask(['w1-sibling'], mine)).peerLanes, 1, 'the peer');
         assert.equal((await ask()).peerLanes, 2, 'without siblings named, the sibling counts as a peer');
         harness.clock.advance(PAST_LEASE_MS);
@@ -229,7 +231,7 @@ export const ridingCases: CaseGroup = {
         await publish(harness, [event({ id: 'a' })]);
         const [claimed] = await claimExpecting(harness, 'w1', ['a']);
         await assert.rejects(
-          harness.store.completeAndClaim([{ deliveryId: claimed!.id, leaseToken: 'not-a-lease' }], {
+          owners.completeAndClaim(harness.store, [{ deliveryId: claimed!.id, leaseToken: 'not-a-lease' }], {
             owner: 'w1',
             handlers: [H1],
             limit: 10,

@@ -1,5 +1,6 @@
-/** Graceful shutdown: release charges nothing, relinquish hands idle lanes back at once. */
+/** Graceful shutdown: release charges nothing, closing a claim session hands idle lanes back at once. */
 import assert from 'node:assert/strict';
+import { InvalidInputError } from '../../../src/core/errors.js';
 import {
   claim,
   claimExpecting,
@@ -10,14 +11,52 @@ import {
   handlers,
   leaseOf,
   publish,
+  LEASE_MS,
   rejectsWithCode,
   viewOf,
   type CaseGroup,
 } from './kit.js';
+import * as owners from '../../support/claims.js';
 
 export const shutdownCases: CaseGroup = {
   area: 'shutdown',
   cases: [
+    {
+      name: 'a closed claim session hands its idle lanes back and claims no more; a new session of the owner claims again',
+      async run({ harness }) {
+        const params = () => ({ handlers: [H1], limit: 10, leaseDurationMs: LEASE_MS, now: harness.clock.now() });
+        await publish(harness, [event({ id: 'e1' })]);
+        const session = harness.store.openClaims('w1');
+        assert.equal(session.owner, 'w1');
+        const [claimed] = await session.claim(params());
+        assert.equal(claimed?.eventId, 'e1');
+        assert.deepEqual(await harness.store.completeMany([leaseOf(claimed!)], harness.clock.now()), [true]);
+        assert.equal(await session.close(), 1, 'its one lane, idle now');
+        assert.deepEqual(await harness.store.listLanes(), []);
+        await rejectsWithCode(session.claim(params()), 'RELAYBUS_INVALID_STATE');
+        await rejectsWithCode(session.completeAndClaim([], params()), 'RELAYBUS_INVALID_STATE');
+        await publish(harness, [event({ id: 'e2' })]);
+        const again = harness.store.openClaims('w1');
+        assert.deepEqual(
+          (await again.claim(params())).map((d) => d.eventId),
+          ['e2'],
+        );
+        assert.equal(await again.close(), 0, 'a lane with work in flight stays');
+      },
+    },
+    {
+      name: 'openClaims refuses a bad owner or options before anything opens',
+      async run({ harness }) {
+        const refused = (open: () => unknown, pattern: RegExp) =>
+          assert.throws(open, (error: unknown) => error instanceof InvalidInputError && pattern.test(error.message));
+        refused(() => harness.store.openClaims(''), /owner/);
+        refused(() => harness.store.openClaims('w1', { siblingOwners: ['ok', ''] }), /siblingOwners\[1\]/);
+        refused(
+          () => harness.store.openClaims('w1', { holdConnection: 'yes' as never }),
+          /holdConnection must be a boolean/,
+        );
+      },
+    },
     {
       name: 'release gives a delivery back without charging an attempt',
       async run({ harness }) {
@@ -42,7 +81,7 @@ export const shutdownCases: CaseGroup = {
         const [claimed] = await claimExpecting(harness, 'w1', ['e1'], { handlers: [H1] });
         assert.deepEqual(await harness.store.release([leaseOf(claimed!)], harness.clock.now()), [true]);
         assert.deepEqual(await claim(harness, 'w2'), [], 'w1 still holds the lane');
-        assert.equal(await harness.store.relinquish('w1'), 1);
+        assert.equal(await owners.relinquish(harness.store, 'w1'), 1);
         assert.equal((await harness.store.statistics(harness.clock.now())).lanesLeased, 0);
         const taken = await claim(harness, 'w2');
         assert.deepEqual(taken.map((c) => c.handler).sort(), [H1, H2]);
@@ -60,7 +99,7 @@ export const shutdownCases: CaseGroup = {
         assert.equal(claimed.length, 2);
         const [done, running] = claimed;
         await harness.store.completeMany([leaseOf(done!)], harness.clock.now());
-        const handedBack = await harness.store.relinquish('w1');
+        const handedBack = await owners.relinquish(harness.store, 'w1');
         assert.equal(handedBack, done!.lane === running!.lane ? 0 : 1);
         assert.equal((await viewOf(harness, running!.id)).status, 'processing');
         assert.deepEqual(await claim(harness, 'w2'), []);
@@ -69,13 +108,13 @@ export const shutdownCases: CaseGroup = {
           [true],
           'the running delivery keeps its lease',
         );
-        assert.equal(await harness.store.relinquish('nobody'), 0);
+        assert.equal(await owners.relinquish(harness.store, 'nobody'), 0);
       },
     },
     {
       name: 'relinquish with an invalid owner throws RELAYBUS_INVALID_INPUT',
       async run({ harness }) {
-        await rejectsWithCode(harness.store.relinquish(''), 'RELAYBUS_INVALID_INPUT');
+        await rejectsWithCode(owners.relinquish(harness.store, ''), 'RELAYBUS_INVALID_INPUT');
       },
     },
   ],
