@@ -111,6 +111,8 @@ const PUBLISH: Entry[] = [
   e('pg-boss', 'default', false),
   e('graphile-worker', 'default', false),
   e('raw-sql', 'default', false),
+  e('raw-fanout', 'default', true),
+  e('raw-fanout', 'default', false),
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
 /**

@@ -12,6 +12,7 @@ const LOADERS: Readonly<Record<string, () => Promise<Contender>>> = {
   'graphile-worker': async () => (await import('./graphile-worker.js')).graphileWorker,
   'graphile-worker-0.17': async () => (await import('./graphile-worker.js')).graphileWorker017,
   'raw-sql': async () => (await import('./raw-sql.js')).rawSql,
+  'raw-fanout': async () => (await import('./raw-fanout.js')).rawFanout,
 };
 
 export const CONTENDER_NAMES: readonly string[] = Object.keys(LOADERS);
