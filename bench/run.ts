@@ -116,6 +116,15 @@ const PUBLISH: Entry[] = [
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
 /**
+ * bench:full only: the peers' previous majors (npm aliases pg-boss10 and graphile-worker17, the last releases that ran on
+ * Node 20) at their best beside the current ones, so one run on one Node shows what each upgrade changed.
+ */
+const PREVIOUS_MAJORS: Entry[] = [e('pg-boss-10', 'best', false), e('graphile-worker-0.17', 'best', false)];
+const PREVIOUS_MAJORS_PUBLISH: Entry[] = [
+  e('pg-boss-10', 'default', false),
+  e('graphile-worker-0.17', 'default', false),
+];
+/**
  * The 1, 2 and 4 process cells: relaybus tuned and graphile-worker at its best, so the cost of more processes on the
  * same cores shows beside a peer's (on 2 cores graphile-worker's 4 against 2 processes read 0.88-1.10x in three runs,
  * relaybus's 0.76-0.91x: bench/README.md, "Diagnosis").
@@ -189,12 +198,18 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       { publishers: 8, batch: 1, windowMs: 5_000 },
       { publishers: 8, batch: 100, windowMs: 5_000 },
     ],
-    publishEntries: [...PUBLISH, e('graphile-worker', 'default', true)],
+    publishEntries: [...PUBLISH, e('graphile-worker', 'default', true), ...PREVIOUS_MAJORS_PUBLISH],
     dispatch: [
-      { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED, sweepEntries: [] },
+      {
+        deliveries: 50_000,
+        dispatchers: 1,
+        eventsPerKey: 10,
+        entries: [...TUNED, ...PREVIOUS_MAJORS],
+        sweepEntries: [],
+      },
       { deliveries: 6_000, dispatchers: 1, eventsPerKey: 10, entries: ORDERING },
       { deliveries: 100_000, dispatchers: 1, eventsPerKey: 10, entries: RELAYBUS_TUNED },
-      { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED },
+      { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, entries: [...TUNED, ...PREVIOUS_MAJORS] },
       { deliveries: 200_000, dispatchers: 2, eventsPerKey: 10, entries: PROCESSES },
       { deliveries: 200_000, dispatchers: 4, eventsPerKey: 10, entries: TUNED },
       { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: DEFAULTS },
