@@ -91,6 +91,7 @@ const MIXED: Entry[] = [
   e('relaybus', 'tuned', false),
   e('row-lease', 'tuned', true),
   e('pg-boss', 'best', false),
+  e('pg-boss', 'notify', false),
   e('graphile-worker', 'best', false),
   e('raw-sql', 'floor', false),
 ];

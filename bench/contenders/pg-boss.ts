@@ -30,7 +30,7 @@ interface Job {
 }
 /** The part of pg-boss 10 and 12 the harness calls (their own types differ in `insert` and `work`'s options). */
 interface Boss {
-  on(event: 'error', listener: (error: unknown) => void): unknown;
+  on(event: 'error' | 'warning', listener: (error: unknown) => void): unknown;
   start(): Promise<unknown>;
   stop(options: { graceful: boolean; wait: boolean; timeout?: number }): Promise<void>;
   createQueue(name: string, options?: { partition?: boolean }): Promise<void>;
@@ -58,14 +58,25 @@ export function pgBoss12Settings(
   lc: number,
   b: number,
   s: number,
-  { burst = true, partition = true, works = 1 }: { burst?: boolean; partition?: boolean; works?: number } = {},
+  {
+    burst = true,
+    partition = true,
+    works = 1,
+    notify = false,
+  }: { burst?: boolean; partition?: boolean; works?: number; notify?: boolean } = {},
 ): DispatcherSettings {
   return {
     concurrency: lc,
     batchSize: b,
     pollIntervalMs: s * 1000,
     poolSize: Math.max(10, works * lc * HANDLERS.length * 2 + 2),
-    extra: { workers: works, localConcurrency: lc, burst: burst ? 1 : 0, partition: partition ? 1 : 0 },
+    extra: {
+      workers: works,
+      localConcurrency: lc,
+      burst: burst ? 1 : 0,
+      partition: partition ? 1 : 0,
+      notify: notify ? 1 : 0,
+    },
   };
 }
 
@@ -103,8 +114,16 @@ export const PG_BOSS_10_SWEEP: Readonly<Record<string, DispatcherSettings>> = {
 function makePgBoss(major: Major): Contender {
   let Boss: BossClass | undefined;
   const load = async () => (Boss ??= await major.load());
-  const create = async (url: string, schema: string, max: number, migrate = false) =>
-    new (await load())({ connectionString: url, schema, max, supervise: false, schedule: false, migrate });
+  const create = async (url: string, schema: string, max: number, migrate = false, listen = false) =>
+    new (await load())({
+      connectionString: url,
+      schema,
+      max,
+      supervise: false,
+      schedule: false,
+      migrate,
+      ...(listen ? { useListenNotify: true } : {}),
+    });
 
   const contender: Contender = {
     name: major.name,
@@ -124,7 +143,12 @@ function makePgBoss(major: Major): Contender {
       // Partitioned queues at the sweep points that ask for them (12), and for the publish and preload paths of `best`.
       const settings = (variant && settingsOf(contender, variant)) || major.variants.best;
       const partition = major.nameOnInsert && settings?.extra?.partition !== 0;
-      for (const handler of HANDLERS) await b.createQueue(handler, partition ? { partition: true } : {});
+      const notify = major.nameOnInsert && settings?.extra?.notify === 1;
+      for (const handler of HANDLERS)
+        await b.createQueue(handler, {
+          ...(partition ? { partition: true } : {}),
+          ...(notify ? { notify: true } : {}),
+        });
       await b.stop({ graceful: false, wait: true });
     },
 
@@ -183,8 +207,11 @@ function makePgBoss(major: Major): Contender {
     },
 
     async dispatcher({ url, schema }, settings, hooks) {
-      const b = await create(url, schema, settings.poolSize);
+      // 12's LISTEN/NOTIFY wake-up (the `notify` variant): one more connection, held by the listener.
+      const b = await create(url, schema, settings.poolSize, false, settings.extra?.notify === 1);
       b.on('error', (error: unknown) => hooks.warn(`error: ${String((error as Error)?.stack ?? error)}`));
+      // 12 reports what it falls back from (LISTEN/NOTIFY unavailable, slow queries) as 'warning' events.
+      b.on('warning', (warning: unknown) => hooks.warn(`warning: ${JSON.stringify(warning)}`));
       const workers = settings.extra?.workers ?? 1;
       const options: Record<string, unknown> = {
         batchSize: settings.batchSize,
@@ -231,7 +258,12 @@ export const pgBoss = makePgBoss({
   name: 'pg-boss',
   load: async () => (await import('pg-boss')).PgBoss as unknown as BossClass,
   nameOnInsert: true,
-  variants: { best: pgBoss12Settings(2, 5000, 0.5) },
+  variants: {
+    best: pgBoss12Settings(2, 5000, 0.5),
+    // best with queues created `notify: true` and the instance's `useListenNotify`: a created job wakes the workers at
+    // once instead of at their next poll (0.5 s at least), which is what a latency cell needs from pg-boss.
+    notify: pgBoss12Settings(2, 5000, 0.5, { notify: true }),
+  },
   sweep: PG_BOSS_SWEEP,
 });
 
