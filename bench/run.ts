@@ -12,7 +12,7 @@
  * but never enter the medians. relaybus runs from dist/, built first when src/ is newer
  * (lib/build.ts). Results: bench/results/<name>.json, .md and .svg (see report.ts).
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ensureBuild } from './lib/build.js';
@@ -578,6 +578,26 @@ try {
   if (created && !process.env.BENCH_KEEP_SCHEMA) await dropBenchDatabase(url);
 }
 
+/** The installed versions of the peers (and the npm aliases of their previous majors), as the results name them. */
+function peerVersions(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, dir] of [
+    ['pg-boss', 'pg-boss'],
+    ['graphile-worker', 'graphile-worker'],
+    ['pg-boss-10', 'pg-boss10'],
+    ['graphile-worker-0.17', 'graphile-worker17'],
+  ]) {
+    try {
+      out[name!] = JSON.parse(
+        readFileSync(new URL(`../node_modules/${dir}/package.json`, import.meta.url), 'utf8'),
+      ).version;
+    } catch {
+      // not installed: left out
+    }
+  }
+  return out;
+}
+
 const results: BenchResults = {
   name: outName,
   mode,
@@ -595,6 +615,7 @@ const results: BenchResults = {
     sharedBuffers: server!.sb,
     walinspect,
     pgStatStatements: pss!.preloaded ? 'preloaded' : 'not in shared_preload_libraries: statements counted client-side',
+    peers: peerVersions(),
   },
   build,
   plan: { ...plan, scenarios: [...scenarios] },
