@@ -15,7 +15,7 @@ import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.
 import { dbFigures, mergeStatements, profile } from '../metrics.js';
 import { mergeRecords, validate } from '../validate.js';
 import type { DispatcherResult, PublisherResult } from '../child.js';
-import { mergeWarnings, withSchema, type Entry, type RunContext, type RunRecord } from './common.js';
+import { forVariant, mergeWarnings, withSchema, type Entry, type RunContext, type RunRecord } from './common.js';
 
 export interface MixedCell {
   readonly ratePerSec: number;
@@ -49,173 +49,162 @@ export async function runMixed(
   const keyMap: KeyMap = entry.keyed
     ? { kind: 'modulo', publishers: cell.publishers, keysPerPublisher: KEYS_PER_PUBLISHER }
     : { kind: 'none' };
-  return withSchema(
-    context,
-    contender,
-    async (schema) => {
-      const handler = { mode: 'noop' as const, keys: keyMap };
-      const dispatchers = Array.from({ length: cell.dispatchers }, (_, slot) =>
-        startDispatcher(
-          { contender: contender.name, url: context.url, schema, poolSize: settings.poolSize, settings, handler },
-          slot,
-          cell.dispatchers,
-        ),
-      );
-      const publishers = Array.from({ length: cell.publishers }, () =>
-        startPublisher({ contender: contender.name, url: context.url, schema, poolSize: 1 }),
-      );
-      try {
-        const t0 = Date.now();
-        await Promise.all([...dispatchers, ...publishers].map((c) => c.next('ready')));
-        const tReady = Date.now();
-        const before = await snapshot(context.admin, schema);
-        for (const d of dispatchers) d.send({ type: 'go' });
-        const pubResults = Promise.all(publishers.map((p) => p.next<PublisherResult>('result')));
-        publishers.forEach((p, publisher) =>
-          p.send({
-            type: 'go',
-            plan: {
-              kind: 'rate',
-              ratePerSec: cell.ratePerSec / cell.publishers,
-              durationMs: cell.warmupMs + cell.windowMs,
-              batch: 1,
-              publisher,
-              publishers: cell.publishers,
-              keysPerPublisher: KEYS_PER_PUBLISHER,
-              keyed: entry.keyed,
-            },
-          }),
-        );
-        const pubs = await pubResults;
-        const published = pubs.reduce((sum, p) => sum + p.published, 0);
-        const total = published * HANDLERS.length;
-        const deadline = Date.now() + context.timeoutMs;
-        let timedOut = false;
-        while (dispatchers.reduce((sum, c) => sum + c.handled, 0) < total) {
-          if (Date.now() > deadline) {
-            timedOut = true;
-            break;
-          }
-          await sleep(50);
-        }
-        const tHandled = Date.now();
-        const drainDeadline = Date.now() + 10_000;
-        while (
-          !timedOut &&
-          (await contender.remaining(context.admin, schema)).pending > 0 &&
-          Date.now() < drainDeadline
-        )
-          await sleep(50);
-        const tDrained = Date.now();
-        const results = Promise.all(dispatchers.map((c) => c.next<DispatcherResult>('result')));
-        for (const c of dispatchers) c.send({ type: 'stop' });
-        const out = await results;
-        await Promise.all([...dispatchers, ...publishers].map((c) => c.exited()));
-        if (process.env.BENCH_DEBUG)
-          context.log(
-            `phases: ready ${tReady - t0} ms, window+handled ${tHandled - tReady} ms, drained ${tDrained - tHandled} ms, stopped ${Date.now() - tDrained} ms`,
-          );
-        await sleep(300);
-        const after = await snapshot(context.admin, schema);
-        const records = mergeRecords(out.map((o) => o.records));
-        const remaining = await contender.remaining(context.admin, schema);
-        const commitI = new Int32Array(pubs.reduce((sum, p) => sum + p.commitI.length, 0));
-        const commitT = new Float64Array(commitI.length);
-        let offset = 0;
-        for (const p of pubs) {
-          commitI.set(p.commitI, offset);
-          commitT.set(p.commitT, offset);
-          offset += p.commitI.length;
-        }
-        const errors = [...out.map((o) => o.error), ...pubs.map((p) => p.error)].filter(Boolean).join('\n');
-        const checked = validate(
-          commitI,
-          records,
-          keyMap,
-          contender.ordersKeys,
-          remaining,
-          out.reduce((sum, o) => sum + o.overlaps, 0),
-        );
-        const extra = [
-          ...(timedOut ? [`timeout after ${context.timeoutMs} ms`] : []),
-          ...(errors ? ['a process failed'] : []),
-        ];
-        const exactness = extra.length
-          ? { ...checked, valid: false, reasons: [...checked.reasons, ...extra] }
-          : checked;
-
-        // Latency and backlog from the logs; the window starts after the warm-up (see MixedCell.warmupMs).
-        const windowStart = Math.min(...pubs.map((p) => p.startedAt)) + cell.warmupMs;
-        const windowEnd = Math.max(...pubs.map((p) => p.endedAt));
-        const commitOf = new Map<number, number>();
-        for (let k = 0; k < commitI.length; k += 1) commitOf.set(commitI[k]!, commitT[k]!);
-        const measured: number[] = [];
-        const startup: number[] = [];
-        // BENCH_LATENCY_DUMP=<prefix>: each measured delivery's commit and handler start (wall ms), to set beside the
-        // dispatcher's claims (BENCH_DEBUG) and see what the slowest waited for.
-        const dump = process.env.BENCH_LATENCY_DUMP;
-        const pairs: [number, number][] = [];
-        for (let r = 0; r < records.i.length; r += 1) {
-          const committedAt = commitOf.get(records.i[r]!);
-          if (committedAt === undefined) continue;
-          const inWindow = committedAt >= windowStart;
-          (inWindow ? measured : startup).push(records.t[r]! - committedAt);
-          if (dump && inWindow) pairs.push([committedAt, records.t[r]!]);
-        }
-        if (dump) writeFileSync(`${dump}.${contender.name}.${entry.variant}.${rep}.json`, JSON.stringify(pairs));
-        const latencies = Float64Array.from(measured);
-        const steps: [number, number][] = [];
-        for (const t of commitT) steps.push([t, HANDLERS.length]);
-        for (const t of records.t) steps.push([t, -1]);
-        steps.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
-        let backlog = 0;
-        let backlogMax = 0;
-        for (const [t, delta] of steps) {
-          backlog += delta;
-          if (t >= windowStart && backlog > backlogMax) backlogMax = backlog;
-        }
-        let inWindow = 0;
-        for (const t of records.t) if (t >= windowStart && t <= windowEnd) inWindow += 1;
-        let publishedInWindow = 0;
-        for (const t of commitT) if (t >= windowStart) publishedInWindow += 1;
-        const statements = mergeStatements(out.map((o) => o.statements));
-        const db = await dbFigures(
-          context.admin,
-          contender,
-          before,
-          after,
-          records.i.length,
-          statements,
-          context.walinspect,
-        );
-        return {
-          scenario: 'mixed',
-          cell: mixedCellName(cell),
-          contender: contender.name,
-          variant: entry.variant,
-          keyed: entry.keyed,
-          rep,
-          valid: exactness.valid,
-          exactness,
-          rate: inWindow / ((windowEnd - windowStart) / 1000),
-          figures: {
-            offeredDeliveriesPerSec: cell.ratePerSec * HANDLERS.length,
-            publishedEventsPerSec: publishedInWindow / ((windowEnd - windowStart) / 1000),
-            latencyP50Ms: percentile(latencies, 50),
-            latencyP95Ms: percentile(latencies, 95),
-            latencyP99Ms: percentile(latencies, 99),
-            startupP99Ms: percentile(Float64Array.from(startup), 99),
-            backlogMax,
+  return withSchema(context, forVariant(contender, entry.variant), async (schema) => {
+    const handler = { mode: 'noop' as const, keys: keyMap };
+    const dispatchers = Array.from({ length: cell.dispatchers }, (_, slot) =>
+      startDispatcher(
+        { contender: contender.name, url: context.url, schema, poolSize: settings.poolSize, settings, handler },
+        slot,
+        cell.dispatchers,
+      ),
+    );
+    const publishers = Array.from({ length: cell.publishers }, () =>
+      startPublisher({ contender: contender.name, url: context.url, schema, poolSize: 1 }),
+    );
+    try {
+      const t0 = Date.now();
+      await Promise.all([...dispatchers, ...publishers].map((c) => c.next('ready')));
+      const tReady = Date.now();
+      const before = await snapshot(context.admin, schema);
+      for (const d of dispatchers) d.send({ type: 'go' });
+      const pubResults = Promise.all(publishers.map((p) => p.next<PublisherResult>('result')));
+      publishers.forEach((p, publisher) =>
+        p.send({
+          type: 'go',
+          plan: {
+            kind: 'rate',
+            ratePerSec: cell.ratePerSec / cell.publishers,
+            durationMs: cell.warmupMs + cell.windowMs,
+            batch: 1,
+            publisher,
+            publishers: cell.publishers,
+            keysPerPublisher: KEYS_PER_PUBLISHER,
+            keyed: entry.keyed,
           },
-          db,
-          profile: profile(statements),
-          warnings: mergeWarnings(out),
-          ...(errors ? { error: errors } : {}),
-        };
-      } finally {
-        [...dispatchers, ...publishers].forEach((c) => c.kill());
+        }),
+      );
+      const pubs = await pubResults;
+      const published = pubs.reduce((sum, p) => sum + p.published, 0);
+      const total = published * HANDLERS.length;
+      const deadline = Date.now() + context.timeoutMs;
+      let timedOut = false;
+      while (dispatchers.reduce((sum, c) => sum + c.handled, 0) < total) {
+        if (Date.now() > deadline) {
+          timedOut = true;
+          break;
+        }
+        await sleep(50);
       }
-    },
-    entry.variant,
-  );
+      const tHandled = Date.now();
+      const drainDeadline = Date.now() + 10_000;
+      while (!timedOut && (await contender.remaining(context.admin, schema)).pending > 0 && Date.now() < drainDeadline)
+        await sleep(50);
+      const tDrained = Date.now();
+      const results = Promise.all(dispatchers.map((c) => c.next<DispatcherResult>('result')));
+      for (const c of dispatchers) c.send({ type: 'stop' });
+      const out = await results;
+      await Promise.all([...dispatchers, ...publishers].map((c) => c.exited()));
+      if (process.env.BENCH_DEBUG)
+        context.log(
+          `phases: ready ${tReady - t0} ms, window+handled ${tHandled - tReady} ms, drained ${tDrained - tHandled} ms, stopped ${Date.now() - tDrained} ms`,
+        );
+      await sleep(300);
+      const after = await snapshot(context.admin, schema);
+      const records = mergeRecords(out.map((o) => o.records));
+      const remaining = await contender.remaining(context.admin, schema);
+      const commitI = new Int32Array(pubs.reduce((sum, p) => sum + p.commitI.length, 0));
+      const commitT = new Float64Array(commitI.length);
+      let offset = 0;
+      for (const p of pubs) {
+        commitI.set(p.commitI, offset);
+        commitT.set(p.commitT, offset);
+        offset += p.commitI.length;
+      }
+      const errors = [...out.map((o) => o.error), ...pubs.map((p) => p.error)].filter(Boolean).join('\n');
+      const checked = validate(
+        commitI,
+        records,
+        keyMap,
+        contender.ordersKeys,
+        remaining,
+        out.reduce((sum, o) => sum + o.overlaps, 0),
+      );
+      const extra = [
+        ...(timedOut ? [`timeout after ${context.timeoutMs} ms`] : []),
+        ...(errors ? ['a process failed'] : []),
+      ];
+      const exactness = extra.length ? { ...checked, valid: false, reasons: [...checked.reasons, ...extra] } : checked;
+
+      // Latency and backlog from the logs; the window starts after the warm-up (see MixedCell.warmupMs).
+      const windowStart = Math.min(...pubs.map((p) => p.startedAt)) + cell.warmupMs;
+      const windowEnd = Math.max(...pubs.map((p) => p.endedAt));
+      const commitOf = new Map<number, number>();
+      for (let k = 0; k < commitI.length; k += 1) commitOf.set(commitI[k]!, commitT[k]!);
+      const measured: number[] = [];
+      const startup: number[] = [];
+      // BENCH_LATENCY_DUMP=<prefix>: each measured delivery's commit and handler start (wall ms), to set beside the
+      // dispatcher's claims (BENCH_DEBUG) and see what the slowest waited for.
+      const dump = process.env.BENCH_LATENCY_DUMP;
+      const pairs: [number, number][] = [];
+      for (let r = 0; r < records.i.length; r += 1) {
+        const committedAt = commitOf.get(records.i[r]!);
+        if (committedAt === undefined) continue;
+        const inWindow = committedAt >= windowStart;
+        (inWindow ? measured : startup).push(records.t[r]! - committedAt);
+        if (dump && inWindow) pairs.push([committedAt, records.t[r]!]);
+      }
+      if (dump) writeFileSync(`${dump}.${contender.name}.${entry.variant}.${rep}.json`, JSON.stringify(pairs));
+      const latencies = Float64Array.from(measured);
+      const steps: [number, number][] = [];
+      for (const t of commitT) steps.push([t, HANDLERS.length]);
+      for (const t of records.t) steps.push([t, -1]);
+      steps.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+      let backlog = 0;
+      let backlogMax = 0;
+      for (const [t, delta] of steps) {
+        backlog += delta;
+        if (t >= windowStart && backlog > backlogMax) backlogMax = backlog;
+      }
+      let inWindow = 0;
+      for (const t of records.t) if (t >= windowStart && t <= windowEnd) inWindow += 1;
+      let publishedInWindow = 0;
+      for (const t of commitT) if (t >= windowStart) publishedInWindow += 1;
+      const statements = mergeStatements(out.map((o) => o.statements));
+      const db = await dbFigures(
+        context.admin,
+        contender,
+        before,
+        after,
+        records.i.length,
+        statements,
+        context.walinspect,
+      );
+      return {
+        scenario: 'mixed',
+        cell: mixedCellName(cell),
+        contender: contender.name,
+        variant: entry.variant,
+        keyed: entry.keyed,
+        rep,
+        valid: exactness.valid,
+        exactness,
+        rate: inWindow / ((windowEnd - windowStart) / 1000),
+        figures: {
+          offeredDeliveriesPerSec: cell.ratePerSec * HANDLERS.length,
+          publishedEventsPerSec: publishedInWindow / ((windowEnd - windowStart) / 1000),
+          latencyP50Ms: percentile(latencies, 50),
+          latencyP95Ms: percentile(latencies, 95),
+          latencyP99Ms: percentile(latencies, 99),
+          startupP99Ms: percentile(Float64Array.from(startup), 99),
+          backlogMax,
+        },
+        db,
+        profile: profile(statements),
+        warnings: mergeWarnings(out),
+        ...(errors ? { error: errors } : {}),
+      };
+    } finally {
+      [...dispatchers, ...publishers].forEach((c) => c.kill());
+    }
+  });
 }
