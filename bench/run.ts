@@ -12,7 +12,7 @@
  * but never enter the medians. relaybus runs from dist/, built first when src/ is newer
  * (lib/build.ts). Results: bench/results/<name>.json, .md and .svg (see report.ts).
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ensureBuild } from './lib/build.js';
@@ -91,6 +91,7 @@ const MIXED: Entry[] = [
   e('relaybus', 'tuned', false),
   e('row-lease', 'tuned', true),
   e('pg-boss', 'best', false),
+  e('pg-boss', 'notify', false),
   e('graphile-worker', 'best', false),
   e('raw-sql', 'floor', false),
 ];
@@ -111,8 +112,19 @@ const PUBLISH: Entry[] = [
   e('pg-boss', 'default', false),
   e('graphile-worker', 'default', false),
   e('raw-sql', 'default', false),
+  e('raw-fanout', 'default', true),
+  e('raw-fanout', 'default', false),
 ];
 const RELAYBUS_TUNED: Entry[] = [e('relaybus', 'tuned', true)];
+/**
+ * bench:full only: the peers' previous majors (npm aliases pg-boss10 and graphile-worker17, the last releases that ran on
+ * Node 20) at their best beside the current ones, so one run on one Node shows what each upgrade changed.
+ */
+const PREVIOUS_MAJORS: Entry[] = [e('pg-boss-10', 'best', false), e('graphile-worker-0.17', 'best', false)];
+const PREVIOUS_MAJORS_PUBLISH: Entry[] = [
+  e('pg-boss-10', 'default', false),
+  e('graphile-worker-0.17', 'default', false),
+];
 /**
  * The 1, 2 and 4 process cells: relaybus tuned and graphile-worker at its best, so the cost of more processes on the
  * same cores shows beside a peer's (on 2 cores graphile-worker's 4 against 2 processes read 0.88-1.10x in three runs,
@@ -187,12 +199,18 @@ const PLANS: Record<'quick' | 'full', Plan> = {
       { publishers: 8, batch: 1, windowMs: 5_000 },
       { publishers: 8, batch: 100, windowMs: 5_000 },
     ],
-    publishEntries: [...PUBLISH, e('graphile-worker', 'default', true)],
+    publishEntries: [...PUBLISH, e('graphile-worker', 'default', true), ...PREVIOUS_MAJORS_PUBLISH],
     dispatch: [
-      { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED, sweepEntries: [] },
+      {
+        deliveries: 50_000,
+        dispatchers: 1,
+        eventsPerKey: 10,
+        entries: [...TUNED, ...PREVIOUS_MAJORS],
+        sweepEntries: [],
+      },
       { deliveries: 6_000, dispatchers: 1, eventsPerKey: 10, entries: ORDERING },
       { deliveries: 100_000, dispatchers: 1, eventsPerKey: 10, entries: RELAYBUS_TUNED },
-      { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, entries: TUNED },
+      { deliveries: 200_000, dispatchers: 1, eventsPerKey: 10, entries: [...TUNED, ...PREVIOUS_MAJORS] },
       { deliveries: 200_000, dispatchers: 2, eventsPerKey: 10, entries: PROCESSES },
       { deliveries: 200_000, dispatchers: 4, eventsPerKey: 10, entries: TUNED },
       { deliveries: 50_000, dispatchers: 1, eventsPerKey: 10, entries: DEFAULTS },
@@ -560,6 +578,26 @@ try {
   if (created && !process.env.BENCH_KEEP_SCHEMA) await dropBenchDatabase(url);
 }
 
+/** The installed versions of the peers (and the npm aliases of their previous majors), as the results name them. */
+function peerVersions(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, dir] of [
+    ['pg-boss', 'pg-boss'],
+    ['graphile-worker', 'graphile-worker'],
+    ['pg-boss-10', 'pg-boss10'],
+    ['graphile-worker-0.17', 'graphile-worker17'],
+  ]) {
+    try {
+      out[name!] = JSON.parse(
+        readFileSync(new URL(`../node_modules/${dir}/package.json`, import.meta.url), 'utf8'),
+      ).version;
+    } catch {
+      // not installed: left out
+    }
+  }
+  return out;
+}
+
 const results: BenchResults = {
   name: outName,
   mode,
@@ -577,6 +615,7 @@ const results: BenchResults = {
     sharedBuffers: server!.sb,
     walinspect,
     pgStatStatements: pss!.preloaded ? 'preloaded' : 'not in shared_preload_libraries: statements counted client-side',
+    peers: peerVersions(),
   },
   build,
   plan: { ...plan, scenarios: [...scenarios] },

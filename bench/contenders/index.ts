@@ -8,8 +8,11 @@ const LOADERS: Readonly<Record<string, () => Promise<Contender>>> = {
   relaybus: async () => (await import('./relaybus.js')).relaybus,
   'row-lease': async () => (await import('./row-lease.js')).rowLease,
   'pg-boss': async () => (await import('./pg-boss.js')).pgBoss,
+  'pg-boss-10': async () => (await import('./pg-boss.js')).pgBoss10,
   'graphile-worker': async () => (await import('./graphile-worker.js')).graphileWorker,
+  'graphile-worker-0.17': async () => (await import('./graphile-worker.js')).graphileWorker017,
   'raw-sql': async () => (await import('./raw-sql.js')).rawSql,
+  'raw-fanout': async () => (await import('./raw-fanout.js')).rawFanout,
 };
 
 export const CONTENDER_NAMES: readonly string[] = Object.keys(LOADERS);

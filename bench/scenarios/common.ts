@@ -62,6 +62,14 @@ export function schemaName(contender: Contender): string {
   return `bench_${contender.name.replace(/-/g, '_')}_${randomBytes(3).toString('hex')}`;
 }
 
+/**
+ * The contender whose setup is for the entry's variant (pg-boss 12's partitioned or notifying queues are options of
+ * their creation): for the scenarios whose `withSchema` call ends with its body.
+ */
+export function forVariant(contender: Contender, variant: string): Contender {
+  return { ...contender, setup: (url, schema) => contender.setup(url, schema, variant) };
+}
+
 /** Set up a schema for `contender` (and the entry's `variant`, where its setup depends on it), run `body`, always drop the schema. */
 export async function withSchema<T>(
   context: RunContext,

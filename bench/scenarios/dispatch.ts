@@ -12,7 +12,15 @@ import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.
 import type { KeyMap } from '../lib/keys.js';
 import { dbFigures, mergeStatements, profile } from '../metrics.js';
 import { validate } from '../validate.js';
-import { analyzeSchema, mergeWarnings, withSchema, type Entry, type RunContext, type RunRecord } from './common.js';
+import {
+  analyzeSchema,
+  forVariant,
+  mergeWarnings,
+  withSchema,
+  type Entry,
+  type RunContext,
+  type RunRecord,
+} from './common.js';
 import { drain } from './drain.js';
 
 export interface DispatchCell {
@@ -38,7 +46,7 @@ export async function runDispatch(
   const events = Math.ceil(cell.deliveries / HANDLERS.length);
   const keys = Math.max(1, Math.ceil(events / cell.eventsPerKey));
   const cellName = dispatchCellName(cell);
-  return withSchema(context, contender, async (schema) => {
+  return withSchema(context, forVariant(contender, entry.variant), async (schema) => {
     const [preload] = await publishWith({ contender: contender.name, url: context.url, schema, poolSize: 2 }, [
       {
         kind: 'count',

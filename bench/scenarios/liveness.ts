@@ -27,7 +27,15 @@ import { timeline } from '../lib/timeline.js';
 import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.js';
 import { dbFigures, mergeStatements, profile } from '../metrics.js';
 import { validate } from '../validate.js';
-import { analyzeSchema, mergeWarnings, withSchema, type Entry, type RunContext, type RunRecord } from './common.js';
+import {
+  analyzeSchema,
+  forVariant,
+  mergeWarnings,
+  withSchema,
+  type Entry,
+  type RunContext,
+  type RunRecord,
+} from './common.js';
 import { drain } from './drain.js';
 
 export interface LivenessCell {
@@ -84,7 +92,7 @@ export async function runLiveness(
   const { keys, heads, healthyFrom } = livenessWorkload(cell);
   const from = arm === 'healthy keys only' ? healthyFrom : 0;
   const events = keys.length - from;
-  return withSchema(context, contender, async (schema) => {
+  return withSchema(context, forVariant(contender, entry.variant), async (schema) => {
     const [preload] = await publishWith({ contender: contender.name, url: context.url, schema, poolSize: 2 }, [
       { kind: 'list', list: keys, from, batch: 500, publisher: 0, publishers: 1, keysPerPublisher: 0, keyed: true },
     ]);

@@ -15,7 +15,7 @@ import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.
 import { dbFigures, mergeStatements, profile } from '../metrics.js';
 import { mergeRecords, validate } from '../validate.js';
 import type { DispatcherResult, PublisherResult } from '../child.js';
-import { mergeWarnings, withSchema, type Entry, type RunContext, type RunRecord } from './common.js';
+import { forVariant, mergeWarnings, withSchema, type Entry, type RunContext, type RunRecord } from './common.js';
 
 export interface MixedCell {
   readonly ratePerSec: number;
@@ -49,7 +49,7 @@ export async function runMixed(
   const keyMap: KeyMap = entry.keyed
     ? { kind: 'modulo', publishers: cell.publishers, keysPerPublisher: KEYS_PER_PUBLISHER }
     : { kind: 'none' };
-  return withSchema(context, contender, async (schema) => {
+  return withSchema(context, forVariant(contender, entry.variant), async (schema) => {
     const handler = { mode: 'noop' as const, keys: keyMap };
     const dispatchers = Array.from({ length: cell.dispatchers }, (_, slot) =>
       startDispatcher(

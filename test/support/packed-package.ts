@@ -144,6 +144,9 @@ export class FlowDatabases {
 
   constructor(readonly url: string) {
     this.#admin = new pg.Pool({ connectionString: url, max: 1 });
+    // Its connection idles through a whole flow: a backend terminated meanwhile (another test's forced drop, a server
+    // restart) is an 'error' event here, which without a listener kills the test process after the test ended.
+    this.#admin.on('error', () => {});
   }
 
   /** A new, empty database; its URL. */
