@@ -297,7 +297,9 @@ const build =
   (!only || only.has('relaybus')) && !args.plan
     ? ensureBuild(log, { skip: args['no-build'] })
     : { built: false, commit: 'n/a (relaybus not run)', uncommitted: [] };
-for (const name of CONTENDER_NAMES) if (!only || only.has(name)) loaded.set(name, await loadContender(name));
+// relaybus-base (another build, RELAYBUS_BASE_DIST) runs only when named.
+for (const name of CONTENDER_NAMES)
+  if (only ? only.has(name) : name !== 'relaybus-base') loaded.set(name, await loadContender(name));
 const contender = (name: string): Contender => {
   const found = loaded.get(name);
   if (!found) throw new Error(`unknown contender ${name}; known: ${CONTENDER_NAMES.join(', ')}`);

@@ -4,8 +4,13 @@
  */
 import type { Contender } from '../lib/types.js';
 
+/** A URL with a query is a module instance of its own: the relaybus contender over RELAYBUS_BASE_DIST. */
+const BASE_INSTANCE = new URL('./relaybus.js?base', import.meta.url).href;
+
 const LOADERS: Readonly<Record<string, () => Promise<Contender>>> = {
   relaybus: async () => (await import('./relaybus.js')).relaybus,
+  // Another build of relaybus (RELAYBUS_BASE_DIST), for before/after pairs: a second instance of the same module.
+  'relaybus-base': async () => ((await import(BASE_INSTANCE)) as typeof import('./relaybus.js')).relaybus,
   'row-lease': async () => (await import('./row-lease.js')).rowLease,
   'pg-boss': async () => (await import('./pg-boss.js')).pgBoss,
   'pg-boss-10': async () => (await import('./pg-boss.js')).pgBoss10,

@@ -6,6 +6,7 @@
  * caller's transaction (a pg client after BEGIN), or, per publish variant (PUBLISH_VARIANTS), through
  * the other paths a user has: without NOTIFY, fanned out from the stored subscriptions, or from SQL.
  */
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import type * as Api from '../../src/index.js';
 import type * as PgApi from '../../src/postgres/index.js';
@@ -21,7 +22,22 @@ import {
 } from '../lib/types.js';
 import { inTransaction, warmPool } from '../lib/db.js';
 
-const dist = (path: string) => new URL(`../../dist/src/${path}`, import.meta.url).href;
+/**
+ * Loaded as `relaybus.js?base` (the `relaybus-base` contender), this module runs another build of relaybus: the dist/
+ * of the checkout RELAYBUS_BASE_DIST names (built, with its sql/), for a before/after pair in one interleaved run.
+ */
+const isBase = new URL(import.meta.url).searchParams.has('base');
+function distRoot(): URL {
+  if (!isBase) return new URL('../../', import.meta.url);
+  const checkout = process.env.RELAYBUS_BASE_DIST;
+  if (!checkout)
+    throw new Error(
+      'relaybus-base needs RELAYBUS_BASE_DIST: a checkout of the revision to compare, built (npm run build)',
+    );
+  return pathToFileURL(`${checkout.replace(/\/$/, '')}/`);
+}
+const root = distRoot();
+const dist = (path: string) => new URL(`dist/src/${path}`, root).href;
 const api = (await import(dist('index.js'))) as typeof Api;
 const pgApi = (await import(dist('postgres/index.js'))) as typeof PgApi;
 const { createRelayBus, defineEvent, Type, DEFAULT_MAX_ATTEMPTS } = api;
@@ -138,7 +154,7 @@ function makeBus(
 }
 
 export const relaybus: Contender = {
-  name: 'relaybus',
+  name: isBase ? 'relaybus-base' : 'relaybus',
   ordersKeys: true,
   keyed: true,
   retryBackoff: true,
