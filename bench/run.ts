@@ -347,6 +347,13 @@ const dispatchCells = args.deliveries
       })),
     )
   : base.dispatch;
+/** With relaybus-base named, each relaybus entry of the mixed and liveness cells gets its twin over the base build. */
+const withBase = (entries: readonly Entry[]): Entry[] =>
+  entries.flatMap((entry) =>
+    entry.contender === 'relaybus' && loaded.has('relaybus-base')
+      ? [entry, { ...entry, contender: 'relaybus-base' }]
+      : [entry],
+  );
 const plan: Plan = {
   ...base,
   reps: args.reps ? Number(args.reps) : base.reps,
@@ -371,8 +378,8 @@ const plan: Plan = {
         !base.publishEntries.some((p) => onlyVariants.has(p.variant)) ||
         onlyVariants.has(entry.variant)),
   ),
-  mixedEntries: base.mixedEntries.filter(keep),
-  livenessEntries: base.livenessEntries.filter(keep),
+  mixedEntries: withBase(base.mixedEntries).filter(keep),
+  livenessEntries: withBase(base.livenessEntries).filter(keep),
   liveness: base.liveness.map((cell) => (args.handler === 'noop' ? { ...cell, handler: 'noop' as const } : cell)),
 };
 const scenarios = new Set(args.scenarios!.split(','));
