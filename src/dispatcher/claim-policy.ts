@@ -224,7 +224,12 @@ export class ClaimPolicy {
    * could have filled.
    */
   toWake(): LoopClaimState[] {
-    return this.loops.filter((loop) => !loop.barren);
+    return this.loops.filter((loop) => this.wakes(loop));
+  }
+
+  /** Whether a run that ended wakes `loop` (`toWake`, one loop at a time: called per delivery, it allocates nothing). */
+  wakes(loop: LoopClaimState): boolean {
+    return !loop.barren;
   }
 
   /** Work is flowing: some loop's last claim was busy (`BUSY_CLAIM`). */

@@ -250,7 +250,8 @@ export class Dispatcher<TTx> {
 
   /** Wake the loops a run that ended may give work to (`ClaimPolicy.toWake`). */
   #wakeWorking(): void {
-    for (const claims of this.#policy.toWake()) this.#loops[claims.index]!.wakeup.wake();
+    // Every delivery that ends under a backlog comes here: the policy is asked per loop, no array is made.
+    for (const loop of this.#loops) if (this.#policy.wakes(loop.claims)) loop.wakeup.wake();
   }
 
   /**
