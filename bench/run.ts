@@ -1,7 +1,7 @@
 /**
  * The interleaved benchmark orchestrator.
  *
- *   npm run bench:quick                      # 14 to 26 minutes on 2 cores: every scenario, 3 repetitions (mixed, liveness 6)
+ *   npm run bench:quick                      # about 17 minutes on 2 cores: every scenario, 3 repetitions (mixed, liveness 6)
  *   npm run bench:full                       # 50k and 200k dispatch, the peers' settings sweep, 5 repetitions
  *   node --import tsx bench/run.ts --scenarios dispatch --contenders relaybus,graphile-worker --deliveries 6000 --reps 1
  *
