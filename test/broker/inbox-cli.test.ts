@@ -6,32 +6,16 @@
  */
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
-import { after, before, describe, it } from 'node:test';
-import { killAll, startCli, type CliProcess } from './processes.js';
-import { AMQP_URL, openSchema, RabbitAdmin, rabbitSkip, uniqueName, type TestSchema } from './support.js';
+import { describe, it } from 'node:test';
+import { useInboxCli } from './processes.js';
+import { rabbitSkip, uniqueName } from './support.js';
 
 const skip = await rabbitSkip();
 const CONFIG = fileURLToPath(new URL('./fixtures/cli.config.ts', import.meta.url));
 
 describe('relaybus inbox', { skip }, () => {
-  let db: TestSchema;
-  let admin: RabbitAdmin;
-  const processes: CliProcess[] = [];
-  const run = (label: string, args: readonly string[], env: Record<string, string> = {}) => {
-    const p = startCli(label, args, { DATABASE_URL: db.url, RB_SCHEMA_B: db.schema, AMQP_URL, ...env });
-    processes.push(p);
-    return p;
-  };
-
-  before(async () => {
-    db = await openSchema('inbox_cli');
-    admin = await RabbitAdmin.open();
-  });
-  after(async () => {
-    await killAll(processes);
-    await admin?.close();
-    await db?.drop();
-  });
+  const cli = useInboxCli('inbox_cli');
+  const run = cli.run;
 
   it('--help lists its flags; a bad flag and a config without an inbox are usage errors (exit 2)', {
     timeout: 30_000,
@@ -64,7 +48,7 @@ describe('relaybus inbox', { skip }, () => {
 
   it('runs until SIGTERM, then stops gracefully (exit 0)', { timeout: 30_000 }, async () => {
     const queue = uniqueName('cli');
-    admin.track('queue', queue);
+    cli.admin.track('queue', queue);
     const first = run('first', ['inbox', CONFIG], { RB_CLI_CASE: 'ok', RB_QUEUE: queue });
     await first.waitFor(/running 1 inbox/, 'running', 20_000);
     first.signal('SIGTERM');

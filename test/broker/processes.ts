@@ -3,7 +3,9 @@
  * crash tests: output captured, waits bounded, SIGKILL on demand, none left behind.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { AMQP_URL, openSchema, RabbitAdmin, type TestSchema } from './support.js';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
@@ -103,4 +105,38 @@ export function startCli(label: string, args: readonly string[], env: Record<str
 
 export async function killAll(processes: Iterable<CliProcess>): Promise<void> {
   await Promise.all([...processes].filter((p) => p.alive).map((p) => p.kill().catch(() => {})));
+}
+
+/**
+ * A suite that runs `relaybus inbox` against RabbitMQ: registers the hooks that open a schema of its own (`label`) and
+ * a `RabbitAdmin` before the suite and, after it, kill every process `run` started and clean both up.
+ */
+export function useInboxCli(label: string): {
+  readonly admin: RabbitAdmin;
+  run(name: string, args: readonly string[], env?: Record<string, string>): CliProcess;
+} {
+  let db: TestSchema | undefined;
+  let admin: RabbitAdmin | undefined;
+  const processes: CliProcess[] = [];
+  before(async () => {
+    db = await openSchema(label);
+    admin = await RabbitAdmin.open();
+  });
+  after(async () => {
+    await killAll(processes);
+    await admin?.close();
+    await db?.drop();
+  });
+  return {
+    get admin() {
+      if (!admin) throw new Error('useInboxCli: the admin exists once the suite has started');
+      return admin;
+    },
+    run(name, args, env = {}) {
+      if (!db) throw new Error("useInboxCli: run() is for the suite's tests, after its before hook");
+      const started = startCli(name, args, { DATABASE_URL: db.url, RB_SCHEMA_B: db.schema, AMQP_URL, ...env });
+      processes.push(started);
+      return started;
+    },
+  };
 }

@@ -6,14 +6,14 @@
  */
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import pg from 'pg';
 import { amqpInbox } from '../../src/amqp/index.js';
 import { lendInboxLogger } from '../../src/broker/inbox-logger.js';
 import { createRelayBus, type Logger } from '../../src/index.js';
 import { fromPg, postgresStore } from '../../src/postgres/index.js';
-import { killAll, startCli, type CliProcess } from '../broker/processes.js';
-import { AMQP_URL, openSchema, RabbitAdmin, rabbitSkip, uniqueName, type TestSchema } from '../broker/support.js';
+import { useInboxCli } from '../broker/processes.js';
+import { AMQP_URL, rabbitSkip, uniqueName } from '../broker/support.js';
 import { ItemCreated } from '../broker/fixtures/bridge-shared.js';
 
 const skip = await rabbitSkip();
@@ -41,28 +41,12 @@ describe('lendInboxLogger', () => {
 });
 
 describe('relaybus inbox: its log lines', { skip }, () => {
-  let db: TestSchema;
-  let admin: RabbitAdmin;
-  const processes: CliProcess[] = [];
-  const run = (label: string, args: readonly string[], env: Record<string, string> = {}) => {
-    const p = startCli(label, args, { DATABASE_URL: db.url, RB_SCHEMA_B: db.schema, AMQP_URL, ...env });
-    processes.push(p);
-    return p;
-  };
-
-  before(async () => {
-    db = await openSchema('inbox_logs');
-    admin = await RabbitAdmin.open();
-  });
-  after(async () => {
-    await killAll(processes);
-    await admin?.close();
-    await db?.drop();
-  });
+  const cli = useInboxCli('inbox_logs');
+  const run = cli.run;
 
   it("the inbox's own lines go through the CLI's logger: its format, its level", { timeout: 60_000 }, async () => {
     const queue = uniqueName('logs');
-    admin.track('queue', queue);
+    cli.admin.track('queue', queue);
     const json = run('json', ['inbox', CONFIG, '--log-format', 'json'], { RB_CLI_CASE: 'ok', RB_QUEUE: queue });
     await json.waitFor(/running 1 inbox/, 'running', 20_000);
     const consuming = json.stdout.split('\n').find((line) => line.includes(`consuming amqp queue ${queue}`));
@@ -82,16 +66,16 @@ describe('relaybus inbox: its log lines', { skip }, () => {
     timeout: 60_000,
   }, async () => {
     const queue = uniqueName('seen');
-    admin.track('queue', queue);
+    cli.admin.track('queue', queue);
     const inbox = run('seen', ['inbox', CONFIG, '--verbose'], { RB_CLI_CASE: 'ok', RB_QUEUE: queue });
     await inbox.waitFor(/running 1 inbox/, 'running', 20_000);
     const message = { body: JSON.stringify({ n: 1 }), messageId: 'seen-1', type: ItemCreated.type };
-    await admin.publish(queue, [message]);
+    await cli.admin.publish(queue, [message]);
     await inbox.waitFor(/committed 1 message: 1 new event, 0 already seen/, 'the first commit', 20_000);
-    await admin.publish(queue, [message]);
+    await cli.admin.publish(queue, [message]);
     await inbox.waitFor(/committed 1 message: 0 new events, 1 already seen/, 'the redelivery', 20_000);
     // A poison message (no id) is said once, by the inbox itself, not again by the CLI.
-    await admin.publish(queue, [{ body: JSON.stringify({ n: 2 }), type: ItemCreated.type }]);
+    await cli.admin.publish(queue, [{ body: JSON.stringify({ n: 2 }), type: ItemCreated.type }]);
     const deadline = Date.now() + 20_000;
     while (!/dead-lettered/.test(inbox.stderr) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     await new Promise((resolve) => setTimeout(resolve, 500));
