@@ -10,58 +10,21 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
 import { PARENT_CHECK_MS } from '../../src/cli/parent-watch.js';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
-import { BIN, IMPORTS, REPO, tempDir, useBuiltCli, writeModule } from './support.js';
+import { findPostgres } from '../support/databases.js';
+import { isRunning, RECORDING_CONFIG, useRecordingSchema } from './recording-worker.js';
+import { BIN, REPO, tempDir, useBuiltCli, writeModule } from './support.js';
 
 const found = await findPostgres();
 useBuiltCli();
 
-const HANDLERS = [{ name: 'record', maxAttempts: 5 }];
-
 /** One handler that records each run in `<schema>.handled`; the exit code goes to EXIT_FILE. */
-const CONFIG = `
-import { writeFileSync } from 'node:fs';
-import pg from '${IMPORTS.pg}';
-import { createRelayBus, defineEvent, Type } from '${IMPORTS.relaybus}';
-import { fromPg, postgresStore } from '${IMPORTS.postgres}';
-
-process.on('exit', (code) => writeFileSync(process.env.EXIT_FILE, String(code)));
-const schema = process.env.TEST_SCHEMA;
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
-const store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema });
-const OrderPlaced = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
-const bus = createRelayBus({
-  store, events: [OrderPlaced], maxAttempts: 5,
-  dispatcher: { concurrency: 4, batchSize: 4, pollIntervalMs: 50, leaseDurationMs: 120_000 },
-});
-bus.on(OrderPlaced, 'record', async (payload, ctx) => {
-  await pool.query('INSERT INTO "' + schema + '".handled (delivery_id, n) VALUES ($1, $2)', [ctx.delivery.id, payload.n]);
-});
-export default bus;
-`;
 
 /** Shell: wait (at most 30 s) until the worker logging to `log` runs, as a launcher that checks its start does. */
 const UNTIL_RUNNING = (log: string) =>
   `for i in $(seq 300); do grep -q 'as owner' "${log}" 2>/dev/null && break; sleep 0.1; done`;
-
-/** True while `pid` runs (not a zombie). */
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'Z';
-  } catch {
-    return true;
-  }
-}
 
 /** Run `command` to its end; its exit code and output. */
 function runToEnd(
@@ -83,50 +46,10 @@ describe('relaybus worker and its parent process (real Postgres, built bin)', {
   skip: 'skip' in found ? found.skip : process.platform !== 'linux' ? 'needs /proc and setsid (Linux)' : undefined,
 }, () => {
   const url = 'url' in found ? found.url : 'postgres://postgres@127.0.0.1:5432/test';
-  const schema = uniqueSchemaName('cli_parent');
-  let pool: pg.Pool;
-  let store: PostgresStore<PgClientLike>;
-  let dir: string;
-  const leftovers: number[] = [];
-
-  before(async () => {
-    pool = new pg.Pool({ connectionString: url, max: 3 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-    await pool.query(`CREATE TABLE "${schema}".handled (delivery_id bigint NOT NULL, n int NOT NULL)`);
-    dir = tempDir('parent');
-    writeModule(dir, 'bus.mjs', CONFIG);
-  });
-  after(async () => {
-    for (const pid of leftovers) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* already gone */
-      }
-    }
-    await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool?.end();
-  });
-
-  async function publish(count: number): Promise<void> {
-    await store.transaction((tx) =>
-      store.publish(
-        tx,
-        Array.from({ length: count }, (_, n) => ({
-          type: 'order.placed',
-          key: `k-${n % 3}`,
-          payload: { n },
-          handlers: HANDLERS,
-        })),
-      ),
-    );
-  }
-
-  async function handled(): Promise<number> {
-    const { rows } = await pool.query<{ count: number }>(`SELECT count(*)::int AS count FROM "${schema}".handled`);
-    return rows[0]!.count;
-  }
+  const recording = useRecordingSchema(url, 'cli_parent');
+  const { schema, leftovers } = recording;
+  const handled = recording.runs;
+  const publish = (count: number) => recording.publish(count, { keys: 3 });
 
   async function waitUntil(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 20_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
@@ -164,16 +87,16 @@ describe('relaybus worker and its parent process (real Postgres, built bin)', {
   it('a launcher script that starts it with setsid in the background and exits: the worker keeps running and drains', {
     timeout: 60_000,
   }, async () => {
-    const log = join(dir, 'setsid.log');
-    const exitFile = join(dir, 'setsid.exit');
+    const log = join(recording.dir, 'setsid.log');
+    const exitFile = join(recording.dir, 'setsid.exit');
     const launcher = writeModule(
-      dir,
+      recording.dir,
       'launch.sh',
       // It waits until the worker runs, then exits: the worker outlives the parent it started with.
       `#!/bin/sh\nsetsid "${process.execPath}" "${BIN}" worker bus.mjs > "${log}" 2>&1 < /dev/null &\n${UNTIL_RUNNING(log)}\necho launched\n`,
     );
     const launched = await runToEnd('sh', [launcher], {
-      cwd: dir,
+      cwd: recording.dir,
       env: { ...process.env, DATABASE_URL: url, TEST_SCHEMA: schema, EXIT_FILE: exitFile },
     });
     assert.equal(launched.code, 0, launched.output);
@@ -202,7 +125,7 @@ describe('relaybus worker and its parent process (real Postgres, built bin)', {
     mkdirSync(join(project, 'node_modules/.bin'), { recursive: true });
     symlinkSync(REPO, join(project, 'node_modules/relaybus'), 'dir');
     symlinkSync('../relaybus/dist/src/cli/main.js', join(project, 'node_modules/.bin/relaybus'));
-    writeModule(project, 'bus.mjs', CONFIG);
+    writeModule(project, 'bus.mjs', RECORDING_CONFIG);
     const launched = await runToEnd('npm', ['run', '--silent', 'launch'], {
       cwd: project,
       env: { ...process.env, DATABASE_URL: url, TEST_SCHEMA: schema, EXIT_FILE: exitFile },
@@ -215,8 +138,8 @@ describe('relaybus worker and its parent process (real Postgres, built bin)', {
   it('--exit-with-parent: stops gracefully when its launcher exits, exit code 129, and says why', {
     timeout: 60_000,
   }, async (t) => {
-    const log = join(dir, 'asked.log');
-    const exitFile = join(dir, 'asked.exit');
+    const log = join(recording.dir, 'asked.log');
+    const exitFile = join(recording.dir, 'asked.exit');
     // The launcher waits for a line on its stdin, so the test decides when the parent exits.
     const launcher = spawn(
       'sh',
@@ -225,7 +148,7 @@ describe('relaybus worker and its parent process (real Postgres, built bin)', {
         `"${process.execPath}" "${BIN}" worker bus.mjs --exit-with-parent > "${log}" 2>&1 < /dev/null & read line`,
       ],
       {
-        cwd: dir,
+        cwd: recording.dir,
         env: { ...process.env, DATABASE_URL: url, TEST_SCHEMA: schema, EXIT_FILE: exitFile },
         stdio: ['pipe', 'ignore', 'ignore'],
       },
@@ -247,6 +170,6 @@ describe('relaybus worker and its parent process (real Postgres, built bin)', {
       /the parent process \(pid \d+\) exited .*watched because --exit-with-parent; exit code 129\); stopping gracefully/,
     );
     assert.match(read(log), /stopped; 5 delivered/);
-    assert.equal((await store.statistics()).inFlight, 0);
+    assert.equal((await recording.store.statistics()).inFlight, 0);
   });
 });

@@ -10,81 +10,24 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { findPostgres } from '../support/databases.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import {
-  BIN,
-  IMPORTS,
-  lines,
-  REPO,
-  runCli,
-  startCli,
-  tempDir,
-  useBuiltCli,
-  writeModule,
-  type RunningCli,
-} from './support.js';
+import { isRunning, RECORDING_CONFIG, useRecordingSchema } from './recording-worker.js';
+import { BIN, lines, REPO, runCli, startCli, tempDir, useBuiltCli, writeModule, type RunningCli } from './support.js';
 
 const found = await findPostgres();
 useBuiltCli();
-
-const HANDLERS = [{ name: 'record', maxAttempts: 5 }];
-
-/** One handler that records each run in `<schema>.handled`, after HANDLER_DELAY_MS; a long lease so only a relinquish frees lanes. */
-const CONFIG = `
-import { writeFileSync } from 'node:fs';
-import pg from '${IMPORTS.pg}';
-import { createRelayBus, defineEvent, Type } from '${IMPORTS.relaybus}';
-import { fromPg, postgresStore } from '${IMPORTS.postgres}';
-
-if (process.env.MARK_FILE) writeFileSync(process.env.MARK_FILE, 'imported');
-// The exit code Node exits with (an orphaned worker's status goes to its new parent, not to the test).
-if (process.env.EXIT_FILE) process.on('exit', (code) => writeFileSync(process.env.EXIT_FILE, String(code)));
-const schema = process.env.TEST_SCHEMA;
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
-const store = postgresStore({ driver: fromPg(pool, { closeWithStore: true }), schema });
-const OrderPlaced = defineEvent('order.placed', Type.Object({ n: Type.Integer() }));
-const bus = createRelayBus({
-  store, events: [OrderPlaced], maxAttempts: 5,
-  dispatcher: { concurrency: 4, batchSize: 4, pollIntervalMs: 50, leaseDurationMs: 120_000, shutdownGraceMs: 10_000 },
-});
-const delayMs = Number(process.env.HANDLER_DELAY_MS ?? 0);
-bus.on(OrderPlaced, 'record', async (payload, ctx) => {
-  if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
-  await pool.query('INSERT INTO "' + schema + '".handled (delivery_id, n) VALUES ($1, $2)', [ctx.delivery.id, payload.n]);
-});
-export default bus;
-`;
-
-/** True while `pid` runs (a zombie waiting for its new parent to reap it has finished). */
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'Z';
-  } catch {
-    return true; // no /proc (macOS): kill(0) is the answer
-  }
-}
 
 describe('relaybus worker: database outages, bad settings, containers (real Postgres, built bin)', {
   skip: 'skip' in found ? found.skip : undefined,
 }, () => {
   const url = 'url' in found ? found.url : 'postgres://postgres@127.0.0.1:5432/test';
   const target = new URL(url);
-  const schema = uniqueSchemaName('cli_resilience');
-  let pool: pg.Pool;
-  let store: PostgresStore<PgClientLike>;
-  let dir: string;
-  let config: string;
-  const leftovers: number[] = [];
+  const recording = useRecordingSchema(url, 'cli_resilience');
+  const { schema, leftovers, publish } = recording;
+  const handled = recording.handledDeliveries;
 
   /** `url` with some parts replaced. */
   function urlWith(parts: { port?: number; database?: string; username?: string; password?: string }): string {
@@ -99,55 +42,14 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     return next.toString();
   }
 
-  before(async () => {
-    pool = new pg.Pool({ connectionString: url, max: 3 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-    await pool.query(`CREATE TABLE "${schema}".handled (delivery_id bigint NOT NULL, n int NOT NULL)`);
-    dir = tempDir('resilience');
-    config = writeModule(dir, 'bus.mjs', CONFIG);
-  });
-  after(async () => {
-    for (const pid of leftovers) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* already gone */
-      }
-    }
-    await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool?.end();
-  });
-
   async function reset(): Promise<void> {
-    await pool.query(
+    await recording.pool.query(
       `TRUNCATE "${schema}".handled, "${schema}".relaybus_deliveries, "${schema}".relaybus_events CASCADE`,
     );
   }
 
-  async function publish(count: number, from = 0): Promise<void> {
-    await store.transaction((tx) =>
-      store.publish(
-        tx,
-        Array.from({ length: count }, (_, i) => ({
-          type: 'order.placed',
-          key: `k-${(from + i) % 7}`,
-          payload: { n: from + i },
-          handlers: HANDLERS,
-        })),
-      ),
-    );
-  }
-
-  async function handled(): Promise<number> {
-    const { rows } = await pool.query<{ count: number }>(
-      `SELECT count(DISTINCT delivery_id)::int AS count FROM "${schema}".handled`,
-    );
-    return rows[0]!.count;
-  }
-
   async function lanesOf(owner: string): Promise<number> {
-    const { rows } = await pool.query<{ count: number }>(
+    const { rows } = await recording.pool.query<{ count: number }>(
       `SELECT count(*)::int AS count FROM "${schema}".relaybus_lanes WHERE lease_owner = $1`,
       [owner],
     );
@@ -183,7 +85,7 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     await reset();
     await publish(20);
     const proxy = await TcpProxy.create({ host: target.hostname, port: Number(target.port || 5432) });
-    const worker = startCli(['worker', config, '--log-format', 'json'], {
+    const worker = startCli(['worker', recording.config, '--log-format', 'json'], {
       env: env({ DATABASE_URL: urlWith({ port: proxy.port }) }),
     });
     try {
@@ -195,12 +97,12 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
       await worker.waitFor(/database reachable again; the store is set up/);
       await waitUntil(
         'the backlog is drained and completed',
-        async () => (await handled()) === 20 && (await store.statistics()).pending === 0,
+        async () => (await handled()) === 20 && (await recording.store.statistics()).pending === 0,
       );
 
       await proxy.cut(); // an outage while running: claims fail, the worker waits
       await worker.waitFor(/database unreachable; claiming again after a backoff/);
-      await publish(10, 20);
+      await publish(10, { from: 20 });
       await sleep(300);
       assert.equal(worker.child.exitCode, null, 'still running through the outage');
       await proxy.open();
@@ -276,16 +178,16 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
   it('exits at once with one line on what a retry cannot fix; refuses a DATABASE_URL that is not a URL before importing the config', {
     timeout: 60_000,
   }, async () => {
-    const mark = join(dir, 'imported');
+    const mark = join(recording.dir, 'imported');
     const started = Date.now();
     const [database, role, unset, notUrl] = await Promise.all([
-      runCli(['worker', config, '--log-level', 'warn'], {
+      runCli(['worker', recording.config, '--log-level', 'warn'], {
         env: env({ DATABASE_URL: urlWith({ database: 'relaybus_no_such_database' }) }),
       }),
-      runCli(['worker', config], {
+      runCli(['worker', recording.config], {
         env: env({ DATABASE_URL: urlWith({ username: 'relaybus_no_such_role', password: 's3cret' }) }),
       }),
-      runCli(['worker', config], {
+      runCli(['worker', recording.config], {
         env: env({
           DATABASE_URL: undefined,
           USER: undefined,
@@ -295,7 +197,7 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
           PGPORT: target.port || '5432',
         }),
       }),
-      runCli(['worker', config], { env: env({ DATABASE_URL: 'not-a-url', MARK_FILE: mark }) }),
+      runCli(['worker', recording.config], { env: env({ DATABASE_URL: 'not-a-url', MARK_FILE: mark }) }),
     ]);
     assert.ok(Date.now() - started < 15_000, 'no retries');
 
@@ -338,7 +240,7 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
   }, async () => {
     await reset();
     await publish(40);
-    const worker = startCli(['worker', config], { env: env({ HANDLER_DELAY_MS: '100' }) });
+    const worker = startCli(['worker', recording.config], { env: env({ HANDLER_DELAY_MS: '100' }) });
     const { owner } = await ownerOf(worker);
     await waitUntil('the worker holds lanes', async () => (await lanesOf(owner)) > 0);
     worker.child.kill('SIGTERM');
@@ -362,7 +264,7 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     mkdirSync(join(project, 'node_modules/.bin'), { recursive: true });
     symlinkSync(REPO, join(project, 'node_modules/relaybus'), 'dir');
     symlinkSync('../relaybus/dist/src/cli/main.js', join(project, 'node_modules/.bin/relaybus'));
-    writeModule(project, 'bus.mjs', CONFIG);
+    writeModule(project, 'bus.mjs', RECORDING_CONFIG);
     assert.ok(existsSync(BIN));
 
     const exitFile = join(project, 'worker.exit');
@@ -413,7 +315,7 @@ describe('relaybus worker: database outages, bad settings, containers (real Post
     assert.match(stdout, /relaybus worker: stopped; \d+ delivered, 0 failed attempts, 0 dead/);
     assert.equal(readFileSync(exitFile, 'utf8'), '129', 'a worker its parent left exits non-zero');
     assert.equal(await lanesOf(owner), 0, 'every lane was relinquished');
-    const stats = await store.statistics();
+    const stats = await recording.store.statistics();
     assert.equal(stats.inFlight, 0, 'nothing was left in flight');
   });
 });
