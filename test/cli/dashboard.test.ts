@@ -14,7 +14,7 @@
  *   use is one clear error; dead letters and a found event carry their payload and headers (an
  *   event published inline too).
  *
- * RELAYBUS_SCREENSHOTS=1 writes docs/dashboard.png and docs/dashboard-login.png.
+ * RELAYBUS_SCREENSHOTS=1 writes docs/public/dashboard.png and docs/public/dashboard-login.png.
  */
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -279,7 +279,7 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         }
         await page.locator('#handlers tr[data-total] td[data-field="pending"]', { hasText: /^0$/ }).waitFor();
         if (process.env.RELAYBUS_SCREENSHOTS)
-          await page.screenshot({ path: join(REPO, 'docs/dashboard.png'), fullPage: true });
+          await page.screenshot({ path: join(REPO, 'docs/public/dashboard.png'), fullPage: true });
         assert.deepEqual(problems, [], 'no script error on the page');
       } finally {
         await page.close();
@@ -299,7 +299,8 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
           1,
           'the login form',
         );
-        if (process.env.RELAYBUS_SCREENSHOTS) await page.screenshot({ path: join(REPO, 'docs/dashboard-login.png') });
+        if (process.env.RELAYBUS_SCREENSHOTS)
+          await page.screenshot({ path: join(REPO, 'docs/public/dashboard-login.png') });
         await page.fill('#token', 'not-the-token-at-all');
         await page.click('button[type="submit"]');
         await page.waitForSelector('.error');

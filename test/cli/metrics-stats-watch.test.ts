@@ -6,14 +6,12 @@
  * --json` carries each dead letter's payload and headers, of an event published inline too.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
-import { parseReadme } from '../docs/markdown.js';
-import { REPO, runCli, startCli, useBuiltCli } from './support.js';
+import { allBlocks } from '../docs/doc-set.js';
+import { runCli, startCli, useBuiltCli } from './support.js';
 import * as owners from '../support/claims.js';
 
 const found = await findPostgres();
@@ -116,10 +114,8 @@ describe('relaybus stats --watch (real Postgres, built bin)', {
     );
 
     // The README's example of the output has the same keys (noLiveWorker only while subscriptions are recorded).
-    const documented = parseReadme(readFileSync(join(REPO, 'README.md'), 'utf8')).blocks.filter(
-      (block) => block.lang === 'json' && block.code.includes('"lanesLeased"'),
-    );
-    assert.equal(documented.length, 1, 'one README example of stats --json');
+    const documented = allBlocks().filter((block) => block.lang === 'json' && block.code.includes('"lanesLeased"'));
+    assert.equal(documented.length, 1, 'one documented example of stats --json');
     const example = JSON.parse(documented[0]!.code) as Record<string, unknown> & {
       handlers: Record<string, Record<string, unknown>>;
     };

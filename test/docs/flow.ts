@@ -1,19 +1,18 @@
 /**
- * What the tests of test/flows/ share to follow a README flow as a user does: the README's blocks (from the file
- * `RELAYBUS_README` names, to watch a flow fail on another copy), shell lines run in the project with the user's
- * environment (npm served from the local cache), and a worker started from the project's own installed bin.
+ * What the tests of test/flows/ share to follow a documented flow as a user does: the blocks of a page
+ * (test/docs/doc-set.ts: `RELAYBUS_DOCS_ROOT` reads another copy, to watch a flow fail on it), shell lines run in the
+ * project with the user's environment (npm served from the local cache), and a worker started from the project's own
+ * installed bin.
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { REPO_ROOT, run, userEnv } from '../support/packed-package.js';
-import { type CodeBlock, parseReadme, type ReadmeParts } from './markdown.js';
+import { run, userEnv } from '../support/packed-package.js';
+import { docPage } from './doc-set.js';
+import type { CodeBlock } from './markdown.js';
 
-export const README_PATH = process.env.RELAYBUS_README ?? join(REPO_ROOT, 'README.md');
-export const README_TEXT = readFileSync(README_PATH, 'utf8');
-export const README: ReadmeParts = parseReadme(README_TEXT);
+export { fileBlock } from './doc-set.js';
 
 /** npm as the flows run it: from the local cache (which `npm ci` filled), quietly. */
 export const NPM_FROM_CACHE = {
@@ -23,54 +22,56 @@ export const NPM_FROM_CACHE = {
   NPM_CONFIG_LOGLEVEL: 'error',
 } as const;
 
-/** The code blocks of one `##` section, in order. */
-export function sectionBlocks(section: string): CodeBlock[] {
-  const blocks = README.blocks.filter((block) => block.section === section);
-  assert.ok(blocks.length > 0, `${README_PATH} has a section "${section}" with code blocks`);
+/** The code blocks of one `##` section of `page`, in order. */
+export function sectionBlocks(page: string, section: string): CodeBlock[] {
+  const blocks = docPage(page).parts.blocks.filter((block) => block.section === section);
+  assert.ok(blocks.length > 0, `${page} has a section "${section}" with code blocks`);
   return blocks;
 }
 
-/** The block the README saves as `file` (its `<!-- snippet: file=... -->` marker). */
-export function fileBlock(file: string): CodeBlock {
-  const block = README.blocks.find((b) => b.marker?.file === file);
-  assert.ok(block, `${README_PATH} has a block saved as ${file}`);
-  return block;
-}
-
-/** The single block of `lang` in `section` that has a line matching `pattern`. */
-export function blockWith(section: string, lang: string, pattern: RegExp): CodeBlock {
-  const found = sectionBlocks(section).filter((block) => block.lang === lang && pattern.test(block.code));
-  assert.equal(found.length, 1, `one ${lang} block in "${section}" matches ${pattern}`);
+/** The single block of `lang` on `page` that has a line matching `pattern`. */
+export function blockWith(page: string, lang: string, pattern: RegExp): CodeBlock {
+  const found = docPage(page).parts.blocks.filter((block) => block.lang === lang && pattern.test(block.code));
+  assert.equal(found.length, 1, `one ${lang} block of ${page} matches ${pattern}`);
   return found[0]!;
 }
 
 /** The shell commands of a block: its non-empty lines, comments cut off. */
-export function commandsOf(block: CodeBlock): { line: number; text: string }[] {
+export function commandsOf(block: CodeBlock): { line: number; text: string; page: string }[] {
   return block.code
     .split('\n')
-    .map((text, index) => ({ line: block.line + 1 + index, text: text.replace(/(^|\s)#.*$/, '').trim() }))
+    .map((text, index) => ({
+      line: block.line + 1 + index,
+      text: text.replace(/(^|\s)#.*$/, '').trim(),
+      page: block.page,
+    }))
     .filter((command) => command.text !== '');
 }
 
-/** What the README says, in `section`, that the worker prints: "... prints `<text>`". */
-export function printedClaims(section: string): string[] {
-  const start = README_TEXT.indexOf(`## ${section}`);
-  assert.ok(start >= 0, `${README_PATH} has a section "${section}"`);
-  const end = README_TEXT.indexOf('\n## ', start + 1);
-  const text = README_TEXT.slice(start, end < 0 ? undefined : end);
+/** What `page` says (in `section`, when given) that the worker prints: "... prints `<text>`". */
+export function printedClaims(page: string, section?: string): string[] {
+  let text = docPage(page).text;
+  if (section !== undefined) {
+    const start = text.indexOf(`## ${section}`);
+    assert.ok(start >= 0, `${page} has a section "${section}"`);
+    const end = text.indexOf('\n## ', start + 1);
+    text = text.slice(start, end < 0 ? undefined : end);
+  }
   return [...text.matchAll(/prints `([^`]+)`/g)].map((match) => match[1]!);
 }
 
-/** Run one shell line of the README in `cwd`, as a user's shell does; fails with the README line and the output. */
+/** Run one shell line of a page in `cwd`, as a user's shell does; fails with the page's line and the output. */
 export async function shell(
-  command: { line: number; text: string },
+  command: { line: number; text: string; page?: string },
   cwd: string,
   env: Record<string, string | undefined>,
 ): Promise<string> {
   try {
     return await run('/bin/sh', ['-c', command.text], cwd, { ...NPM_FROM_CACHE, ...env }, 90_000);
   } catch (error) {
-    assert.fail(`README.md:${command.line}: \`${command.text}\` failed: ${(error as Error).message}`);
+    assert.fail(
+      `${command.page ?? 'README.md'}:${command.line}: \`${command.text}\` failed: ${(error as Error).message}`,
+    );
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * Reads README.md into what the doc tests check: fenced code blocks (with the section they sit in
+ * Reads a Markdown page of the documentation (README.md, docs/**.md) into what the doc tests check: fenced code blocks (with the section they sit in
  * and the `<!-- snippet: ... -->` marker before them), inline code spans, and flag tables. A marker
  * is one line, `<!-- snippet: key=value key="a value" -->`, and applies to the code block or table
  * right after it (blank lines between are allowed):
@@ -15,7 +15,7 @@
 
 /** A `<!-- snippet: ... -->` marker. */
 export interface Marker {
-  /** 1-based line in the README. */
+  /** 1-based line in the page. */
   readonly line: number;
   readonly file?: string;
   readonly preludes: readonly string[];
@@ -32,6 +32,8 @@ export interface CodeBlock {
   readonly line: number;
   /** The text of the `##` heading the block is under. */
   readonly section: string;
+  /** The page it is on, relative to the repository (`README.md`, `docs/guide/workers.md`). */
+  readonly page: string;
   readonly marker?: Marker;
 }
 
@@ -49,7 +51,7 @@ export interface InlineCode {
   readonly line: number;
 }
 
-export interface ReadmeParts {
+export interface PageParts {
   readonly blocks: readonly CodeBlock[];
   readonly tables: readonly FlagTable[];
   readonly inline: readonly InlineCode[];
@@ -62,7 +64,7 @@ const ATTRIBUTE = /\s*([a-z]+)=(?:"([^"]*)"|([^\s"]+))/y;
 const FENCE = /^(`{3,}|~{3,})\s*([\w-]*)/;
 const FLAG = /(?<![\w-])--[a-z][a-z0-9-]*/g;
 
-function parseMarker(body: string, line: number, problems: string[]): Marker {
+function parseMarker(body: string, page: string, line: number, problems: string[]): Marker {
   const values: Record<string, string> = {};
   ATTRIBUTE.lastIndex = 0;
   let at = 0;
@@ -72,13 +74,13 @@ function parseMarker(body: string, line: number, problems: string[]): Marker {
   }
   if (body.slice(at).trim() !== '')
     problems.push(
-      `README.md:${line}: cannot read the marker attributes "${body.trim()}" (write key=value or key="a value")`,
+      `${page}:${line}: cannot read the marker attributes "${body.trim()}" (write key=value or key="a value")`,
     );
   const unknown = Object.keys(values).filter((key) => !['file', 'prelude', 'skip', 'flags'].includes(key));
   if (unknown.length > 0)
-    problems.push(`README.md:${line}: unknown marker key ${unknown.join(', ')} (file, prelude, skip, flags)`);
+    problems.push(`${page}:${line}: unknown marker key ${unknown.join(', ')} (file, prelude, skip, flags)`);
   if (values.skip !== undefined && values.skip.trim().length < 10)
-    problems.push(`README.md:${line}: skip needs a reason, e.g. skip="needs a running mail server"`);
+    problems.push(`${page}:${line}: skip needs a reason, e.g. skip="needs a running mail server"`);
   return {
     line,
     ...(values.file !== undefined ? { file: values.file } : {}),
@@ -94,8 +96,8 @@ function parseMarker(body: string, line: number, problems: string[]): Marker {
   };
 }
 
-/** Split the README into code blocks, inline code spans, flag tables and marker problems. */
-export function parseReadme(text: string): ReadmeParts {
+/** Split a page into code blocks, inline code spans, flag tables and marker problems; `page` names it in messages. */
+export function parseMarkdown(text: string, page: string): PageParts {
   const lines = text.split('\n');
   const blocks: CodeBlock[] = [];
   const tables: FlagTable[] = [];
@@ -116,6 +118,7 @@ export function parseReadme(text: string): ReadmeParts {
           code: open.body.join('\n'),
           line: open.line,
           section,
+          page,
           ...(open.marker ? { marker: open.marker } : {}),
         });
         open = undefined;
@@ -139,14 +142,14 @@ export function parseReadme(text: string): ReadmeParts {
     const marker = MARKER.exec(trimmed);
     if (marker) {
       if (pending)
-        problems.push(`README.md:${pending.line}: marker is followed by another marker, not by a code block or table`);
-      pending = parseMarker(marker[1]!, number, problems);
+        problems.push(`${page}:${pending.line}: marker is followed by another marker, not by a code block or table`);
+      pending = parseMarker(marker[1]!, page, number, problems);
       continue;
     }
     const fence = FENCE.exec(trimmed);
     if (fence) {
       if (pending?.flags !== undefined)
-        problems.push(`README.md:${pending.line}: a flags= marker must precede a table, not a code block`);
+        problems.push(`${page}:${pending.line}: a flags= marker must precede a table, not a code block`);
       open = {
         fence: fence[1]!,
         lang: fence[2]!.toLowerCase(),
@@ -164,7 +167,7 @@ export function parseReadme(text: string): ReadmeParts {
         index -= 1; // read this header row as a table row above
       } else {
         problems.push(
-          `README.md:${pending.line}: marker is not followed by ${pending.flags !== undefined ? 'a table' : 'a code block'}`,
+          `${page}:${pending.line}: marker is not followed by ${pending.flags !== undefined ? 'a table' : 'a code block'}`,
         );
       }
       pending = undefined;
@@ -178,8 +181,7 @@ export function parseReadme(text: string): ReadmeParts {
     for (const match of raw.matchAll(/(?<!`)`([^`]+)`(?!`)/g)) inline.push({ text: match[1]!, line: number });
   }
   if (table !== undefined) tables.push(table);
-  if (open !== undefined) problems.push(`README.md:${open.line}: code block never closed`);
-  if (pending !== undefined)
-    problems.push(`README.md:${pending.line}: marker at the end of the file applies to nothing`);
+  if (open !== undefined) problems.push(`${page}:${open.line}: code block never closed`);
+  if (pending !== undefined) problems.push(`${page}:${pending.line}: marker at the end of the file applies to nothing`);
   return { blocks, tables, inline, problems };
 }

@@ -1,5 +1,5 @@
 /**
- * The README's "With drizzle-kit" section, followed as a user does, in a fresh project outside the
+ * The guide's "With drizzle-kit" section (docs/guide/migrations.md), followed as a user does, in a fresh project outside the
  * repository with relaybus installed from the packed tarball (and pg, drizzle-orm, drizzle-kit):
  * its ts blocks are written to the files their first line names (`// drizzle.config.ts`), then
  * its shell lines run in order (`<the generated file>` stands for the migration the `drizzle-kit
@@ -8,14 +8,14 @@
  * Then the relaybus tables must be there with their 256 lanes, next to the app's, and a bus with
  * `setupStore: false` must publish inside a Drizzle transaction and deliver: on an empty database,
  * and on one where `relaybus setup` had already made the tables and held an event (which must
- * survive). `RELAYBUS_README=<file>` runs the flow of another copy of the README.
+ * survive). `RELAYBUS_DOCS_ROOT=<folder>` runs the flow of another copy of the documentation.
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
-import { parseReadme } from '../docs/markdown.js';
+import { docPage } from '../docs/doc-set.js';
 import { findPostgres } from '../support/databases.js';
 import {
   FlowDatabases,
@@ -27,8 +27,9 @@ import {
   workDir,
 } from '../support/packed-package.js';
 
-const README = process.env.RELAYBUS_README ?? join(REPO_ROOT, 'README.md');
-const HEADING = '### With drizzle-kit';
+/** The guide's page with the drizzle-kit flow, and its section (a `##` or `###` heading). */
+const PAGE = 'docs/guide/migrations.md';
+const HEADING = 'With drizzle-kit';
 const GENERATED = '<the generated file>';
 
 interface Flow {
@@ -36,11 +37,12 @@ interface Flow {
   readonly commands: readonly { readonly text: string; readonly line: number }[];
 }
 
-/** The files and shell lines of the README's "With drizzle-kit" section, in order. */
-function readFlow(text: string): Flow {
+/** The files and shell lines of the page's "With drizzle-kit" section, in order. */
+function readFlow(): Flow {
+  const { text, parts } = docPage(PAGE);
   const lines = text.split('\n');
-  const start = lines.findIndex((line) => line.trim() === HEADING) + 1;
-  assert.ok(start > 0, `README has a "${HEADING}" section`);
+  const start = lines.findIndex((line) => /^#{2,3} /.test(line) && line.replace(/^#+ /, '').trim() === HEADING) + 1;
+  assert.ok(start > 0, `${PAGE} has a "${HEADING}" section`);
   // The section ends at the next heading outside a code block.
   let end = lines.length;
   let fenced = false;
@@ -51,13 +53,13 @@ function readFlow(text: string): Flow {
       break;
     }
   }
-  const blocks = parseReadme(text).blocks.filter((block) => block.line > start && block.line < end);
+  const blocks = parts.blocks.filter((block) => block.line > start && block.line < end);
   const files: { path: string; code: string; line: number }[] = [];
   const commands: { text: string; line: number }[] = [];
   for (const block of blocks) {
     if (block.lang === 'ts') {
       const named = /^\/\/ ([\w./-]+\.ts)\s*$/.exec(block.code.split('\n')[0]!);
-      assert.ok(named, `README.md:${block.line}: a ts block of "${HEADING}" names its file on its first line`);
+      assert.ok(named, `${PAGE}:${block.line}: a ts block of "${HEADING}" names its file on its first line`);
       files.push({ path: named[1]!, code: `${block.code}\n`, line: block.line });
     } else if (['sh', 'bash', 'shell'].includes(block.lang)) {
       block.code.split('\n').forEach((raw, index) => {
@@ -65,9 +67,7 @@ function readFlow(text: string): Flow {
         if (command !== '') commands.push({ text: command, line: block.line + 1 + index });
       });
     } else {
-      assert.fail(
-        `README.md:${block.line}: the drizzle-kit flow test does not know how to follow a ${block.lang} block`,
-      );
+      assert.fail(`${PAGE}:${block.line}: the drizzle-kit flow test does not know how to follow a ${block.lang} block`);
     }
   }
   assert.ok(
@@ -78,7 +78,7 @@ function readFlow(text: string): Flow {
   return { files, commands };
 }
 
-const flow = readFlow(readFileSync(README, 'utf8'));
+const flow = readFlow();
 
 /** The app's own tables: the user's, not the README's. */
 const APP_SCHEMA = `import { pgTable, text } from 'drizzle-orm/pg-core';
@@ -169,15 +169,15 @@ describe('README "With drizzle-kit", followed in a fresh project with the packed
     for (const { text, line } of flow.commands) {
       let command = text;
       if (command.includes(GENERATED)) {
-        assert.ok(generated, `README.md:${line}: ${GENERATED} before any drizzle-kit generate made a file`);
+        assert.ok(generated, `${PAGE}:${line}: ${GENERATED} before any drizzle-kit generate made a file`);
         command = command.replaceAll(GENERATED, generated);
       }
-      assert.doesNotMatch(command, /<[^>]*>/, `README.md:${line}: a placeholder the test cannot fill: ${text}`);
+      assert.doesNotMatch(command, /<[^>]*>/, `${PAGE}:${line}: a placeholder the test cannot fill: ${text}`);
       const before = sqlFiles(project);
       try {
         await run('sh', ['-c', command], project, { DATABASE_URL: url });
       } catch (error) {
-        throw new Error(`README.md:${line}: ${text}\n${(error as Error).message}`, { cause: error });
+        throw new Error(`${PAGE}:${line}: ${text}\n${(error as Error).message}`, { cause: error });
       }
       const made = [...sqlFiles(project)].filter((name) => !before.has(name));
       if (made.length > 0)

@@ -17,6 +17,8 @@ import { RUNNABLE_PRELUDES } from '../docs/preludes.js';
 import { findPostgres } from '../support/databases.js';
 import { FlowDatabases, freshProject, packedTarball, removeWork, workDir } from '../support/packed-package.js';
 
+/** The guide's page with the Kysely flow. */
+const PAGE = 'docs/guide/publishing.md';
 const found = await findPostgres();
 
 describe('README Kysely flow, in a new project with the packed package', {
@@ -32,7 +34,7 @@ describe('README Kysely flow, in a new project with the packed package', {
   it('publishes inside db.transaction().execute with the order, and a worker delivers it', {
     timeout: 120_000,
   }, async () => {
-    const block = blockWith('Kysely and Drizzle', 'ts', /fromKysely/);
+    const block = blockWith(PAGE, 'ts', /fromKysely/);
     assert.match(
       block.code,
       /db\.transaction\(\)\.execute/,

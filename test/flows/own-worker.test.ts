@@ -8,18 +8,17 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseReadme } from '../docs/markdown.js';
+import { fileBlock } from '../docs/doc-set.js';
 import { findPostgres } from '../support/databases.js';
 import {
   FlowDatabases,
   freshProject,
   packedTarball,
-  REPO_ROOT,
   removeWork,
   run,
   userEnv,
@@ -31,12 +30,9 @@ const found = await findPostgres();
 /** What a SIGTERM-to-exit may take: the bus stops at once when no handler runs. */
 const STOP_WITHIN_MS = 3_000;
 
-/** The README's block saved as `name` (its `<!-- snippet: file=name -->` marker). */
+/** The documented block saved as `name` (its `<!-- snippet: file=name -->` marker). */
 function readmeFile(name: string): string {
-  const parts = parseReadme(readFileSync(join(REPO_ROOT, 'README.md'), 'utf8'));
-  const blocks = parts.blocks.filter((block) => block.marker?.file === name);
-  assert.equal(blocks.length, 1, `README.md has one block saved as ${name}`);
-  return blocks[0]!.code;
+  return fileBlock(name).code;
 }
 
 /** A port nothing listens on now. */

@@ -41,7 +41,7 @@ describe('README quick start, followed literally in a new project', {
   it('installs the packed package, sets up, creates the orders table, publishes, and the worker delivers', {
     timeout: 120_000,
   }, async () => {
-    const steps = quickStartSteps(sectionBlocks(QUICK_START));
+    const steps = quickStartSteps(sectionBlocks('README.md', QUICK_START));
     const url = await databases.create('quick_start');
     const project = join(work, 'app');
     mkdirSync(project);
@@ -101,7 +101,7 @@ describe('README quick start, followed literally in a new project', {
           }
           const stopped = await worker.stop();
           assert.equal(stopped.code, 0, `${at}: the worker stopped with ${stopped.code}:\n${stopped.output}`);
-          const claims = printedClaims(QUICK_START);
+          const claims = printedClaims('README.md', QUICK_START);
           assert.ok(claims.length > 0, 'the README says what the worker prints');
           for (const claim of claims)
             assert.ok(

@@ -11,7 +11,7 @@
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -20,39 +20,37 @@ import { connect as natsConnect } from '@nats-io/transport-node';
 import amqp from 'amqplib';
 import pg from 'pg';
 import { AMQP_URL, KAFKA_BROKERS, NATS_URL, probeNats, probeRabbit } from '../broker/support.js';
-import { parseReadme } from '../docs/markdown.js';
+import { docPage } from '../docs/doc-set.js';
 import { findPostgres } from '../support/databases.js';
 import {
   FlowDatabases,
   freshProject,
   packedTarball,
-  REPO_ROOT,
   removeWork,
   run,
   userEnv,
   workDir,
 } from '../support/packed-package.js';
 
-const SECTION = 'Past one database';
+/** The guide's page with the relay and inbox flow. */
+const PAGE = 'docs/guide/brokers.md';
 const SHELL = new Set(['sh', 'bash', 'shell']);
 const found = await findPostgres();
 const rabbitSkip = await probeRabbit();
 const natsSkip = await probeNats();
-const blocks = parseReadme(readFileSync(join(REPO_ROOT, 'README.md'), 'utf8')).blocks.filter(
-  (block) => block.section === SECTION,
-);
+const blocks = docPage(PAGE).parts.blocks;
 
 /** The code of the block marked `file=<name>` in the section. */
 function fileBlock(name: string): string {
   const block = blocks.find((b) => b.marker?.file === name);
-  assert.ok(block, `README "${SECTION}" has a block marked <!-- snippet: file=${name} -->`);
+  assert.ok(block, `${PAGE} has a block marked <!-- snippet: file=${name} -->`);
   return block.code;
 }
 
 /** The shell block of the section whose code contains `text`. */
 function shellBlock(text: string): string {
   const block = blocks.find((b) => SHELL.has(b.lang) && b.code.includes(text));
-  assert.ok(block, `README "${SECTION}" has a shell block with "${text}"`);
+  assert.ok(block, `${PAGE} has a shell block with "${text}"`);
   return block.code;
 }
 

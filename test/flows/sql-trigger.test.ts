@@ -16,7 +16,8 @@ import { blockWith, commandsOf, fileBlock, printedClaims, shell, startWorker } f
 import { findPostgres } from '../support/databases.js';
 import { FlowDatabases, freshProject, packedTarball, removeWork, workDir } from '../support/packed-package.js';
 
-const SECTION = 'Publishing from SQL and triggers';
+/** The guide's page with the trigger flow. */
+const PAGE = 'docs/guide/sql.md';
 const TRIGGER_FILE = 'orders-publish-trigger.sql';
 const found = await findPostgres();
 
@@ -34,8 +35,8 @@ describe('README SQL and trigger flow, in a new project with the packed package'
     timeout: 120_000,
   }, async () => {
     const trigger = fileBlock(TRIGGER_FILE);
-    assert.equal(trigger.section, SECTION, `README.md:${trigger.line}: the trigger block is in "${SECTION}"`);
-    const apply = commandsOf(blockWith(SECTION, 'sh', new RegExp(TRIGGER_FILE.replaceAll('.', '\\.'))));
+    assert.equal(trigger.page, PAGE, `${trigger.page}:${trigger.line}: the trigger block is on ${PAGE}`);
+    const apply = commandsOf(blockWith(PAGE, 'sh', new RegExp(TRIGGER_FILE.replaceAll('.', '\\.'))));
 
     const project = await freshProject(join(work, 'app'), await packedTarball(work), ['pg'], ['tsx']);
     const env = { DATABASE_URL: await databases.create('sql_trigger') };
@@ -81,7 +82,7 @@ describe('README SQL and trigger flow, in a new project with the packed package'
       }
       const { code, output } = await worker.stop();
       assert.equal(code, 0, output);
-      for (const claim of printedClaims(SECTION))
+      for (const claim of printedClaims(PAGE))
         assert.ok(output.includes(claim), `the README says the worker prints "${claim}":\n${output}`);
       const events = await db.query<{ id: string; key: string }>('SELECT id, key FROM relaybus.relaybus_events');
       assert.deepEqual(events.rows, [{ id: 'order-o-2', key: 'c-7' }], "the trigger's id and key");

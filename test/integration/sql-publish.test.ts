@@ -17,7 +17,6 @@
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import pg from 'pg';
 import { EventConflictError } from '../../src/core/errors.js';
@@ -25,7 +24,7 @@ import { LANE_COUNT, laneOf } from '../../src/core/lanes.js';
 import { createRelayBus, defineEvent, Type, type Logger } from '../../src/index.js';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import type { ClaimedDelivery } from '../../src/store/contract.js';
-import { parseReadme } from '../docs/markdown.js';
+import { fileBlock } from '../docs/doc-set.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
 import { deferred, pause, waitFor } from '../support/wait.js';
@@ -840,9 +839,7 @@ describe('publishing from SQL: relaybus_publish and relaybus_lane', {
   it("the README's trigger publishes each inserted order in the insert's transaction, and a running bus delivers it", {
     timeout: 60_000,
   }, async (t) => {
-    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-    const block = parseReadme(readme).blocks.find((b) => b.marker?.file === README_TRIGGER);
-    assert.ok(block !== undefined, `README.md has a block marked <!-- snippet: file=${README_TRIGGER} -->`);
+    const block = fileBlock(README_TRIGGER);
     assert.equal(block.lang, 'sql');
     assert.equal(
       block.code.match(/\brelaybus\.relaybus_publish\(/g)?.length,
