@@ -293,7 +293,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
 /** `relaybus inbox`. */
 export const inboxCommand: Command = {
   name: 'inbox',
-  summary: 'Run the broker inboxes your config module exports (amqpInbox, natsInbox, kafkaInbox).',
+  summary: 'Run the broker inboxes your config module exports (RabbitMQ, NATS, Kafka).',
   help: HELP,
   run: (args, context) => failingAs('inbox', () => runInbox(args, context)),
 };
