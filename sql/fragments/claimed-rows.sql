@@ -6,24 +6,23 @@
 --          before it was due) and after (the id of the delivery of this claim that must succeed before this one
 --          starts: a follower of its key's head; else null). NULL when nothing was picked.
 --          One value instead of a row per delivery: the client parses it with one JSON.parse, where a row per delivery
---          cost it a string and a parse per column (about half of the dispatcher's time to receive a claim). The
+--          cost it a string and a parse per column (much of the dispatcher's time to receive a claim). The
 --          event's type, payload and headers come from its events row when it has one. The statement defines picked and
 --          $5.
 --          Written out as text (concat_ws of each value's text, string_agg of the rows) rather than json_agg of
---          json_build_array, which looks up every argument's type for every row: 0.87x the claim of 500 heads with
---          their followers (bench:claim-compare --ids, CLAIM_FOLLOWERS=9; the figures here are of that state).
+--          json_build_array, which looks up every argument's type for every row (measure changes here with
+--          bench:claim-compare --ids and CLAIM_FOLLOWERS=9, the state of a keyed drain; see bench/README.md).
 --          concat_ws skips a NULL, which would shift every later value: each value that may be NULL is written 'null'
---          instead (the client checks each tuple's length). Not sorted here: sorting the rows' text was 8% of that
---          claim, and picked's order is the one wanted (no ORDER BY can keep it for less; the dispatcher only launches
---          heads in that order).
+--          instead (the client checks each tuple's length). Not sorted here: sorting the rows' text is a visible part
+--          of a large claim, and picked's order is the one wanted (no ORDER BY can keep it for less; the dispatcher
+--          only launches heads in that order).
 --          The epoch each lane was recorded under is not in the rows: the statement returns it once per lane
 --          (lane_epochs), and the client reads a row of a lane not listed there as not claimed (none is: every picked
---          lane's row is locked and unchanged since the snapshot). Looked up for each row, it was 3% of the claim.
+--          lane's row is locked and unchanged since the snapshot); looked up for each row, it cost the claim more.
 (SELECT '[' || string_agg(concat_ws(',',
           -- Ids and sequences are digits: quoted as they are. Text a user chose is escaped by array_to_json.
           '["' || p.id || '"', p.lane, p.claims,
-          -- One array of the four: array_to_json looks up the element type once, to_json once per value (11% of the
-          -- claim for four of them; the array 7%).
+          -- One array of the four: array_to_json looks up the element type once, to_json once per value.
           array_to_json(ARRAY[p.event_id, coalesce(e.type, p.event_type), p.handler, p.key]),
           coalesce('"' || p.sequence || '"', 'null'), coalesce(coalesce(e.payload, p.payload)::text, 'null'),
           coalesce(coalesce(e.headers, p.headers)::text, 'null'), p.attempts, p.max_attempts,

@@ -8,9 +8,9 @@
 --         publish just named in its NOTIFY, the lanes of retried heads due again)
 -- returns: one row: lanes taken, deliveries charged
 -- plan: the parameters are read through a materialized CTE, so no plan depends on their values and the prepared
---       statement settles on its generic plan (with them inline Postgres re-planned it on every call, ~1 ms each).
+--       statement settles on its generic plan (with them inline Postgres re-planned it on every call).
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
---         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
+--         it, which only means a redelivery (at-least-once), never a lost delivery; see docs/guide/guarantees.md.
 WITH clock AS MATERIALIZED (
   SELECT coalesce($6::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit,
          $1::text AS owner, $2::text[] AS handlers, $3::int AS take,
@@ -35,7 +35,7 @@ free AS (
       AND l.lease_owner IS DISTINCT FROM (SELECT owner FROM clock)
       -- Due work? Each probe is the first row of the lane in an index's due order (LIMIT 1 in index order), never a
       -- scan: as EXISTS, Postgres planned a sequential scan of deliveries per lane once the table held a few
-      -- thousand rows in a few lanes (43 ms a call).
+      -- thousand rows in a few lanes.
       AND ((SELECT true FROM /*schema*/relaybus_deliveries d
             WHERE d.lane = l.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
               AND d.handler = ANY ((SELECT handlers FROM clock)::text[])

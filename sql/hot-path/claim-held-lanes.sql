@@ -46,7 +46,7 @@
 --          store sends them back as $6-$8); peer_lanes, how many lanes other workers hold under a lease not expired
 --          (neither this owner nor its siblings: a 256-row scan, so the dispatcher knows whether it is alone)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
---         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
+--         it, which only means a redelivery (at-least-once), never a lost delivery; see docs/guide/guarantees.md.
 -- plan: the time is written out as coalesce($5, now()) wherever it is needed (the same value within the statement's
 --       transaction): a scalar subquery over a CTE is two more plan nodes, and under a light load this statement spends
 --       more time initialising its plan's nodes than running them. For the same reason the summary row is materialized.
@@ -75,8 +75,7 @@ deleted AS (
     -- The fence: listed in flight in its lane, which this owner holds at the lease's epoch (a lane taken over has a
     -- newer epoch, one handed back or relinquished lists nothing, so no other lane can pass). Judged on held's locked
     -- rows, read once: the ids by one hash, the lanes and epochs by another (an id is only ever listed in its own
-    -- lane), rather than a search of the lane's array for each row (17% of a claim completing 5,000 deliveries with
-    -- about 150 in flight a lane). NOT ... NOT IN is IN here (no value is NULL) and is a hashed subplan for certain: IN
+    -- lane), rather than a search of the lane's array for each row (costly with many deliveries in flight a lane). NOT ... NOT IN is IN here (no value is NULL) and is a hashed subplan for certain: IN
     -- became a semi-join the planner could drive from held's side, misjudging its size, with a pass over every
     -- in-flight id for each completed one.
     AND NOT (t.id NOT IN (SELECT unnest(h.in_flight) FROM held h))
@@ -231,10 +230,9 @@ followers AS (
   -- the head instead of one descent each in later claims. A row not due ends its key's run (nothing after it may run
   -- first). after: the row that must succeed before this one starts (the head, or the follower before it).
   -- The claim's rows stay within $21 ($3 x (1 + $19) for a claim's first statement), and a claim that found fewer
-  -- heads gives each more followers (up to 100, MAX_FOLLOWERS): 5 deep keys came 10 deliveries a claim each, 300
-  -- claims for their 3,000 deliveries, at 0.034 statements a delivery; sharing the room, 0.004-0.007 and 1.6-1.7x the
-  -- deliveries/s (bench liveness cell, "deep keys without failures"). Each run is one key's, in order, as with $19
-  -- (the invariant of the header).
+  -- heads gives each more followers (up to 100, MAX_FOLLOWERS): a few deep keys then drain in long runs, a fraction of
+  -- the statements they took at $19 + 1 a claim. Each run is one key's, in order, as with $19 (the invariant of the
+  -- header).
   SELECT r.id, r.lane, r.event_id, r.handler, r.key, r.sequence, r.attempts, r.max_attempts, r.claims,
          r.available_at, r.created_at, r.event_type, r.payload, r.headers, NULL::int AS walk_step, 2 AS rank, r.after
   FROM heads h

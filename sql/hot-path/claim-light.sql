@@ -2,8 +2,8 @@
 --              due heads from the lanes this owner holds and from the free lanes a wake-up named, record them in
 --              flight, take a named lane only when it gives work, hand back held lanes that got nothing and run
 --              nothing. What claim-held-lanes does without its completion, successor lookups, walk cursors and retry
---              probes: under a light load that statement spent more time initialising its plan's ~150 nodes than
---              running them (perf: ExecutorStart about half of the backend's time); this one has about a third.
+--              probes: under a light load that statement spends more time initialising its plan's ~150 nodes than
+--              running them; this one has about a third as many.
 --              Heads: each lane's first pending rows in (handler, key, sequence) order, at most $6 rows a lane;
 --              the first row of a (handler, key) is its smallest pending sequence, so only heads are picked and a
 --              head in flight holds its key back. A lane whose keys need more than $6 rows is read in part: the

@@ -9,7 +9,7 @@
 -- returns: id of every deleted delivery (absent ids = lease lost), and next_due: its key's next pending delivery is
 --          due (false when unkeyed, or none is)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
---         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
+--         it, which only means a redelivery (at-least-once), never a lost delivery; see docs/guide/guarantees.md.
 WITH deleted AS (
   DELETE FROM /*schema*/relaybus_deliveries d
   USING unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::int[]) AS t(id, lane, epoch, claims)

@@ -5,7 +5,7 @@
 -- params: $1 owner text, $2 lanes smallint[], $3 epochs bigint[], $4 lease_ms int, $5 now timestamptz (null = now())
 -- returns: lane of every renewed lane (absent lanes = lost)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
---         it, which only means a redelivery (at-least-once), never a lost delivery; see README "Guarantees".
+--         it, which only means a redelivery (at-least-once), never a lost delivery; see docs/guide/guarantees.md.
 WITH locked AS (
   SELECT l.lane FROM /*schema*/relaybus_lanes l
   WHERE l.lane = ANY ($2::smallint[]) AND l.lease_owner = $1

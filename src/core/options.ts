@@ -74,14 +74,12 @@ export interface DispatcherOptions {
    * Claim loops in this process, 1..8. Default `DEFAULT_CLAIM_LOOPS` (1). Each loop holds its own lanes (a lease
    * owner of its own) and claims while the others' handlers run, so Node and Postgres work at once; the handler slots
    * (`concurrency`) are shared, each loop claiming at most its share of them. Two can pay off on a deep backlog (see
-   * the bench's claim-loops cell). While other workers hold lanes too (as a claim of the held lanes reports), the loops
+   * docs/guide/performance.md). While other workers hold lanes too (as a claim of the held lanes reports), the loops
    * claim in turn, one claim of this worker at a time: the other workers' claims keep Postgres busy meanwhile, and
-   * several claims of every worker at once cost the server more than they overlap (the bench's dispatcher-processes
-   * cell). The second and later loops then rest: each lets its runs end, hands its lanes back and claims again once no
+   * several claims of every worker at once cost the server more than they overlap. The second and later loops then rest: each lets its runs end, hands its lanes back and claims again once no
    * other worker holds a lane and a claim comes back full (or when a head it rescheduled is due again). They start so:
    * the first claim of the first loop tells whether another worker holds lanes, and they join in only when it does
-   * not and the claim comes back full (4 processes on 2 cores: their first handler 243-264 ms after start, against
-   * 443-472 when every loop began with a claim).
+   * not and the claim comes back full (several workers starting at once then reach their first handler sooner).
    */
   readonly claimLoops?: number;
   /**
@@ -89,7 +87,7 @@ export interface DispatcherOptions {
    * 0..100, beyond `batchSize` (default `DEFAULT_FOLLOWERS`, 0: none). They run one after another in this worker, each
    * once the one before it succeeded (a failure releases the rest unrun, in order for their next claim), and hold no
    * handler slot while they wait. Pays off for deep per-key backlogs: one read of a key's run instead of a claim per
-   * delivery (the bench's followers cell). A claim brings at most `batchSize` x (1 + this) deliveries: one that finds
+   * delivery (see docs/guide/how-it-works.md). A claim brings at most `batchSize` x (1 + this) deliveries: one that finds
    * fewer heads gives each more followers, up to 100 (a few deep keys drain in long runs). At most: each claim loop
    * starts at 1 and doubles the count after every claim. Claims with followers take longer; a retried head is not held
    * up by them, as claims take it ahead of its due time by a lookahead that follows their length, and it starts at its

@@ -20,9 +20,8 @@ const RETRY_LOOKAHEAD_SLACK_MS = 5;
 
 /**
  * The lookahead in claims as long as the longest recent one (`retryLookaheadMs`): a retried head due while a claim is
- * in progress waits for that claim and the next, and under CPU contention either may take twice as long as any recent
- * one (bench liveness cell: a claim of 241 ms after claims of 93 ms at most, and the retry it held up started 56 ms
- * after it was due with a lookahead of two claims).
+ * in progress waits for that claim and the next, and under CPU contention either may take two or three times as long
+ * as any recent one: a lookahead of two claims let such a retry start late. See docs/guide/guarantees.md.
  */
 const RETRY_LOOKAHEAD_CLAIMS = 4;
 
@@ -32,9 +31,8 @@ export const MAX_HINTED_LANES = 64;
 /**
  * A claim that returned at least this many deliveries (or a full batch of fewer) marks its loop busy; while any loop is
  * busy, every run that ends wakes the loops (see `wakeOnRunEnd`), and its claims look at free lanes every time (see
- * `#skipFreeLanes`). At 8, a steady 1,000 deliveries/s fed itself: a claim that looked at free lanes took 7 ms, came
- * back with 8 or more, so the next one looked too (bench mixed cell, A/B in turns: e2e p50 4.3-7.7 ms at 8, 2.9-6.5 ms
- * at 32; a 50k keyed drain the same or faster).
+ * `#skipFreeLanes`). Lower, a steady light load feeds itself: a claim that looks at free lanes is slow enough to come
+ * back with that many, so the next one looks too, and latency grows; drains are no faster for it.
  */
 export const BUSY_CLAIM = 32;
 
@@ -130,10 +128,8 @@ export class LoopClaimState {
    * Followers per keyed head for this loop's next claim: 1 at first, doubled after every claim up to
    * `DispatcherOptions.followers`. Each brings up to that many rows a head, which makes claims longer; a retried head is
    * not held up by them, as the claims take it ahead of its due time (`retryLookaheadMs`, which follows their length)
-   * and it starts at its time. Holding the count down after a retry (halved after cycles over half the soonest first
-   * retry, for ten such retries after) cost the bench's liveness cell's healthy keys 4-10% of their deliveries/s
-   * (0.72-0.79x against 0.81-0.82x without, three interleaved runs of 6-8 repetitions on 2 cores), and the retries
-   * started at most 7.7-12.4 ms after due with it, 11.0-19.4 without: within the poll interval (50 ms) either way.
+   * and it starts at its time. Holding the count down after a retry slowed the healthy keys beside the retried ones and
+   * did not make retries start sooner: the lookahead already keeps them within the poll interval.
    */
   get followersNow(): number {
     return this.#followers;
@@ -184,9 +180,8 @@ export class ClaimPolicy {
    * Other workers held lanes at this worker's last claim that looked (`CompleteAndClaimResult.peerLanes`). A second loop
    * overlaps this worker's handlers with its claims; with other workers, their claims fill those gaps, and claims of
    * several loops at once cost the shared server more than they overlap. So then the loops take turns: one claim of
-   * this worker at a time, each loop still on its own lanes. Measured on 2 cores (Postgres on the same machine), tuned
-   * keyed drain of 400k, 2 loops a worker, 2 runs each: 4 workers 37.8-39.4k deliveries/s claiming side by side,
-   * 39.8-48.9k in turn; one worker 42-53k side by side, 38-41k in turn (so alone they still claim side by side).
+   * this worker at a time, each loop still on its own lanes. Alone, a worker's loops still claim side by side, which
+   * drains faster there (see bench/README.md, "Looking inside a run").
    */
   peersHoldLanes = false;
   /** The last claim came back full: work is backing up, so every loop claims (see `LoopClaimState.dormant`). */
@@ -219,9 +214,8 @@ export class ClaimPolicy {
 
   /**
    * The loops a run that ended may give work to: not a barren one (its own loop never is, it had the run in flight at
-   * its last claim). Woken by every run end under a backlog, a loop whose sibling held all five lanes of the bench's
-   * liveness cell claimed in a row and found nothing, each claim reserving half the handler slots the other's claim
-   * could have filled.
+   * its last claim). Woken by every run end under a backlog, a loop whose sibling holds every lane with work would claim
+   * again and again and find nothing, each claim reserving handler slots its sibling's claim could have filled.
    */
   toWake(): LoopClaimState[] {
     return this.loops.filter((loop) => this.wakes(loop));
@@ -243,8 +237,7 @@ export class ClaimPolicy {
    * (the next claim rides the completions and likely finds more), a loop waits for a slot (`slotsShort`), or followers
    * wait for a slot (`readyWaiting`). Under a light load nobody is woken: the completion is written by the batcher,
    * which wakes its loop when a completed key's next delivery is due. A claim per ended run would keep the loop busy
-   * with claims that find nothing, and a publish would wait for them (commit-to-handler p50 2.3 -> 1.4 ms at 1,000
-   * deliveries/s in process).
+   * with claims that find nothing, and a publish would wait for them (higher commit-to-handler latency).
    */
   wakeOnRunEnd(slotsShort: boolean, readyWaiting: boolean): boolean {
     return slotsShort || this.flowing() || readyWaiting;
@@ -308,10 +301,8 @@ export class ClaimPolicy {
     const acquireAt = this.#acquireWhenFullDue(loop);
     const light = this.#skipFreeLanes(loop);
     // A loop that is not busy will not fill its batch from its held lanes, so a claim that looks at free lanes takes
-    // them first and claims every lane in one statement after (bench mixed cell, 2 runs of 6 interleaved repetitions:
-    // p99 15.9 and 13.7 ms against 19.7 and 27.8 held lanes first; a 50k drain's statements the same). Not beside other
-    // workers, where it likely took lanes a peer would have drained (200k at 2 processes, 8 interleaved pairs: 0.96x,
-    // the slow ones with more claims and acquires).
+    // them first and claims every lane in one statement after: one round trip fewer, a shorter latency tail. Not beside
+    // other workers, where it would take lanes a peer is about to drain.
     const freeLanes = light ? 'skip' : loop.busy || this.peersHoldLanes ? undefined : 'first';
     const params: ClaimParams = {
       handlers: config.handlers,
@@ -381,9 +372,9 @@ export class ClaimPolicy {
    * Whether this loop's next claim leaves free lanes it does not name alone (`freeLanes: 'skip'`): under a light load
    * (its last claim was not busy) while wake-ups are heard, every publish names its lanes, so one claim per poll
    * interval looks at the free lanes (for a delayed delivery come due, a crashed worker's expired lease, a lost
-   * notification) and the others do not. Nearly every claim is short then, and each looked at up to 256 free lanes: a
-   * quarter of the claim time in the mixed bench cell. A busy loop looks every time: under a backlog a short claim
-   * means it holds too few lanes (a drain takes its lanes round by round; once per poll it took 0.7x the deliveries/s).
+   * notification) and the others do not. Nearly every claim is short then, and looking at up to 256 free lanes each
+   * time was a large part of it. A busy loop looks every time: under a backlog a short claim means it holds too few
+   * lanes, and a drain that took new lanes only once per poll was much slower.
    */
   #skipFreeLanes(loop: LoopClaimState): boolean {
     const at = this.#realNow();

@@ -173,9 +173,8 @@ export class CompletionBatcher {
 
   /**
    * One write at a time (a second only once `maxBatchSize` completions wait): what completes while a write runs goes out
-   * in one batch when it ends. Unbounded, a slow write (a worker's first statements on cold connections took 100 ms at
-   * start-up) let the next windows' writes start beside it, each on another cold connection, each as slow: nine in
-   * flight at once within 300 ms of a start.
+   * in one batch when it ends. Unbounded, a slow write (a worker's first statements on cold connections are slow at
+   * start-up) let the next windows' writes start beside it, each on another cold connection, each as slow.
    */
   #writeNow(): void {
     clearTimeout(this.#timer);

@@ -59,8 +59,8 @@ export { createOwnerId } from './owner-id.js';
  */
 
 /**
- * Runs a claim launches in one turn of the event loop, followers included (see `#claimLoop`): 5,000 of a claim of 500
- * heads with 9 followers each, in one turn, held timers for 60 ms and more (a retried head started up to 180 ms late).
+ * Runs a claim launches in one turn of the event loop, followers included (see `#claimLoop`): launching a whole large
+ * claim (heads and their followers) in one turn held timers back long enough to start a retried head late.
  */
 const LAUNCH_TURN_RUNS = 500;
 

@@ -1,8 +1,8 @@
 /**
  * Runs claimed before they were due (a retried head, `ClaimParams.retryLookaheadMs`) wait here for their time. A timer
  * alone fires only in the event loop's timers phase, once a turn of the loop, and under a backlog one turn runs the ends
- * of up to `concurrency` handlers: 25-50 ms on a loaded 2-core machine (liveness cell, 1,000 slots), which a retried
- * head started late by. The dispatcher looks here at every handler end too (`startDue`), so a waiting run starts within
+ * of up to `concurrency` handlers: tens of milliseconds on a loaded machine with many slots, which a retried head
+ * would start late by. The dispatcher looks here at every handler end too (`startDue`), so a waiting run starts within
  * one handler end of its time. Empty, a look costs one size check.
  */
 export class EarlyStarts {

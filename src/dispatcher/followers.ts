@@ -29,9 +29,9 @@ const leaseOf = (delivery: ClaimedDelivery): DeliveryLease => ({
 export class Followers<L> {
   /**
    * Followers by the id of the delivery before them (claimed in the same lane at the same epoch). Keyed by the id alone:
-   * a string made per follower to add the lease to the key was a tenth of the dispatcher's allocations. Two followers of
-   * one id are of two claims of it at two epochs of its lane, the older one lost: only the later one is kept (`wait`),
-   * and a lookup checks the epoch.
+   * a string made per follower to add the lease to the key was a visible share of the dispatcher's allocations. Two
+   * followers of one id are of two claims of it at two epochs of its lane, the older one lost: only the later one is
+   * kept (`wait`), and a lookup checks the epoch.
    */
   readonly #waiting = new Map<string, Waiting<L>>();
   /** Followers whose delivery before them succeeded while a retried head was due: started by `takeReady`. */

@@ -171,7 +171,7 @@ export async function withinTimeout<TTx>(
  * A handler that returns at once (not a promise) and succeeds is the common case under a backlog, and thousands of its
  * runs wait at a time for the claim that carries their completions: here such a run waits as its completion in the
  * batch, without the promises, the async function's frame and the callbacks `runDelivery` keeps alive per run (the
- * garbage collector copies what stays alive: a third of a dispatcher's CPU in a keyed drain went to it).
+ * garbage collector copies what stays alive, a large part of a dispatcher's CPU in a keyed drain).
  */
 export function runAtOnce<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>): boolean {
   const { handler, claimed } = run;

@@ -140,8 +140,8 @@ export async function runClaimLoop<TTx>(loop: ClaimLoop<TTx>, host: ClaimLoopHos
       let completedAny = false;
       host.reserve(limit);
       // This claim has its slots and looks up the retried heads due (the plan cleared the loop's retry due): followers
-      // may take free slots again, the parked ones at once (started after the claim and its launch, they had waited a
-      // whole cycle, with up to 750 of 1,000 slots idle in the bench's liveness cell).
+      // may take free slots again, the parked ones at once (started after the claim and its launch, they would wait a
+      // whole cycle while most slots sit idle).
       host.startReady();
       const claimStarted = performance.now();
       // Other workers share the lanes: this worker's loops claim in turn. The wait counts as part of the claim: a
@@ -232,9 +232,7 @@ export async function runClaimLoop<TTx>(loop: ClaimLoop<TTx>, host: ClaimLoopHos
  * on their own), closes its claim session (its lanes are handed back) and turns dormant, and the first loop (or
  * another worker) takes those lanes. A second loop overlaps a lone worker's handlers with its claims; beside other
  * workers, whose claims fill those gaps, its lanes only split the backlog into more, shorter claims and more lanes
- * changing hands. Measured on 2 cores (Postgres on the same machine), tuned keyed drain of 200k, interleaved with the
- * loops claiming in turn: 2 workers 51.3-55.9k deliveries/s against 47.7-55.4k (5 runs each, median 1.07x), 4
- * workers 37.9-41.6k against 35.8-42.2k (4 runs each: no difference). A resting loop claims again (a new session) once
+ * changing hands: resting them drains a shared backlog at least as fast. A resting loop claims again (a new session) once
  * no other worker holds a lane (a claim of the first loop reports it) and a claim comes back full, or when a head it
  * rescheduled is due again.
  */

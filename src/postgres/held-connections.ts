@@ -5,7 +5,7 @@ import type { PostgresDriver, SqlExecutor, SqlSession } from './sql-client.js';
  * `holdConnection` (each claim loop of a worker), where the driver lends one (`PostgresDriver.session`): the session's
  * claim statements (claim-held-lanes, claim-light, acquire-lanes) run on it, so each is planned once, when the session
  * first claims, instead of on every connection of the pool a claim lands on (five custom plans and a generic one,
- * several milliseconds each for claim-held-lanes: about a tenth of the server's time in a 50k drain). The owner's
+ * each costly for claim-held-lanes: a visible share of the server's time in a short drain). The owner's
  * other statements (renewals that run beside its claims, completions, hand-backs) stay on the pool.
  *
  * relaybus holds at most half of the pool's connections, its listening one included, so handlers, completions and

@@ -6,7 +6,7 @@
  * A probe stays until a claim of this store returns its key's head, or until `PROBE_TTL_MS` after it
  * became due: a claim made while its lane was not held by this owner (handed back while the head
  * waited out its backoff, then taken again by the next acquire) looks it up again, instead of leaving
- * the head to the walk (that was the retry lag of seconds the liveness bench measured). Best effort
+ * the head to the walk, where it could wait seconds behind busy keys. Best effort
  * still: a lane another worker holds, or a head still blocked, is left to the walk, which finds every
  * due head eventually.
  */

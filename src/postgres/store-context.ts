@@ -32,8 +32,8 @@ export interface PostgresStoreOptions<TTx> {
    * driver can lend one (`fromPg`, `fromKysely` with its pool, `fromDrizzle` over a node-postgres pool; elsewhere they
    * run on the pool: postgres.js's reserved connections do not survive a terminated backend, see `fromPostgresJs`).
    * Postgres plans them once there, generically from the first call, instead of six times on every connection a claim
-   * lands on. Measured: 1.04x and 1.08x the deliveries/s of a 50k drain by 1 and 4 processes (bench/README.md). Holds at most half the pool's connections (the listening one
-   * counted); a claim loop gives its connection back when it stops or rests, or when a statement on it fails, so
+   * lands on, which makes drains a little faster (docs/guide/performance.md, "Where the time goes"). Holds at most half
+   * the pool's connections (the listening one counted); a claim loop gives its connection back when it stops or rests, or when a statement on it fails, so
    * `pool.end()` after `bus.stop()` returns at once. Only claim sessions opened with `holdConnection` hold one
    * (`ClaimSessionOptions.holdConnection`: the dispatcher's do): a session you open yourself holds nothing unless you ask.
    * Set it to false behind a transaction-mode pooler (PgBouncer) unless the driver runs without prepared statements:

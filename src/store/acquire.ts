@@ -15,9 +15,9 @@ export const TAKEOVER_ROUND = 4;
 /**
  * Lanes taken in the first round when the owner's last claim took none (a worker's first claim, or one after an idle
  * spell). Each round is an acquire and a claim statement, and a worker's first claim runs before anything else it does:
- * from 4 lanes, a 50k keyed backlog (20 keys a lane) took rounds of 4, 8 and 16 before its first batch was full, its
- * first handler starting 212-254 ms after the worker did; from 32, one round, 107-126 ms (bench dispatch N=50000 D=1,
- * tuned, interleaved). Acquiring takes only lanes with due work, so a shallow queue is taken the same either way.
+ * starting from 4 lanes, a deep keyed backlog took several rounds before the first batch was full, about doubling the
+ * time to the first handler; from 32 it takes one. Acquiring takes only lanes with due work, so a shallow queue is
+ * taken the same either way.
  */
 export const FIRST_ACQUIRE_ROUND = 32;
 
@@ -28,7 +28,7 @@ export const MAX_ACQUIRE_ROUNDS = 8;
  * The number of lanes to take in each round, doubling up to every lane: from what the owner's last claim took in all
  * (`lastTaken`, at least `TAKEOVER_ROUND`), or `FIRST_ACQUIRE_ROUND` when it took none. A backlog that drains each lane
  * within a claim or two (followers read a key's whole run) hands back and takes lanes in every claim, and rounds from 4
- * up cost an acquire and a claim statement each (4, 8, 16 and 32 lanes in one claim, ad hoc, 50k keyed with followers).
+ * up cost an acquire and a claim statement each.
  */
 export function* acquireRounds(lastTaken?: number): Generator<number, void, undefined> {
   const first = lastTaken === undefined ? FIRST_ACQUIRE_ROUND : Math.max(TAKEOVER_ROUND, Math.floor(lastTaken));

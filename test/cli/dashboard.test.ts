@@ -17,13 +17,12 @@
  * RELAYBUS_SCREENSHOTS=1 writes docs/public/dashboard.png and docs/public/dashboard-login.png.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
+import { browserSkip, launchChromium } from '../support/chromium.js';
 import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import { findPostgres, uniqueSchemaName } from '../support/databases.js';
@@ -34,20 +33,6 @@ import * as owners from '../support/claims.js';
 const found = await findPostgres();
 useBuiltCli();
 
-const CHROMIUM = process.env.RELAYBUS_CHROMIUM ?? '/usr/bin/chromium';
-const browserSkip = existsSync(CHROMIUM)
-  ? undefined
-  : `no browser at ${CHROMIUM}: install Debian's chromium package (apt-get install chromium; .ci/run does) or set RELAYBUS_CHROMIUM`;
-const CHROMIUM_FLAGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const TOKEN = 'test-token-0123456789abcdef';
 const XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">';
 const Order = defineEvent('order.placed', Type.Object({ note: Type.String() }));
@@ -154,20 +139,14 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
 
   describe('in headless Chromium', { skip: browserSkip }, () => {
     let context: BrowserContext;
-    let profile: string;
+    let browser: Awaited<ReturnType<typeof launchChromium>> | undefined;
 
     before(async () => {
-      profile = mkdtempSync(join(tmpdir(), 'relaybus-chromium-'));
-      context = await chromium.launchPersistentContext(profile, {
-        executablePath: CHROMIUM,
-        headless: true,
-        args: CHROMIUM_FLAGS,
-        viewport: { width: 1280, height: 1400 },
-      });
+      browser = await launchChromium({ width: 1280, height: 1400 });
+      context = browser.context;
     });
     after(async () => {
-      await context?.close();
-      if (profile) rmSync(profile, { recursive: true, force: true });
+      await browser?.close();
     });
 
     async function load(page: Page, address: string): Promise<void> {
