@@ -180,7 +180,8 @@ interface RunSettings<TTx> {
   readonly logger: Logger;
 }
 
-const PUBLISH_OPTION_KEYS = new Set(['key', 'id', 'availableAt', 'headers']);
+/** The options of one publish (exported for the reference's consistency test). */
+export const PUBLISH_OPTION_KEYS: ReadonlySet<string> = new Set(['key', 'id', 'availableAt', 'headers']);
 
 class Bus<TTx, TEvent extends EventDefinition> implements RelayBus<TTx, TEvent> {
   readonly #options: ResolvedRelayBusOptions<TTx>;

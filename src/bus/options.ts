@@ -73,7 +73,8 @@ export interface ResolvedRelayBusOptions<TTx> {
   readonly instrumentation: Instrumentation | undefined;
 }
 
-const BusSchema = Type.Object(
+/** What `createRelayBus` validates its options with (exported for the reference's consistency test). */
+export const BusSchema = Type.Object(
   {
     store: Type.Unknown(),
     events: Type.Unknown(),

@@ -2,21 +2,25 @@
  * Every error relaybus throws on purpose is a `RelayBusError` with a stable `code`, so callers can
  * branch on `error.code` instead of parsing messages. Messages say what to do about the problem.
  */
-export type RelayBusErrorCode =
-  | 'RELAYBUS_INVALID_OPTIONS'
-  | 'RELAYBUS_INVALID_INPUT'
-  | 'RELAYBUS_INVALID_LEASE'
-  | 'RELAYBUS_INVALID_PAYLOAD'
-  | 'RELAYBUS_UNKNOWN_EVENT'
-  | 'RELAYBUS_UNKNOWN_HANDLER'
-  | 'RELAYBUS_STORE_UNAVAILABLE'
-  | 'RELAYBUS_SCHEMA_MISMATCH'
-  | 'RELAYBUS_INVALID_STATE'
-  | 'RELAYBUS_CONFLICT'
-  | 'RELAYBUS_BROKER_UNAVAILABLE'
-  | 'RELAYBUS_BROKER_NOT_FOUND'
-  | 'RELAYBUS_MESSAGE_TOO_LARGE'
-  | 'RELAYBUS_BROKER_REJECTED';
+/** Every code a `RelayBusError` can carry (the reference's consistency test reads it: test/docs/reference.test.ts). */
+export const RELAYBUS_ERROR_CODES = [
+  'RELAYBUS_INVALID_OPTIONS',
+  'RELAYBUS_INVALID_INPUT',
+  'RELAYBUS_INVALID_LEASE',
+  'RELAYBUS_INVALID_PAYLOAD',
+  'RELAYBUS_UNKNOWN_EVENT',
+  'RELAYBUS_UNKNOWN_HANDLER',
+  'RELAYBUS_STORE_UNAVAILABLE',
+  'RELAYBUS_SCHEMA_MISMATCH',
+  'RELAYBUS_INVALID_STATE',
+  'RELAYBUS_CONFLICT',
+  'RELAYBUS_BROKER_UNAVAILABLE',
+  'RELAYBUS_BROKER_NOT_FOUND',
+  'RELAYBUS_MESSAGE_TOO_LARGE',
+  'RELAYBUS_BROKER_REJECTED',
+] as const;
+
+export type RelayBusErrorCode = (typeof RELAYBUS_ERROR_CODES)[number];
 
 /** Options every relaybus error takes: the underlying error, and whether the same call may succeed later. */
 export interface RelayBusErrorOptions {

@@ -151,7 +151,8 @@ export const DispatcherSchema = Type.Object(
   { additionalProperties: false },
 );
 
-const HandlerSchema = Type.Object(
+/** What `bus.on` validates a handler's options with (exported for the reference's consistency test). */
+export const HandlerSchema = Type.Object(
   {
     transactional: Type.Optional(Type.Boolean()),
     maxAttempts: integer(1, 1_000_000),

@@ -19,11 +19,11 @@ import { oneLine } from '../table.js';
 
 /**
  * `relaybus inbox [config]`: run the inbox side of the config module (its `inbox` export: one inbox
- * made by `amqpInbox`/`natsInbox`, or a list) until SIGINT/SIGTERM. Same conventions as `worker`:
+ * made by `amqpInbox`/`natsInbox`/`kafkaInbox`, or a list) until SIGINT/SIGTERM. Same conventions as `worker`:
  * the first signal stops gracefully (held messages finish within the grace period, the rest go back
  * to the broker), a second forces it (exit 130/143); a broker or database that is down at start is
- * retried with a capped backoff, and only an error a retry cannot fix (a bad login, a queue or
- * consumer that does not exist) exits 1. Handlers of the events run in `relaybus worker`.
+ * retried with a capped backoff, and only an error a retry cannot fix (a bad login, a queue,
+ * stream, consumer or topic that does not exist) exits 1. Handlers of the events run in `relaybus worker`.
  */
 
 const DAY_MS = 86_400_000;
@@ -50,7 +50,7 @@ const FLAGS = {
 
 const HELP = renderHelp({
   usage: ['relaybus inbox [config] [options]'],
-  description: `Run the inbox side of your config module: consume the broker (RabbitMQ queue, NATS JetStream durable consumer) and turn each message into an event of your bus, in one database transaction per batch, acknowledged after the commit (a redelivery is deduplicated by the message id). [config] is the module relaybus worker loads (default: the first of ${DEFAULT_CONFIG_NAMES.join(', ')}); besides its default export (the bus), it exports \`inbox\`: an inbox made by amqpInbox (relaybus/amqp) or natsInbox (relaybus/nats), or a list of them. The handlers of those events run in relaybus worker.`,
+  description: `Run the inbox side of your config module: consume the broker (a RabbitMQ queue, a NATS JetStream durable consumer, Kafka topics as a consumer group) and turn each message into an event of your bus, in one database transaction per batch, acknowledged after the commit (a redelivery is deduplicated by the message id). [config] is the module relaybus worker loads (default: the first of ${DEFAULT_CONFIG_NAMES.join(', ')}); besides its default export (the bus), it exports \`inbox\`: an inbox made by amqpInbox (relaybus/amqp), natsInbox (relaybus/nats) or kafkaInbox (relaybus/kafka), or a list of them. The handlers of those events run in relaybus worker.`,
   flags: FLAGS,
   sections: [
     {
@@ -75,8 +75,8 @@ const HELP = renderHelp({
       title: 'Exit codes',
       lines: [
         '0    stopped gracefully (after a signal)',
-        '1    runtime failure: the config module threw, a queue/stream/consumer does not exist, a login',
-        '     was refused',
+        '1    runtime failure: the config module threw, a queue/stream/consumer/topic does not exist, a',
+        '     login was refused',
         '2    usage error: unknown flag, bad value, config module not found, without a bus or an inbox',
         '129  stopped gracefully because its parent process exited (npm started it and was signalled)',
         '130  forced by a second SIGINT',
@@ -113,13 +113,13 @@ async function loadInboxes(path: string): Promise<Inbox[]> {
   const list = Array.isArray(exported) ? (exported as unknown[]) : exported === undefined ? [] : [exported];
   if (list.length === 0) {
     throw new UsageError(
-      `${basename(path)} exports no inbox; add export const inbox = amqpInbox({ bus, url, queue, events }) (relaybus/amqp) or natsInbox(...) (relaybus/nats)`,
+      `${basename(path)} exports no inbox; add export const inbox = amqpInbox({ bus, url, queue, events }) (relaybus/amqp), natsInbox(...) (relaybus/nats) or kafkaInbox(...) (relaybus/kafka)`,
     );
   }
   const bad = list.findIndex((item) => !isInbox(item));
   if (bad >= 0)
     throw new UsageError(
-      `${basename(path)}: inbox${list.length > 1 ? `[${bad}]` : ''} is not an inbox made by amqpInbox or natsInbox`,
+      `${basename(path)}: inbox${list.length > 1 ? `[${bad}]` : ''} is not an inbox made by amqpInbox, natsInbox or kafkaInbox`,
     );
   return list as Inbox[];
 }
@@ -293,7 +293,7 @@ async function runInbox(args: readonly string[], context: CliContext): Promise<n
 /** `relaybus inbox`. */
 export const inboxCommand: Command = {
   name: 'inbox',
-  summary: 'Run the broker inboxes your config module exports (amqpInbox, natsInbox).',
+  summary: 'Run the broker inboxes your config module exports (RabbitMQ, NATS, Kafka).',
   help: HELP,
   run: (args, context) => failingAs('inbox', () => runInbox(args, context)),
 };

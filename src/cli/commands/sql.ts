@@ -33,7 +33,7 @@ const FLAGS = {
 /** `relaybus sql`. */
 export const sqlCommand: Command = {
   name: 'sql',
-  summary: 'Print the relaybus DDL (or only the drizzle-kit supplement).',
+  summary: 'Print the relaybus DDL, or its drizzle-kit adopt or supplement migration.',
   help: renderHelp({
     usage: ['relaybus sql [--schema name] [--adopt | --supplement]'],
     description:
