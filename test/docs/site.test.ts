@@ -39,7 +39,9 @@ const decodeEntities = (text: string) => text.replace(/&(amp|lt|gt|quot|#39);/g,
 /** The ids of a built page, and its links (`href` of `<a>`, `src` of `<img>`), as written. */
 function readPage(html: string): { ids: Set<string>; links: string[] } {
   const ids = new Set([...html.matchAll(/\sid="([^"]+)"/g)].map((match) => decodeEntities(match[1]!)));
-  const links = [...html.matchAll(/<(?:a|img)\s[^>]*?(?:href|src)="([^"]*)"/g)].map((match) => decodeEntities(match[1]!));
+  const links = [...html.matchAll(/<(?:a|img)\s[^>]*?(?:href|src)="([^"]*)"/g)].map((match) =>
+    decodeEntities(match[1]!),
+  );
   return { ids, links };
 }
 
