@@ -8,6 +8,9 @@ import type {
   PurgeParams,
   PurgeResult,
   RequeueParams,
+  CancelParams,
+  CancelResult,
+  CancelledDelivery,
   Statistics,
   SubscribeOptions,
   Subscription,
@@ -19,6 +22,7 @@ import { withTotals } from '../store/statistics.js';
 import {
   assertOptionalDate,
   unsubscribeRefusal,
+  validateCancel,
   validateList,
   validatePurge,
   validateRequeue,
@@ -169,6 +173,26 @@ export class MemoryAdmin {
       if (delivery.key !== null) delivery.sequence = this.data.nextSequence(delivery.key);
     }
     return selected.length;
+  }
+
+  async cancel(params: CancelParams): Promise<CancelResult> {
+    this.data.assertOpen();
+    validateCancel(params);
+    const targets = [...this.data.deliveries.values()]
+      .filter((d) => d.eventId === params.eventId && (params.handler === undefined || d.handler === params.handler))
+      .sort((a, b) => compareIds(a.id, b.id));
+    // One synchronous pass: no claim can interleave, so each delivery either is in flight (it runs) or is deleted.
+    const deliveries: CancelledDelivery[] = targets.map((d) => {
+      const outcome =
+        d.status === 'dead' ? 'dead' : this.data.lanes[d.lane]!.inFlight.has(d.id) ? 'running' : 'cancelled';
+      if (outcome === 'cancelled') this.data.deliveries.delete(d.id);
+      return { deliveryId: d.id, handler: d.handler, outcome };
+    });
+    const withDelivery = new Set(targets.map((d) => d.handler));
+    for (const handler of this.data.events.get(params.eventId)?.handlers ?? [])
+      if ((params.handler === undefined || handler === params.handler) && !withDelivery.has(handler))
+        deliveries.push({ deliveryId: null, handler, outcome: 'finished' });
+    return { found: deliveries.length > 0, deliveries };
   }
 
   async listDeliveries(params: ListDeliveriesParams = {}): Promise<Page<DeliveryView>> {

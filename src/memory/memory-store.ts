@@ -50,6 +50,8 @@ import type {
   PurgeParams,
   PurgeResult,
   RequeueParams,
+  CancelParams,
+  CancelResult,
   RescheduleParams,
   Statistics,
   Store,
@@ -167,6 +169,10 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   requeue(params: RequeueParams): Promise<number> {
     return this.#admin.requeue(params);
+  }
+
+  cancel(params: CancelParams): Promise<CancelResult> {
+    return this.#admin.cancel(params);
   }
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>> {

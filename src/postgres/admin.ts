@@ -1,4 +1,6 @@
 import type {
+  CancelParams,
+  CancelResult,
   HandlerStatistics,
   LaneView,
   ListDeliveriesParams,
@@ -18,6 +20,7 @@ import { withTotals } from '../store/statistics.js';
 import {
   assertOptionalDate,
   unsubscribeRefusal,
+  validateCancel,
   validateList,
   validatePurge,
   validateRequeue,
@@ -29,7 +32,7 @@ import type { StoreContext } from './store-context.js';
 
 /**
  * The Postgres store's statements off the delivery path: subscriptions, lanes and deliveries listed, requeue of dead
- * deliveries, statistics and purge. Each runs one statement on the pool.
+ * deliveries, cancel of pending ones, statistics and purge. Each runs one statement on the pool.
  */
 
 const iso = (date: Date | undefined): string | null => (date === undefined ? null : date.toISOString());
@@ -128,6 +131,15 @@ export async function requeue(context: StoreContext, params: RequeueParams): Pro
     iso(params.now),
   ]);
   return rows.length;
+}
+
+export async function cancel(context: StoreContext, params: CancelParams): Promise<CancelResult> {
+  validateCancel(params);
+  const rows = await context.runOwned<RowOf<'cancel'>>('cancel', [params.eventId, params.handler ?? null]);
+  return {
+    found: rows.length > 0,
+    deliveries: rows.map((row) => ({ deliveryId: row.id, handler: row.handler, outcome: row.outcome })),
+  };
 }
 
 export async function listDeliveries(

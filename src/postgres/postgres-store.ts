@@ -15,6 +15,8 @@ import type {
   PurgeParams,
   PurgeResult,
   RequeueParams,
+  CancelParams,
+  CancelResult,
   RescheduleParams,
   Statistics,
   Store,
@@ -155,6 +157,10 @@ class PgStore<TTx> implements PostgresStore<TTx> {
 
   requeue(params: RequeueParams): Promise<number> {
     return admin.requeue(this.#context, params);
+  }
+
+  cancel(params: CancelParams): Promise<CancelResult> {
+    return admin.cancel(this.#context, params);
   }
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>> {

@@ -1,4 +1,4 @@
-import type { DeliveryStatus } from '../store/contract.js';
+import type { CancelOutcome, DeliveryStatus } from '../store/contract.js';
 import type { StatementName } from './statements.js';
 
 /**
@@ -166,6 +166,11 @@ export function claimedTuples(text: string | null): ClaimedTuple[] {
 export const ROW_COLUMNS = {
   'acquire-lanes': { lanes: col('int4'), charged: col('int4') },
   bury: IDS,
+  cancel: {
+    id: nullable('text'),
+    handler: col('text'),
+    outcome: typed<'text', CancelOutcome>('text'),
+  },
   'claim-held-lanes': CLAIMED,
   'claim-light': CLAIMED,
   'complete-many': { id: col('text'), next_due: col('bool') },

@@ -31,6 +31,7 @@ export const STATEMENT_FOLDERS = {
   ],
   /** What operators, the CLI and the bus's start run: listings, statistics, requeue, purge, subscriptions. */
   admin: [
+    'cancel',
     'list-deliveries',
     'list-lanes',
     'list-subscriptions',

@@ -173,6 +173,34 @@ export interface RequeueParams {
   readonly now?: Date;
 }
 
+export interface CancelParams {
+  /** The event whose pending deliveries to withdraw ... */
+  readonly eventId: string;
+  /** ... only this handler's (default: every handler's). */
+  readonly handler?: string;
+}
+
+/**
+ * What became of one handler's delivery of the event: `cancelled` (it was pending and no worker ran it: deleted),
+ * `running` (a worker holds it in flight: left alone, it runs), `dead` (a dead letter: left alone) or `finished` (the
+ * event had a delivery for this handler and has none any more: it completed, or was cancelled before).
+ */
+export type CancelOutcome = 'cancelled' | 'running' | 'dead' | 'finished';
+
+export interface CancelledDelivery {
+  /** The delivery; null for `finished` (its row is gone). */
+  readonly deliveryId: string | null;
+  readonly handler: string;
+  readonly outcome: CancelOutcome;
+}
+
+export interface CancelResult {
+  /** Whether the store knows the event: a delivery of it, or its events row. */
+  readonly found: boolean;
+  /** One entry per handler's delivery of the event (of `handler`, when given), by delivery id, `finished` ones last. */
+  readonly deliveries: readonly CancelledDelivery[];
+}
+
 export type DeliveryStatus = 'pending' | 'processing' | 'dead' | 'completed';
 
 export interface ListDeliveriesParams {
@@ -365,6 +393,13 @@ export interface Store<TTx> {
 
   /** Move dead deliveries back to pending with a fresh attempt budget; returns how many. Keyed ones go to the end of their key's order. */
   requeue(params: RequeueParams): Promise<number>;
+
+  /**
+   * Withdraw an event's pending deliveries that no worker runs (a scheduled event, a delivery waiting for its turn or
+   * a retry), fenced against a worker claiming them at the same moment: each one either runs or is cancelled, never
+   * both. A cancelled delivery is deleted; publishing the same event id again does not bring it back.
+   */
+  cancel(params: CancelParams): Promise<CancelResult>;
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>>;
 

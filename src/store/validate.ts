@@ -12,6 +12,7 @@ import type {
   PublishParams,
   PurgeParams,
   RequeueParams,
+  CancelParams,
   RescheduleParams,
   SubscribeOptions,
   Subscription,
@@ -303,6 +304,12 @@ export function validateRequeue(params: RequeueParams): void {
   if (handler !== undefined) assertName(handler, 'handler');
   if (eventId !== undefined) assertName(eventId, 'eventId');
   assertOptionalDate(params.now, 'now');
+}
+
+export function validateCancel(params: CancelParams): void {
+  if (typeof params !== 'object' || params === null) fail('cancel() takes { eventId, handler? }.');
+  assertName(params.eventId, 'eventId');
+  if (params.handler !== undefined) assertName(params.handler, 'handler');
 }
 
 const STATUSES = new Set(['pending', 'processing', 'dead', 'completed']);

@@ -10,6 +10,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { ContractTarget, Harness } from '../support/harness.js';
 import { adminCases } from './cases/admin.cases.js';
+import { cancelCases } from './cases/cancel.cases.js';
 import { claimCases } from './cases/claim.cases.js';
 import { completionCases } from './cases/completion.cases.js';
 import { fencingCases } from './cases/fencing.cases.js';
@@ -33,6 +34,7 @@ export const contractGroups: readonly CaseGroup[] = [
   ridingCases,
   shutdownCases,
   adminCases,
+  cancelCases,
   subscriptionCases,
 ];
 
