@@ -10,9 +10,10 @@
 -- index: a scan of the deliveries for the event id (an admin path: no index of its own, so the hot path pays nothing
 --        for it); relaybus_lanes_pkey (the lanes locked); relaybus_events_pkey (the handlers the event had)
 -- params: $1 event id text, $2 handler text (null = every handler)
--- returns: a row per delivery of the event (of $2): id, handler, outcome (cancelled; running: in flight in its lane,
---          left alone; dead: a dead letter, left alone); then a row per handler the event had and has no delivery of
---          any more: id NULL, outcome finished (it completed, or was cancelled before). No row: no such event.
+-- returns: a row per delivery of the event (of $2), by id: id, handler, outcome (cancelled; running: in flight in its
+--          lane, left alone; dead: a dead letter, left alone); then a row per handler the event had and has no delivery
+--          of any more, in the event's order: id NULL, outcome finished (it completed, or was cancelled before). No
+--          row: no such event.
 WITH targets AS (
   SELECT d.id, d.handler, d.lane, d.status FROM /*schema*/relaybus_deliveries d
   WHERE d.event_id = $1::text AND ($2::text IS NULL OR d.handler = $2::text)
@@ -35,11 +36,15 @@ touched AS (
   WHERE l.lane IN (SELECT c.lane FROM cancelled c)
   RETURNING l.lane
 )
-SELECT t.id::text AS id, t.handler,
-       CASE WHEN c.id IS NOT NULL THEN 'cancelled' WHEN t.status = 'dead' THEN 'dead' ELSE 'running' END AS outcome
-FROM targets t LEFT JOIN cancelled c ON c.id = t.id
-UNION ALL
-SELECT NULL, h.handler, 'finished'
-FROM /*schema*/relaybus_events e CROSS JOIN LATERAL unnest(e.handlers) AS h(handler)
-WHERE e.id = $1::text AND ($2::text IS NULL OR h.handler = $2::text)
-  AND h.handler NOT IN (SELECT t.handler FROM targets t)
+SELECT r.id::text AS id, r.handler, r.outcome
+FROM (
+  SELECT t.id, t.handler, NULL::bigint AS position,
+         CASE WHEN c.id IS NOT NULL THEN 'cancelled' WHEN t.status = 'dead' THEN 'dead' ELSE 'running' END AS outcome
+  FROM targets t LEFT JOIN cancelled c ON c.id = t.id
+  UNION ALL
+  SELECT NULL, h.handler, h.position, 'finished'
+  FROM /*schema*/relaybus_events e CROSS JOIN LATERAL unnest(e.handlers) WITH ORDINALITY AS h(handler, position)
+  WHERE e.id = $1::text AND ($2::text IS NULL OR h.handler = $2::text)
+    AND h.handler NOT IN (SELECT t.handler FROM targets t)
+) r
+ORDER BY r.id NULLS LAST, r.position

@@ -22,6 +22,7 @@ import { workerCommand } from './commands/worker.js';
 import { inboxCommand } from './commands/inbox.js';
 import { upgradeCommand } from './commands/upgrade.js';
 import { subscriptionsCommand } from './commands/subscriptions.js';
+import { cancelCommand } from './commands/cancel.js';
 
 /** Every command, by the words typed after `relaybus`. */
 export const COMMANDS: readonly Command[] = [
@@ -34,6 +35,7 @@ export const COMMANDS: readonly Command[] = [
   statsCommand,
   deadListCommand,
   deadRequeueCommand,
+  cancelCommand,
   purgeCommand,
   dashboardCommand,
   subscriptionsCommand,
@@ -62,7 +64,7 @@ function topHelp(): string {
     '  -v, --version  Print the version.',
     '  --verbose      Print stack traces on errors.',
     '',
-    'The admin commands (setup, upgrade, stats, dead, purge, dashboard, subscriptions) connect to',
+    'The admin commands (setup, upgrade, stats, dead, cancel, purge, dashboard, subscriptions) connect to',
     '--database-url or DATABASE_URL and work on --schema (default relaybus).',
     'Durations are written 500ms, 30s, 15m, 12h, 7d (or plain milliseconds).',
     '',

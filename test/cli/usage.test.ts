@@ -127,7 +127,7 @@ describe('relaybus: usage errors are one line and exit non-zero (built bin)', ()
     assertOneLineError(
       await runCli(['wrok']),
       2,
-      /^relaybus: unknown command "wrok"; commands: worker, inbox, demo, setup, upgrade, sql, stats, dead, purge, dashboard/,
+      /^relaybus: unknown command "wrok"; commands: worker, inbox, demo, setup, upgrade, sql, stats, dead, cancel, purge, dashboard/,
     );
   });
 
