@@ -108,7 +108,10 @@ describe('relaybus cancel (real Postgres, built bin)', { skip: 'skip' in found ?
 
     const unknown = await runCli(['cancel', '--event-id', 'no-such-event', ...flags]);
     assert.equal(unknown.code, 1);
-    assert.match(unknown.stderr, /no event no-such-event in schema "[^"]+": the id is unknown, or retention purged it/);
+    assert.match(
+      unknown.stderr,
+      /no event no-such-event in schema "[^"]+": the id is unknown, retention purged it, or it was published without an id/,
+    );
 
     const usage = await runCli(['cancel', ...flags]);
     assert.equal(usage.code, 2);

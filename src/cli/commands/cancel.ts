@@ -70,7 +70,9 @@ export const cancelCommand: Command = {
       else print(result, (line) => writeLine(context.stdout, line));
       const which = handler === undefined ? `event ${eventId}` : `a delivery of event ${eventId} to handler ${handler}`;
       if (!result.found)
-        throw new CliFailure(`no ${which} in schema "${schema}": the id is unknown, or retention purged it`);
+        throw new CliFailure(
+          `no ${which} in schema "${schema}": the id is unknown, retention purged it, or it was published without an id of yours and has finished (such an event keeps no record once delivered)`,
+        );
       const notCancelled = result.deliveries.filter((delivery) => delivery.outcome !== 'cancelled');
       if (notCancelled.length > 0)
         throw new CliFailure(
