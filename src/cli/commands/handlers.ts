@@ -51,7 +51,7 @@ function handlerArgument(command: string, positionals: readonly string[]): strin
 /** `relaybus handlers pause`. */
 export const handlersPauseCommand: Command = {
   name: 'handlers pause',
-  summary: "Pause a handler for every worker: its deliveries wait, in order, until it's resumed.",
+  summary: 'Pause a handler for every worker: its deliveries wait, in order, until resumed.',
   help: renderHelp({
     usage: ['relaybus handlers pause <name> [--reason <text>] [options]'],
     description:
@@ -109,7 +109,7 @@ export const handlersPauseCommand: Command = {
 /** `relaybus handlers resume`. */
 export const handlersResumeCommand: Command = {
   name: 'handlers resume',
-  summary: "Resume a paused handler: workers claim its deliveries again, each key's in order.",
+  summary: "Resume a paused handler: its deliveries are claimed again, in each key's order.",
   help: renderHelp({
     usage: ['relaybus handlers resume <name> [options]'],
     description:
