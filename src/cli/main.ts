@@ -88,11 +88,12 @@ function topHelp(): string {
 /** The commands of two words (`dead list`), by their first word: what the group's help says about them. */
 const GROUPS: Readonly<Record<string, { readonly about: string; readonly commands: readonly Command[] }>> = {
   dead: {
-    about: "Dead deliveries are the ones whose handler failed its last attempt.",
+    about: 'Dead deliveries are the ones whose handler failed its last attempt.',
     commands: [deadListCommand, deadRequeueCommand],
   },
   handlers: {
-    about: "A paused handler's deliveries are published and wait, in order, until it is resumed: no worker claims them.",
+    about:
+      "A paused handler's deliveries are published and wait, in order, until it is resumed: no worker claims them.",
     commands: [handlersPauseCommand, handlersResumeCommand, handlersListCommand],
   },
 };
@@ -109,7 +110,13 @@ function groupHelp(group: string): string {
     'Commands:',
     ...commands.map((command, i) => `  ${subcommands[i]!.padEnd(width)}  ${command.summary}`),
     '',
-    ...wrap(`${listed(subcommands.map((name) => `relaybus ${group} ${name} --help`), 'and')} show their options.`, 80),
+    ...wrap(
+      `${listed(
+        subcommands.map((name) => `relaybus ${group} ${name} --help`),
+        'and',
+      )} show their options.`,
+      80,
+    ),
     '',
   ].join('\n');
 }

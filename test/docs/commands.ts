@@ -33,7 +33,9 @@ function invocationOf(tokens: readonly string[]): Invocation | undefined {
   if (first === undefined || !WORD.test(first)) return undefined;
   // The commands of two words: `dead list`, `handlers pause`.
   const words =
-    (first === 'dead' || first === 'handlers') && args[1] !== undefined && WORD.test(args[1]) ? [first, args[1]] : [first];
+    (first === 'dead' || first === 'handlers') && args[1] !== undefined && WORD.test(args[1])
+      ? [first, args[1]]
+      : [first];
   const flags = args.slice(words.length).join(' ').match(FLAG) ?? [];
   return { words, flags: [...new Set(flags)], args };
 }

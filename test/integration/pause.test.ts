@@ -20,9 +20,8 @@ const KEYS = Array.from({ length: 8 }, (_, i) => `customer-${i}`);
 describe('pause and resume a handler across workers, on real Postgres', {
   skip: 'skip' in found ? found.skip : undefined,
 }, () => {
-  let pool: pg.Pool;
   let first: PostgresStore<PgClientLike>;
-  const schema = usePgStore('pause', 4, (opened) => ({ pool, store: first } = opened));
+  const schema = usePgStore('pause', 4, (opened) => ({ store: first } = opened));
 
   async function publishRound(n: number): Promise<void> {
     await first.transaction((tx) =>
@@ -58,12 +57,8 @@ describe('pause and resume a handler across workers, on real Postgres', {
         const claimed = await owners.claim(store, { owner, handlers: HANDLERS, limit: 5, leaseDurationMs: 30_000 });
         for (const c of claimed)
           ran.push({ handler: c.handler, key: c.key!, n: (c.payload as { n: number }).n, owner });
-        if (claimed.length > 0)
-          assert.ok(
-            (await store.completeMany(
-              claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })),
-            )).every(Boolean),
-          );
+        const leases = claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken }));
+        if (claimed.length > 0) assert.ok((await store.completeMany(leases)).every(Boolean));
         brought.push(...claimed);
       }
       return brought;

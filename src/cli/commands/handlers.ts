@@ -1,13 +1,5 @@
 import { MAX_PAUSE_REASON } from '../../store/validate.js';
-import {
-  DATABASE_FLAGS,
-  HELP_FLAG,
-  JSON_FLAG,
-  parseFlags,
-  renderHelp,
-  VERBOSE_FLAG,
-  type FlagSpecs,
-} from '../args.js';
+import { DATABASE_FLAGS, HELP_FLAG, JSON_FLAG, parseFlags, renderHelp, VERBOSE_FLAG, type FlagSpecs } from '../args.js';
 import { withAdminStore } from '../admin-store.js';
 import { CliFailure, ExitCode, UsageError, writeLine, type Command } from '../command.js';
 import { formatDuration } from '../duration.js';
@@ -118,7 +110,11 @@ export const handlersResumeCommand: Command = {
     sections: [
       {
         title: 'Exit codes',
-        lines: ['0  resumed', '1  the handler is not paused (nothing changed), or the database failed', '2  usage error'],
+        lines: [
+          '0  resumed',
+          '1  the handler is not paused (nothing changed), or the database failed',
+          '2  usage error',
+        ],
       },
       { title: 'Examples', lines: ['relaybus handlers resume send-sms'] },
     ],
@@ -163,7 +159,10 @@ export const handlersListCommand: Command = {
       'List the paused handlers by name, with when each was paused, for how long, and the reason given. relaybus stats marks them too.',
     flags: LIST_FLAGS,
     sections: [
-      { title: 'Exit codes', lines: ['0  listed (also when none is paused)', '1  the database failed', '2  usage error'] },
+      {
+        title: 'Exit codes',
+        lines: ['0  listed (also when none is paused)', '1  the database failed', '2  usage error'],
+      },
       { title: 'Examples', lines: ['relaybus handlers list', 'relaybus handlers list --json'] },
     ],
   }),

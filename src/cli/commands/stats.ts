@@ -52,7 +52,11 @@ type Row = { readonly handler: string; readonly paused?: boolean } & HandlerStat
 const PAUSED_LABEL = ' (paused)';
 
 const COLUMNS: readonly Column<Row>[] = [
-  { header: 'handler', value: (row) => (row.paused === true ? `${row.handler}${PAUSED_LABEL}` : row.handler), shrink: true },
+  {
+    header: 'handler',
+    value: (row) => (row.paused === true ? `${row.handler}${PAUSED_LABEL}` : row.handler),
+    shrink: true,
+  },
   { header: 'pending', align: 'right', value: (row) => String(row.pending) },
   { header: 'due', align: 'right', value: (row) => String(row.due) },
   { header: 'scheduled', align: 'right', value: (row) => String(row.scheduled) },

@@ -106,7 +106,11 @@ export const pauseCases: CaseGroup = {
         assert.deepEqual(await harness.store.listPausedHandlers(), []);
         assert.equal(await harness.store.pauseHandler({ handler: H2, reason: 'downstream outage', now: at }), true);
         assert.equal(
-          await harness.store.pauseHandler({ handler: H2, reason: 'another reason', now: new Date(at.getTime() + 1000) }),
+          await harness.store.pauseHandler({
+            handler: H2,
+            reason: 'another reason',
+            now: new Date(at.getTime() + 1000),
+          }),
           false,
           'already paused: the first pause is kept',
         );
@@ -142,10 +146,7 @@ export const pauseCases: CaseGroup = {
         for (const params of bad)
           await rejectsWithCode(harness.store.pauseHandler(params as PauseHandlerParams), 'RELAYBUS_INVALID_INPUT');
         for (const params of [null, {}, { handler: '' }, { handler: 'x\u0000' }])
-          await rejectsWithCode(
-            harness.store.resumeHandler(params as { handler: string }),
-            'RELAYBUS_INVALID_INPUT',
-          );
+          await rejectsWithCode(harness.store.resumeHandler(params as { handler: string }), 'RELAYBUS_INVALID_INPUT');
         assert.deepEqual(
           (await harness.store.listPausedHandlers()).map((p) => `${p.handler}:${p.reason}`),
           [`${H2}:kept`],
