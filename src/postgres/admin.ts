@@ -159,7 +159,8 @@ export async function pauseHandler(context: StoreContext, params: PauseHandlerPa
 
 export async function resumeHandler(context: StoreContext, params: ResumeHandlerParams): Promise<boolean> {
   validateResumeHandler(params);
-  return (await context.runOwned<RowOf<'resume-handler'>>('resume-handler', [params.handler])).length > 0;
+  const rows = await context.runOwned<RowOf<'resume-handler'>>('resume-handler', [params.handler, context.channel]);
+  return rows.length > 0;
 }
 
 export async function listPausedHandlers(context: StoreContext): Promise<PausedHandler[]> {
