@@ -423,8 +423,8 @@ export interface Store<TTx> {
 
   /**
    * Pause a handler for every worker of the store: from their next claim on, none claims its deliveries. Publishing is
-   * unchanged (its deliveries are created and wait, nothing is lost or reordered); deliveries already in flight run to
-   * their end. Returns true when the handler was paused now, false when it already was (its first pause is kept).
+   * unchanged (its deliveries are created and wait, nothing is lost or reordered); deliveries already claimed (in flight)
+   * run to their end. Returns true when the handler was paused now, false when it already was (its first pause is kept).
    */
   pauseHandler(params: PauseHandlerParams): Promise<boolean>;
 

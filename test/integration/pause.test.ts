@@ -5,13 +5,16 @@
  * the deliveries that waited are claimed, each key's in publish order, and nothing is lost.
  */
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
+import { laneOf } from '../../src/core/lanes.js';
+import { createRelayBus, defineEvent, Type } from '../../src/index.js';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import type { ClaimedDelivery } from '../../src/store/contract.js';
 import * as owners from '../support/claims.js';
 import { findPostgres } from '../support/databases.js';
 import { usePgStore } from '../support/pg-store.js';
+import { pause, waitFor } from '../support/wait.js';
 
 const found = await findPostgres();
 const HANDLERS = ['emails', 'ledger'];
@@ -21,7 +24,18 @@ describe('pause and resume a handler across workers, on real Postgres', {
   skip: 'skip' in found ? found.skip : undefined,
 }, () => {
   let first: PostgresStore<PgClientLike>;
-  const schema = usePgStore('pause', 4, (opened) => ({ store: first } = opened));
+  const schema = usePgStore('pause', 6, (opened) => ({ store: first } = opened));
+  /** A second worker process: its own pool on the same schema. */
+  let secondPool: pg.Pool;
+  let second: PostgresStore<PgClientLike>;
+  before(() => {
+    secondPool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 4 });
+    second = postgresStore({ driver: fromPg(secondPool), schema });
+  });
+  after(async () => {
+    await owners.relinquish(second, 'worker-2').catch(() => {});
+    await secondPool?.end();
+  });
 
   async function publishRound(n: number): Promise<void> {
     await first.transaction((tx) =>
@@ -41,8 +55,6 @@ describe('pause and resume a handler across workers, on real Postgres', {
   it("no worker claims a paused handler's deliveries; the other handler's keep flowing; resumed, they come in key order", {
     timeout: 60_000,
   }, async () => {
-    const secondPool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 4 });
-    const second = postgresStore({ driver: fromPg(secondPool), schema });
     const workers = [
       { store: first, owner: 'worker-1' },
       { store: second, owner: 'worker-2' },
@@ -114,8 +126,88 @@ describe('pause and resume a handler across workers, on real Postgres', {
       assert.equal((await second.listDeliveries({ status: 'pending' })).items.length, 0);
       assert.equal(new Set(emails.slice(emailsBefore).map((r) => r.owner)).size >= 1, true);
     } finally {
-      await owners.relinquish(second, 'worker-2').catch(() => {});
-      await secondPool.end();
+      await owners.relinquish(first, 'worker-1');
+      await owners.relinquish(second, 'worker-2');
+    }
+  });
+  it('the claim of a wake-up (a named free lane, claim-light under a light load) leaves a paused handler out too', {
+    timeout: 30_000,
+  }, async () => {
+    const key = 'wake-up-key';
+    const lane = laneOf(key, '');
+    const params = {
+      owner: 'light',
+      handlers: HANDLERS,
+      limit: 10,
+      leaseDurationMs: 30_000,
+      preferLanes: [lane],
+      freeLanes: 'skip' as const,
+    };
+    await first.pauseHandler({ handler: 'emails' });
+    try {
+      await first.transaction((tx) =>
+        first.publish(tx, [
+          {
+            type: 'order.placed',
+            key,
+            payload: { n: 0 },
+            handlers: HANDLERS.map((name) => ({ name, maxAttempts: 3 })),
+          },
+        ]),
+      );
+      const claimed = await owners.claim(first, params);
+      assert.deepEqual(
+        claimed.map((c) => c.handler),
+        ['ledger'],
+      );
+      await first.completeMany(claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
+      assert.deepEqual(await owners.claim(first, params), [], 'only the paused delivery is left in the lane');
+      assert.ok(!(await first.listLanes()).some((l) => l.lane === lane), 'and the lane was handed back');
+    } finally {
+      assert.equal(await first.resumeHandler({ handler: 'emails' }), true);
+    }
+    const resumed = await owners.claim(first, params);
+    assert.deepEqual(
+      resumed.map((c) => c.handler),
+      ['emails'],
+    );
+    await first.completeMany(resumed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
+    await owners.relinquish(first, 'light');
+  });
+
+  it('a running bus stops running a paused handler and runs what waited, in order, soon after the resume', {
+    timeout: 30_000,
+  }, async () => {
+    const Placed = defineEvent('pause.placed', Type.Object({ n: Type.Integer() }));
+    const ran: string[] = [];
+    const bus = createRelayBus({
+      store: first,
+      events: [Placed],
+      setupStore: false,
+      // A long poll: what the resume lets run must come from its wake-up, not from the next poll.
+      dispatcher: { pollIntervalMs: 10_000, concurrency: 4, batchSize: 8 },
+    });
+    bus.on(Placed, 'emails', ({ n }) => {
+      ran.push(`emails ${n}`);
+    });
+    bus.on(Placed, 'ledger', ({ n }) => {
+      ran.push(`ledger ${n}`);
+    });
+    await bus.start();
+    try {
+      await second.pauseHandler({ handler: 'emails' });
+      for (let n = 0; n < 3; n += 1)
+        await first.transaction((tx) => bus.publish(tx, Placed, { n }, { key: 'bus-key' }));
+      await waitFor(() => ran.filter((r) => r.startsWith('ledger')).length === 3, 'the ledger ran', 10_000);
+      await pause(300);
+      assert.deepEqual(ran, ['ledger 0', 'ledger 1', 'ledger 2'], 'no email while paused');
+      const resumedAt = Date.now();
+      assert.equal(await second.resumeHandler({ handler: 'emails' }), true);
+      await waitFor(() => ran.length === 6, 'the emails ran after the resume', 10_000);
+      assert.ok(Date.now() - resumedAt < 5_000, 'woken by the resume, not the 10 s poll');
+      assert.deepEqual(ran.slice(3), ['emails 0', 'emails 1', 'emails 2']);
+    } finally {
+      await bus.stop();
     }
   });
 });

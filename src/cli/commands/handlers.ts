@@ -47,7 +47,7 @@ export const handlersPauseCommand: Command = {
   help: renderHelp({
     usage: ['relaybus handlers pause <name> [--reason <text>] [options]'],
     description:
-      "Stop every worker from claiming the handler's deliveries, from each worker's next claim on, without stopping or redeploying them: during a downstream outage, or to hold a handler back while a fix is deployed. Publishing is unchanged: its deliveries are still created and wait, in each key's order; the handler's deliveries already running run to their end, and other handlers' deliveries of the same events keep flowing. relaybus handlers resume lets them run again. Pausing a handler that is already paused changes nothing (its first pause and reason are kept).",
+      "Stop every worker from claiming the handler's deliveries, from each worker's next claim on, without stopping or redeploying them: during a downstream outage, or to hold a handler back while a fix is deployed. Publishing is unchanged: its deliveries are still created and wait, in each key's order; the handler's deliveries a worker already claimed run to their end, and other handlers' deliveries of the same events keep flowing. relaybus handlers resume lets them run again. Pausing a handler that is already paused changes nothing (its first pause and reason are kept).",
     flags: PAUSE_FLAGS,
     sections: [
       {
