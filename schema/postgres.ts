@@ -134,6 +134,17 @@ export const relaybusSubscriptions = relaybusSchema.table(
   ],
 );
 
+/**
+ * Handlers an operator paused (`relaybus handlers pause`, `store.pauseHandler()`), one row each while paused: no worker
+ * claims their deliveries, which keep being published and wait, in order, until the handler is resumed (the row is
+ * deleted). Every claim statement reads this table, so a pause holds for every worker from its next claim on.
+ */
+export const relaybusPausedHandlers = relaybusSchema.table('relaybus_paused_handlers', {
+  handler: text('handler').primaryKey(),
+  pausedAt: instant('paused_at').notNull(),
+  reason: text('reason'),
+});
+
 /** Optional append-only history of completed deliveries (`completionHistory: true`). */
 export const relaybusCompletedDeliveries = relaybusSchema.table(
   'relaybus_completed_deliveries',

@@ -2,10 +2,10 @@
 --                charges one attempt to every delivery its holder still had in flight (dead at max_attempts).
 -- index: relaybus_lanes_pkey (one probe per lane tried, FOR UPDATE SKIP LOCKED: two claimers never take the same lane);
 --        relaybus_deliveries_unkeyed_due_idx and relaybus_deliveries_keyed_due_idx (due work?); relaybus_deliveries_pkey
---        (charging)
--- params: $1 owner text, $2 handlers text[], $3 lanes to take int, $4 start offset int (spreads claimers),
---         $5 lease_ms int, $6 now timestamptz (null = now()), $7 preferred lanes smallint[] (tried first: the lanes a
---         publish just named in its NOTIFY, the lanes of retried heads due again)
+--        (charging); relaybus_paused_handlers (read once)
+-- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out), $3 lanes to take int, $4 start
+--         offset int (spreads claimers), $5 lease_ms int, $6 now timestamptz (null = now()), $7 preferred lanes
+--         smallint[] (tried first: the lanes a publish just named in its NOTIFY, the lanes of retried heads due again)
 -- returns: one row: lanes taken, deliveries charged
 -- plan: the parameters are read through a materialized CTE, so no plan depends on their values and the prepared
 --       statement settles on its generic plan (with them inline Postgres re-planned it on every call).
@@ -13,7 +13,11 @@
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see docs/guide/guarantees.md.
 WITH clock AS MATERIALIZED (
   SELECT coalesce($6::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit,
-         $1::text AS owner, $2::text[] AS handlers, $3::int AS take,
+         $1::text AS owner, $3::int AS take,
+         -- The handlers asked for less the paused ones (relaybus_paused_handlers): a lane whose only due work is a
+         -- paused handler's is not taken.
+         ARRAY(SELECT h FROM unnest($2::text[]) AS h
+               WHERE h NOT IN (SELECT p.handler FROM /*schema*/relaybus_paused_handlers p)) AS handlers,
          $4::int AS start, $7::smallint[] AS prefer
 ),
 free AS (

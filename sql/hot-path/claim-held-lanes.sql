@@ -23,9 +23,9 @@
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
 --        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight);
 --        relaybus_events_pkey (payload, history; an event published inline has none: its deliveries carry it, and the
---        claim reads it with the rest of the row)
--- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
---         $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
+--        claim reads it with the rest of the row); relaybus_paused_handlers (read once: runnable)
+-- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out: see runnable), $3 limit int,
+--         $4 lease_ms int, $5 now timestamptz (null = now()), $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
 --         nothing to complete), $13 completion history boolean, $14 probe lanes smallint[], $15 probe handlers text[],
 --         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly),
@@ -52,6 +52,13 @@
 --       more time initialising its plan's nodes than running them. For the same reason the summary row is materialized.
 WITH RECURSIVE clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
+),
+runnable AS MATERIALIZED (
+  -- The handlers asked for ($2) less the paused ones (relaybus_paused_handlers), read once by this statement and used
+  -- wherever a row's handler is judged: a paused handler's deliveries are not picked, by any worker, from the claim
+  -- after its pause on; they stay pending, in their keys' order, until it is resumed.
+  SELECT ARRAY(SELECT h FROM unnest($2::text[]) AS h
+               WHERE h NOT IN (SELECT p.handler FROM /*schema*/relaybus_paused_handlers p)) AS handlers
 ),
 held AS (
   -- Locked, so a concurrent claim of the same owner waits; a transactional completion's FOR KEY SHARE does not
@@ -136,7 +143,7 @@ direct AS (
     LIMIT 1
   ) n
   WHERE n.available_at <= coalesce($5::timestamptz, now()) + CASE WHEN q.rank = 0 THEN make_interval(secs => $18::int / 1000.0) ELSE interval '0' END
-    AND n.handler = ANY ($2::text[]) AND n.id NOT IN (SELECT id FROM busy)
+    AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
 ),
 share AS (
   -- Each lane's share of what the direct lookups left of the batch, doubled so lanes with little due work leave room to
@@ -159,7 +166,7 @@ unkeyed AS (
            d.available_at, d.created_at, d.event_type, d.payload, d.headers, NULL::int AS walk_step, 1 AS rank
     FROM /*schema*/relaybus_deliveries d
     WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now())
-      AND d.handler = ANY ($2::text[]) AND d.id NOT IN (SELECT id FROM busy)
+      AND d.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND d.id NOT IN (SELECT id FROM busy)
     ORDER BY d.available_at, d.id
     LIMIT (SELECT rows FROM share)
   ) c
@@ -169,7 +176,7 @@ walk AS (
   -- many of this lane's visited heads could. Stops at the lane's share, after its visits (see share), or once it is
   -- back at its start.
   SELECT s.lane, st.handler AS start_handler, st.key AS start_key, n.*, 1 AS step,
-         (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ($2::text[]) AND n.id NOT IN (SELECT id FROM busy))::int AS found
+         (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy))::int AS found
   FROM seen s
   CROSS JOIN LATERAL (
     SELECT coalesce(c.handler, '') AS handler, coalesce(c.key, '') AS key
@@ -190,7 +197,7 @@ walk AS (
   WHERE NOT (n.wrapped AND (n.handler, n.key) > (st.handler, st.key))
   UNION ALL
   SELECT w.lane, w.start_handler, w.start_key, n.*, w.step + 1,
-         w.found + (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ($2::text[]) AND n.id NOT IN (SELECT id FROM busy))::int
+         w.found + (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy))::int
   FROM walk w
   CROSS JOIN LATERAL (
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
@@ -210,7 +217,7 @@ keyed AS (
   SELECT w.id, w.lane, w.event_id, w.handler, w.key, w.sequence, w.attempts, w.max_attempts, w.claims,
          w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 1 AS rank
   FROM walk w
-  WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ($2::text[]) AND w.id NOT IN (SELECT id FROM busy)
+  WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND w.id NOT IN (SELECT id FROM busy)
 ),
 heads AS (
   -- A head can come by two ways (the walk and a probe): once, as the probe's row when it is one (rank 0: a retried

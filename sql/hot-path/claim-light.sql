@@ -11,11 +11,12 @@
 -- index: relaybus_lanes_pkey (the owner's rows among $8 and the named ones, locked FOR NO KEY UPDATE);
 --        relaybus_deliveries_lane_handler_key_sequence_idx (keyed heads); relaybus_deliveries_unkeyed_due_idx
 --        (unkeyed); relaybus_deliveries_pkey (pruning finished ids from in_flight, hand-back);
---        relaybus_events_pkey (payload of an event that has an events row)
--- params: $1 owner text, $2 handlers text[], $3 limit int, $4 lease_ms int, $5 now timestamptz (null = now()),
---         $6 rows read per lane int, $7 free lanes to take when they give work smallint[], $8 lanes the owner may hold
---         smallint[] (those its claims recorded deliveries in and did not hand back since, and the named ones: see
---         src/postgres/recorded-lanes.ts; a held lane not listed waits for claim-held-lanes, which finds them by owner)
+--        relaybus_events_pkey (payload of an event that has an events row); relaybus_paused_handlers (read once)
+-- params: $1 owner text, $2 handlers text[] (less the paused ones: see runnable), $3 limit int, $4 lease_ms int,
+--         $5 now timestamptz (null = now()), $6 rows read per lane int, $7 free lanes to take when they give work
+--         smallint[], $8 lanes the owner may hold smallint[] (those its claims recorded deliveries in and did not hand
+--         back since, and the named ones: see src/postgres/recorded-lanes.ts; a held lane not listed waits for
+--         claim-held-lanes, which finds them by owner)
 -- returns: one row as claim-held-lanes's: claimed (sql/fragments/claimed-rows.sql; early always false, after always
 --          null: no followers), lane_epochs, skipped_lanes (held lanes changed while this statement waited for them: see
 --          claim-held-lanes, seen), handed_back;
@@ -24,6 +25,11 @@
 -- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
 WITH clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
+),
+runnable AS MATERIALIZED (
+  -- The handlers asked for less the paused ones, read once (see claim-held-lanes, runnable).
+  SELECT ARRAY(SELECT h FROM unnest($2::text[]) AS h
+               WHERE h NOT IN (SELECT p.handler FROM /*schema*/relaybus_paused_handlers p)) AS handlers
 ),
 held AS (
   -- As in claim-held-lanes: a concurrent claim of the same owner waits; one lock order (by lane) everywhere. Probed by
@@ -58,10 +64,10 @@ candidates AS (
             d.available_at, d.created_at, d.event_type, d.payload, d.headers
      FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now())
-       AND d.handler = ANY ($2::text[]) AND d.id <> ALL (s.in_flight)
+       AND d.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND d.id <> ALL (s.in_flight)
      ORDER BY d.available_at, d.id LIMIT $3::int)
   ) c
-  WHERE c.available_at <= coalesce($5::timestamptz, now()) AND c.handler = ANY ($2::text[]) AND c.id <> ALL (s.in_flight)
+  WHERE c.available_at <= coalesce($5::timestamptz, now()) AND c.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND c.id <> ALL (s.in_flight)
 ),
 picked AS (
   SELECT c.*, NULL::bigint AS after FROM candidates c ORDER BY c.available_at, c.id LIMIT $3::int

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `relaybus` command: `worker` runs the dispatcher of the user's bus; `setup`, `sql`, `stats`,
- * `dead list`, `dead requeue`, `purge` and `dashboard` (the admin page) are admin commands over the public API; `demo` shows the
+ * `dead list`, `dead requeue`, `cancel`, `handlers pause|resume|list`, `purge` and `dashboard` (the admin page) are admin commands over the public API; `demo` shows the
  * delivery path on an embedded database. Errors print one line, `relaybus: <message>`, on stderr
  * (a stack trace too with `--verbose`) and exit non-zero: 2 for usage errors, 1 otherwise.
  */
@@ -23,6 +23,7 @@ import { inboxCommand } from './commands/inbox.js';
 import { upgradeCommand } from './commands/upgrade.js';
 import { subscriptionsCommand } from './commands/subscriptions.js';
 import { cancelCommand } from './commands/cancel.js';
+import { handlersListCommand, handlersPauseCommand, handlersResumeCommand } from './commands/handlers.js';
 
 /** Every command, by the words typed after `relaybus`. */
 export const COMMANDS: readonly Command[] = [
@@ -36,6 +37,9 @@ export const COMMANDS: readonly Command[] = [
   deadListCommand,
   deadRequeueCommand,
   cancelCommand,
+  handlersPauseCommand,
+  handlersResumeCommand,
+  handlersListCommand,
   purgeCommand,
   dashboardCommand,
   subscriptionsCommand,
@@ -64,8 +68,8 @@ function topHelp(): string {
     '  -v, --version  Print the version.',
     '  --verbose      Print stack traces on errors.',
     '',
-    'The admin commands (setup, upgrade, stats, dead, cancel, purge, dashboard, subscriptions) connect to',
-    '--database-url or DATABASE_URL and work on --schema (default relaybus).',
+    'The admin commands (setup, upgrade, stats, dead, cancel, handlers, purge, dashboard, subscriptions)',
+    'connect to --database-url or DATABASE_URL and work on --schema (default relaybus).',
     'Durations are written 500ms, 30s, 15m, 12h, 7d (or plain milliseconds).',
     '',
     'Exit codes:',
@@ -81,35 +85,68 @@ function topHelp(): string {
   ].join('\n');
 }
 
-const DEAD_HELP = [
-  'Usage: relaybus dead <list|requeue> [options]',
-  '',
-  'Dead deliveries are the ones whose handler failed its last attempt.',
-  '',
-  'Commands:',
-  `  list     ${deadListCommand.summary}`,
-  `  requeue  ${deadRequeueCommand.summary}`,
-  '',
-  'relaybus dead list --help and relaybus dead requeue --help show their options.',
-  '',
-].join('\n');
+/** The commands of two words (`dead list`), by their first word: what the group's help says about them. */
+const GROUPS: Readonly<Record<string, { readonly about: string; readonly commands: readonly Command[] }>> = {
+  dead: {
+    about: 'Dead deliveries are the ones whose handler failed its last attempt.',
+    commands: [deadListCommand, deadRequeueCommand],
+  },
+  handlers: {
+    about:
+      "A paused handler's deliveries are published and wait, in order, until it is resumed: no worker claims them.",
+    commands: [handlersPauseCommand, handlersResumeCommand, handlersListCommand],
+  },
+};
+
+function groupHelp(group: string): string {
+  const { about, commands } = GROUPS[group]!;
+  const subcommands = commands.map((command) => command.name.slice(group.length + 1));
+  const width = Math.max(...subcommands.map((name) => name.length));
+  return [
+    `Usage: relaybus ${group} <${subcommands.join('|')}> [options]`,
+    '',
+    ...wrap(about, 80),
+    '',
+    'Commands:',
+    ...commands.map((command, i) => `  ${subcommands[i]!.padEnd(width)}  ${command.summary}`),
+    '',
+    ...wrap(
+      `${listed(
+        subcommands.map((name) => `relaybus ${group} ${name} --help`),
+        'and',
+      )} show their options.`,
+      80,
+    ),
+    '',
+  ].join('\n');
+}
+
+/** "a or b", "a, b or c" (or with "and"). */
+function listed(names: readonly string[], word: 'or' | 'and' = 'or'): string {
+  return names.length === 1 ? names[0]! : `${names.slice(0, -1).join(', ')} ${word} ${names.at(-1)}`;
+}
 
 /** The command `args` names, and the arguments after its name. */
 function findCommand(
   args: readonly string[],
 ): { command: Command; rest: readonly string[] } | { help: string; usage?: string } {
   const [first, second] = args;
-  if (first === 'dead') {
+  if (first !== undefined && Object.hasOwn(GROUPS, first)) {
+    const help = groupHelp(first);
+    const subcommands = GROUPS[first]!.commands.map((command) => command.name.slice(first.length + 1));
     if (second === undefined || second.startsWith('-')) {
       return wantsHelp(args.slice(1))
-        ? { help: DEAD_HELP }
-        : { help: DEAD_HELP, usage: 'relaybus dead needs a subcommand: list or requeue (see relaybus dead --help)' };
+        ? { help }
+        : {
+            help,
+            usage: `relaybus ${first} needs a subcommand: ${listed(subcommands)} (see relaybus ${first} --help)`,
+          };
     }
-    const command = COMMANDS.find((candidate) => candidate.name === `dead ${second}`);
+    const command = COMMANDS.find((candidate) => candidate.name === `${first} ${second}`);
     if (command === undefined)
       return {
-        help: DEAD_HELP,
-        usage: `unknown command "dead ${second}"; use relaybus dead list or relaybus dead requeue`,
+        help,
+        usage: `unknown command "${first} ${second}"; use ${listed(subcommands.map((name) => `relaybus ${first} ${name}`))}`,
       };
     return { command, rest: args.slice(2) };
   }

@@ -11,6 +11,9 @@ import type {
   CancelParams,
   CancelResult,
   CancelledDelivery,
+  PauseHandlerParams,
+  PausedHandler,
+  ResumeHandlerParams,
   Statistics,
   SubscribeOptions,
   Subscription,
@@ -24,6 +27,8 @@ import {
   unsubscribeRefusal,
   validateCancel,
   validateList,
+  validatePauseHandler,
+  validateResumeHandler,
   validatePurge,
   validateRequeue,
   validateSubscriptions,
@@ -193,6 +198,29 @@ export class MemoryAdmin {
       if ((params.handler === undefined || handler === params.handler) && !withDelivery.has(handler))
         deliveries.push({ deliveryId: null, handler, outcome: 'finished' });
     return { found: deliveries.length > 0, deliveries };
+  }
+
+  // ----- paused handlers ---------------------------------------------------------------------
+
+  async pauseHandler(params: PauseHandlerParams): Promise<boolean> {
+    this.data.assertOpen();
+    validatePauseHandler(params);
+    if (this.data.pausedHandlers.has(params.handler)) return false;
+    this.data.pausedHandlers.set(params.handler, { pausedAt: timeOf(params.now), reason: params.reason ?? null });
+    return true;
+  }
+
+  async resumeHandler(params: ResumeHandlerParams): Promise<boolean> {
+    this.data.assertOpen();
+    validateResumeHandler(params);
+    return this.data.pausedHandlers.delete(params.handler);
+  }
+
+  async listPausedHandlers(): Promise<PausedHandler[]> {
+    this.data.assertOpen();
+    return [...this.data.pausedHandlers.entries()]
+      .sort(([a], [b]) => compareText(a, b))
+      .map(([handler, { pausedAt, reason }]) => ({ handler, pausedAt: new Date(pausedAt), reason }));
   }
 
   async listDeliveries(params: ListDeliveriesParams = {}): Promise<Page<DeliveryView>> {

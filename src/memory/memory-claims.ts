@@ -59,7 +59,8 @@ export class MemoryClaimSession implements ClaimSession {
     this.#assertOpen();
     validateClaim(params);
     const now = timeOf(params.now);
-    const handlers = new Set(params.handlers);
+    // The runnable handlers: those asked for, less the paused ones (read once per claim, as the Postgres statements do).
+    const handlers = new Set(params.handlers.filter((handler) => !this.data.pausedHandlers.has(handler)));
     const picks: ClaimedDelivery[] = [];
 
     // 1. Work from the lanes the owner already holds; hand back the ones that run nothing.

@@ -170,6 +170,8 @@ export class MemoryState {
   /** Subscriptions by event type, then handler. */
   readonly subscriptions = new Map<string, Map<string, SubscriptionRecord>>();
   readonly history: HistoryRecord[] = [];
+  /** Paused handlers (`pauseHandler`): when and why; no claim takes their deliveries. */
+  readonly pausedHandlers = new Map<string, { readonly pausedAt: number; readonly reason: string | null }>();
   readonly transactions = new WeakMap<MemoryTransaction, TransactionState>();
   /** Deliveries completed by an open transaction: delivery id -> lane. */
   readonly locked = new Map<string, number>();

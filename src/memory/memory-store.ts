@@ -52,6 +52,9 @@ import type {
   RequeueParams,
   CancelParams,
   CancelResult,
+  PauseHandlerParams,
+  PausedHandler,
+  ResumeHandlerParams,
   RescheduleParams,
   Statistics,
   Store,
@@ -173,6 +176,18 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   cancel(params: CancelParams): Promise<CancelResult> {
     return this.#admin.cancel(params);
+  }
+
+  pauseHandler(params: PauseHandlerParams): Promise<boolean> {
+    return this.#admin.pauseHandler(params);
+  }
+
+  resumeHandler(params: ResumeHandlerParams): Promise<boolean> {
+    return this.#admin.resumeHandler(params);
+  }
+
+  listPausedHandlers(): Promise<PausedHandler[]> {
+    return this.#admin.listPausedHandlers();
   }
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>> {

@@ -1,6 +1,9 @@
 import type {
   CancelParams,
   CancelResult,
+  PauseHandlerParams,
+  PausedHandler,
+  ResumeHandlerParams,
   HandlerStatistics,
   LaneView,
   ListDeliveriesParams,
@@ -22,6 +25,8 @@ import {
   unsubscribeRefusal,
   validateCancel,
   validateList,
+  validatePauseHandler,
+  validateResumeHandler,
   validatePurge,
   validateRequeue,
   validateSubscriptions,
@@ -140,6 +145,27 @@ export async function cancel(context: StoreContext, params: CancelParams): Promi
     found: rows.length > 0,
     deliveries: rows.map((row) => ({ deliveryId: row.id, handler: row.handler, outcome: row.outcome })),
   };
+}
+
+export async function pauseHandler(context: StoreContext, params: PauseHandlerParams): Promise<boolean> {
+  validatePauseHandler(params);
+  const rows = await context.runOwned<RowOf<'pause-handler'>>('pause-handler', [
+    params.handler,
+    params.reason ?? null,
+    iso(params.now),
+  ]);
+  return rows.length > 0;
+}
+
+export async function resumeHandler(context: StoreContext, params: ResumeHandlerParams): Promise<boolean> {
+  validateResumeHandler(params);
+  const rows = await context.runOwned<RowOf<'resume-handler'>>('resume-handler', [params.handler, context.channel]);
+  return rows.length > 0;
+}
+
+export async function listPausedHandlers(context: StoreContext): Promise<PausedHandler[]> {
+  const rows = await context.runOwned<RowOf<'list-paused-handlers'>>('list-paused-handlers', []);
+  return rows.map((row) => ({ handler: row.handler, pausedAt: toDate(row.paused_at), reason: row.reason }));
 }
 
 export async function listDeliveries(

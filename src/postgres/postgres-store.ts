@@ -17,6 +17,9 @@ import type {
   RequeueParams,
   CancelParams,
   CancelResult,
+  PauseHandlerParams,
+  PausedHandler,
+  ResumeHandlerParams,
   RescheduleParams,
   Statistics,
   Store,
@@ -161,6 +164,18 @@ class PgStore<TTx> implements PostgresStore<TTx> {
 
   cancel(params: CancelParams): Promise<CancelResult> {
     return admin.cancel(this.#context, params);
+  }
+
+  pauseHandler(params: PauseHandlerParams): Promise<boolean> {
+    return admin.pauseHandler(this.#context, params);
+  }
+
+  resumeHandler(params: ResumeHandlerParams): Promise<boolean> {
+    return admin.resumeHandler(this.#context, params);
+  }
+
+  listPausedHandlers(): Promise<PausedHandler[]> {
+    return admin.listPausedHandlers(this.#context);
   }
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>> {

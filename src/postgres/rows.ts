@@ -214,6 +214,8 @@ export const ROW_COLUMNS = {
     seen_at: nullable('timestamptz'),
     pending: col('int4'),
   },
+  'list-paused-handlers': { handler: col('text'), paused_at: col('timestamptz'), reason: nullable('text') },
+  'pause-handler': { handler: col('text') },
   publish: {
     ord: col('int4'),
     id: col('text'),
@@ -228,6 +230,7 @@ export const ROW_COLUMNS = {
   },
   'publish-undo': { deliveries: col('int4'), events: col('int4'), restored: col('int4') },
   'publish-guard': { marker: col('text') },
+  'resume-handler': { handler: col('text') },
   'publish-new': LEAN,
   'publish-new-one': LEAN,
   'publish-probe': { missing: col('_text'), row_lease: col('bool') },

@@ -201,6 +201,26 @@ export interface CancelResult {
   readonly deliveries: readonly CancelledDelivery[];
 }
 
+export interface PauseHandlerParams {
+  /** The handler whose deliveries no worker claims from its next claim on, until it is resumed. */
+  readonly handler: string;
+  /** Why, for whoever looks (`relaybus handlers list`); at most 1,000 characters. */
+  readonly reason?: string;
+  readonly now?: Date;
+}
+
+export interface ResumeHandlerParams {
+  /** The paused handler to resume: the next claim of any worker takes its deliveries again, each key's in order. */
+  readonly handler: string;
+}
+
+/** A paused handler: since when, and why (null: no reason given). */
+export interface PausedHandler {
+  readonly handler: string;
+  readonly pausedAt: Date;
+  readonly reason: string | null;
+}
+
 export type DeliveryStatus = 'pending' | 'processing' | 'dead' | 'completed';
 
 export interface ListDeliveriesParams {
@@ -400,6 +420,19 @@ export interface Store<TTx> {
    * both. A cancelled delivery is deleted; publishing the same event id again does not bring it back.
    */
   cancel(params: CancelParams): Promise<CancelResult>;
+
+  /**
+   * Pause a handler for every worker of the store: from their next claim on, none claims its deliveries. Publishing is
+   * unchanged (its deliveries are created and wait, nothing is lost or reordered); deliveries already claimed (in flight)
+   * run to their end. Returns true when the handler was paused now, false when it already was (its first pause is kept).
+   */
+  pauseHandler(params: PauseHandlerParams): Promise<boolean>;
+
+  /** Resume a paused handler: its deliveries are claimed again, each key's in order. Returns whether it was paused. */
+  resumeHandler(params: ResumeHandlerParams): Promise<boolean>;
+
+  /** The paused handlers, by name. */
+  listPausedHandlers(): Promise<PausedHandler[]>;
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>>;
 

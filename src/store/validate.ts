@@ -13,6 +13,8 @@ import type {
   PurgeParams,
   RequeueParams,
   CancelParams,
+  PauseHandlerParams,
+  ResumeHandlerParams,
   RescheduleParams,
   SubscribeOptions,
   Subscription,
@@ -310,6 +312,27 @@ export function validateCancel(params: CancelParams): void {
   if (typeof params !== 'object' || params === null) fail('cancel() takes { eventId, handler? }.');
   assertName(params.eventId, 'eventId');
   if (params.handler !== undefined) assertName(params.handler, 'handler');
+}
+
+/** The longest reason a pause keeps. */
+export const MAX_PAUSE_REASON = 1_000;
+
+export function validatePauseHandler(params: PauseHandlerParams): void {
+  if (typeof params !== 'object' || params === null) fail('pauseHandler() takes { handler, reason?, now? }.');
+  assertName(params.handler, 'handler');
+  if (params.reason !== undefined) {
+    if (typeof params.reason !== 'string')
+      fail(`reason must be a string, got ${echo(params.reason)}; nothing was paused.`);
+    if (params.reason.length > MAX_PAUSE_REASON)
+      fail(`reason must be at most ${MAX_PAUSE_REASON} characters, got ${params.reason.length}; nothing was paused.`);
+    assertNoNul(params.reason, 'reason');
+  }
+  assertOptionalDate(params.now, 'now');
+}
+
+export function validateResumeHandler(params: ResumeHandlerParams): void {
+  if (typeof params !== 'object' || params === null) fail('resumeHandler() takes { handler }.');
+  assertName(params.handler, 'handler');
 }
 
 const STATUSES = new Set(['pending', 'processing', 'dead', 'completed']);

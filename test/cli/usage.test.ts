@@ -90,6 +90,14 @@ describe('relaybus: bin, version and help (built bin)', () => {
     assertOneLineError(await runCli(['dead']), 2, /needs a subcommand: list or requeue/);
     assertOneLineError(await runCli(['dead', 'bury']), 2, /unknown command "dead bury"/);
   });
+
+  it('relaybus handlers alone explains its subcommands', { timeout: 30_000 }, async () => {
+    const help = await runCli(['handlers', '--help']);
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /^Usage: relaybus handlers <pause\|resume\|list>/);
+    assertOneLineError(await runCli(['handlers']), 2, /needs a subcommand: pause, resume or list/);
+    assertOneLineError(await runCli(['handlers', 'stop']), 2, /unknown command "handlers stop"/);
+  });
 });
 
 describe('relaybus: usage errors are one line and exit non-zero (built bin)', () => {
@@ -127,7 +135,7 @@ describe('relaybus: usage errors are one line and exit non-zero (built bin)', ()
     assertOneLineError(
       await runCli(['wrok']),
       2,
-      /^relaybus: unknown command "wrok"; commands: worker, inbox, demo, setup, upgrade, sql, stats, dead, cancel, purge, dashboard/,
+      /^relaybus: unknown command "wrok"; commands: worker, inbox, demo, setup, upgrade, sql, stats, dead, cancel, handlers, purge, dashboard/,
     );
   });
 

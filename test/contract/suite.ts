@@ -14,6 +14,7 @@ import { cancelCases } from './cases/cancel.cases.js';
 import { claimCases } from './cases/claim.cases.js';
 import { completionCases } from './cases/completion.cases.js';
 import { fencingCases } from './cases/fencing.cases.js';
+import { pauseCases } from './cases/pause.cases.js';
 import { livenessCases } from './cases/liveness.cases.js';
 import type { CaseGroup, ContractCase } from './cases/kit.js';
 import { orderingCases } from './cases/ordering.cases.js';
@@ -35,6 +36,7 @@ export const contractGroups: readonly CaseGroup[] = [
   shutdownCases,
   adminCases,
   cancelCases,
+  pauseCases,
   subscriptionCases,
 ];
 

@@ -6,7 +6,7 @@
 
 /** One `relaybus <words> --flags` the README names. */
 export interface Invocation {
-  /** The subcommand: `['worker']`, `['dead', 'requeue']`. */
+  /** The subcommand: `['worker']`, `['dead', 'requeue']`, `['handlers', 'pause']`. */
   readonly words: readonly string[];
   /** Long flags named after it, without values: `--concurrency`. */
   readonly flags: readonly string[];
@@ -31,7 +31,11 @@ function invocationOf(tokens: readonly string[]): Invocation | undefined {
   const args = cut < 0 ? rest : rest.slice(0, cut);
   const first = args[0];
   if (first === undefined || !WORD.test(first)) return undefined;
-  const words = first === 'dead' && args[1] !== undefined && WORD.test(args[1]) ? [first, args[1]] : [first];
+  // The commands of two words: `dead list`, `handlers pause`.
+  const words =
+    (first === 'dead' || first === 'handlers') && args[1] !== undefined && WORD.test(args[1])
+      ? [first, args[1]]
+      : [first];
   const flags = args.slice(words.length).join(' ').match(FLAG) ?? [];
   return { words, flags: [...new Set(flags)], args };
 }

@@ -24,7 +24,8 @@ export { transactionRunner };
 /** SQL that empties a relaybus schema between tests and frees every lane. */
 export function resetSql(schema: string): string {
   const s = `"${schema}"`;
-  return `TRUNCATE ${s}.relaybus_deliveries, ${s}.relaybus_events, ${s}.relaybus_subscriptions, ${s}.relaybus_completed_deliveries;
+  return `TRUNCATE ${s}.relaybus_deliveries, ${s}.relaybus_events, ${s}.relaybus_subscriptions, ${s}.relaybus_completed_deliveries,
+                   ${s}.relaybus_paused_handlers;
           UPDATE ${s}.relaybus_lanes SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}';`;
 }
 

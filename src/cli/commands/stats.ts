@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import {
   SchemaMismatchError,
   type HandlerStatistics,
+  type PausedHandler,
   type Statistics,
   type Store,
   type SubscriptionView,
@@ -45,10 +46,17 @@ const FLAGS = {
   ...HELP_FLAG,
 } as const satisfies FlagSpecs;
 
-type Row = { readonly handler: string } & HandlerStatistics;
+type Row = { readonly handler: string; readonly paused?: boolean } & HandlerStatistics;
+
+/** What follows the name of a paused handler in the table. */
+const PAUSED_LABEL = ' (paused)';
 
 const COLUMNS: readonly Column<Row>[] = [
-  { header: 'handler', value: (row) => row.handler, shrink: true },
+  {
+    header: 'handler',
+    value: (row) => (row.paused === true ? `${row.handler}${PAUSED_LABEL}` : row.handler),
+    shrink: true,
+  },
   { header: 'pending', align: 'right', value: (row) => String(row.pending) },
   { header: 'due', align: 'right', value: (row) => String(row.due) },
   { header: 'scheduled', align: 'right', value: (row) => String(row.scheduled) },
@@ -79,16 +87,18 @@ const NO_LIVE_WORKER_MARK = '*';
 
 /**
  * The statistics as table lines: one row per handler, then a total row when there are several; the handler column is
- * cut to fit `maxWidth`. The rows of the `marked` handlers end in a mark (see `noLiveWorker`).
+ * cut to fit `maxWidth`. The rows of the `marked` handlers end in a mark (see `noLiveWorker`); the names of the `paused`
+ * ones are followed by "(paused)".
  */
 export function statisticsTable(
   stats: Statistics,
   maxWidth?: number,
   marked: ReadonlySet<string> = new Set(),
+  paused: ReadonlySet<string> = new Set(),
 ): string[] {
   const rows: Row[] = Object.entries(stats.handlers)
     .sort(([a], [b]) => a.localeCompare(b))
-    .map(([handler, counts]) => ({ handler, ...counts }));
+    .map(([handler, counts]) => ({ handler, ...counts, paused: paused.has(handler) }));
   if (rows.length === 0) return ['no deliveries: nothing pending, in flight or dead'];
   // Lines 1..handlers are the handlers' rows (a handler may be called "total" too: the total row is never marked).
   const handlers = rows.length;
@@ -146,6 +156,26 @@ async function recordedSubscriptions(
   }
 }
 
+/**
+ * The paused handlers (`relaybus handlers pause`), or undefined for a schema older than their table (migration 0004):
+ * stats then marks none.
+ */
+async function pausedHandlers(store: Pick<Store<unknown>, 'listPausedHandlers'>): Promise<PausedHandler[] | undefined> {
+  try {
+    return await store.listPausedHandlers();
+  } catch (error) {
+    if (error instanceof SchemaMismatchError) return undefined;
+    throw error;
+  }
+}
+
+/** The note below the table naming the paused handlers (those without deliveries too); undefined when none is. */
+export function pausedNote(paused: readonly PausedHandler[] | undefined): string | undefined {
+  if (paused === undefined || paused.length === 0) return undefined;
+  const names = paused.map((entry) => entry.handler).join(', ');
+  return `paused: ${names}: no worker claims ${paused.length === 1 ? 'its' : 'their'} deliveries, which wait until relaybus handlers resume (relaybus handlers list says since when and why).`;
+}
+
 /** One handler's figures in `relaybus stats --json` (and the dashboard's API). */
 export interface HandlerStatisticsJson extends Omit<HandlerStatistics, 'completed'> {
   /**
@@ -153,6 +183,8 @@ export interface HandlerStatisticsJson extends Omit<HandlerStatistics, 'complete
    * only workers whose store has `completionHistory: true` record them: without it the count would always read 0.
    */
   readonly completed: number | null;
+  /** Present, true, when the handler is paused (`relaybus handlers pause`). */
+  readonly paused?: true;
 }
 
 /** What `relaybus stats --json` prints: the totals, then per handler. */
@@ -169,7 +201,12 @@ export interface StatisticsJson extends HandlerStatisticsJson {
  * is empty: the admin commands cannot know whether the workers keep one (it is an option of their store), and a 0
  * there would read as "nothing completed".
  */
-export function statisticsJson(stats: Statistics, schema: string, at: Date): StatisticsJson {
+export function statisticsJson(
+  stats: Statistics,
+  schema: string,
+  at: Date,
+  paused: ReadonlySet<string> = new Set(),
+): StatisticsJson {
   const recorded = stats.completed > 0;
   const completed = (count: number): number | null => (recorded ? count : null);
   const { handlers, ...totals } = stats;
@@ -179,7 +216,10 @@ export function statisticsJson(stats: Statistics, schema: string, at: Date): Sta
     ...totals,
     completed: completed(totals.completed),
     handlers: Object.fromEntries(
-      Object.entries(handlers).map(([name, counts]) => [name, { ...counts, completed: completed(counts.completed) }]),
+      Object.entries(handlers).map(([name, counts]) => [
+        name,
+        { ...counts, completed: completed(counts.completed), ...(paused.has(name) ? { paused: true as const } : {}) },
+      ]),
     ),
   };
 }
@@ -212,6 +252,7 @@ export const statsCommand: Command = {
     description:
       'Count the deliveries of every handler: pending (not in flight: due now or scheduled for later, e.g. backing off), due, scheduled, in flight (claimed by a worker), dead (out of attempts, waiting for relaybus dead requeue) and the age of the oldest due delivery, the lag to watch. The header names the leased lanes (workers holding live leases). ' +
       `A handler with pending deliveries whose subscriptions are all stale (no worker refreshed them in the last ${formatDuration(STALE_AFTER_MS)}) or missing is marked ${NO_LIVE_WORKER_MARK}: no live worker runs it (with --json: its name in "noLiveWorker"). There is no mark, and no "noLiveWorker", while no subscription at all is recorded. ` +
+      'The name of a paused handler (relaybus handlers pause) is followed by "(paused)", and a note below the table names every paused handler (with --json: "paused": true on the handler, and their names in "paused"). ' +
       'With --json also "completed": the deliveries in the completion history, null while it holds none (completed deliveries are deleted; workers record them only with completionHistory: true).',
     flags: FLAGS,
     sections: [
@@ -235,10 +276,14 @@ export const statsCommand: Command = {
         const stats = await store.statistics();
         const subscriptions = await recordedSubscriptions(store);
         const unrun = subscriptions === undefined ? undefined : noLiveWorker(stats, subscriptions, at.getTime());
+        const pausedList = await pausedHandlers(store);
+        const paused = new Set(pausedList?.map((entry) => entry.handler));
+        const pauseNote = pausedNote(pausedList);
         if (values.json) {
           const warning = watchMs === undefined ? undefined : noWorkerWarning(stats);
           const json = {
-            ...statisticsJson(stats, schema, at),
+            ...statisticsJson(stats, schema, at, paused),
+            ...(pausedList === undefined ? {} : { paused: pausedList.map((entry) => entry.handler) }),
             ...(unrun === undefined ? {} : { noLiveWorker: unrun }),
             ...(warning === undefined ? {} : { warning }),
           };
@@ -251,8 +296,9 @@ export const statsCommand: Command = {
           show([
             `relaybus stats  schema "${schema}" on ${target}  ${at.toISOString()}  lanes leased: ${stats.lanesLeased}`,
             '',
-            ...statisticsTable(stats, undefined, marked),
+            ...statisticsTable(stats, undefined, marked, paused),
             ...(note === undefined ? [] : ['', ...wrap(note, WATCH_WIDTH)]),
+            ...(pauseNote === undefined ? [] : ['', ...wrap(pauseNote, WATCH_WIDTH)]),
           ]);
           return;
         }
@@ -262,8 +308,11 @@ export const statsCommand: Command = {
           `${at.toISOString()}  every ${formatDuration(watchMs)}; Ctrl-C stops`,
           '',
           ...(warning === undefined ? [] : [...wrap(warning, WATCH_WIDTH), '']),
-          ...statisticsTable(stats, WATCH_WIDTH, marked).map((line) => truncate(line, WATCH_WIDTH)),
+          ...statisticsTable(stats, WATCH_WIDTH, marked, paused).map((line) => truncate(line, WATCH_WIDTH)),
           ...(note === undefined ? [] : ['', ...wrap(note, WATCH_WIDTH).map((line) => truncate(line, WATCH_WIDTH))]),
+          ...(pauseNote === undefined
+            ? []
+            : ['', ...wrap(pauseNote, WATCH_WIDTH).map((line) => truncate(line, WATCH_WIDTH))]),
         ]);
       };
       if (watchMs === undefined) {
