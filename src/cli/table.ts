@@ -3,6 +3,8 @@
  * text left-aligned, two spaces between columns, one optional column shortened to fit a width.
  */
 
+import { writeLine, type OutputStream } from './command.js';
+
 /** One column of a table. */
 export interface Column<Row> {
   readonly header: string;
@@ -49,4 +51,13 @@ export function renderTable<Row>(columns: readonly Column<Row>[], rows: readonly
       .join('  ')
       .trimEnd();
   return [render(columns.map((column) => column.header.toUpperCase())), ...cells.map(render)];
+}
+
+/**
+ * Write `rows` as a table to `stream`: as wide as the terminal when it is one (40 columns at least), else 160
+ * characters, so a piped listing keeps its long errors readable.
+ */
+export function writeTable<Row>(stream: OutputStream, columns: readonly Column<Row>[], rows: readonly Row[]): void {
+  const width = stream.isTTY && stream.columns !== undefined && stream.columns >= 40 ? stream.columns : 160;
+  for (const line of renderTable(columns, rows, width)) writeLine(stream, line);
 }

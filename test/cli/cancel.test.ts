@@ -3,36 +3,22 @@
  * before it is due, the answer for each handler (cancelled, running, finished), the exit codes, and `--json`.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import pg from 'pg';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { describe, it } from 'node:test';
 import * as owners from '../support/claims.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { findPostgres } from '../support/databases.js';
+import { useAdminSchema } from './admin-schema.js';
 import { lines, runCli, useBuiltCli } from './support.js';
 
 const found = await findPostgres();
 useBuiltCli();
 
 describe('relaybus cancel (real Postgres, built bin)', { skip: 'skip' in found ? found.skip : undefined }, () => {
-  const url = 'url' in found ? found.url : '';
-  const schema = uniqueSchemaName('cli_cancel');
-  const flags = ['--database-url', url, '--schema', schema];
-  let pool: pg.Pool;
-  let store: PostgresStore<PgClientLike>;
-
-  before(async () => {
-    pool = new pg.Pool({ connectionString: url, max: 2 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-  });
-  after(async () => {
-    await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool?.end();
-  });
+  const db = useAdminSchema('cli_cancel', 'url' in found ? found.url : '');
+  const flags = db.flags;
 
   async function publish(id: string, handlers: readonly string[], availableAt?: Date): Promise<void> {
-    await store.transaction((tx) =>
-      store.publish(tx, [
+    await db.store.transaction((tx) =>
+      db.store.publish(tx, [
         {
           id,
           type: 'reminder.due',
@@ -46,7 +32,7 @@ describe('relaybus cancel (real Postgres, built bin)', { skip: 'skip' in found ?
   }
 
   const pendingOf = async (id: string): Promise<number> =>
-    (await store.listDeliveries({ eventId: id, status: 'pending' })).items.length;
+    (await db.store.listDeliveries({ eventId: id, status: 'pending' })).items.length;
 
   it('cancels a scheduled event before it is due: every handler told, exit 0; asked again: already finished, exit 1', async () => {
     await publish('reminder-1', ['send-sms', 'send-email'], new Date(Date.now() + 3_600_000));
@@ -68,7 +54,7 @@ describe('relaybus cancel (real Postgres, built bin)', { skip: 'skip' in found ?
 
   it('leaves a delivery a worker runs, says so and exits 1; cancels the other handler', async () => {
     await publish('order-2', ['update-ledger', 'send-receipt']);
-    const claimed = await owners.claim(store, {
+    const claimed = await owners.claim(db.store, {
       owner: 'cli-cancel',
       handlers: ['update-ledger'],
       limit: 10,
@@ -91,7 +77,7 @@ describe('relaybus cancel (real Postgres, built bin)', { skip: 'skip' in found ?
     assert.equal(json.deliveries.find((d) => d.outcome === 'running')?.deliveryId, claimed[0]!.id);
     assert.match(result.stderr, /1 of the 2 deliveries of event order-2 could not be cancelled/);
     assert.deepEqual(
-      (await store.listDeliveries({ eventId: 'order-2' })).items.map((d) => `${d.handler}:${d.status}`),
+      (await db.store.listDeliveries({ eventId: 'order-2' })).items.map((d) => `${d.handler}:${d.status}`),
       ['update-ledger:processing'],
       'the running delivery is still there, the other is gone',
     );
@@ -102,7 +88,7 @@ describe('relaybus cancel (real Postgres, built bin)', { skip: 'skip' in found ?
     const one = await runCli(['cancel', '--event-id', 'order-3', '--handler', 'send-receipt', ...flags]);
     assert.equal(one.code, 0, one.stderr);
     assert.deepEqual(
-      (await store.listDeliveries({ eventId: 'order-3' })).items.map((d) => d.handler),
+      (await db.store.listDeliveries({ eventId: 'order-3' })).items.map((d) => d.handler),
       ['update-ledger'],
     );
 

@@ -4,36 +4,22 @@
  * and `relaybus stats` marking the paused handler.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import pg from 'pg';
-import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import { describe, it } from 'node:test';
 import * as owners from '../support/claims.js';
-import { findPostgres, uniqueSchemaName } from '../support/databases.js';
+import { findPostgres } from '../support/databases.js';
+import { useAdminSchema } from './admin-schema.js';
 import { lines, runCli, useBuiltCli } from './support.js';
 
 const found = await findPostgres();
 useBuiltCli();
 
 describe('relaybus handlers (real Postgres, built bin)', { skip: 'skip' in found ? found.skip : undefined }, () => {
-  const url = 'url' in found ? found.url : '';
-  const schema = uniqueSchemaName('cli_handlers');
-  const flags = ['--database-url', url, '--schema', schema];
-  let pool: pg.Pool;
-  let store: PostgresStore<PgClientLike>;
-
-  before(async () => {
-    pool = new pg.Pool({ connectionString: url, max: 2 });
-    store = postgresStore({ driver: fromPg(pool), schema });
-    await store.setup();
-  });
-  after(async () => {
-    await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool?.end();
-  });
+  const db = useAdminSchema('cli_handlers', 'url' in found ? found.url : '');
+  const flags = db.flags;
 
   async function publish(id: string, handlers: readonly string[]): Promise<void> {
-    await store.transaction((tx) =>
-      store.publish(tx, [
+    await db.store.transaction((tx) =>
+      db.store.publish(tx, [
         {
           id,
           type: 'order.placed',
@@ -47,7 +33,7 @@ describe('relaybus handlers (real Postgres, built bin)', { skip: 'skip' in found
 
   const claim = async (owner: string): Promise<string[]> =>
     (
-      await owners.claim(store, {
+      await owners.claim(db.store, {
         owner,
         handlers: ['send-sms', 'update-ledger'],
         limit: 10,
@@ -113,7 +99,7 @@ describe('relaybus handlers (real Postgres, built bin)', { skip: 'skip' in found
       assert.equal(stats.handlers['send-sms']?.paused, true);
       assert.ok(!('paused' in stats.handlers['update-ledger']!), 'only the paused handler carries the field');
     } finally {
-      await store.resumeHandler({ handler: 'send-sms' });
+      await db.store.resumeHandler({ handler: 'send-sms' });
     }
   });
 
@@ -141,6 +127,6 @@ describe('relaybus handlers (real Postgres, built bin)', { skip: 'skip' in found
       assert.equal(result.code, 2, `${args.join(' ')}: ${result.stderr}`);
       assert.match(result.stderr, /^relaybus: /);
     }
-    assert.deepEqual(await store.listPausedHandlers(), []);
+    assert.deepEqual(await db.store.listPausedHandlers(), []);
   });
 });

@@ -12,7 +12,7 @@ import {
 import { withAdminStore } from '../admin-store.js';
 import { CliFailure, ExitCode, UsageError, writeLine, type CliContext, type Command } from '../command.js';
 import { formatDuration } from '../duration.js';
-import { renderTable, type Column } from '../table.js';
+import { writeTable, type Column } from '../table.js';
 
 /**
  * `relaybus dead list` and `relaybus dead requeue`: inspect dead letters (deliveries whose handler
@@ -96,14 +96,11 @@ async function list(args: readonly string[], context: CliContext): Promise<numbe
       return ExitCode.ok;
     }
     const now = Date.now();
-    const columns = context.stdout.columns;
-    const width = context.stdout.isTTY && columns !== undefined && columns >= 40 ? columns : 160;
-    for (const line of renderTable(
+    writeTable(
+      context.stdout,
       COLUMNS,
       items.map((item) => ({ ...item, now })),
-      width,
-    ))
-      writeLine(context.stdout, line);
+    );
     writeLine(context.stdout, '');
     writeLine(
       context.stdout,

@@ -3,7 +3,7 @@ import { DATABASE_FLAGS, HELP_FLAG, JSON_FLAG, parseFlags, renderHelp, VERBOSE_F
 import { withAdminStore } from '../admin-store.js';
 import { CliFailure, ExitCode, UsageError, writeLine, type Command } from '../command.js';
 import { formatDuration } from '../duration.js';
-import { renderTable, type Column } from '../table.js';
+import { writeTable, type Column } from '../table.js';
 
 /**
  * `relaybus handlers pause`, `relaybus handlers resume` and `relaybus handlers list`: pause a handler for every worker
@@ -186,14 +186,11 @@ export const handlersListCommand: Command = {
         return ExitCode.ok;
       }
       const now = Date.now();
-      const columns = context.stdout.columns;
-      const width = context.stdout.isTTY && columns !== undefined && columns >= 40 ? columns : 160;
-      for (const line of renderTable(
+      writeTable(
+        context.stdout,
         COLUMNS,
         paused.map((entry) => ({ ...entry, now })),
-        width,
-      ))
-        writeLine(context.stdout, line);
+      );
       return ExitCode.ok;
     });
   },
