@@ -5,14 +5,16 @@
  *   same database; an error text, a key and an event id holding `<script>` and an `<img onerror>`
  *   are shown as text and run nothing, in a dead letter's payload too; the event search shows an
  *   event's payload and its deliveries with the completion history; requeue through the page works
- *   and the delivery then runs; a token-protected dashboard asks for the token, works after logging
- *   in, and logs out; without completion history the completed column says n/a, and why.
+ *   and the delivery then runs; Pause and Resume in a handler's row pause and resume it, and a pause
+ *   reason holding `<script>` is shown as text; a token-protected dashboard asks for the token, works
+ *   after logging in, and logs out; without completion history the completed column says n/a, and why.
  * - over plain HTTP: a non-local bind without a token and a short token are refused (exit 2); POSTs
  *   without the token, without the CSRF token, or from another origin are refused and change
- *   nothing; a logout from another origin (another port) or without the session's CSRF token is
- *   refused and the session survives; a foreign Host header on a loopback bind is refused; a port in
- *   use is one clear error; dead letters and a found event carry their payload and headers (an
- *   event published inline too).
+ *   nothing; pause and resume through the API work (with a bearer token too) behind the same checks,
+ *   a bad body is a 400 and resuming a handler that is not paused a 409; a logout from another origin
+ *   (another port) or without the session's CSRF token is refused and the session survives; a foreign
+ *   Host header on a loopback bind is refused; a port in use is one clear error; dead letters and a
+ *   found event carry their payload and headers (an event published inline too).
  *
  * RELAYBUS_SCREENSHOTS=1 writes docs/public/dashboard.png and docs/public/dashboard-login.png.
  */
@@ -257,12 +259,73 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
           await bus.stop();
         }
         await page.locator('#handlers tr[data-total] td[data-field="pending"]', { hasText: /^0$/ }).waitFor();
-        if (process.env.RELAYBUS_SCREENSHOTS)
-          await page.screenshot({ path: join(REPO, 'docs/public/dashboard.png'), fullPage: true });
+        // One handler paused, for the picture: its row says since when and why, with a Resume button.
+        await store.pauseHandler({ handler: 'risky', reason: 'payment provider outage' });
+        try {
+          await page.waitForSelector('#handlers tr[data-handler="risky"][data-paused] button[data-resume]');
+          if (process.env.RELAYBUS_SCREENSHOTS)
+            await page.screenshot({ path: join(REPO, 'docs/public/dashboard.png'), fullPage: true });
+        } finally {
+          await store.resumeHandler({ handler: 'risky' });
+        }
         assert.deepEqual(problems, [], 'no script error on the page');
       } finally {
         await page.close();
         await stop(cli);
+      }
+    });
+
+    it('pauses and resumes a handler from its row; a pause reason holding <script> is shown as text', {
+      timeout: 30_000,
+    }, async () => {
+      // A handler of its own with one delivery no worker runs, so the other tests' numbers do not move.
+      await store.transaction((tx) =>
+        store.publish(tx, [
+          { type: Order.type, payload: { note: 'pause' }, handlers: [{ name: 'pause-probe', maxAttempts: 3 }] },
+        ]),
+      );
+      const isPaused = async () => (await store.listPausedHandlers()).some((entry) => entry.handler === 'pause-probe');
+      const { cli, url: address } = await startDashboard([...dbFlags, '--sample-interval', '200ms']);
+      const page = await context.newPage();
+      const problems: string[] = [];
+      page.on('pageerror', (error) => problems.push(error.message));
+      const row = '#handlers tbody tr[data-handler="pause-probe"]';
+      try {
+        await load(page, address);
+        assert.equal(await page.textContent(`${row} td[data-field="paused"]`), '');
+        assert.equal(await page.$$eval('#handlers tr[data-total] button', (buttons) => buttons.length), 0);
+        await page.click(`${row} button[data-pause="pause-probe"]`);
+        await page.waitForSelector(`${row}[data-paused] button[data-resume="pause-probe"]`);
+        assert.equal(await isPaused(), true, 'paused in the database');
+        assert.match((await page.textContent(`${row} td[data-field="paused"]`)) ?? '', /^paused \S+ ago \(.+\)$/);
+        assert.equal(await page.textContent('#handler-result'), 'paused pause-probe');
+
+        await page.click(`${row} button[data-resume="pause-probe"]`);
+        await page.waitForSelector(`${row}:not([data-paused]) button[data-pause="pause-probe"]`);
+        assert.equal(await isPaused(), false, 'resumed in the database');
+        assert.equal(await page.textContent(`${row} td[data-field="paused"]`), '');
+        assert.equal(await page.textContent('#handler-result'), 'resumed pause-probe');
+
+        // A reason given elsewhere (relaybus handlers pause --reason, the API): text, never HTML.
+        assert.ok(await store.pauseHandler({ handler: 'pause-probe', reason: XSS }));
+        await page.waitForSelector(`${row}[data-paused]`);
+        const shown = (await page.textContent(`${row} td[data-field="paused"]`)) ?? '';
+        assert.ok(shown.endsWith(`: ${XSS}`), shown);
+        assert.equal(await page.evaluate(() => (globalThis as { __pwned?: unknown }).__pwned), undefined);
+        assert.equal(await page.$$eval('main img, main script', (nodes) => nodes.length), 0, 'no injected element');
+        assert.deepEqual(problems, [], 'no script error on the page');
+      } finally {
+        await page.close();
+        await stop(cli);
+        await store.resumeHandler({ handler: 'pause-probe' });
+        const [held] = await owners.claim(store, {
+          owner: 'pause-probe',
+          handlers: ['pause-probe'],
+          limit: 1,
+          leaseDurationMs: 30_000,
+        });
+        if (held) await store.completeMany([{ deliveryId: held.id, leaseToken: held.leaseToken }]);
+        await owners.relinquish(store, 'pause-probe');
       }
     });
 
@@ -407,6 +470,114 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         assert.equal(headers.get('x-frame-options'), 'DENY');
       } finally {
         await stop(cli);
+      }
+    });
+
+    it('pauses and resumes through the API: other origins and POSTs without the CSRF token change nothing; a bearer works', {
+      timeout: 30_000,
+    }, async () => {
+      const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0', '--token', TOKEN]);
+      const pausedNames = async () => (await store.listPausedHandlers()).map((entry) => entry.handler);
+      try {
+        const login = await fetch(`${address}/login`, {
+          method: 'POST',
+          body: new URLSearchParams({ token: TOKEN }),
+          redirect: 'manual',
+        });
+        const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
+        const html = await (await fetch(address, { headers: { cookie } })).text();
+        const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
+        const post = async (path: string, body: unknown, headers: Record<string, string>) => {
+          const response = await fetch(`${address}${path}`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', ...headers },
+            body: typeof body === 'string' ? body : JSON.stringify(body),
+          });
+          return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+        };
+        const session = { cookie, 'x-relaybus-csrf': csrf };
+        const pause = { handler: 'api-pause', reason: 'provider outage' };
+
+        assert.equal((await post('/api/pause', pause, {})).status, 401, 'no token');
+        assert.equal((await post('/api/pause', pause, { cookie })).status, 403, 'no CSRF token');
+        assert.equal(
+          (await post('/api/pause', pause, { cookie, 'x-relaybus-csrf': 'forged' })).status,
+          403,
+          'a wrong CSRF token',
+        );
+        assert.equal(
+          (await post('/api/pause', pause, { ...session, origin: 'http://evil.example' })).status,
+          403,
+          'another origin',
+        );
+        assert.equal(
+          (await post('/api/pause', pause, { authorization: `Bearer ${TOKEN}`, origin: 'http://127.0.0.1:1' })).status,
+          403,
+          'a bearer request from another origin',
+        );
+        assert.deepEqual(await pausedNames(), [], 'nothing was paused');
+
+        for (const [path, body] of [
+          ['/api/pause', { handler: 3 }],
+          ['/api/pause', { handler: '' }],
+          ['/api/pause', { handler: 'api-pause', reason: 7 }],
+          ['/api/pause', { handler: 'api-pause', extra: true }],
+          ['/api/pause', ['api-pause']],
+          ['/api/resume', { handler: 'api-pause', reason: 'why' }],
+          ['/api/resume', {}],
+        ] as const) {
+          const bad = await post(path, body, session);
+          assert.equal(bad.status, 400, `${path} ${JSON.stringify(body)}`);
+          assert.match(String(bad.body.error), /^the body must be \{"handler": "<name>"/);
+        }
+        const notJson = await post('/api/pause', '{handler', session);
+        assert.deepEqual([notJson.status, notJson.body], [400, { error: 'the body is not JSON' }]);
+        assert.deepEqual(await pausedNames(), [], 'nothing was paused');
+
+        assert.deepEqual(await post('/api/pause', pause, session), {
+          status: 200,
+          body: { handler: 'api-pause', paused: true, alreadyPaused: false },
+        });
+        const [stored] = await store.listPausedHandlers();
+        assert.deepEqual([stored?.handler, stored?.reason], ['api-pause', 'provider outage'], 'paused in the database');
+        assert.deepEqual(
+          (await post('/api/pause', { handler: 'api-pause', reason: 'another' }, session)).body,
+          { handler: 'api-pause', paused: true, alreadyPaused: true },
+          'a second pause changes nothing',
+        );
+        const overview = (await (await fetch(`${address}/api/overview`, { headers: { cookie } })).json()) as {
+          stats: { paused: string[] };
+          paused: { handler: string; pausedAt: string; reason: string | null }[];
+        };
+        assert.deepEqual(overview.stats.paused, ['api-pause'], 'as relaybus stats --json says it');
+        assert.deepEqual(overview.paused, [
+          { handler: 'api-pause', pausedAt: stored!.pausedAt.toISOString(), reason: 'provider outage' },
+        ]);
+
+        assert.equal((await post('/api/resume', { handler: 'api-pause' }, { cookie })).status, 403, 'no CSRF token');
+        assert.equal(
+          (await post('/api/resume', { handler: 'api-pause' }, { ...session, origin: 'http://evil.example' })).status,
+          403,
+          'another origin',
+        );
+        assert.deepEqual(await pausedNames(), ['api-pause'], 'still paused');
+
+        // A bearer request needs no CSRF token (scripts).
+        const bearer = { authorization: `Bearer ${TOKEN}` };
+        assert.deepEqual(await post('/api/resume', { handler: 'api-pause' }, bearer), {
+          status: 200,
+          body: { handler: 'api-pause', resumed: true },
+        });
+        assert.deepEqual(await pausedNames(), [], 'resumed in the database');
+        assert.deepEqual(await post('/api/resume', { handler: 'api-pause' }, session), {
+          status: 409,
+          body: { error: 'api-pause is not paused; nothing changed' },
+        });
+        assert.equal((await post('/api/pause', { handler: 'api-pause' }, bearer)).status, 200, 'a bearer pause');
+        assert.equal((await store.listPausedHandlers())[0]?.reason, null, 'no reason given');
+      } finally {
+        await stop(cli);
+        await store.resumeHandler({ handler: 'api-pause' });
       }
     });
 

@@ -16,8 +16,8 @@ import { onShutdownSignals } from '../signals.js';
 
 /**
  * `relaybus dashboard`: the admin page in a browser (see `cli/dashboard/`): per-handler statistics
- * with a backlog chart, dead letters with their payload and a requeue action, the held lanes, an
- * event search. It reads and writes only through the store API of `--database-url` / `--schema`.
+ * with a backlog chart and a pause or resume action, dead letters with their payload and a requeue
+ * action, the held lanes, an event search. It reads and writes only through the store API of `--database-url` / `--schema`.
  */
 
 export const DEFAULT_DASHBOARD_PORT = 8473;
@@ -52,11 +52,11 @@ const FLAGS = {
 /** `relaybus dashboard`. */
 export const dashboardCommand: Command = {
   name: 'dashboard',
-  summary: 'Admin page in a browser: statistics, backlog chart, dead letters, requeue.',
+  summary: 'Admin page in a browser: statistics, backlog chart, pause and resume, dead letters, requeue.',
   help: renderHelp({
     usage: ['relaybus dashboard [--port <port>] [--host <host>] [--token <secret>]'],
     description:
-      "Serve the admin page: per-handler statistics (the numbers of relaybus stats) with a backlog-over-time chart, the dead letters with their last error, payload and headers and a requeue button, the held lanes (lease owner, lease, in flight), and a search by event id that shows the event's payload, headers and deliveries (completed ones too where a completion history is kept). Everything goes through the store API of --database-url / --schema. Ctrl-C stops it.",
+      "Serve the admin page: per-handler statistics (the numbers of relaybus stats) with a backlog-over-time chart and a pause or resume button per handler (since when and why a handler is paused), the dead letters with their last error, payload and headers and a requeue button, the held lanes (lease owner, lease, in flight), and a search by event id that shows the event's payload, headers and deliveries (completed ones too where a completion history is kept). Everything goes through the store API of --database-url / --schema. Ctrl-C stops it.",
     flags: FLAGS,
     sections: [
       {

@@ -160,7 +160,9 @@ async function recordedSubscriptions(
  * The paused handlers (`relaybus handlers pause`), or undefined for a schema older than their table (migration 0004):
  * stats then marks none.
  */
-async function pausedHandlers(store: Pick<Store<unknown>, 'listPausedHandlers'>): Promise<PausedHandler[] | undefined> {
+export async function pausedHandlers(
+  store: Pick<Store<unknown>, 'listPausedHandlers'>,
+): Promise<PausedHandler[] | undefined> {
   try {
     return await store.listPausedHandlers();
   } catch (error) {

@@ -2,7 +2,7 @@
  * The dashboard's page, styles and script, as strings served by `server.ts` (no build step). The
  * HTML holds no data but the schema, the target and the CSRF token, escaped; the script fetches the
  * JSON API and writes every value with `textContent` or `setAttribute`, never as HTML, so an event
- * id, a key, a handler name or an error text holding `<script>` is shown as text. The Content
+ * id, a key, a handler name, a pause reason or an error text holding `<script>` is shown as text. The Content
  * Security Policy (`security.ts`) forbids inline scripts besides.
  */
 
@@ -65,9 +65,10 @@ ${options.loggedIn ? `<form method="post" action="/logout"><input type="hidden" 
 <section>
 <h2>Handlers <span id="lanes-leased" class="muted"></span></h2>
 <table id="handlers">
-<thead><tr><th>handler</th><th class="num">pending</th><th class="num">due</th><th class="num">scheduled</th><th class="num">in flight</th><th class="num">dead</th><th class="num">completed</th><th class="num">oldest due</th></tr></thead>
+<thead><tr><th>handler</th><th class="num">pending</th><th class="num">due</th><th class="num">scheduled</th><th class="num">in flight</th><th class="num">dead</th><th class="num">completed</th><th class="num">oldest due</th><th>paused</th><th></th></tr></thead>
 <tbody></tbody>
 </table>
+<p id="handler-result" class="muted" role="status"></p>
 <p id="completed-note" class="muted" hidden>completed: n/a, no completion history is recorded. A completed delivery is deleted; workers record one in the history only with <code>completionHistory: true</code>.</p>
 <h3>Backlog over time <span class="muted">(pending + in flight, per handler)</span></h3>
 <svg id="chart" viewBox="0 0 760 220" role="img" aria-label="backlog over time"></svg>
@@ -126,6 +127,7 @@ th { font-weight: 600; color: var(--muted); font-size: 0.8rem; text-transform: u
 .num { text-align: right; font-variant-numeric: tabular-nums; }
 td.text { max-width: 28rem; overflow-wrap: anywhere; white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 0.8rem; }
 tr.total td { font-weight: 600; }
+td.paused { color: #b45309; max-width: 20rem; overflow-wrap: anywhere; }
 .muted { color: var(--muted); font-weight: normal; }
 .warn { color: #b45309; }
 .error { color: var(--bad); }
@@ -199,11 +201,19 @@ export const APP_JS = `'use strict';
     while (tbody.firstChild) tbody.removeChild(tbody.firstChild);
   }
 
-  function renderHandlers(stats) {
+  // A paused handler without deliveries has a row too (zeros), so it can be resumed from the page.
+  function idle(stats) {
+    return { pending: 0, due: 0, scheduled: 0, inFlight: 0, dead: 0, completed: stats.completed === null ? null : 0, oldestDueAgeMs: null };
+  }
+  function renderHandlers(stats, pausedList) {
     var tbody = document.querySelector('#handlers tbody');
     clear(tbody);
-    var names = Object.keys(stats.handlers).sort();
-    var rows = names.map(function (name) { return { name: name, counts: stats.handlers[name], total: false }; });
+    var paused = {};
+    pausedList.forEach(function (entry) { paused[entry.handler] = entry; });
+    var names = Object.keys(stats.handlers);
+    pausedList.forEach(function (entry) { if (names.indexOf(entry.handler) < 0) names.push(entry.handler); });
+    names.sort();
+    var rows = names.map(function (name) { return { name: name, counts: stats.handlers[name] || idle(stats), total: false }; });
     if (rows.length > 1) rows.push({ name: 'total', counts: stats, total: true });
     rows.forEach(function (item) {
       var row = el('tr', null, item.total ? 'total' : '');
@@ -217,12 +227,21 @@ export const APP_JS = `'use strict';
       var completed = cell(row, item.counts.completed === null ? 'n/a' : item.counts.completed, 'num', 'completed');
       if (item.counts.completed === null) completed.title = 'no completion history is recorded';
       cell(row, duration(item.counts.oldestDueAgeMs), 'num', 'oldestDue');
+      var pause = item.total ? undefined : paused[item.name];
+      var state = cell(row, pause ? pausedText(pause) : '', 'paused', 'paused');
+      if (pause) {
+        row.setAttribute('data-paused', 'true');
+        state.title = 'no worker claims its deliveries, which wait in order until it is resumed';
+      }
+      var action = el('td');
+      if (!item.total) action.appendChild(pauseButton(item.name, Boolean(pause)));
+      row.appendChild(action);
       tbody.appendChild(row);
     });
     if (rows.length === 0) {
       var empty = el('tr');
       var td = cell(empty, 'no deliveries: nothing pending, in flight or dead', 'muted');
-      td.colSpan = 8;
+      td.colSpan = 10;
       tbody.appendChild(empty);
     }
     document.getElementById('lanes-leased').textContent = 'lanes leased: ' + stats.lanesLeased;
@@ -301,15 +320,40 @@ export const APP_JS = `'use strict';
     }
   }
 
-  function requeue(body) {
-    return api('/api/requeue', {
+  // Every action: a JSON POST with the page's CSRF token.
+  function post(path, body) {
+    return api(path, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'x-relaybus-csrf': csrf },
       body: JSON.stringify(body),
-    }).then(function (result) {
+    });
+  }
+  function requeue(body) {
+    return post('/api/requeue', body).then(function (result) {
       document.getElementById('requeue-result').textContent = 'requeued ' + result.requeued + (result.requeued === 1 ? ' delivery' : ' deliveries');
       return refresh();
     }, function (error) { status('requeue failed: ' + error.message); });
+  }
+  function pausedText(pause) {
+    return 'paused ' + ago(pause.pausedAt) + ' (' + new Date(pause.pausedAt).toLocaleString() + ')'
+      + (pause.reason === null ? '' : ': ' + pause.reason);
+  }
+  function pauseButton(handler, paused) {
+    var button = el('button', paused ? 'Resume' : 'Pause', 'quiet');
+    button.type = 'button';
+    button.setAttribute(paused ? 'data-resume' : 'data-pause', handler);
+    button.title = paused ? 'let every worker claim its deliveries again' : 'stop every worker from claiming its deliveries (they wait, in order)';
+    button.addEventListener('click', function () {
+      button.disabled = true;
+      post(paused ? '/api/resume' : '/api/pause', { handler: handler }).then(function () {
+        document.getElementById('handler-result').textContent = (paused ? 'resumed ' : 'paused ') + handler;
+        return refresh();
+      }, function (error) {
+        button.disabled = false;
+        status((paused ? 'resume' : 'pause') + ' failed: ' + error.message);
+      });
+    });
+    return button;
   }
 
   // The dead letters whose payload is open: the table is redrawn on every refresh, and keeps them open.
@@ -406,7 +450,7 @@ export const APP_JS = `'use strict';
     if (refreshing) return refreshing;
     refreshing = Promise.all([api('/api/overview'), api('/api/dead')]).then(function (results) {
       var overview = results[0];
-      renderHandlers(overview.stats);
+      renderHandlers(overview.stats, overview.paused);
       renderChart(overview.history);
       renderLanes(overview.lanes, overview.truncated);
       renderDead(results[1], overview.stats.dead);

@@ -3,21 +3,25 @@ import type { AddressInfo } from 'node:net';
 import { InvalidInputError, RelayBusError } from '../../core/errors.js';
 import { describeError } from '../../core/logger.js';
 import type { Statistics, Store } from '../../store/contract.js';
-import { statisticsJson } from '../commands/stats.js';
+import { pausedHandlers, statisticsJson } from '../commands/stats.js';
 import { APP_CSS, APP_JS, loginPage, mainPage } from './page.js';
 import { deliveryJson, payloadText } from './payload.js';
 import { Gate, securityHeaders, type Access } from './security.js';
 
 /**
  * The admin page's HTTP server (node:http, no framework, no build step): a static page and script,
- * and a small JSON API over the store API only (`statistics`, `listDeliveries`, `requeue`).
+ * and a small JSON API over the store API only (`statistics`, `listDeliveries`, `requeue`, `pauseHandler`,
+ * `resumeHandler`, `listPausedHandlers`).
  *
  *   GET  /                 the page (or the login form when a token is required)
  *   GET  /app.js, /app.css its script and styles
- *   GET  /api/overview     statistics (the shape of `relaybus stats --json`), the backlog history, the held lanes (holder, lease, in flight)
+ *   GET  /api/overview     statistics (the shape of `relaybus stats --json`, paused handlers marked), the paused handlers
+ *                          (since when, why), the backlog history, the held lanes (holder, lease, in flight)
  *   GET  /api/dead         dead letters with their last error, payload (as text, cut) and headers (?handler=, ?cursor=)
  *   GET  /api/event?id=    an event's payload and headers, its deliveries, and their completion history where one is kept
  *   POST /api/requeue      { deliveryIds } or { handler }: dead deliveries back to pending
+ *   POST /api/pause        { handler, reason? }: no worker claims the handler's deliveries until it is resumed
+ *   POST /api/resume       { handler }: a paused handler's deliveries are claimed again (409 when it is not paused)
  *   POST /login, /logout   the session of a token-protected dashboard (logout: same origin, the session's `csrf` field)
  *
  * See `security.ts` for the rules. Everything the API returns is data the page writes as text.
@@ -112,6 +116,29 @@ function requeueParams(body: unknown): { deliveryIds: string[] } | { handler: st
   throw new HttpError(400, 'the body must be {"deliveryIds": ["<id>", ...]} (1 to 1000 ids) or {"handler": "<name>"}');
 }
 
+/** The handler (and the reason) of a pause or resume POST body: `{ handler, reason? }`, `reason` only when `withReason`. */
+function handlerParams(body: unknown, withReason: boolean): { handler: string; reason?: string } {
+  const shape = withReason
+    ? '{"handler": "<name>", "reason": "<why>"} (the reason is optional)'
+    : '{"handler": "<name>"}';
+  if (typeof body === 'object' && body !== null && !Array.isArray(body)) {
+    const { handler, reason } = body as { handler?: unknown; reason?: unknown };
+    const allowed = withReason ? ['handler', 'reason'] : ['handler'];
+    if (
+      Object.keys(body).every((key) => allowed.includes(key)) &&
+      typeof handler === 'string' &&
+      handler.length > 0 &&
+      handler.length <= 200 &&
+      (reason === undefined || (typeof reason === 'string' && reason.length <= 1_000))
+    )
+      return reason === undefined || reason === '' ? { handler } : { handler, reason };
+  }
+  throw new HttpError(
+    400,
+    `the body must be ${shape}: a handler name of 1 to 200 characters, a reason of at most 1000`,
+  );
+}
+
 /** Start the dashboard server; rejects with the listen error (EADDRINUSE, ...). */
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
   const { store } = options;
@@ -184,6 +211,26 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     return { lanes: list, truncated: cursor !== null };
   }
 
+  /**
+   * The POST routes: each takes the parsed JSON body, once `api` has checked the request (`Gate.refusePost`) and read
+   * it, and returns what to answer.
+   */
+  const actions: Readonly<Record<string, (body: unknown) => Promise<object>>> = {
+    '/api/requeue': async (body) => ({ requeued: await store.requeue(requeueParams(body)) }),
+    '/api/pause': async (body) => {
+      const params = handlerParams(body, true);
+      const now = await store.pauseHandler(params);
+      // Already paused: nothing changed, its first pause and reason are kept.
+      return { handler: params.handler, paused: true, alreadyPaused: !now };
+    },
+    '/api/resume': async (body) => {
+      const { handler } = handlerParams(body, false);
+      if (!(await store.resumeHandler({ handler })))
+        throw new HttpError(409, `${handler} is not paused; nothing changed`);
+      return { handler, resumed: true };
+    },
+  };
+
   async function api(
     path: string,
     query: URLSearchParams,
@@ -192,7 +239,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     response: ServerResponse,
   ): Promise<void> {
     if (request.method === 'POST') {
-      if (path !== '/api/requeue') throw new HttpError(404, `no route POST ${path}`);
+      const action = actions[path];
+      if (action === undefined) throw new HttpError(404, `no route POST ${path}`);
       const refused = gate.refusePost(request, access);
       if (refused !== undefined) throw new HttpError(refused.status, refused.reason);
       let body: unknown;
@@ -202,9 +250,9 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         if (error instanceof HttpError) throw error;
         throw new HttpError(400, 'the body is not JSON');
       }
-      const requeued = await store.requeue(requeueParams(body));
+      const result = await action(body);
       void sample();
-      sendJson(response, 200, { requeued });
+      sendJson(response, 200, result);
       return;
     }
     if (request.method !== 'GET') throw new HttpError(405, 'GET or POST only');
@@ -212,11 +260,22 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       const at = new Date();
       const stats = await store.statistics();
       record(stats, at);
+      const paused = await pausedHandlers(store);
       const lanesView = await lanes();
       sendJson(response, 200, {
         schema: options.schema,
         target: options.target,
-        stats: statisticsJson(stats, options.schema, at),
+        // As `relaybus stats --json` prints them: `"paused": true` on a paused handler, their names in `paused`.
+        stats: {
+          ...statisticsJson(stats, options.schema, at, new Set(paused?.map((entry) => entry.handler))),
+          ...(paused === undefined ? {} : { paused: paused.map((entry) => entry.handler) }),
+        },
+        // Since when and why (null: no reason given); empty for a schema older than pausing (migration 0004).
+        paused: (paused ?? []).map((entry) => ({
+          handler: entry.handler,
+          pausedAt: entry.pausedAt.toISOString(),
+          reason: entry.reason,
+        })),
         history,
         ...lanesView,
       });
