@@ -106,6 +106,7 @@ const PUBLISH: Entry[] = [
   e('relaybus', 'default', false),
   e('relaybus', 'ids', true),
   e('relaybus', 'no-notify', true),
+  e('relaybus', 'keep-events', true),
   e('relaybus', 'subscriptions', true),
   e('relaybus', 'sql', true),
   e('row-lease', 'default', true),

@@ -52,12 +52,14 @@ const BenchEvent = defineEvent('bench.event', Type.Object({ i: Type.Integer() })
  *   (no events row, the deliveries carry them);
  * - ids: the same with an id per event (`e<i>`), as an inbox or a caller that needs dedup does: an events row each;
  * - no-notify: the same with postgresStore({ notify: false }): what the NOTIFY at commit costs;
+ * - keep-events: the default path on postgresStore({ keepEvents: true }): an events row for every event, though
+ *   none has an id of the caller's (what keeping every event for replay costs);
  * - subscriptions: the publisher registers no handler; the fan-out comes from the subscriptions
  *   recorded in the database (setup records them, as a started worker would);
  * - sql: `relaybus_publish(type, payload, key, id)` from SQL, one statement per transaction (a batch
  *   over unnest of arrays), fanned out from the same recorded subscriptions.
  */
-export const PUBLISH_VARIANTS = ['default', 'ids', 'no-notify', 'subscriptions', 'sql'] as const;
+export const PUBLISH_VARIANTS = ['default', 'ids', 'no-notify', 'keep-events', 'subscriptions', 'sql'] as const;
 export type PublishVariant = (typeof PUBLISH_VARIANTS)[number];
 
 function publishVariantOf(variant: string | undefined): PublishVariant {
@@ -124,11 +126,13 @@ function makeBus(
   hooks?: DispatcherHooks,
   notify = true,
   instrumentation?: Api.Instrumentation,
+  keepEvents = false,
 ): Api.RelayBus<PgApi.PgClientLike, typeof BenchEvent> {
   const store = postgresStore({
     driver: fromPg(pool),
     schema,
     notify,
+    keepEvents,
   });
   return createRelayBus({
     store,
@@ -272,7 +276,7 @@ export const relaybus: Contender = {
     const path = publishVariantOf(variant);
     const pool = new pg.Pool({ connectionString: url, max: poolSize });
     if (path === 'sql') return sqlPublisher(pool, schema);
-    const bus = makeBus(pool, schema, undefined, undefined, path !== 'no-notify');
+    const bus = makeBus(pool, schema, undefined, undefined, path !== 'no-notify', undefined, path === 'keep-events');
     // 'subscriptions': no handler here, so the publish statement's fan-out is the subscriptions join.
     if (path !== 'subscriptions') for (const handler of HANDLERS) bus.on(BenchEvent, handler, () => {});
     const withIds = path === 'ids';

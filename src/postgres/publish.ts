@@ -141,7 +141,7 @@ export async function publish<TTx>(
   const payloads = validatePublish(events, now);
   if (events.length === 0) return [];
   const executor = driver.unwrap(tx);
-  const { run, history, channel, publishProbe } = context;
+  const { run, inlineEvents, channel, publishProbe } = context;
   await publishProbe.check(executor, (on, params) => run(on, 'publish-probe', params));
   const ids = events.map((event) => event.id ?? randomUUID());
   // Outside a transaction block (a transaction object used after it ended) a statement would autocommit. No
@@ -156,7 +156,8 @@ export async function publish<TTx>(
   let arrays: unknown[] | undefined;
   const params = () => (arrays ??= [...publishArrays(events, ids, payloads, headers), guard, iso(now), channel]);
   const inline = events.map(
-    (event, i) => event.id === undefined && !history && payloads[i]!.length + headers[i]!.length <= INLINE_EVENT_LIMIT,
+    (event, i) =>
+      inlineEvents && event.id === undefined && payloads[i]!.length + headers[i]!.length <= INLINE_EVENT_LIMIT,
   );
   const [first] = events;
   const lean = () =>

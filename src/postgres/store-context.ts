@@ -21,6 +21,13 @@ export interface PostgresStoreOptions<TTx> {
   /** Keep an append-only history of completed deliveries (one extra insert per completion; default false). */
   readonly completionHistory?: boolean;
   /**
+   * Write an events row for every event (default false). Without it, an event published without an id of yours, with
+   * a small payload, on a store without completion history, is written inline: its deliveries carry its type, payload
+   * and headers, one row and one index entry fewer per event, but nothing is kept of it once its deliveries complete.
+   * With it, every event stays until retention purges it (docs/guide/guarantees.md, "Which events are kept").
+   */
+  readonly keepEvents?: boolean;
+  /**
    * Wake idle workers at once (default true): every publishing transaction sends one NOTIFY at commit, and each
    * dispatcher LISTENs on one connection of its own (where the driver can hold one). Polling stays the correctness
    * path. Turn it off behind a transaction-mode pooler (PgBouncer: no LISTEN), or when many concurrent single-event
@@ -48,6 +55,8 @@ export interface StoreContext {
   readonly statements: Statements;
   /** Completion history is kept (`completionHistory`). */
   readonly history: boolean;
+  /** An event without an id of the caller's and with a small payload may be written without an events row. */
+  readonly inlineEvents: boolean;
   /** The NOTIFY channel of this schema; null without `notify`. */
   readonly channel: string | null;
   /** The store LISTENs (notify on, and the driver can hold a listening connection). */
@@ -99,6 +108,7 @@ export function createStoreContext<TTx>(options: PostgresStoreOptions<TTx>): Sto
   const schema = options.schema ?? DEFAULT_SCHEMA;
   assertSchemaName(schema);
   assertBoolean(options.completionHistory, 'completionHistory');
+  assertBoolean(options.keepEvents, 'keepEvents');
   assertBoolean(options.notify, 'notify');
   assertBoolean(options.holdClaimConnections, 'holdClaimConnections');
   const driver = options.driver as PostgresDriver<unknown>;
@@ -121,6 +131,7 @@ export function createStoreContext<TTx>(options: PostgresStoreOptions<TTx>): Sto
     schema,
     statements,
     history: options.completionHistory ?? false,
+    inlineEvents: !(options.completionHistory ?? false) && !(options.keepEvents ?? false),
     // An unquoted identifier: schema names are plain, and channels stop at 63 bytes.
     channel: notify ? `relaybus_${schema}`.slice(0, 63) : null,
     listens,

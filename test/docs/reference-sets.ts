@@ -121,6 +121,7 @@ export const OPTION_GROUPS: readonly OptionGroup[] = [
       driver: true,
       schema: true,
       completionHistory: true,
+      keepEvents: true,
       notify: true,
       holdClaimConnections: true,
     }),

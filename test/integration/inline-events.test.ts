@@ -163,4 +163,31 @@ describe('events published inline on real Postgres', { skip: 'skip' in found ? f
       ].sort(),
     );
   });
+  it('a store with keepEvents writes an events row for every event, kept after its deliveries complete', async () => {
+    const keeping = postgresStore({ driver: fromPg(pool), schema, keepEvents: true });
+    let results: PublishResult[] = [];
+    const rows = await newEventRows(async () => {
+      results = await keeping.transaction((tx) =>
+        keeping.publish(tx, [
+          { type: 'order.placed', key: 'kept', payload: { n: 1 }, handlers },
+          { type: 'order.placed', payload: { n: 2 }, handlers },
+        ]),
+      );
+    });
+    assert.deepEqual(
+      rows,
+      results.map((r) => r.eventId).sort(),
+      'both events have their row, though neither has an id',
+    );
+    await drain('keep');
+    assert.deepEqual(
+      (await eventRows()).filter((id) => rows.includes(id)),
+      rows,
+      'the rows stay after every delivery completed (until retention)',
+    );
+    assert.throws(
+      () => postgresStore({ driver: fromPg(pool), schema, keepEvents: 'yes' as unknown as boolean }),
+      /keepEvents/,
+    );
+  });
 });
