@@ -202,7 +202,7 @@ const PUBLISH_PATHS = {
   ids: 'the same with an id per event (an events row each: what an inbox or a caller that needs dedup pays)',
   'no-notify': 'the same with postgresStore({ notify: false })',
   'keep-events':
-    'the default path on postgresStore({ keepEvents: true }): an events row for every event, kept for replay',
+    'the default path on postgresStore({ keepEvents: true }): an events row for every event, kept until retention',
   subscriptions:
     'bus.publish from a process that registers no handler: the fan-out comes from the subscriptions recorded in the database',
   sql: 'the SQL function relaybus_publish(type, payload, key, id), one SELECT per transaction (a batch over unnest of arrays), fanned out from the recorded subscriptions',

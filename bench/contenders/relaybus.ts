@@ -53,7 +53,7 @@ const BenchEvent = defineEvent('bench.event', Type.Object({ i: Type.Integer() })
  * - ids: the same with an id per event (`e<i>`), as an inbox or a caller that needs dedup does: an events row each;
  * - no-notify: the same with postgresStore({ notify: false }): what the NOTIFY at commit costs;
  * - keep-events: the default path on postgresStore({ keepEvents: true }): an events row for every event, though
- *   none has an id of the caller's (what keeping every event for replay costs);
+ *   none has an id of the caller's (what keeping every event until retention costs);
  * - subscriptions: the publisher registers no handler; the fan-out comes from the subscriptions
  *   recorded in the database (setup records them, as a started worker would);
  * - sql: `relaybus_publish(type, payload, key, id)` from SQL, one statement per transaction (a batch
