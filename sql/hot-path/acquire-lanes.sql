@@ -11,13 +11,12 @@
 --       statement settles on its generic plan (with them inline Postgres re-planned it on every call).
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see docs/guide/guarantees.md.
-WITH clock AS MATERIALIZED (
+WITH /*include runnable-handlers*/,
+clock AS MATERIALIZED (
   SELECT coalesce($6::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit,
          $1::text AS owner, $3::int AS take,
-         -- The handlers asked for less the paused ones (relaybus_paused_handlers): a lane whose only due work is a
-         -- paused handler's is not taken.
-         ARRAY(SELECT h FROM unnest($2::text[]) AS h
-               WHERE h NOT IN (SELECT p.handler FROM /*schema*/relaybus_paused_handlers p)) AS handlers,
+         -- A lane whose only due work is a paused handler's is not taken.
+         (SELECT handlers FROM runnable) AS handlers,
          $4::int AS start, $7::smallint[] AS prefer
 ),
 free AS (

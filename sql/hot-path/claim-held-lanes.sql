@@ -23,7 +23,7 @@
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
 --        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight);
 --        relaybus_events_pkey (payload, history; an event published inline has none: its deliveries carry it, and the
---        claim reads it with the rest of the row); relaybus_paused_handlers (read once: runnable)
+--        claim reads it with the rest of the row); relaybus_paused_handlers (read once: sql/fragments/runnable-handlers.sql)
 -- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out: see runnable), $3 limit int,
 --         $4 lease_ms int, $5 now timestamptz (null = now()), $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
@@ -53,13 +53,7 @@
 WITH RECURSIVE clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
 ),
-runnable AS MATERIALIZED (
-  -- The handlers asked for ($2) less the paused ones (relaybus_paused_handlers), read once by this statement and used
-  -- wherever a row's handler is judged: a paused handler's deliveries are not picked, by any worker, from the claim
-  -- after its pause on; they stay pending, in their keys' order, until it is resumed.
-  SELECT ARRAY(SELECT h FROM unnest($2::text[]) AS h
-               WHERE h NOT IN (SELECT p.handler FROM /*schema*/relaybus_paused_handlers p)) AS handlers
-),
+/*include runnable-handlers*/,
 held AS (
   -- Locked, so a concurrent claim of the same owner waits; a transactional completion's FOR KEY SHARE does not
   -- conflict. The locked row is the latest version: its xmin tells whether it changed since this statement's snapshot.

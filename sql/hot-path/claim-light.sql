@@ -12,7 +12,7 @@
 --        relaybus_deliveries_lane_handler_key_sequence_idx (keyed heads); relaybus_deliveries_unkeyed_due_idx
 --        (unkeyed); relaybus_deliveries_pkey (pruning finished ids from in_flight, hand-back);
 --        relaybus_events_pkey (payload of an event that has an events row); relaybus_paused_handlers (read once)
--- params: $1 owner text, $2 handlers text[] (less the paused ones: see runnable), $3 limit int, $4 lease_ms int,
+-- params: $1 owner text, $2 handlers text[] (less the paused ones: sql/fragments/runnable-handlers.sql), $3 limit int, $4 lease_ms int,
 --         $5 now timestamptz (null = now()), $6 rows read per lane int, $7 free lanes to take when they give work
 --         smallint[], $8 lanes the owner may hold smallint[] (those its claims recorded deliveries in and did not hand
 --         back since, and the named ones: see src/postgres/recorded-lanes.ts; a held lane not listed waits for
@@ -26,11 +26,7 @@
 WITH clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
 ),
-runnable AS MATERIALIZED (
-  -- The handlers asked for less the paused ones, read once (see claim-held-lanes, runnable).
-  SELECT ARRAY(SELECT h FROM unnest($2::text[]) AS h
-               WHERE h NOT IN (SELECT p.handler FROM /*schema*/relaybus_paused_handlers p)) AS handlers
-),
+/*include runnable-handlers*/,
 held AS (
   -- As in claim-held-lanes: a concurrent claim of the same owner waits; one lock order (by lane) everywhere. Probed by
   -- key: finding the owner's rows by lease_owner read every page of the table (64-90 pages, four lanes a page).
