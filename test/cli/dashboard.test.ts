@@ -49,6 +49,19 @@ async function startDashboard(
   return { cli, url };
 }
 
+/** Log in with the token as the login form does: the login's response, the session cookie, the page and its CSRF token. */
+async function logIn(address: string): Promise<{ login: Response; cookie: string; html: string; csrf: string }> {
+  const login = await fetch(`${address}/login`, {
+    method: 'POST',
+    body: new URLSearchParams({ token: TOKEN }),
+    redirect: 'manual',
+  });
+  const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
+  const html = await (await fetch(address, { headers: { cookie } })).text();
+  const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
+  return { login, cookie, html, csrf };
+}
+
 async function stop(cli: RunningCli): Promise<void> {
   cli.child.kill('SIGINT');
   const result = await cli.exited;
@@ -428,16 +441,9 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
         assert.equal((await post({ authorization: 'Bearer wrong-token-wrong-token' })).status, 401, 'a wrong token');
         assert.equal((await fetch(`${address}/api/overview`)).status, 401, 'reads need the token too');
 
-        const login = await fetch(`${address}/login`, {
-          method: 'POST',
-          body: new URLSearchParams({ token: TOKEN }),
-          redirect: 'manual',
-        });
+        const { login, cookie, csrf } = await logIn(address);
         assert.equal(login.status, 303);
-        const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
         assert.match(login.headers.get('set-cookie')!, /HttpOnly; SameSite=Strict/);
-        const html = await (await fetch(address, { headers: { cookie } })).text();
-        const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
         assert.equal((await post({ cookie })).status, 403, 'a session without the CSRF token');
         assert.equal((await post({ cookie, 'x-relaybus-csrf': 'forged' })).status, 403, 'a wrong CSRF token');
         assert.equal(
@@ -479,14 +485,7 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
       const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0', '--token', TOKEN]);
       const pausedNames = async () => (await store.listPausedHandlers()).map((entry) => entry.handler);
       try {
-        const login = await fetch(`${address}/login`, {
-          method: 'POST',
-          body: new URLSearchParams({ token: TOKEN }),
-          redirect: 'manual',
-        });
-        const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
-        const html = await (await fetch(address, { headers: { cookie } })).text();
-        const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
+        const { cookie, csrf } = await logIn(address);
         const post = async (path: string, body: unknown, headers: Record<string, string>) => {
           const response = await fetch(`${address}${path}`, {
             method: 'POST',
@@ -586,14 +585,7 @@ describe('relaybus dashboard (real Postgres, built bin)', { skip: 'skip' in foun
     }, async () => {
       const { cli, url: address } = await startDashboard([...dbFlags, '--host', '0.0.0.0', '--token', TOKEN]);
       try {
-        const login = await fetch(`${address}/login`, {
-          method: 'POST',
-          body: new URLSearchParams({ token: TOKEN }),
-          redirect: 'manual',
-        });
-        const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
-        const html = await (await fetch(address, { headers: { cookie } })).text();
-        const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
+        const { cookie, html, csrf } = await logIn(address);
         assert.match(
           html,
           new RegExp(`<form method="post" action="/logout"><input type="hidden" name="csrf" value="${csrf}">`),
