@@ -19,6 +19,12 @@ import type {
   CancelResult,
   PauseHandlerParams,
   PausedHandler,
+  ReplayParams,
+  ReplayPlan,
+  ReplayView,
+  ReplayStepParams,
+  ReplayStepResult,
+  ListReplaysParams,
   ResumeHandlerParams,
   RescheduleParams,
   Statistics,
@@ -176,6 +182,31 @@ class PgStore<TTx> implements PostgresStore<TTx> {
 
   listPausedHandlers(): Promise<PausedHandler[]> {
     return admin.listPausedHandlers(this.#context);
+  }
+
+  // Replay: to be implemented (branch replay-base stubs).
+  planReplay(_params: ReplayParams): Promise<ReplayPlan> {
+    throw new Error('replay: not implemented yet');
+  }
+
+  startReplay(_params: ReplayParams): Promise<ReplayView> {
+    throw new Error('replay: not implemented yet');
+  }
+
+  replayStep(_params: ReplayStepParams): Promise<ReplayStepResult> {
+    throw new Error('replay: not implemented yet');
+  }
+
+  cancelReplay(_replayId: string, _now?: Date): Promise<ReplayView | null> {
+    throw new Error('replay: not implemented yet');
+  }
+
+  getReplay(_replayId: string): Promise<ReplayView | null> {
+    throw new Error('replay: not implemented yet');
+  }
+
+  listReplays(_params?: ListReplaysParams): Promise<ReplayView[]> {
+    throw new Error('replay: not implemented yet');
   }
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>> {
