@@ -228,8 +228,8 @@ export interface PausedHandler {
  */
 export interface ReplayFilter {
   /**
-   * These event types only. Default: a backfill takes every type each handler subscribes to; a re-drive, every type.
-   * A backfill of a type a handler does not subscribe to is refused (`InvalidStateError`).
+   * These event types only. Default: every type each handler subscribes to (an active subscription). A type a handler
+   * does not subscribe to is refused (`InvalidStateError`): its worker would not run the replayed deliveries.
    */
   readonly eventTypes?: readonly string[];
   /** Events published at or after this time ... */
@@ -303,7 +303,7 @@ export interface ReplayView {
 
 export interface ReplayStepParams {
   readonly replayId: string;
-  /** Events to take in this step, 1..10,000 (default 500). */
+  /** Events to take in this step, 0..10,000 (default 500); 0 creates nothing and reports where the replay stands. */
   readonly limit?: number;
   readonly now?: Date;
 }
@@ -550,7 +550,7 @@ export interface Store<TTx> {
   /**
    * Start a replay: records it (the audit record), plans its events and returns it `running`; creates no delivery yet
    * (`replayStep` does, in bounded steps; `runReplay` drives it). Refused with `InvalidStateError`
-   * when one of its handlers already has a running replay, or a backfill names a type a handler does not subscribe to.
+   * when one of its handlers already has a running replay, or it names a type a handler does not subscribe to.
    */
   startReplay(params: ReplayParams): Promise<ReplayView>;
 
