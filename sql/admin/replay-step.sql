@@ -36,9 +36,10 @@ pairs AS (
         END
 ),
 extended AS (
-  UPDATE /*schema*/relaybus_events e
-  SET handlers = e.handlers || ARRAY(SELECT p.handler FROM pairs p WHERE p.event_id = e.id ORDER BY p.handler)
-  WHERE $4::text = 'backfill' AND e.id IN (SELECT p.event_id FROM pairs p)
+  -- The added handlers grouped once per event (not a scan of pairs for each event).
+  UPDATE /*schema*/relaybus_events e SET handlers = e.handlers || a.added
+  FROM (SELECT p.event_id, array_agg(p.handler ORDER BY p.handler) AS added FROM pairs p GROUP BY p.event_id) a
+  WHERE $4::text = 'backfill' AND e.id = a.event_id
 ),
 delivered AS (
   INSERT INTO /*schema*/relaybus_deliveries
