@@ -217,4 +217,37 @@ describe('replay on real Postgres', { skip: 'skip' in found ? found.skip : undef
     assert.deepEqual(order, ['o1', 'o2', 'o3']);
     assert.equal((await store.cancelReplay(replay.id))?.state, 'cancelled');
   });
+
+  it('a retried replayed head with a negative sequence is looked up by the retry probe (claimed within the lookahead)', {
+    timeout: 30_000,
+  }, async () => {
+    await subscribe('p1', 'probe');
+    await publish([{ id: 'p0', key: 'pk', type: 'probe' }]);
+    await publish([{ id: 'p1', key: 'pk', type: 'probe' }]);
+    await pool.query(`UPDATE "${schema}".relaybus_events SET sequence = NULL WHERE type = 'probe'`);
+    await subscribe('p2', 'probe');
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['p2'] });
+    assert.equal((await store.replayStep({ replayId: replay.id, limit: 10 })).created, 2);
+    const claim = { owner: 'worker-p', handlers: ['p2'], leaseDurationMs: 30_000, retryLookaheadMs: 1_000 };
+    const [head] = await owners.claim(store, { ...claim, limit: 1 });
+    assert.equal(head?.eventId, 'p0');
+    assert.ok(BigInt(head.sequence!) < 0n);
+    // Due in 500 ms, within the lookahead: only the probe (from the lowest sequence) brings it before then; the walk
+    // takes a head only once due.
+    const due = new Date(Date.now() + 500);
+    assert.ok(
+      await store.reschedule(
+        { deliveryId: head.id, leaseToken: head.leaseToken },
+        { availableAt: due, error: 'retry' },
+      ),
+    );
+    const again = await owners.claim(store, { ...claim, limit: 5 });
+    assert.ok(Date.now() < due.getTime(), 'claimed before it was due');
+    assert.deepEqual(
+      again.map((c) => c.eventId),
+      ['p0'],
+      'the retried head, early',
+    );
+    await store.cancelReplay(replay.id);
+  });
 });
