@@ -19,6 +19,12 @@ import type {
   CancelResult,
   PauseHandlerParams,
   PausedHandler,
+  ReplayParams,
+  ReplayPlan,
+  ReplayView,
+  ReplayStepParams,
+  ReplayStepResult,
+  ListReplaysParams,
   ResumeHandlerParams,
   RescheduleParams,
   Statistics,
@@ -32,6 +38,7 @@ import type {
 } from '../store/contract.js';
 import { validateClaimSession } from '../store/validate.js';
 import * as admin from './admin.js';
+import * as replay from './replay.js';
 import * as fencedWrites from './fenced-writes.js';
 import { PgClaimSession } from './pg-claim-session.js';
 import { lanesOfPayload, publish } from './publish.js';
@@ -176,6 +183,30 @@ class PgStore<TTx> implements PostgresStore<TTx> {
 
   listPausedHandlers(): Promise<PausedHandler[]> {
     return admin.listPausedHandlers(this.#context);
+  }
+
+  planReplay(params: ReplayParams): Promise<ReplayPlan> {
+    return replay.planReplay(this.#context, params);
+  }
+
+  startReplay(params: ReplayParams): Promise<ReplayView> {
+    return replay.startReplay(this.#context, params);
+  }
+
+  replayStep(params: ReplayStepParams): Promise<ReplayStepResult> {
+    return replay.replayStep(this.#context, params);
+  }
+
+  cancelReplay(replayId: string, now?: Date): Promise<ReplayView | null> {
+    return replay.cancelReplay(this.#context, replayId, now);
+  }
+
+  getReplay(replayId: string): Promise<ReplayView | null> {
+    return replay.getReplay(this.#context, replayId);
+  }
+
+  listReplays(params?: ListReplaysParams): Promise<ReplayView[]> {
+    return replay.listReplays(this.#context, params);
   }
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>> {
