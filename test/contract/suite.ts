@@ -20,6 +20,7 @@ import type { CaseGroup, ContractCase } from './cases/kit.js';
 import { orderingCases } from './cases/ordering.cases.js';
 import { publishCases } from './cases/publish.cases.js';
 import { replayCases } from './cases/replay.cases.js';
+import { replayRunCases } from './cases/replay-runs.cases.js';
 import { retryCases } from './cases/retry.cases.js';
 import { ridingCases } from './cases/riding.cases.js';
 import { shutdownCases } from './cases/shutdown.cases.js';
@@ -40,6 +41,7 @@ export const contractGroups: readonly CaseGroup[] = [
   pauseCases,
   subscriptionCases,
   replayCases,
+  replayRunCases,
 ];
 
 /** Why a case cannot run on this target, or undefined when it can. */
