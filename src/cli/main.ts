@@ -42,15 +42,15 @@ export const COMMANDS: readonly Command[] = [
   handlersPauseCommand,
   handlersResumeCommand,
   handlersListCommand,
+  purgeCommand,
+  dashboardCommand,
+  subscriptionsCommand,
   replayBackfillCommand,
   replayRedriveCommand,
   replayResumeCommand,
   replayCancelCommand,
   replayListCommand,
   replayShowCommand,
-  purgeCommand,
-  dashboardCommand,
-  subscriptionsCommand,
 ];
 
 /** The package version, from package.json. */
