@@ -314,7 +314,7 @@ function startCommand(mode: ReplayMode): Command {
       const now = Date.now();
       const since = timeFlag('since', values.since, now);
       const until = timeFlag('until', values.until, now);
-      const drive_ = driveOptions(values);
+      const throttle = driveOptions(values);
       const params: ReplayParams = {
         mode,
         handlers,
@@ -339,7 +339,7 @@ function startCommand(mode: ReplayMode): Command {
           context.stderr,
           `relaybus replay: started replay ${replay.id} in schema "${schema}": ${mode} of ${replay.handlers.join(', ')}, ${replay.total.toLocaleString('en-US')} deliveries planned (${describeFilter(replay.filter)})`,
         );
-        return drive(store, replay, drive_, values.json === true, context);
+        return drive(store, replay, throttle, values.json === true, context);
       });
     },
   };
