@@ -13,6 +13,7 @@ import { useAdminSchema } from './admin-schema.js';
 import { lines, runCli, startCli, useBuiltCli } from './support.js';
 
 const found = await findPostgres();
+const TOKEN = 'replay-test-token-0123456789';
 useBuiltCli();
 
 describe('relaybus replay (real Postgres, built bin)', { skip: 'skip' in found ? found.skip : undefined }, () => {
@@ -178,6 +179,63 @@ describe('relaybus replay (real Postgres, built bin)', { skip: 'skip' in found ?
     const finished = await runCli(['replay', 'resume', replay.id, ...flags]);
     assert.equal(finished.code, 1);
     assert.match(finished.stderr, /is finished, not running; there is nothing to resume/);
+  });
+
+  it('the dashboard lists a running replay and cancels it behind the token and CSRF checks', async () => {
+    await subscribe('dash');
+    const replay = await db.store.startReplay({ mode: 'backfill', handlers: ['dash'], requestedBy: 'ops@host' });
+    await db.store.replayStep({ replayId: replay.id, limit: 1 });
+    const cli = startCli(['dashboard', '--port', '0', '--host', '0.0.0.0', '--token', TOKEN, ...flags]);
+    try {
+      await cli.waitFor(/relaybus dashboard on http:\/\/\S+/);
+      const address = /relaybus dashboard on (http:\/\/\S+) /
+        .exec(cli.output().stdout)![1]!
+        .replace('0.0.0.0', '127.0.0.1');
+      const login = await fetch(`${address}/login`, {
+        method: 'POST',
+        body: new URLSearchParams({ token: TOKEN }),
+        redirect: 'manual',
+      });
+      const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
+      const html = await (await fetch(address, { headers: { cookie } })).text();
+      assert.match(html, /<table id="replays">/);
+      const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
+      const overview = (await (await fetch(`${address}/api/overview`, { headers: { cookie } })).json()) as {
+        replays: { id: string; created: number; total: number; requestedBy: string; undriven: boolean }[];
+      };
+      assert.deepEqual(
+        overview.replays.filter((entry) => entry.id === replay.id),
+        [
+          {
+            ...overview.replays.find((entry) => entry.id === replay.id)!,
+            created: 1,
+            total: 6,
+            requestedBy: 'ops@host',
+            undriven: false,
+          },
+        ],
+      );
+      const post = async (body: unknown, headers: Record<string, string>) =>
+        (
+          await fetch(`${address}/api/replay/cancel`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', ...headers },
+            body: JSON.stringify(body),
+          })
+        ).status;
+      const session = { cookie, 'x-relaybus-csrf': csrf };
+      assert.equal(await post({ replayId: replay.id }, {}), 401, 'no token');
+      assert.equal(await post({ replayId: replay.id }, { cookie }), 403, 'no CSRF token');
+      assert.equal((await db.store.getReplay(replay.id))?.state, 'running', 'refused requests change nothing');
+      assert.equal(await post({ replayId: 7 }, session), 400);
+      assert.equal(await post({ replayId: '999999' }, session), 404);
+      assert.equal(await post({ replayId: replay.id }, session), 200);
+      assert.equal((await db.store.getReplay(replay.id))?.state, 'cancelled');
+      assert.equal(await post({ replayId: replay.id }, session), 409, 'not running any more');
+    } finally {
+      cli.child.kill('SIGINT');
+      await cli.exited;
+    }
   });
 
   it('refuses a type the handler does not subscribe to, and bad command lines (exit 2)', async () => {
