@@ -60,6 +60,7 @@ DECLARE
   stored record;
   added text[];
   key_sequence bigint;
+  is_new boolean := false;
 BEGIN
   IF relaybus_publish.type IS NULL OR relaybus_publish.type = '' THEN
     RAISE EXCEPTION 'relaybus_publish: type must be a non-empty text' USING ERRCODE = '22023';
@@ -100,13 +101,17 @@ BEGIN
     UPDATE "relaybus".relaybus_events e SET handlers = e.handlers || added WHERE e.id = event_id;
   ELSE
     added := fanout_handlers;
-    INSERT INTO "relaybus".relaybus_events (id, type, key, payload, headers, handlers, created_at)
-    VALUES (event_id, relaybus_publish.type, relaybus_publish.key, relaybus_publish.payload, relaybus_publish.headers, added, now());
+    is_new := true;
   END IF;
   IF relaybus_publish.key IS NOT NULL THEN
     -- Held until commit: a later transaction of this key takes its sequence value only after this one committed.
     PERFORM pg_advisory_xact_lock('"relaybus".relaybus_events'::regclass::oid::int, hashtext(relaybus_publish.key));
     key_sequence := nextval('"relaybus".relaybus_key_order');
+  END IF;
+  IF is_new THEN
+    -- A new event records its key-order value: a backfill replays each key's events in this order.
+    INSERT INTO "relaybus".relaybus_events (id, type, key, payload, headers, handlers, created_at, sequence)
+    VALUES (event_id, relaybus_publish.type, relaybus_publish.key, relaybus_publish.payload, relaybus_publish.headers, added, now(), key_sequence);
   END IF;
   INSERT INTO "relaybus".relaybus_deliveries
     (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at)

@@ -36,6 +36,9 @@ export const relaybusEvents = relaybusSchema.table('relaybus_events', {
   headers: jsonb('headers').notNull(),
   handlers: text('handlers').array().notNull(),
   createdAt: instant('created_at').notNull(),
+  // The key-order value a keyed event got at its first publish (null: unkeyed, or published before the column): a
+  // backfill gives its replayed deliveries this value, so each key's history runs in its original commit order.
+  sequence: bigint('sequence', { mode: 'bigint' }),
 });
 
 /**
@@ -63,6 +66,8 @@ export const relaybusDeliveries = relaybusSchema.table(
     eventType: text('event_type'),
     payload: jsonb('payload'),
     headers: jsonb('headers'),
+    // The replay that created it (null: published): while a replay runs, its handlers' other keyed deliveries wait.
+    replayId: bigint('replay_id', { mode: 'bigint' }),
   },
   (t) => [
     // No foreign key to events and no unique (event_id, handler) index (migration 0002): each cost a probe or an index
@@ -144,6 +149,58 @@ export const relaybusPausedHandlers = relaybusSchema.table('relaybus_paused_hand
   pausedAt: instant('paused_at').notNull(),
   reason: text('reason'),
 });
+
+/**
+ * Replays (`store.startReplay`, `relaybus replay`), kept as the audit record of who replayed what and when, with the
+ * progress of a running one: `cursor` is the position of the last planned event taken, `planned` the last position
+ * planned; `start_xmax` the xmax of the start's snapshot (the late look waits until every transaction running at start
+ * has ended); `first_delivery_id` the id of its first delivery (its outstanding ones are counted from there on).
+ */
+export const relaybusReplays = relaybusSchema.table(
+  'relaybus_replays',
+  {
+    id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+    mode: text('mode').notNull(),
+    handlers: text('handlers').array().notNull(),
+    filter: jsonb('filter').notNull(),
+    requestedBy: text('requested_by'),
+    reason: text('reason'),
+    state: text('state').notNull(),
+    createdAt: instant('created_at').notNull(),
+    updatedAt: instant('updated_at').notNull(),
+    finishedAt: instant('finished_at'),
+    total: bigint('total', { mode: 'bigint' }).notNull(),
+    created: bigint('created', { mode: 'bigint' }).notNull(),
+    skipped: bigint('skipped', { mode: 'bigint' }).notNull(),
+    cursor: bigint('cursor', { mode: 'bigint' }).notNull(),
+    planned: bigint('planned', { mode: 'bigint' }).notNull(),
+    startXmax: bigint('start_xmax', { mode: 'bigint' }).notNull(),
+    firstDeliveryId: bigint('first_delivery_id', { mode: 'bigint' }),
+  },
+  (t) => [
+    // The running replays: every claim statement reads which handlers are held (sql/fragments/runnable-handlers.sql).
+    index('relaybus_replays_running_idx').on(t.id).where(sql`state = 'running'`),
+    check('relaybus_replays_mode_check', sql`mode IN ('backfill', 'redrive')`),
+    check('relaybus_replays_state_check', sql`state IN ('running', 'finished', 'cancelled')`),
+  ],
+);
+
+/**
+ * A running replay's plan: one row per (event, handler) to create, at the event's position in the replay's order
+ * (all of an event's items share it), with the delivery's sequence. A step takes (and deletes) the next positions.
+ */
+export const relaybusReplayItems = relaybusSchema.table(
+  'relaybus_replay_items',
+  {
+    replayId: bigint('replay_id', { mode: 'bigint' }).notNull(),
+    position: bigint('position', { mode: 'bigint' }).notNull(),
+    handler: text('handler').notNull(),
+    eventId: text('event_id').notNull(),
+    sequence: bigint('sequence', { mode: 'bigint' }),
+    maxAttempts: integer('max_attempts').notNull(),
+  },
+  (t) => [primaryKey({ name: 'relaybus_replay_items_pkey', columns: [t.replayId, t.position, t.handler] })],
+);
 
 /** Optional append-only history of completed deliveries (`completionHistory: true`). */
 export const relaybusCompletedDeliveries = relaybusSchema.table(

@@ -137,5 +137,14 @@ export type {
   UnsubscribeResult,
 } from './store/contract.js';
 
+export {
+  DEFAULT_REPLAY_BATCH_SIZE,
+  DEFAULT_REPLAY_MAX_OUTSTANDING,
+  DEFAULT_REPLAY_MAX_RETRIES,
+  DEFAULT_REPLAY_POLL_MS,
+  runReplay,
+} from './replay/run-replay.js';
+export type { RunReplayOptions } from './replay/run-replay.js';
+
 export { memoryStore } from './memory/memory-store.js';
 export type { MemoryStoreOptions, MemoryTransaction } from './memory/memory-store.js';

@@ -40,6 +40,7 @@ export default defineConfig({
           { text: 'Subscriptions', link: '/guide/subscriptions' },
           { text: 'Running workers', link: '/guide/workers' },
           { text: 'Operations', link: '/guide/operations' },
+          { text: 'Replay', link: '/guide/replay' },
           { text: 'Past one database', link: '/guide/brokers' },
           { text: 'Upgrading', link: '/guide/upgrading' },
         ],

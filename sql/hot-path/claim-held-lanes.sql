@@ -13,6 +13,8 @@
 --                   followers are never read and no backlog shape can hide a due head. The walk starts after the key
 --                   this owner picked last in the lane (a cursor the store keeps) and wraps around, so every key gets
 --                   its turn even when the batch fills before the walk ends.
+--                   Hold: while a replay of a handler runs, its keyed rows that no replay created do not run (a head
+--                   held so blocks its key; a follower held so ends its run); see sql/fragments/runnable-handlers.sql.
 --                   Followers ($19): each due keyed head (not a probe) brings its key's next rows beyond the limit, as
 --                   long as each is due and not in flight, marked with the row that must succeed first; the worker
 --                   runs them one after another and releases the rest of a run whose row fails. A claim brings at
@@ -23,12 +25,14 @@
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
 --        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight);
 --        relaybus_events_pkey (payload, history; an event published inline has none: its deliveries carry it, and the
---        claim reads it with the rest of the row); relaybus_paused_handlers (read once: sql/fragments/runnable-handlers.sql)
+--        claim reads it with the rest of the row); relaybus_paused_handlers and
+--        relaybus_replays_running_idx (read once: sql/fragments/runnable-handlers.sql)
 -- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out: see runnable), $3 limit int,
 --         $4 lease_ms int, $5 now timestamptz (null = now()), $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
 --         nothing to complete), $13 completion history boolean, $14 probe lanes smallint[], $15 probe handlers text[],
---         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly),
+--         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly,
+--         from the lowest sequence: a replayed row's may be negative),
 --         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone),
 --         $18 retry lookahead ms int (a probed head due within it is claimed now and flagged early: the worker starts
 --         it when due, and the key is in flight meanwhile, so nothing of it runs early), $19 followers int (how many
@@ -124,12 +128,12 @@ direct AS (
     SELECT c.lane, c.handler, c.key, max(c.sequence) AS after, 1 AS rank FROM deleted c WHERE c.key IS NOT NULL
     GROUP BY c.lane, c.handler, c.key
     UNION ALL
-    SELECT p.lane, p.handler, p.key, -1, 0 FROM unnest($14::smallint[], $15::text[], $16::text[]) AS p(lane, handler, key)
+    SELECT p.lane, p.handler, p.key, -9223372036854775808, 0 FROM unnest($14::smallint[], $15::text[], $16::text[]) AS p(lane, handler, key)
   ) q
   JOIN seen s ON s.lane = q.lane
   CROSS JOIN LATERAL (
     SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-           d.available_at, d.created_at, d.event_type, d.payload, d.headers
+           d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
     FROM /*schema*/relaybus_deliveries d
     WHERE d.lane = q.lane AND d.handler = q.handler AND d.key = q.key AND d.sequence > q.after
       AND d.key IS NOT NULL AND d.status = 'pending'
@@ -137,7 +141,7 @@ direct AS (
     LIMIT 1
   ) n
   WHERE n.available_at <= coalesce($5::timestamptz, now()) + CASE WHEN q.rank = 0 THEN make_interval(secs => $18::int / 1000.0) ELSE interval '0' END
-    AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
+    AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy) AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[]))
 ),
 share AS (
   -- Each lane's share of what the direct lookups left of the batch, doubled so lanes with little due work leave room to
@@ -170,7 +174,8 @@ walk AS (
   -- many of this lane's visited heads could. Stops at the lane's share, after its visits (see share), or once it is
   -- back at its start.
   SELECT s.lane, st.handler AS start_handler, st.key AS start_key, n.*, 1 AS step,
-         (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy))::int AS found
+         (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
+          AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])))::int AS found
   FROM seen s
   CROSS JOIN LATERAL (
     SELECT coalesce(c.handler, '') AS handler, coalesce(c.key, '') AS key
@@ -179,11 +184,11 @@ walk AS (
     LIMIT 1
   ) st
   CROSS JOIN LATERAL (
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, false AS wrapped FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, false AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (st.handler, st.key)
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, true FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, true FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending'
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     LIMIT 1
@@ -191,14 +196,15 @@ walk AS (
   WHERE NOT (n.wrapped AND (n.handler, n.key) > (st.handler, st.key))
   UNION ALL
   SELECT w.lane, w.start_handler, w.start_key, n.*, w.step + 1,
-         w.found + (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy))::int
+         w.found + (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
+                    AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])))::int
   FROM walk w
   CROSS JOIN LATERAL (
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (w.handler, w.key)
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, true FROM /*schema*/relaybus_deliveries d
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, true FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND NOT w.wrapped
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     LIMIT 1
@@ -212,6 +218,7 @@ keyed AS (
          w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 1 AS rank
   FROM walk w
   WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND w.id NOT IN (SELECT id FROM busy)
+    AND (w.replay_id IS NOT NULL OR w.handler <> ALL ((SELECT held FROM runnable)::text[]))
 ),
 heads AS (
   -- A head can come by two ways (the walk and a probe): once, as the probe's row when it is one (rank 0: a retried
@@ -242,7 +249,8 @@ followers AS (
     FROM (
       SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
              d.available_at, d.created_at, d.event_type, d.payload, d.headers,
-             d.available_at <= coalesce($5::timestamptz, now()) AND d.id NOT IN (SELECT id FROM busy) AS ok
+             d.available_at <= coalesce($5::timestamptz, now()) AND d.id NOT IN (SELECT id FROM busy)
+             AND (d.replay_id IS NOT NULL OR d.handler <> ALL ((SELECT held FROM runnable)::text[])) AS ok
       FROM /*schema*/relaybus_deliveries d
       WHERE d.lane = h.lane AND d.handler = h.handler AND d.key = h.key AND d.sequence > h.sequence
         AND d.key IS NOT NULL AND d.status = 'pending'

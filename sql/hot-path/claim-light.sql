@@ -8,10 +8,12 @@
 --              the first row of a (handler, key) is its smallest pending sequence, so only heads are picked and a
 --              head in flight holds its key back. A lane whose keys need more than $6 rows is read in part: the
 --              rest waits for claim-held-lanes, which the dispatcher runs at least once per poll interval.
+--              While a replay of a handler runs, its keyed rows that no replay created do not run (the hold).
 -- index: relaybus_lanes_pkey (the owner's rows among $8 and the named ones, locked FOR NO KEY UPDATE);
 --        relaybus_deliveries_lane_handler_key_sequence_idx (keyed heads); relaybus_deliveries_unkeyed_due_idx
 --        (unkeyed); relaybus_deliveries_pkey (pruning finished ids from in_flight, hand-back);
---        relaybus_events_pkey (payload of an event that has an events row); relaybus_paused_handlers (read once)
+--        relaybus_events_pkey (payload of an event that has an events row); relaybus_paused_handlers and
+--        relaybus_replays_running_idx (read once)
 -- params: $1 owner text, $2 handlers text[] (less the paused ones: sql/fragments/runnable-handlers.sql), $3 limit int, $4 lease_ms int,
 --         $5 now timestamptz (null = now()), $6 rows read per lane int, $7 free lanes to take when they give work
 --         smallint[], $8 lanes the owner may hold smallint[] (those its claims recorded deliveries in and did not hand
@@ -50,20 +52,22 @@ seen AS (
 candidates AS (
   SELECT c.* FROM seen s CROSS JOIN LATERAL (
     (SELECT DISTINCT ON (d.handler, d.key) d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts,
-            d.max_attempts, d.claims, d.available_at, d.created_at, d.event_type, d.payload, d.headers
+            d.max_attempts, d.claims, d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
      FROM (SELECT * FROM /*schema*/relaybus_deliveries d
            WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending'
            ORDER BY d.handler, d.key, d.sequence LIMIT $6::int) d
      ORDER BY d.handler, d.key, d.sequence)
     UNION ALL
     (SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-            d.available_at, d.created_at, d.event_type, d.payload, d.headers
+            d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
      FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now())
        AND d.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND d.id <> ALL (s.in_flight)
      ORDER BY d.available_at, d.id LIMIT $3::int)
   ) c
   WHERE c.available_at <= coalesce($5::timestamptz, now()) AND c.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND c.id <> ALL (s.in_flight)
+    -- The hold (sql/fragments/runnable-handlers.sql): a held keyed head keeps its key back.
+    AND (c.key IS NULL OR c.replay_id IS NOT NULL OR c.handler <> ALL ((SELECT held FROM runnable)::text[]))
 ),
 picked AS (
   SELECT c.*, NULL::bigint AS after FROM candidates c ORDER BY c.available_at, c.id LIMIT $3::int

@@ -26,9 +26,21 @@ handled AS (
   WHERE h.handlers IS NOT NULL
     AND ($10::text IS NULL OR current_setting('relaybus.publish_guard', true) IS NOT DISTINCT FROM $10::text)
 ),
+ordered AS (
+  -- The key's lock, then its key-order value: nextval is computed for the lock's row, so after it (the lock returns
+  -- void, '' as text; for a NULL key the strict lock function is not called and gives NULL: no row, no value). Taken
+  -- before the events row, which records it (a backfill replays in it).
+  SELECT nextval('/*schema*/relaybus_key_order') AS sequence
+  FROM (SELECT pg_advisory_xact_lock('/*schema*/relaybus_events'::regclass::oid::int, hashtext($3::text))::text AS locked
+        FROM handled OFFSET 0) l
+  WHERE l.locked IS NOT NULL
+  UNION ALL
+  SELECT NULL WHERE $3::text IS NULL
+),
 inserted AS (
-  INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
-  SELECT $1::text, $2::text, $3::text, $4::text::jsonb, $5::text::jsonb, h.handlers, coalesce($11::timestamptz, now())
+  INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at, sequence)
+  SELECT $1::text, $2::text, $3::text, $4::text::jsonb, $5::text::jsonb, h.handlers, coalesce($11::timestamptz, now()),
+         (SELECT o.sequence FROM ordered o)
   FROM handled h
   WHERE NOT $13::boolean
   ON CONFLICT (id) DO NOTHING
@@ -49,15 +61,7 @@ delivered AS (
          CASE WHEN $13::boolean THEN $2::text END, CASE WHEN $13::boolean THEN $4::text::jsonb END,
          CASE WHEN $13::boolean THEN $5::text::jsonb END
   FROM written x
-  -- The key's lock, then its key-order value: nextval is computed for the lock's row, so after it (the lock returns
-  -- void, '' as text; for a NULL key the strict lock function is not called and gives NULL: no row, no value).
-  CROSS JOIN LATERAL (
-    SELECT nextval('/*schema*/relaybus_key_order') AS sequence
-    FROM (SELECT pg_advisory_xact_lock('/*schema*/relaybus_events'::regclass::oid::int, hashtext(x.key))::text AS locked OFFSET 0) l
-    WHERE l.locked IS NOT NULL
-    UNION ALL
-    SELECT NULL WHERE x.key IS NULL
-  ) s
+  CROSS JOIN ordered s
   CROSS JOIN fanout f
   ORDER BY f.handler
   RETURNING 1

@@ -5,7 +5,8 @@
 --              no handler at all, or when $11 is set and the transaction has no matching publish-guard marker (not in
 --              a transaction block). Keyed events take an advisory lock per key (in hash order: two batches never
 --              wait on each other in a circle), held until commit, then key-order values in input order: per key,
---              sequence order is commit order. An event marked inline in $14 (an id the store generated, a small
+--              sequence order is commit order; an events row records its key-order value (a backfill replays in
+--              it). An event marked inline in $14 (an id the store generated, a small
 --              payload, no completion history) gets no events row: its deliveries carry its type, payload and headers.
 -- index: relaybus_events_pkey (one existence probe per id; ON CONFLICT for an id a concurrent transaction inserted
 --        first: it gets nothing, as in publish); relaybus_subscriptions_pkey (the fan-out, by event type)
@@ -38,9 +39,9 @@ keyed AS (
 ),
 /*include key-order*/,
 inserted AS (
-  INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
-  SELECT i.id, i.type, i.key, i.payload, i.headers, h.handlers, coalesce($12::timestamptz, now())
-  FROM input i JOIN handler_lists h ON h.ord = i.ord
+  INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at, sequence)
+  SELECT i.id, i.type, i.key, i.payload, i.headers, h.handlers, coalesce($12::timestamptz, now()), n.sequence
+  FROM input i JOIN handler_lists h ON h.ord = i.ord LEFT JOIN numbered n ON n.pos = i.ord
   WHERE (SELECT ok FROM fresh) AND NOT coalesce(($14::boolean[])[i.ord], false)
   ORDER BY i.ord
   ON CONFLICT (id) DO NOTHING

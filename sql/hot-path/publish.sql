@@ -5,6 +5,7 @@
 --          when an event has no handler, or when $11 is set and the transaction has no matching publish-guard marker.
 --          Existing events are locked (FOR UPDATE) before their handlers are read, so two publishes of one id never
 --          both add a handler, and the purge (which locks before it deletes) never removes an event gaining one.
+--          A new keyed event's row records the key-order value its deliveries get (a backfill replays in it).
 -- index: relaybus_events_pkey (dedup, FOR UPDATE of existing ids); relaybus_subscriptions_pkey (the fan-out)
 -- params: as publish-new: $1 ids, $2 types, $3 keys, $4 payloads text[] (JSON), $5 headers text[] (JSON), $6 lanes smallint[],
 --         $7 available_at timestamptz[], $8 handler event ordinals int[], $9 handler names text[], $10 handler
@@ -47,10 +48,17 @@ pairs AS (
   LEFT JOIN existing x ON x.id = i.id
   WHERE (SELECT ok FROM allowed) AND (x.id IS NULL OR f.handler <> ALL (x.handlers))
 ),
+keyed AS (
+  -- Numbered before the events are inserted, which record their value: an id a concurrent transaction inserted first
+  -- (raced) wastes one, harmlessly (values need not be dense).
+  SELECT DISTINCT ord AS pos, key FROM pairs WHERE key IS NOT NULL
+),
+/*include key-order*/,
 inserted AS (
-  INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at)
+  INSERT INTO /*schema*/relaybus_events (id, type, key, payload, headers, handlers, created_at, sequence)
   SELECT i.id, i.type, i.key, i.payload, i.headers,
-         ARRAY(SELECT p.handler FROM pairs p WHERE p.ord = i.ord ORDER BY p.handler), coalesce($12::timestamptz, now())
+         ARRAY(SELECT p.handler FROM pairs p WHERE p.ord = i.ord ORDER BY p.handler), coalesce($12::timestamptz, now()),
+         (SELECT n.sequence FROM numbered n WHERE n.pos = i.ord)
   FROM input i
   WHERE i.id NOT IN (SELECT id FROM existing) AND (SELECT ok FROM allowed)
   ORDER BY i.ord
@@ -66,10 +74,6 @@ extended AS (
 written AS (
   SELECT p.* FROM pairs p WHERE p.id IN (SELECT id FROM inserted) OR p.id IN (SELECT id FROM extended)
 ),
-keyed AS (
-  SELECT DISTINCT ord AS pos, key FROM written WHERE key IS NOT NULL
-),
-/*include key-order*/,
 delivered AS (
   INSERT INTO /*schema*/relaybus_deliveries
     (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at)

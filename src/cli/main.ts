@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `relaybus` command: `worker` runs the dispatcher of the user's bus; `setup`, `sql`, `stats`,
- * `dead list`, `dead requeue`, `cancel`, `handlers pause|resume|list`, `purge` and `dashboard` (the admin page) are admin commands over the public API; `demo` shows the
+ * `dead list`, `dead requeue`, `cancel`, `handlers pause|resume|list`, `replay backfill|redrive|resume|cancel|list|show`, `purge` and `dashboard` (the admin page) are admin commands over the public API; `demo` shows the
  * delivery path on an embedded database. Errors print one line, `relaybus: <message>`, on stderr
  * (a stack trace too with `--verbose`) and exit non-zero: 2 for usage errors, 1 otherwise.
  */
@@ -24,6 +24,8 @@ import { upgradeCommand } from './commands/upgrade.js';
 import { subscriptionsCommand } from './commands/subscriptions.js';
 import { cancelCommand } from './commands/cancel.js';
 import { handlersListCommand, handlersPauseCommand, handlersResumeCommand } from './commands/handlers.js';
+import { replayBackfillCommand, replayRedriveCommand, replayResumeCommand } from './commands/replay.js';
+import { replayCancelCommand, replayListCommand, replayShowCommand } from './commands/replay-admin.js';
 
 /** Every command, by the words typed after `relaybus`. */
 export const COMMANDS: readonly Command[] = [
@@ -40,6 +42,12 @@ export const COMMANDS: readonly Command[] = [
   handlersPauseCommand,
   handlersResumeCommand,
   handlersListCommand,
+  replayBackfillCommand,
+  replayRedriveCommand,
+  replayResumeCommand,
+  replayCancelCommand,
+  replayListCommand,
+  replayShowCommand,
   purgeCommand,
   dashboardCommand,
   subscriptionsCommand,
@@ -68,7 +76,7 @@ function topHelp(): string {
     '  -v, --version  Print the version.',
     '  --verbose      Print stack traces on errors.',
     '',
-    'The admin commands (setup, upgrade, stats, dead, cancel, handlers, purge, dashboard, subscriptions)',
+    'The admin commands (setup, upgrade, stats, dead, cancel, handlers, replay, purge, dashboard, subscriptions)',
     'connect to --database-url or DATABASE_URL and work on --schema (default relaybus).',
     'Durations are written 500ms, 30s, 15m, 12h, 7d (or plain milliseconds).',
     '',
@@ -95,6 +103,18 @@ const GROUPS: Readonly<Record<string, { readonly about: string; readonly command
     about:
       "A paused handler's deliveries are published and wait, in order, until it is resumed: no worker claims them.",
     commands: [handlersPauseCommand, handlersResumeCommand, handlersListCommand],
+  },
+  replay: {
+    about:
+      "A replay delivers kept events again, in each key's original order: to a handler added later (backfill) or to handlers that ran them (redrive). While it runs, its handlers' live keyed deliveries wait, so each key's history comes first.",
+    commands: [
+      replayBackfillCommand,
+      replayRedriveCommand,
+      replayResumeCommand,
+      replayCancelCommand,
+      replayListCommand,
+      replayShowCommand,
+    ],
   },
 };
 

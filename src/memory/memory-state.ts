@@ -1,7 +1,7 @@
 import { InvalidInputError, InvalidStateError } from '../core/errors.js';
 import { LANE_COUNT, laneOf } from '../core/lanes.js';
 import { formatLeaseToken } from '../core/lease-token.js';
-import type { ClaimedDelivery, HandlerStatistics } from '../store/contract.js';
+import type { ClaimedDelivery, HandlerStatistics, ReplayFilter, ReplayMode, ReplayState } from '../store/contract.js';
 import type { ParsedLease } from '../store/validate.js';
 
 /**
@@ -35,6 +35,8 @@ export interface EventRecord {
   readonly payloadJson: string;
   readonly headers: Readonly<Record<string, string>>;
   readonly handlers: string[];
+  /** The key-order value the event got at its first publish (keyed events; null for unkeyed): a replay's order. */
+  readonly sequence: bigint | null;
   readonly createdAt: number;
 }
 
@@ -46,6 +48,8 @@ export interface DeliveryRecord {
   readonly lane: number;
   readonly key: string | null;
   sequence: bigint | null;
+  /** The replay that created it; null for a published one. */
+  readonly replayId: string | null;
   status: 'pending' | 'dead';
   attempts: number;
   readonly maxAttempts: number;
@@ -68,6 +72,37 @@ export interface SubscriptionRecord {
   readonly createdAt: number;
   updatedAt: number;
   seenAt: number | null;
+}
+
+/** One planned event of a replay: its handlers' items, in the replay's order. */
+export interface ReplayItem {
+  readonly eventId: string;
+  readonly handlers: readonly string[];
+  /** The replayed deliveries' sequence: the event's key-order value (null for unkeyed). */
+  readonly sequence: bigint | null;
+}
+
+export interface ReplayRecord {
+  readonly id: string;
+  readonly mode: ReplayMode;
+  readonly handlers: readonly string[];
+  readonly filter: ReplayFilter;
+  readonly requestedBy: string | null;
+  readonly reason: string | null;
+  state: ReplayState;
+  readonly createdAt: number;
+  updatedAt: number;
+  finishedAt: number | null;
+  total: number;
+  created: number;
+  skipped: number;
+  /** The types each handler is replayed, fixed at the start (a late look selects with them too). */
+  readonly types: ReadonlyMap<string, ReadonlySet<string>>;
+  /** The planned events; `cursor` is how many of them steps took. */
+  readonly plan: ReplayItem[];
+  cursor: number;
+  /** Transactions open at the start: until they end, a publish lacking a handler may still commit. */
+  readonly openAtStart: ReadonlySet<TransactionState>;
 }
 
 /** A publish staged by an open transaction; applied at commit. */
@@ -175,6 +210,11 @@ export class MemoryState {
   readonly transactions = new WeakMap<MemoryTransaction, TransactionState>();
   /** Deliveries completed by an open transaction: delivery id -> lane. */
   readonly locked = new Map<string, number>();
+  /** Transactions not ended yet: a replay waits for those open at its start (their publishes may lack its handler). */
+  readonly openTransactions = new Set<TransactionState>();
+  /** Replays by id (memory-replay.ts), in id order. */
+  readonly replays = new Map<string, ReplayRecord>();
+  nextReplayId = 1n;
   nextDeliveryId = 1n;
   closed = false;
 
@@ -187,6 +227,7 @@ export class MemoryState {
   async transaction<T>(fn: (tx: MemoryTransaction) => Promise<T>): Promise<T> {
     this.assertOpen();
     const state: TransactionState = { open: true, publishes: [], completions: [] };
+    this.openTransactions.add(state);
     const tx = Object.freeze({}) as MemoryTransaction;
     this.transactions.set(tx, state);
     let result: T;
@@ -209,6 +250,7 @@ export class MemoryState {
   /** Close the transaction and unlock what it completed (a commit applies the staging right after). */
   endTransaction(state: TransactionState): void {
     state.open = false;
+    this.openTransactions.delete(state);
     for (const staged of state.completions) this.locked.delete(staged.lease.deliveryId);
   }
 
@@ -225,7 +267,10 @@ export class MemoryState {
   /** Commit one staged publish: create the event if needed and one delivery per handler it does not have yet. */
   applyPublish(staged: StagedPublish): void {
     let event = this.events.get(staged.id);
+    let firstSequence: bigint | null = null;
     if (!event) {
+      // A keyed event takes its key-order value at its first commit, the one its first deliveries get.
+      firstSequence = staged.key === null ? null : this.nextSequence(staged.key);
       event = {
         id: staged.id,
         type: staged.type,
@@ -233,13 +278,14 @@ export class MemoryState {
         payloadJson: staged.payloadJson,
         headers: staged.headers,
         handlers: [],
+        sequence: firstSequence,
         createdAt: staged.now,
       };
       this.events.set(event.id, event);
     }
     const handlers = staged.handlers.filter((h) => !event.handlers.includes(h.name));
     if (handlers.length === 0) return;
-    const sequence = event.key === null ? null : this.nextSequence(event.key);
+    const sequence = event.key === null ? null : (firstSequence ?? this.nextSequence(event.key));
     for (const handler of handlers) {
       event.handlers.push(handler.name);
       const delivery: DeliveryRecord = {
@@ -250,6 +296,7 @@ export class MemoryState {
         lane: laneOf(event.key, event.id),
         key: event.key,
         sequence,
+        replayId: null,
         status: 'pending',
         attempts: 0,
         maxAttempts: handler.maxAttempts,
@@ -273,6 +320,14 @@ export class MemoryState {
     const next = (this.keySequences.get(key) ?? 0n) + 1n;
     this.keySequences.set(key, next);
     return next;
+  }
+
+  /** Handlers with a running replay: their keyed deliveries not created by a replay wait (the hold). */
+  heldHandlers(): Set<string> {
+    const held = new Set<string>();
+    for (const replay of this.replays.values())
+      if (replay.state === 'running') for (const handler of replay.handlers) held.add(handler);
+    return held;
   }
 
   lanesOwnedBy(owner: string): number[] {

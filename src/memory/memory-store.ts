@@ -16,6 +16,8 @@
  *   the epoch, the in-flight list and the delivery's `claims` counter.
  * - `keySequences`: the per-key counter behind per-key ordering.
  * - `history`: completed deliveries, only with `completionHistory`.
+ * - `replays`: each replay's audit record and plan. While one runs, its handlers' keyed deliveries that no replay
+ *   created wait (the hold), so each key's replayed history runs first.
  *
  * Transactions stage their writes. `publish` computes its result at once (against committed state
  * plus what the same transaction staged) but inserts nothing until the transaction's function
@@ -30,8 +32,8 @@
  * other) and returns copies, never internal records.
  *
  * Modules: memory-state.ts (the records, transactions, the fence), memory-publish.ts, memory-claims.ts (claim
- * sessions), memory-fenced.ts (fenced writes), memory-admin.ts (listings, statistics, requeue, purge). This class is
- * the contract's face.
+ * sessions), memory-fenced.ts (fenced writes), memory-admin.ts (listings, statistics, requeue, purge),
+ * memory-replay.ts (replay). This class is the contract's face.
  */
 import { InvalidOptionsError } from '../core/errors.js';
 import type {
@@ -76,6 +78,7 @@ import { MemoryAdmin } from './memory-admin.js';
 import { MemoryClaimSession } from './memory-claims.js';
 import { MemoryFenced } from './memory-fenced.js';
 import { MemoryPublish } from './memory-publish.js';
+import { MemoryReplay } from './memory-replay.js';
 import { MemoryState, type MemoryTransaction } from './memory-state.js';
 
 export type { MemoryTransaction } from './memory-state.js';
@@ -95,6 +98,7 @@ class MemoryStore implements Store<MemoryTransaction> {
   readonly #publish: MemoryPublish;
   readonly #fenced: MemoryFenced;
   readonly #admin: MemoryAdmin;
+  readonly #replay: MemoryReplay;
 
   constructor(completionHistory: boolean) {
     this.capabilities = Object.freeze({
@@ -107,6 +111,7 @@ class MemoryStore implements Store<MemoryTransaction> {
     this.#publish = new MemoryPublish(this.#data);
     this.#fenced = new MemoryFenced(this.#data);
     this.#admin = new MemoryAdmin(this.#data);
+    this.#replay = new MemoryReplay(this.#data);
   }
 
   async setup(): Promise<void> {
@@ -196,29 +201,30 @@ class MemoryStore implements Store<MemoryTransaction> {
     return this.#admin.listPausedHandlers();
   }
 
-  // Replay: to be implemented (branch replay-base stubs).
-  planReplay(_params: ReplayParams): Promise<ReplayPlan> {
-    throw new Error('replay: not implemented yet');
+  // memory-replay.ts
+
+  planReplay(params: ReplayParams): Promise<ReplayPlan> {
+    return this.#replay.planReplay(params);
   }
 
-  startReplay(_params: ReplayParams): Promise<ReplayView> {
-    throw new Error('replay: not implemented yet');
+  startReplay(params: ReplayParams): Promise<ReplayView> {
+    return this.#replay.startReplay(params);
   }
 
-  replayStep(_params: ReplayStepParams): Promise<ReplayStepResult> {
-    throw new Error('replay: not implemented yet');
+  replayStep(params: ReplayStepParams): Promise<ReplayStepResult> {
+    return this.#replay.replayStep(params);
   }
 
-  cancelReplay(_replayId: string, _now?: Date): Promise<ReplayView | null> {
-    throw new Error('replay: not implemented yet');
+  cancelReplay(replayId: string, now?: Date): Promise<ReplayView | null> {
+    return this.#replay.cancelReplay(replayId, now);
   }
 
-  getReplay(_replayId: string): Promise<ReplayView | null> {
-    throw new Error('replay: not implemented yet');
+  getReplay(replayId: string): Promise<ReplayView | null> {
+    return this.#replay.getReplay(replayId);
   }
 
-  listReplays(_params?: ListReplaysParams): Promise<ReplayView[]> {
-    throw new Error('replay: not implemented yet');
+  listReplays(params?: ListReplaysParams): Promise<ReplayView[]> {
+    return this.#replay.listReplays(params);
   }
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>> {

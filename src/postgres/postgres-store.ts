@@ -38,6 +38,7 @@ import type {
 } from '../store/contract.js';
 import { validateClaimSession } from '../store/validate.js';
 import * as admin from './admin.js';
+import * as replay from './replay.js';
 import * as fencedWrites from './fenced-writes.js';
 import { PgClaimSession } from './pg-claim-session.js';
 import { lanesOfPayload, publish } from './publish.js';
@@ -184,29 +185,28 @@ class PgStore<TTx> implements PostgresStore<TTx> {
     return admin.listPausedHandlers(this.#context);
   }
 
-  // Replay: to be implemented (branch replay-base stubs).
-  planReplay(_params: ReplayParams): Promise<ReplayPlan> {
-    throw new Error('replay: not implemented yet');
+  planReplay(params: ReplayParams): Promise<ReplayPlan> {
+    return replay.planReplay(this.#context, params);
   }
 
-  startReplay(_params: ReplayParams): Promise<ReplayView> {
-    throw new Error('replay: not implemented yet');
+  startReplay(params: ReplayParams): Promise<ReplayView> {
+    return replay.startReplay(this.#context, params);
   }
 
-  replayStep(_params: ReplayStepParams): Promise<ReplayStepResult> {
-    throw new Error('replay: not implemented yet');
+  replayStep(params: ReplayStepParams): Promise<ReplayStepResult> {
+    return replay.replayStep(this.#context, params);
   }
 
-  cancelReplay(_replayId: string, _now?: Date): Promise<ReplayView | null> {
-    throw new Error('replay: not implemented yet');
+  cancelReplay(replayId: string, now?: Date): Promise<ReplayView | null> {
+    return replay.cancelReplay(this.#context, replayId, now);
   }
 
-  getReplay(_replayId: string): Promise<ReplayView | null> {
-    throw new Error('replay: not implemented yet');
+  getReplay(replayId: string): Promise<ReplayView | null> {
+    return replay.getReplay(this.#context, replayId);
   }
 
-  listReplays(_params?: ListReplaysParams): Promise<ReplayView[]> {
-    throw new Error('replay: not implemented yet');
+  listReplays(params?: ListReplaysParams): Promise<ReplayView[]> {
+    return replay.listReplays(this.#context, params);
   }
 
   listDeliveries(params?: ListDeliveriesParams): Promise<Page<DeliveryView>> {

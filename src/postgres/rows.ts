@@ -1,4 +1,4 @@
-import type { CancelOutcome, DeliveryStatus } from '../store/contract.js';
+import type { CancelOutcome, DeliveryStatus, ReplayMode, ReplayState } from '../store/contract.js';
 import type { StatementName } from './statements.js';
 
 /**
@@ -227,6 +227,43 @@ export const ROW_COLUMNS = {
     no_transaction: col('bool'),
     no_handlers: col('bool'),
     raced: col('bool'),
+  },
+  'replay-cancel': { id: col('text') },
+  'replay-in-flight': { in_flight: col('int4') },
+  'replay-late-plan': { planned: col('int4'), finished: nullable('bool') },
+  'replay-list': {
+    id: col('text'),
+    mode: typed<'text', ReplayMode>('text'),
+    handlers: col('_text'),
+    filter: typed<'jsonb', Record<string, unknown>>('jsonb'),
+    requested_by: nullable('text'),
+    reason: nullable('text'),
+    state: typed<'text', ReplayState>('text'),
+    created_at: col('timestamptz'),
+    updated_at: col('timestamptz'),
+    finished_at: nullable('timestamptz'),
+    total: col('text'),
+    created: col('text'),
+    skipped: col('text'),
+  },
+  'replay-lock': { locked: col('text') },
+  'replay-outstanding': { outstanding: col('int4') },
+  'replay-plan': { handler: col('text'), deliveries: col('int4'), events: col('int4'), unsubscribed: col('_text') },
+  'replay-start': {
+    id: nullable('text'),
+    running: nullable('text'),
+    unsubscribed_type: nullable('text'),
+    unsubscribed_handler: nullable('text'),
+  },
+  'replay-step': { created: col('int4'), taken: col('int4') },
+  'replay-take': {
+    state: typed<'text', ReplayState>('text'),
+    mode: typed<'text', ReplayMode>('text'),
+    handlers: col('_text'),
+    filter: typed<'jsonb', Record<string, unknown>>('jsonb'),
+    cursor: col('text'),
+    planned: col('text'),
+    settled: col('bool'),
   },
   'publish-undo': { deliveries: col('int4'), events: col('int4'), restored: col('int4') },
   'publish-guard': { marker: col('text') },

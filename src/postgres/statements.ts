@@ -29,7 +29,7 @@ export const STATEMENT_FOLDERS = {
     'relinquish',
     'reschedule',
   ],
-  /** What operators, the CLI and the bus's start run: listings, statistics, requeue, purge, subscriptions. */
+  /** What operators, the CLI and the bus's start run: listings, statistics, requeue, purge, subscriptions, replays. */
   admin: [
     'cancel',
     'list-deliveries',
@@ -38,6 +38,16 @@ export const STATEMENT_FOLDERS = {
     'list-subscriptions',
     'pause-handler',
     'purge-expired',
+    'replay-cancel',
+    'replay-in-flight',
+    'replay-late-plan',
+    'replay-list',
+    'replay-lock',
+    'replay-outstanding',
+    'replay-plan',
+    'replay-start',
+    'replay-step',
+    'replay-take',
     'requeue',
     'resume-handler',
     'statistics',

@@ -8,6 +8,7 @@ import type {
   ExtendLeaseParams,
   ExtendLeaseResult,
   HandlerStatistics,
+  ReplayView,
   Statistics,
   Store,
 } from '../store/contract.js';
@@ -20,7 +21,7 @@ import type { CounterLike, HistogramLike, MeterLike, ObservableCallbackLike, Obs
  *
  * Sources, so that the core needs no metrics hook: the lifecycle events (`delivered`, `failed`,
  * `dead`, `lease-lost`) give the outcome counters and the handler durations; `store.statistics()`,
- * sampled every `statisticsIntervalMs`, gives the backlog; the store's `claim` and `extendLease`
+ * sampled every `statisticsIntervalMs`, gives the backlog (and `store.listReplays()` the running replays' progress); the store's `claim` and `extendLease`
  * are wrapped on the store object itself (claim size and duration through the claim sessions it opens, lease renewals); the publish
  * counters come from the `instrumentation.publish` hook (`openTelemetry()`).
  */
@@ -113,8 +114,10 @@ export interface ObserveBusOptions {
 
 /** A running observation of a bus; `stop()` detaches it. */
 export interface BusObservation {
-  /** The last backlog sample, and when it was taken. */
-  readonly lastSample: { readonly at: Date; readonly statistics: Statistics } | undefined;
+  /** The last backlog sample, and when it was taken (with the running replays, when the store could list them). */
+  readonly lastSample:
+    | { readonly at: Date; readonly statistics: Statistics; readonly replays?: readonly ReplayView[] }
+    | undefined;
   /** Why the last sample failed, while it does. */
   readonly lastSampleError: string | undefined;
   /** Take a backlog sample now (also what the interval does). */
@@ -265,7 +268,30 @@ export function observeBus<TTx>(
       if (lastSample !== undefined) result.observe(lastSample.statistics.lanesLeased);
     },
   );
+  const perReplay =
+    (read: (replay: ReplayView) => number): ObservableCallbackLike =>
+    (result) => {
+      for (const replay of lastSample?.replays ?? [])
+        result.observe(read(replay), { replay: replay.id, mode: replay.mode, handlers: replay.handlers.join(',') });
+    };
+  observeGauge(
+    metrics.gauge('relaybus.replay.created', '{delivery}', 'Deliveries a running replay has created, per replay.'),
+    perReplay((replay) => replay.created),
+  );
+  observeGauge(
+    metrics.gauge('relaybus.replay.total', '{delivery}', 'Deliveries a running replay plans to create, per replay.'),
+    perReplay((replay) => replay.total),
+  );
   disposers.push(() => gauges.forEach(([gauge, callback]) => gauge.removeCallback(callback)));
+
+  /** The running replays; undefined when the store cannot list them (a schema older than replays): no replay gauge. */
+  const replays = async (): Promise<ReplayView[] | undefined> => {
+    try {
+      return await store.listReplays({ state: 'running' });
+    } catch {
+      return undefined;
+    }
+  };
 
   let sampling: Promise<void> | undefined;
   const sample = (): Promise<void> => {
@@ -273,7 +299,8 @@ export function observeBus<TTx>(
       try {
         const statistics = await store.statistics();
         for (const handler of Object.keys(statistics.handlers)) seen.add(handler);
-        lastSample = { at: new Date(), statistics };
+        const running = await replays();
+        lastSample = { at: new Date(), statistics, ...(running === undefined ? {} : { replays: running }) };
         if (lastSampleError !== undefined) logger.info('backlog sampling works again');
         lastSampleError = undefined;
       } catch (error) {

@@ -19,6 +19,8 @@ import { livenessCases } from './cases/liveness.cases.js';
 import type { CaseGroup, ContractCase } from './cases/kit.js';
 import { orderingCases } from './cases/ordering.cases.js';
 import { publishCases } from './cases/publish.cases.js';
+import { replayCases } from './cases/replay.cases.js';
+import { replayRunCases } from './cases/replay-runs.cases.js';
 import { retryCases } from './cases/retry.cases.js';
 import { ridingCases } from './cases/riding.cases.js';
 import { shutdownCases } from './cases/shutdown.cases.js';
@@ -38,6 +40,8 @@ export const contractGroups: readonly CaseGroup[] = [
   cancelCases,
   pauseCases,
   subscriptionCases,
+  replayCases,
+  replayRunCases,
 ];
 
 /** Why a case cannot run on this target, or undefined when it can. */

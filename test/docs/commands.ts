@@ -31,9 +31,9 @@ function invocationOf(tokens: readonly string[]): Invocation | undefined {
   const args = cut < 0 ? rest : rest.slice(0, cut);
   const first = args[0];
   if (first === undefined || !WORD.test(first)) return undefined;
-  // The commands of two words: `dead list`, `handlers pause`.
+  // The commands of two words: `dead list`, `handlers pause`, `replay backfill`.
   const words =
-    (first === 'dead' || first === 'handlers') && args[1] !== undefined && WORD.test(args[1])
+    (first === 'dead' || first === 'handlers' || first === 'replay') && args[1] !== undefined && WORD.test(args[1])
       ? [first, args[1]]
       : [first];
   const flags = args.slice(words.length).join(' ').match(FLAG) ?? [];

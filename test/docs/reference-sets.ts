@@ -35,6 +35,7 @@ import type {
   MemoryStoreOptions,
   PublishOptions,
   RelayBusEventMap,
+  RunReplayOptions,
   RelayBusOptions,
   StartOptions,
   StopOptions,
@@ -270,6 +271,20 @@ export const OPTION_GROUPS: readonly OptionGroup[] = [
       logger: true,
     }),
     types: ['ObserveBusOptions'],
+  },
+  {
+    heading: 'runReplay',
+    options: names<RunReplayOptions>({
+      batchSize: true,
+      maxOutstanding: true,
+      rate: true,
+      pollMs: true,
+      onProgress: true,
+      signal: true,
+      logger: true,
+      maxRetries: true,
+    }),
+    types: ['RunReplayOptions'],
   },
 ];
 

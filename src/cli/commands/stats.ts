@@ -24,6 +24,7 @@ import { ExitCode, writeLine, type Command, type OutputStream } from '../command
 import { formatDuration, parseDuration } from '../duration.js';
 import { onShutdownSignals } from '../signals.js';
 import { renderTable, truncate, type Column } from '../table.js';
+import { replayJson, runningReplays, runningReplaysNote } from '../replay-views.js';
 import { isStale, STALE_AFTER_MS } from './subscriptions.js';
 
 /**
@@ -255,6 +256,7 @@ export const statsCommand: Command = {
       'Count the deliveries of every handler: pending (not in flight: due now or scheduled for later, e.g. backing off), due, scheduled, in flight (claimed by a worker), dead (out of attempts, waiting for relaybus dead requeue) and the age of the oldest due delivery, the lag to watch. The header names the leased lanes (workers holding live leases). ' +
       `A handler with pending deliveries whose subscriptions are all stale (no worker refreshed them in the last ${formatDuration(STALE_AFTER_MS)}) or missing is marked ${NO_LIVE_WORKER_MARK}: no live worker runs it (with --json: its name in "noLiveWorker"). There is no mark, and no "noLiveWorker", while no subscription at all is recorded. ` +
       'The name of a paused handler (relaybus handlers pause) is followed by "(paused)", and a note below the table names every paused handler (with --json: "paused": true on the handler, and their names in "paused"). ' +
+      'Running replays (relaybus replay) are listed below the table with their deliveries created of those planned, and a warning when one has not moved for a minute: nobody drives it, and the live keyed deliveries of its handlers wait (with --json: "replays"). ' +
       'With --json also "completed": the deliveries in the completion history, null while it holds none (completed deliveries are deleted; workers record them only with completionHistory: true).',
     flags: FLAGS,
     sections: [
@@ -281,12 +283,15 @@ export const statsCommand: Command = {
         const pausedList = await pausedHandlers(store);
         const paused = new Set(pausedList?.map((entry) => entry.handler));
         const pauseNote = pausedNote(pausedList);
+        const replays = await runningReplays(store);
+        const replayNote = runningReplaysNote(replays, at.getTime());
         if (values.json) {
           const warning = watchMs === undefined ? undefined : noWorkerWarning(stats);
           const json = {
             ...statisticsJson(stats, schema, at, paused),
             ...(pausedList === undefined ? {} : { paused: pausedList.map((entry) => entry.handler) }),
             ...(unrun === undefined ? {} : { noLiveWorker: unrun }),
+            ...(replays === undefined ? {} : { replays: replays.map(replayJson) }),
             ...(warning === undefined ? {} : { warning }),
           };
           writeLine(context.stdout, JSON.stringify(json, null, watchMs === undefined ? 2 : undefined));
@@ -301,6 +306,7 @@ export const statsCommand: Command = {
             ...statisticsTable(stats, undefined, marked, paused),
             ...(note === undefined ? [] : ['', ...wrap(note, WATCH_WIDTH)]),
             ...(pauseNote === undefined ? [] : ['', ...wrap(pauseNote, WATCH_WIDTH)]),
+            ...(replayNote.length === 0 ? [] : ['', ...replayNote.flatMap((line) => wrap(line, WATCH_WIDTH))]),
           ]);
           return;
         }
@@ -315,6 +321,12 @@ export const statsCommand: Command = {
           ...(pauseNote === undefined
             ? []
             : ['', ...wrap(pauseNote, WATCH_WIDTH).map((line) => truncate(line, WATCH_WIDTH))]),
+          ...(replayNote.length === 0
+            ? []
+            : [
+                '',
+                ...replayNote.flatMap((line) => wrap(line, WATCH_WIDTH)).map((line) => truncate(line, WATCH_WIDTH)),
+              ]),
         ]);
       };
       if (watchMs === undefined) {

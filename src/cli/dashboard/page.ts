@@ -6,6 +6,8 @@
  * Security Policy (`security.ts`) forbids inline scripts besides.
  */
 
+import { REPLAYS_JS, REPLAYS_SECTION } from './replays.js';
+
 /** `text` safe inside HTML text and double-quoted attributes. */
 export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
@@ -74,6 +76,7 @@ ${options.loggedIn ? `<form method="post" action="/logout"><input type="hidden" 
 <svg id="chart" viewBox="0 0 760 220" role="img" aria-label="backlog over time"></svg>
 <div id="legend"></div>
 </section>
+${REPLAYS_SECTION}
 <section>
 <h2>Dead letters <span id="dead-count" class="muted"></span></h2>
 <p id="requeue-result" class="muted" role="status"></p>
@@ -445,12 +448,14 @@ export const APP_JS = `'use strict';
     }, function (error) { status('search failed: ' + error.message); });
   }
 
+${REPLAYS_JS}
   var refreshing = null;
   function refresh() {
     if (refreshing) return refreshing;
     refreshing = Promise.all([api('/api/overview'), api('/api/dead')]).then(function (results) {
       var overview = results[0];
       renderHandlers(overview.stats, overview.paused);
+      renderReplays(overview.replays);
       renderChart(overview.history);
       renderLanes(overview.lanes, overview.truncated);
       renderDead(results[1], overview.stats.dead);

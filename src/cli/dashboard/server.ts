@@ -6,22 +6,24 @@ import type { Statistics, Store } from '../../store/contract.js';
 import { pausedHandlers, statisticsJson } from '../commands/stats.js';
 import { APP_CSS, APP_JS, loginPage, mainPage } from './page.js';
 import { deliveryJson, payloadText } from './payload.js';
+import { overviewReplays, replayIdParam } from './replays.js';
 import { Gate, securityHeaders, type Access } from './security.js';
 
 /**
  * The admin page's HTTP server (node:http, no framework, no build step): a static page and script,
  * and a small JSON API over the store API only (`statistics`, `listDeliveries`, `requeue`, `pauseHandler`,
- * `resumeHandler`, `listPausedHandlers`).
+ * `resumeHandler`, `listPausedHandlers`, `listReplays`, `cancelReplay`).
  *
  *   GET  /                 the page (or the login form when a token is required)
  *   GET  /app.js, /app.css its script and styles
  *   GET  /api/overview     statistics (the shape of `relaybus stats --json`, paused handlers marked), the paused handlers
- *                          (since when, why), the backlog history, the held lanes (holder, lease, in flight)
+ *                          (since when, why), the running replays, the backlog history, the held lanes (holder, lease, in flight)
  *   GET  /api/dead         dead letters with their last error, payload (as text, cut) and headers (?handler=, ?cursor=)
  *   GET  /api/event?id=    an event's payload and headers, its deliveries, and their completion history where one is kept
  *   POST /api/requeue      { deliveryIds } or { handler }: dead deliveries back to pending
  *   POST /api/pause        { handler, reason? }: no worker claims the handler's deliveries until it is resumed
  *   POST /api/resume       { handler }: a paused handler's deliveries are claimed again (409 when it is not paused)
+ *   POST /api/replay/cancel { replayId }: stop a running replay (409 when it is not running, 404 when unknown)
  *   POST /login, /logout   the session of a token-protected dashboard (logout: same origin, the session's `csrf` field)
  *
  * See `security.ts` for the rules. Everything the API returns is data the page writes as text.
@@ -229,6 +231,15 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         throw new HttpError(409, `${handler} is not paused; nothing changed`);
       return { handler, resumed: true };
     },
+    '/api/replay/cancel': async (body) => {
+      const replayId = replayIdParam(body);
+      const replay = await store.getReplay(replayId);
+      if (replay === null) throw new HttpError(404, `no replay ${replayId}`);
+      if (replay.state !== 'running')
+        throw new HttpError(409, `replay ${replayId} is ${replay.state}; nothing changed`);
+      const after = await store.cancelReplay(replayId);
+      return { replayId, state: after?.state ?? replay.state };
+    },
   };
 
   async function api(
@@ -276,6 +287,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
           pausedAt: entry.pausedAt.toISOString(),
           reason: entry.reason,
         })),
+        replays: await overviewReplays(store, at),
         history,
         ...lanesView,
       });

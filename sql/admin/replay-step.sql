@@ -1,0 +1,67 @@
+-- replay-step: create the deliveries of a running replay's next planned events, positions $2 + 1 .. $2 + $3 (all the
+--              items of each; taken items are deleted), with its progress, in one statement: after a crash the next
+--              step goes on from the last committed one, and no item is created twice. The taken events are locked
+--              (FOR UPDATE, in id order as publish locks them) before their handlers are read, so a concurrent publish
+--              of the same id and a step never both add a handler, and the purge (which locks first) never removes an
+--              event gaining one. An item is skipped when its event is gone, or (backfill) its handler is in the
+--              event's handlers by now, or (redrive) it is not or has a delivery of the event now. A backfilled
+--              delivery appends its handler to the event's handlers (as publish's inbox dedup does). Each delivery
+--              gets its item's sequence and the replay's id; the claims run each key's in sequence order.
+-- index: relaybus_replay_items_pkey (the range of positions); relaybus_events_pkey (lock and handlers, per event);
+--        relaybus_deliveries (redrive: the delivery of the event, by lane and handler); relaybus_replays_pkey
+-- params: $1 replay id bigint, $2 cursor bigint (the position of the last item taken), $3 events to take int,
+--         $4 mode text, $5 now timestamptz (null = now()), $6 NOTIFY channel text (null = no NOTIFY)
+-- returns: one row: created (deliveries created), taken (items taken)
+WITH taken AS (
+  DELETE FROM /*schema*/relaybus_replay_items i
+  WHERE i.replay_id = $1::bigint AND i.position > $2::bigint AND i.position <= $2::bigint + $3::int
+  RETURNING i.position, i.handler, i.event_id, i.sequence, i.max_attempts
+),
+events AS (
+  SELECT e.id, e.key, e.handlers FROM /*schema*/relaybus_events e
+  WHERE e.id IN (SELECT t.event_id FROM taken t)
+  ORDER BY e.id
+  FOR UPDATE
+),
+pairs AS (
+  SELECT t.position, t.handler, t.event_id, t.sequence, t.max_attempts, e.key,
+         /*schema*/relaybus_lane(coalesce(e.key, t.event_id)) AS lane
+  FROM taken t JOIN events e ON e.id = t.event_id
+  WHERE CASE WHEN $4::text = 'backfill' THEN t.handler <> ALL (e.handlers)
+        ELSE t.handler = ANY (e.handlers)
+          AND NOT EXISTS (
+            SELECT 1 FROM /*schema*/relaybus_deliveries d
+            WHERE d.lane = /*schema*/relaybus_lane(coalesce(e.key, t.event_id)) AND d.handler = t.handler
+              AND d.event_id = t.event_id)
+        END
+),
+extended AS (
+  UPDATE /*schema*/relaybus_events e
+  SET handlers = e.handlers || ARRAY(SELECT p.handler FROM pairs p WHERE p.event_id = e.id ORDER BY p.handler)
+  WHERE $4::text = 'backfill' AND e.id IN (SELECT p.event_id FROM pairs p)
+),
+delivered AS (
+  INSERT INTO /*schema*/relaybus_deliveries
+    (event_id, handler, lane, key, sequence, status, attempts, max_attempts, claims, available_at, created_at, updated_at,
+     replay_id)
+  SELECT p.event_id, p.handler, p.lane, p.key, p.sequence, 'pending', 0, p.max_attempts, 0,
+         coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()), $1::bigint
+  FROM pairs p
+  ORDER BY p.position, p.handler
+  RETURNING id
+),
+progress AS (
+  UPDATE /*schema*/relaybus_replays r
+  SET cursor = coalesce((SELECT max(t.position) FROM taken t), r.cursor),
+      created = r.created + (SELECT count(*) FROM delivered),
+      skipped = r.skipped + (SELECT count(*) FROM taken) - (SELECT count(*) FROM delivered),
+      updated_at = coalesce($5::timestamptz, now()),
+      first_delivery_id = coalesce(r.first_delivery_id, (SELECT min(d.id) FROM delivered d))
+  WHERE r.id = $1::bigint
+),
+notified AS (
+  -- Wakes the dispatchers that LISTEN at commit; an empty payload names no lane (a step spans many).
+  SELECT pg_notify($6::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $6::text IS NOT NULL
+)
+SELECT (SELECT count(*) FROM delivered)::int AS created, (SELECT count(*) FROM taken)::int AS taken
+WHERE (SELECT count(*) FROM notified) >= 0

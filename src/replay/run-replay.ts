@@ -1,0 +1,165 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { InvalidOptionsError, isRetryableError } from '../core/errors.js';
+import { describeError, noopLogger, type Logger } from '../core/logger.js';
+import { assertLogger } from '../core/options.js';
+import type { ReplayStepResult, ReplayView, Store } from '../store/contract.js';
+import { MAX_REPLAY_STEP } from '../store/validate-replay.js';
+
+/**
+ * `runReplay` drives a running replay to its end through `store.replayStep`: bounded steps, throttled so the replay's
+ * unfinished deliveries stay below a cap (and optionally to a rate of events per second), waiting while a step says
+ * the replay waits. Every step commits its progress, so stopping (the signal, a crash) loses nothing: driving the
+ * same replay again goes on where it stood.
+ */
+
+/** Events per step by default. */
+export const DEFAULT_REPLAY_BATCH_SIZE = 500;
+/** Unfinished replayed deliveries allowed at once by default. */
+export const DEFAULT_REPLAY_MAX_OUTSTANDING = 2_000;
+/** Wait between steps that create nothing by default, in ms. */
+export const DEFAULT_REPLAY_POLL_MS = 200;
+/** Consecutive retryable store failures tolerated by default before the error is thrown. */
+export const DEFAULT_REPLAY_MAX_RETRIES = 10;
+
+const MAX_OUTSTANDING_LIMIT = 10_000_000;
+const MAX_POLL_MS = 60_000;
+const MAX_RETRY_DELAY_MS = 10_000;
+
+/** Options of `runReplay`. */
+export interface RunReplayOptions {
+  /** Events taken per step, 1..10,000. Default 500. */
+  readonly batchSize?: number;
+  /**
+   * The replay's deliveries not finished yet (pending or running) are kept at most this many: a step takes
+   * `min(batchSize, maxOutstanding - outstanding)` events. 1..10,000,000. Default 2,000.
+   */
+  readonly maxOutstanding?: number;
+  /** At most this many events per second (a positive number). Default: no rate limit. */
+  readonly rate?: number;
+  /** How long to wait, in ms, when a step says the replay waits or the outstanding cap is reached. 1..60,000. Default 200. */
+  readonly pollMs?: number;
+  /** Called after each step with where the replay stands and what the step did. */
+  readonly onProgress?: (replay: ReplayView, step: ReplayStepResult) => void;
+  /** Stops driving after the current step; the replay stays `running` and can be driven again. */
+  readonly signal?: AbortSignal;
+  /** Where retried store failures are logged (at warn). */
+  readonly logger?: Logger;
+  /** Consecutive retryable store failures retried (with backoff) before the error is thrown, 0..1,000. Default 10. */
+  readonly maxRetries?: number;
+}
+
+interface Resolved {
+  readonly batchSize: number;
+  readonly maxOutstanding: number;
+  readonly rate: number | undefined;
+  readonly pollMs: number;
+  readonly maxRetries: number;
+  readonly logger: Logger;
+}
+
+function integerOption(options: RunReplayOptions, name: keyof RunReplayOptions, min: number, max: number): void {
+  const value = options[name];
+  if (value !== undefined && (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max))
+    throw new InvalidOptionsError(
+      `runReplay(): ${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}.`,
+    );
+}
+
+function resolve(options: RunReplayOptions): Resolved {
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidOptionsError(
+      'runReplay() takes an options object, e.g. { batchSize: 500, maxOutstanding: 2000 }.',
+    );
+  integerOption(options, 'batchSize', 1, MAX_REPLAY_STEP);
+  integerOption(options, 'maxOutstanding', 1, MAX_OUTSTANDING_LIMIT);
+  integerOption(options, 'pollMs', 1, MAX_POLL_MS);
+  integerOption(options, 'maxRetries', 0, 1_000);
+  const { rate, onProgress, signal, logger } = options;
+  if (rate !== undefined && (typeof rate !== 'number' || !Number.isFinite(rate) || rate <= 0))
+    throw new InvalidOptionsError(`runReplay(): rate must be a positive number of events per second, got ${rate}.`);
+  if (onProgress !== undefined && typeof onProgress !== 'function')
+    throw new InvalidOptionsError('runReplay(): onProgress must be a function (replay, step) => void.');
+  if (signal !== undefined && !(signal instanceof AbortSignal))
+    throw new InvalidOptionsError('runReplay(): signal must be an AbortSignal.');
+  if (logger !== undefined) assertLogger(logger, 'runReplay(): logger');
+  return {
+    batchSize: options.batchSize ?? DEFAULT_REPLAY_BATCH_SIZE,
+    maxOutstanding: options.maxOutstanding ?? DEFAULT_REPLAY_MAX_OUTSTANDING,
+    rate,
+    pollMs: options.pollMs ?? DEFAULT_REPLAY_POLL_MS,
+    maxRetries: options.maxRetries ?? DEFAULT_REPLAY_MAX_RETRIES,
+    logger: logger ?? noopLogger,
+  };
+}
+
+/** Wait `ms`, or less when `signal` aborts. */
+async function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  if (ms <= 0) return;
+  await sleep(ms, undefined, signal === undefined ? undefined : { signal }).catch(() => {});
+}
+
+/**
+ * Drive the running replay `replayId` (from `store.startReplay`) until it is finished or cancelled, or `signal` aborts;
+ * resolves with the replay as it stands then. Throws `InvalidOptionsError` for bad options, and the store's errors
+ * (a retryable one after `maxRetries` retries).
+ *
+ * ```ts
+ * const replay = await store.startReplay({ mode: 'backfill', handlers: ['update-search'], requestedBy: 'ops' });
+ * const done = await runReplay(store, replay.id, { maxOutstanding: 1_000, onProgress: (r) => console.log(r.created, r.total) });
+ * ```
+ */
+export async function runReplay(
+  store: Pick<Store<unknown>, 'replayStep'>,
+  replayId: string,
+  options: RunReplayOptions = {},
+): Promise<ReplayView> {
+  const settings = resolve(options);
+  const { signal, onProgress } = options;
+  // A function, so each read sees the signal as it is now (not as the compiler narrowed it).
+  const stopped = (): boolean => signal?.aborted === true;
+  let failures = 0;
+  const step = async (limit: number): Promise<ReplayStepResult> => {
+    for (;;) {
+      try {
+        const result = await store.replayStep({ replayId, limit });
+        failures = 0;
+        return result;
+      } catch (error) {
+        if (!isRetryableError(error) || failures >= settings.maxRetries || stopped()) throw error;
+        failures += 1;
+        const delay = Math.min(MAX_RETRY_DELAY_MS, settings.pollMs * 2 ** failures);
+        settings.logger.warn('a replay step failed; retrying', {
+          replayId,
+          attempt: failures,
+          retryInMs: delay,
+          error: describeError(error),
+        });
+        await pause(delay, signal);
+      }
+    }
+  };
+
+  // A step of 0 first: where the replay stands (and how many of its deliveries are outstanding) before taking any.
+  let last = await step(0);
+  onProgress?.(last.replay, last);
+  // With a rate, one step takes at most a second's worth of events, and the next waits until the rate allows it.
+  const perStep = settings.rate === undefined ? settings.batchSize : Math.max(1, Math.floor(settings.rate));
+  while (last.replay.state === 'running' && !stopped()) {
+    const room = Math.max(0, settings.maxOutstanding - last.outstanding);
+    const limit = last.waiting === undefined ? Math.min(settings.batchSize, perStep, room) : 0;
+    if (limit === 0) {
+      await pause(settings.pollMs, signal);
+      if (stopped()) break;
+      // Waiting or at the cap: a step sized by what is free now (the store says again whether it still waits).
+      last = await step(Math.min(settings.batchSize, perStep, room));
+      onProgress?.(last.replay, last);
+      continue;
+    }
+    const started = performance.now();
+    last = await step(limit);
+    onProgress?.(last.replay, last);
+    if (settings.rate !== undefined && last.replay.state === 'running')
+      await pause((limit / settings.rate) * 1000 - (performance.now() - started), signal);
+  }
+  return last.replay;
+}

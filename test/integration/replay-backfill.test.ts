@@ -1,0 +1,211 @@
+/**
+ * Replay on real Postgres: a backfill of a new handler while live events of the same keys are published concurrently
+ * (each key's history runs before its live events, each event once); the quiesce (a delivery in flight at the start
+ * makes steps wait until it completes); a replay interrupted between steps and continued by another store instance
+ * (nothing twice, nothing skipped); events without a recorded key-order value replay by created_at before the
+ * recorded ones.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import pg from 'pg';
+import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
+import type { ClaimedDelivery, ReplayState } from '../../src/store/contract.js';
+import * as owners from '../support/claims.js';
+import { findPostgres } from '../support/databases.js';
+import { usePgStore } from '../support/pg-store.js';
+
+const found = await findPostgres();
+const TYPE = 'order.placed';
+
+describe('replay on real Postgres', { skip: 'skip' in found ? found.skip : undefined }, () => {
+  let pool: pg.Pool;
+  let store: PostgresStore<PgClientLike>;
+  const schema = usePgStore('replay', 8, (opened) => ({ pool, store } = opened));
+
+  async function publish(events: { id: string; key: string | null; type?: string }[]): Promise<void> {
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        events.map((e) => ({ id: e.id, type: e.type ?? TYPE, key: e.key, payload: { id: e.id }, handlers: [] })),
+      ),
+    );
+  }
+
+  async function subscribe(handler: string, eventType = TYPE): Promise<void> {
+    await store.subscribe([{ eventType, handler, maxAttempts: 3 }]);
+  }
+
+  /** One claim of `handler`'s deliveries, completed at once; returns them in claim order. */
+  async function claimAndComplete(owner: string, handler: string): Promise<ClaimedDelivery[]> {
+    const claimed = await owners.claim(store, { owner, handlers: [handler], limit: 10, leaseDurationMs: 30_000 });
+    if (claimed.length > 0)
+      assert.ok(
+        (await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })))).every(Boolean),
+      );
+    return claimed;
+  }
+
+  async function replayDeliveries(replayId: string): Promise<Map<string, number>> {
+    const created = await pool.query<{ event_id: string; n: number }>(
+      `SELECT event_id, count(*)::int AS n FROM "${schema}".relaybus_deliveries WHERE replay_id = $1 GROUP BY 1`,
+      [replayId],
+    );
+    return new Map(created.rows.map((r) => [r.event_id, r.n]));
+  }
+
+  it("backfills a new handler while live events of its keys are published: each key's history first, each event once", {
+    timeout: 60_000,
+  }, async () => {
+    await subscribe('emails');
+    const keys = Array.from({ length: 6 }, (_, i) => `k${i}`);
+    for (let n = 0; n < 5; n++) await publish(keys.map((key) => ({ id: `h${key}n${n}`, key })));
+    await subscribe('audit');
+    const replay = await store.startReplay({
+      mode: 'backfill',
+      handlers: ['audit'],
+      requestedBy: 'test',
+      reason: 'new',
+    });
+    assert.equal(replay.state, 'running');
+    assert.equal(replay.total, 30);
+
+    const seen = new Map<string, string[]>(keys.map((key) => [key, []]));
+    let live = 0;
+    const publisher = (async () => {
+      for (; live < 8; live++) await publish(keys.map((key) => ({ id: `l${key}n${live}`, key })));
+    })();
+    let state: ReplayState = replay.state;
+    let rounds = 0;
+    while (state === 'running' || live < 8 || [...seen.values()].some((ids) => ids.length < 13)) {
+      assert.ok(++rounds < 2_000, 'the replay and the live events drain');
+      if (state === 'running') state = (await store.replayStep({ replayId: replay.id, limit: 4 })).replay.state;
+      for (const c of await claimAndComplete('worker-audit', 'audit')) seen.get(c.key!)!.push(c.eventId);
+      await claimAndComplete('worker-emails', 'emails');
+    }
+    await publisher;
+    assert.equal(state, 'finished');
+    for (const key of keys) {
+      const expected = [
+        ...Array.from({ length: 5 }, (_, n) => `h${key}n${n}`),
+        ...Array.from({ length: 8 }, (_, n) => `l${key}n${n}`),
+      ];
+      assert.deepEqual(seen.get(key), expected, `key ${key}: history in order, then live, each once`);
+    }
+    const done = (await store.getReplay(replay.id))!;
+    assert.deepEqual([done.created, done.skipped, done.total, done.state], [30, 0, 30, 'finished']);
+    assert.ok(done.finishedAt instanceof Date);
+    // The handler is now in every history event's handlers: a second backfill plans nothing.
+    const plan = await store.planReplay({ mode: 'backfill', handlers: ['audit'] });
+    assert.equal(plan.deliveries.audit, 0);
+  });
+
+  it('a delivery in flight at the start makes the steps wait until it completes', { timeout: 30_000 }, async () => {
+    await subscribe('other', 'quiesce');
+    await publish([{ id: 'qa1', key: 'qk', type: 'quiesce' }]);
+    await subscribe('billing', 'quiesce');
+    await publish([{ id: 'qa2', key: 'qk', type: 'quiesce' }]);
+    const claimed = await owners.claim(store, {
+      owner: 'worker-q',
+      handlers: ['billing'],
+      limit: 10,
+      leaseDurationMs: 30_000,
+    });
+    assert.deepEqual(
+      claimed.map((c) => c.eventId),
+      ['qa2'],
+    );
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['billing'] });
+    assert.equal(replay.total, 1);
+    const waiting = await store.replayStep({ replayId: replay.id, limit: 10 });
+    assert.deepEqual([waiting.created, waiting.waiting], [0, 'in-flight']);
+    assert.ok(await store.completeMany(claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken }))));
+    const stepped = await store.replayStep({ replayId: replay.id, limit: 10 });
+    assert.deepEqual([stepped.created, stepped.waiting, stepped.outstanding], [1, undefined, 1]);
+    await store.cancelReplay(replay.id);
+  });
+
+  it('a replay interrupted between steps is continued by another store instance: nothing twice, nothing skipped', {
+    timeout: 30_000,
+  }, async () => {
+    await subscribe('first', 'resume');
+    await publish(
+      Array.from({ length: 20 }, (_, i) => ({
+        id: `r${String(i).padStart(2, '0')}`,
+        key: `rk${i % 3}`,
+        type: 'resume',
+      })),
+    );
+    await subscribe('late', 'resume');
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['late'] });
+    assert.equal(replay.total, 20);
+    await store.replayStep({ replayId: replay.id, limit: 3 });
+    await store.replayStep({ replayId: replay.id, limit: 3 });
+    const otherPool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 2 });
+    try {
+      const other = postgresStore({ driver: fromPg(otherPool), schema });
+      let result = await other.replayStep({ replayId: replay.id, limit: 3 });
+      assert.equal(result.replay.created, 9);
+      for (let i = 0; i < 20 && result.replay.state === 'running'; i++) {
+        result = await other.replayStep({ replayId: replay.id, limit: 3 });
+        if (result.waiting === 'draining') {
+          // Every planned event once: then complete them (the late look waits for that).
+          const created = await replayDeliveries(replay.id);
+          assert.equal(created.size, 20);
+          assert.ok([...created.values()].every((n) => n === 1));
+          await otherPool.query(`DELETE FROM "${schema}".relaybus_deliveries WHERE replay_id = $1`, [replay.id]);
+        }
+      }
+      assert.equal(result.replay.state, 'finished');
+      assert.deepEqual([result.replay.created, result.replay.skipped], [20, 0]);
+    } finally {
+      await otherPool.end();
+    }
+    const { rows } = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM "${schema}".relaybus_events WHERE type = 'resume' AND 'late' = ANY (handlers)`,
+    );
+    assert.equal(rows[0]!.n, 20);
+  });
+
+  it('events without a recorded key-order value replay by created_at, before the recorded ones', {
+    timeout: 30_000,
+  }, async () => {
+    await subscribe('one', 'old');
+    await publish([{ id: 'o3', key: 'ok', type: 'old' }]);
+    await publish([{ id: 'o1', key: 'ok', type: 'old' }]);
+    await publish([{ id: 'o2', key: 'ok', type: 'old' }]);
+    const { rows } = await pool.query<{ id: string; sequence: string | null }>(
+      `SELECT id, sequence::text FROM "${schema}".relaybus_events WHERE type = 'old' ORDER BY sequence`,
+    );
+    assert.deepEqual(
+      rows.map((r) => r.id),
+      ['o3', 'o1', 'o2'],
+    );
+    assert.ok(
+      rows.every((r) => r.sequence !== null),
+      'publish records the key-order value',
+    );
+    // As if o1 and o2 were published before the column existed: they come first, by created_at.
+    await pool.query(`UPDATE "${schema}".relaybus_events SET sequence = NULL WHERE id IN ('o1', 'o2')`);
+    await subscribe('two', 'old');
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['two'] });
+    const step = await store.replayStep({ replayId: replay.id, limit: 10 });
+    assert.equal(step.created, 3);
+    const created = await pool.query<{ event_id: string; negative: boolean }>(
+      `SELECT event_id, sequence < 0 AS negative FROM "${schema}".relaybus_deliveries WHERE replay_id = $1 ORDER BY sequence`,
+      [replay.id],
+    );
+    assert.deepEqual(
+      created.rows.map((r) => [r.event_id, r.negative]),
+      [
+        ['o1', true],
+        ['o2', true],
+        ['o3', false],
+      ],
+    );
+    const order: string[] = [];
+    for (let i = 0; i < 10 && order.length < 3; i++)
+      for (const c of await claimAndComplete('worker-old', 'two')) order.push(c.eventId);
+    assert.deepEqual(order, ['o1', 'o2', 'o3']);
+    assert.equal((await store.cancelReplay(replay.id))?.state, 'cancelled');
+  });
+});
