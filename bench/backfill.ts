@@ -249,6 +249,7 @@ async function dispatchCell(): Promise<DispatchRun> {
       history: HISTORY,
       keys: KEYS,
       live: new Int32Array(0),
+      heldLive: new Int32Array(0),
       records: out.records,
       remaining: await remaining(schema),
       replay: null,
@@ -288,7 +289,7 @@ interface MixedRun {
     readonly rate: number;
     /** The last history delivery's handler start, from the backfill's start. */
     readonly lastHistoryStartSeconds: number;
-    readonly driver: DrivenReplay['driver'];
+    readonly steps: number;
     readonly waits: number;
     readonly view: { state: string; total: number; created: number; skipped: number };
   } | null;
@@ -337,6 +338,9 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
     let replay:
       | Promise<{ startedAt: number; endedAt: number; driven: DrivenReplay } | { startedAt: number; error: string }>
       | undefined;
+    // The replay's id and when startReplay returned (live events committed after it must follow their key's history).
+    const started: { id?: string; at: number } = { at: Number.POSITIVE_INFINITY };
+    const abort = new AbortController();
     if (withBackfill) {
       await sleep(Math.max(0, goAt + WARMUP_MS - wallNow()));
       const startedAt = wallNow();
@@ -348,7 +352,9 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
             requestedBy: 'bench/backfill.ts',
             reason: 'benchmark',
           });
-          const driven = await driveReplay(api, store, view.id);
+          started.id = view.id;
+          started.at = wallNow();
+          const driven = await driveReplay(api, store, view.id, abort.signal);
           return { startedAt, endedAt: wallNow(), driven };
         } catch (error) {
           return { startedAt, error: error instanceof Error ? error.message : String(error) };
@@ -357,11 +363,23 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
     }
     const pub = await result;
     const deadline = Date.now() + TIMEOUT_MS;
-    const replayed = replay
+    let replayed = replay
       ? await Promise.race([replay, sleep(Math.max(0, deadline - Date.now())).then(() => undefined)])
       : undefined;
+    let stuck: string | undefined;
+    if (replay && replayed === undefined) {
+      // Where it stands (a step of 0 creates nothing), then stop driving it.
+      const id = started.id;
+      const where =
+        id === undefined ? undefined : await store.replayStep({ replayId: id, limit: 0 }).catch(() => undefined);
+      stuck = where
+        ? `backfill still ${where.replay.state} after ${TIMEOUT_MS} ms (created ${where.replay.created} of ${where.replay.total}, outstanding ${where.outstanding}${where.waiting ? `, waiting: ${where.waiting}` : ''})`
+        : `backfill did not finish within ${TIMEOUT_MS} ms`;
+      abort.abort();
+      replayed = await replay;
+    }
     // A backfill that failed creates no history deliveries: wait for the live ones only.
-    const backfilled = replayed !== undefined && 'driven' in replayed;
+    const backfilled = replayed !== undefined && 'driven' in replayed && stuck === undefined;
     const expected = pub.commitI.length * 2 + (backfilled ? HISTORY : 0);
     const handled = await until(() => dispatcher.handled >= expected, deadline, 50);
     await until(async () => (await remaining(schema)).pending === 0, Date.now() + 10_000);
@@ -374,15 +392,17 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
       ...(handled ? [] : [`timeout after ${TIMEOUT_MS} ms`]),
       ...(out.error ? [`dispatcher: ${out.error}`] : []),
       ...(pub.error ? [`publisher: ${pub.error}`] : []),
-      ...(withBackfill && replayed === undefined ? ['backfill did not finish before the timeout'] : []),
+      ...(stuck ? [stuck] : []),
       ...(replayed && 'error' in replayed ? [`backfill: ${replayed.error}`] : []),
     ];
-    const driven = replayed && 'driven' in replayed ? replayed : undefined;
+    const driven = replayed && 'driven' in replayed && stuck === undefined ? replayed : undefined;
+    const heldLive = pub.commitI.filter((_, k) => pub.commitT[k]! > started.at);
     const verdict = validateBackfill({
       kind: withBackfill ? 'backfill' : 'mixed',
       history: HISTORY,
       keys: KEYS,
       live: pub.commitI,
+      heldLive,
       records: out.records,
       remaining: await remaining(schema),
       replay: driven ? driven.driven.view : null,
@@ -410,7 +430,7 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
             seconds,
             rate: HISTORY / seconds,
             lastHistoryStartSeconds: (lastHistory - driven.startedAt) / 1000,
-            driver: driven.driven.driver,
+            steps: driven.driven.steps,
             waits: driven.driven.waits,
             view: {
               state: driven.driven.view.state,
@@ -466,7 +486,7 @@ try {
       const run = await mixedCell(withBackfill);
       pair[withBackfill ? 1 : 0] = run;
       log(
-        `round ${round} ${withBackfill ? 'mixed + backfill' : 'mixed'}: h1 p50/p99 ${run.h1.p50.toFixed(1)}/${run.h1.p99.toFixed(1)} ms (${run.h1.count})${run.backfill ? `, backfill ${run.backfill.rate.toFixed(0)} events/s in ${run.backfill.seconds.toFixed(1)} s (${run.backfill.driver}), indexer live p50/p99 ${run.indexer.p50.toFixed(0)}/${run.indexer.p99.toFixed(0)} ms` : ''} ${verdictText(run.verdict)}`,
+        `round ${round} ${withBackfill ? 'mixed + backfill' : 'mixed'}: h1 p50/p99 ${run.h1.p50.toFixed(1)}/${run.h1.p99.toFixed(1)} ms (${run.h1.count})${run.backfill ? `, backfill ${run.backfill.rate.toFixed(0)} events/s in ${run.backfill.seconds.toFixed(1)} s (${run.backfill.steps} steps, ${run.backfill.waits} waiting), indexer live p50/p99 ${run.indexer.p50.toFixed(0)}/${run.indexer.p99.toFixed(0)} ms` : ''} ${verdictText(run.verdict)}`,
       );
     }
     const [mixed, backfill] = pair as [MixedRun, MixedRun];
@@ -536,7 +556,7 @@ const lines = [
   '',
   `Generated by \`bench/backfill.ts --history ${HISTORY} --rate ${RATE} --window ${WINDOW_MS / 1000} --rounds ${ROUNDS}\` (keys ${KEYS}, warm-up ${WARMUP_MS / 1000} s) on ${results.startedAt.slice(0, 10)} in ${fmt(durationSeconds)} s. Machine: ${machine.cpus} x ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.postgres.split(' on ')[0]} on the same cores (autovacuum ${machine.autovacuum}, synchronous_commit ${machine.synchronousCommit}, shared_buffers ${machine.sharedBuffers}); load average at the end ${machine.loadAverageAtEnd.join(' ')}. relaybus ran from dist/ built from ${build.commit}${build.uncommitted.length ? ` plus ${build.uncommitted.length} uncommitted file(s)` : ''}. The machine is shared: read the ratios (paired per round, cells interleaved), not the absolute rates.`,
   '',
-  `Workload: ${fmt(HISTORY)} retained keyed events (${fmt(KEYS)} keys) per cell, published before \`indexer\` existed; one dispatcher process, relaybus tuned (concurrency ${TUNED.concurrency}, batch ${TUNED.batchSize}, ${TUNED.claimLoops} claim loops, followers ${TUNED.followers}). dispatch: a drain of the history's ${fmt(HISTORY)} deliveries of \`h1\`. mixed: ${fmt(RATE)} keyed events/s to \`h1\` and \`indexer\`, ${WINDOW_MS / 1000} s measured. mixed + backfill: the same, and at the window's start \`startReplay({ mode: 'backfill', handlers: ['indexer'] })\` driven by ${rounds[0]?.backfill.backfill?.driver === 'runReplay' ? '`runReplay` with its defaults' : "a loop over `replayStep` with `runReplay`'s defaults"}; backfill rate = history events / (start to finished); \`h1\` latency there is of the live events committed while the backfill ran.`,
+  `Workload: ${fmt(HISTORY)} retained keyed events (${fmt(KEYS)} keys) per cell, published before \`indexer\` existed; one dispatcher process, relaybus tuned (concurrency ${TUNED.concurrency}, batch ${TUNED.batchSize}, ${TUNED.claimLoops} claim loops, followers ${TUNED.followers}). dispatch: a drain of the history's ${fmt(HISTORY)} deliveries of \`h1\`. mixed: ${fmt(RATE)} keyed events/s to \`h1\` and \`indexer\`, ${WINDOW_MS / 1000} s measured. mixed + backfill: the same, and at the window's start \`startReplay({ mode: 'backfill', handlers: ['indexer'] })\` driven by \`runReplay\` with its defaults; backfill rate = history events / (start to finished); \`h1\` latency there is of the live events committed while the backfill ran.`,
   '',
   `Exactness: ${valid.length} of ${rounds.length} rounds VALID (every history event to \`indexer\` once and per key in publish order before any live event of the key, every live event to \`h1\` and \`indexer\` once, in key order, nothing pending or dead, the replay finished with every planned delivery created).`,
   '',

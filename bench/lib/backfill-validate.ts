@@ -9,7 +9,8 @@
  *   delivery per history event.
  *
  * Every kind: per (handler, key), history in publish order, live in publish order, and no history after a live event
- * of the key; nothing pending or dead afterwards.
+ * of the key that committed after the replay started (`heldLive`; live events before it may run first: the backfill
+ * starts after the warm-up, and its hold covers what was not claimed yet); nothing pending or dead afterwards.
  */
 import type { ReplayView } from '../../src/index.js';
 
@@ -19,6 +20,8 @@ export interface BackfillRunFacts {
   readonly keys: number;
   /** Live events committed. */
   readonly live: Int32Array;
+  /** Live events committed after the replay had started: each key's history must come before them. */
+  readonly heldLive: Int32Array;
   readonly records: { readonly i: Int32Array; readonly h: Uint8Array };
   readonly remaining: { readonly pending: number; readonly dead: number };
   /** The backfill's final view (kind 'backfill'). */
@@ -48,6 +51,7 @@ export function validateBackfill(facts: BackfillRunFacts): BackfillVerdict {
   for (const i of live) top = Math.max(top, i + 1);
   const isLive = new Uint8Array(top);
   for (const i of live) isLive[i] = 1;
+  for (const i of facts.heldLive) if (i < top && isLive[i] === 1) isLive[i] = 2;
   // Which (handler, event) pairs the run must deliver: handler h gets history when historyTo[h], live always except
   // in the dispatch cell.
   const historyTo = [facts.kind === 'dispatch', facts.kind === 'backfill'];
@@ -57,13 +61,14 @@ export function validateBackfill(facts: BackfillRunFacts): BackfillVerdict {
   let historyOutOfOrder = 0;
   let liveOutOfOrder = 0;
   let historyAfterLive = 0;
-  // Per (handler, key): the last history and live index seen (-1: none yet).
+  // Per (handler, key): the last history and live index seen (-1: none yet), and whether a held live one ran.
   const lastHistory = new Int32Array(2 * keys).fill(-1);
   const lastLive = new Int32Array(2 * keys).fill(-1);
+  const heldSeen = new Uint8Array(2 * keys);
   for (let r = 0; r < records.i.length; r += 1) {
     const i = records.i[r]!;
     const h = records.h[r]!;
-    const expected = h < 2 && i >= 0 && i < top && (i < history ? historyTo[h] === true : liveTo && isLive[i] === 1);
+    const expected = h < 2 && i >= 0 && i < top && (i < history ? historyTo[h] === true : liveTo && isLive[i]! > 0);
     if (!expected) {
       unexpected += 1;
       continue;
@@ -71,12 +76,13 @@ export function validateBackfill(facts: BackfillRunFacts): BackfillVerdict {
     counts[h]![i]! += 1;
     const slot = h * keys + (i % keys);
     if (i < history) {
-      if (lastLive[slot]! >= 0) historyAfterLive += 1;
+      if (heldSeen[slot] === 1) historyAfterLive += 1;
       if (i < lastHistory[slot]!) historyOutOfOrder += 1;
       lastHistory[slot] = i;
     } else {
       if (i < lastLive[slot]!) liveOutOfOrder += 1;
       lastLive[slot] = i;
+      if (isLive[i] === 2) heldSeen[slot] = 1;
     }
   }
   let lost = 0;
@@ -84,7 +90,7 @@ export function validateBackfill(facts: BackfillRunFacts): BackfillVerdict {
   const perHandler = [0, 0].map(() => ({ lost: 0, duplicates: 0 }));
   for (let h = 0; h < 2; h += 1) {
     for (let i = 0; i < top; i += 1) {
-      const wanted = i < history ? historyTo[h] === true : liveTo && isLive[i] === 1;
+      const wanted = i < history ? historyTo[h] === true : liveTo && isLive[i]! > 0;
       if (!wanted) continue;
       const c = counts[h]![i]!;
       if (c === 0) perHandler[h]!.lost += 1;
@@ -101,7 +107,8 @@ export function validateBackfill(facts: BackfillRunFacts): BackfillVerdict {
   if (unexpected) reasons.push(`${unexpected} unexpected deliveries`);
   if (historyOutOfOrder) reasons.push(`${historyOutOfOrder} history deliveries out of their key's publish order`);
   if (liveOutOfOrder) reasons.push(`${liveOutOfOrder} live deliveries out of their key's publish order`);
-  if (historyAfterLive) reasons.push(`${historyAfterLive} history deliveries after a live one of their key`);
+  if (historyAfterLive)
+    reasons.push(`${historyAfterLive} history deliveries after a live one of their key published after the start`);
   if (facts.remaining.pending) reasons.push(`${facts.remaining.pending} pending at the end`);
   if (facts.remaining.dead) reasons.push(`${facts.remaining.dead} dead at the end`);
   if (facts.kind === 'backfill') {
