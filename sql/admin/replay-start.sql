@@ -6,7 +6,8 @@
 --               order every claim locks lanes in): a claim statement whose snapshot predates this commit skips each
 --               lane it then reads as changed (see seen in claim-held-lanes and claim-light), so no claim that began
 --               before the replay claims after it; later claims see the replay and hold its handlers' live keyed rows.
---               start_xmax: the late look waits until every transaction running now has ended.
+--               start_xmax: the late look waits until every transaction running now has ended (at most 30 seconds
+--               after the start: see replay-take).
 -- index: relaybus_replays_running_idx (running replays); relaybus_subscriptions_pkey; relaybus_events (the selection,
 --        read once); relaybus_lanes_pkey (the 256 lane rows)
 -- params: $1-$8 as replay-plan (mode, handlers, types, since, until, from id, to id, key), $9 requested_by text,

@@ -8,7 +8,9 @@
 --              delivery appends its handler to the event's handlers (as publish's inbox dedup does). Each delivery
 --              gets its item's sequence and the replay's id; the claims run each key's in sequence order.
 -- index: relaybus_replay_items_pkey (the range of positions); relaybus_events_pkey (lock and handlers, per event);
---        relaybus_deliveries (redrive: the delivery of the event, by lane and handler); relaybus_replays_pkey
+--        redrive: relaybus_deliveries_lane_handler_key_sequence_idx and relaybus_deliveries_unkeyed_due_idx (a pending
+--        delivery of the event, by key or lane), relaybus_deliveries_updated_at_id_idx (a dead one: the dead rows, which
+--        retention bounds); relaybus_replays_pkey
 -- params: $1 replay id bigint, $2 cursor bigint (the position of the last item taken), $3 events to take int,
 --         $4 mode text, $5 now timestamptz (null = now()), $6 NOTIFY channel text (null = no NOTIFY)
 -- returns: one row: created (deliveries created), taken (items taken)
@@ -29,16 +31,26 @@ pairs AS (
   FROM taken t JOIN events e ON e.id = t.event_id
   WHERE CASE WHEN $4::text = 'backfill' THEN t.handler <> ALL (e.handlers)
         ELSE t.handler = ANY (e.handlers)
+          -- No delivery of the event now, looked up where the claims' partial indexes keep it: pending keyed by its
+          -- key, pending unkeyed in its lane, dead ones among the dead.
           AND NOT EXISTS (
             SELECT 1 FROM /*schema*/relaybus_deliveries d
-            WHERE d.lane = /*schema*/relaybus_lane(coalesce(e.key, t.event_id)) AND d.handler = t.handler
-              AND d.event_id = t.event_id)
+            WHERE d.lane = /*schema*/relaybus_lane(e.key) AND d.handler = t.handler AND d.key = e.key
+              AND d.key IS NOT NULL AND d.status = 'pending' AND d.event_id = t.event_id)
+          AND NOT EXISTS (
+            SELECT 1 FROM /*schema*/relaybus_deliveries d
+            WHERE d.lane = /*schema*/relaybus_lane(t.event_id) AND e.key IS NULL AND d.key IS NULL
+              AND d.status = 'pending' AND d.handler = t.handler AND d.event_id = t.event_id)
+          AND NOT EXISTS (
+            SELECT 1 FROM /*schema*/relaybus_deliveries d
+            WHERE d.status = 'dead' AND d.handler = t.handler AND d.event_id = t.event_id)
         END
 ),
 extended AS (
-  UPDATE /*schema*/relaybus_events e
-  SET handlers = e.handlers || ARRAY(SELECT p.handler FROM pairs p WHERE p.event_id = e.id ORDER BY p.handler)
-  WHERE $4::text = 'backfill' AND e.id IN (SELECT p.event_id FROM pairs p)
+  -- The added handlers grouped once per event (not a scan of pairs for each event).
+  UPDATE /*schema*/relaybus_events e SET handlers = e.handlers || a.added
+  FROM (SELECT p.event_id, array_agg(p.handler ORDER BY p.handler) AS added FROM pairs p GROUP BY p.event_id) a
+  WHERE $4::text = 'backfill' AND e.id = a.event_id
 ),
 delivered AS (
   INSERT INTO /*schema*/relaybus_deliveries

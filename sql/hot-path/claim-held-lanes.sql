@@ -128,7 +128,7 @@ direct AS (
     SELECT c.lane, c.handler, c.key, max(c.sequence) AS after, 1 AS rank FROM deleted c WHERE c.key IS NOT NULL
     GROUP BY c.lane, c.handler, c.key
     UNION ALL
-    SELECT p.lane, p.handler, p.key, -9223372036854775808, 0 FROM unnest($14::smallint[], $15::text[], $16::text[]) AS p(lane, handler, key)
+    SELECT p.lane, p.handler, p.key, '-9223372036854775808'::bigint, 0 FROM unnest($14::smallint[], $15::text[], $16::text[]) AS p(lane, handler, key)
   ) q
   JOIN seen s ON s.lane = q.lane
   CROSS JOIN LATERAL (

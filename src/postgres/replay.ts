@@ -161,6 +161,7 @@ async function advance(
     ]);
     if (late?.finished !== false) return { created: 0 };
   }
+  if (taken.mode === 'redrive') await context.run(executor, 'replay-no-jit', []);
   const [step] = await context.run<RowOf<'replay-step'>>(executor, 'replay-step', [
     replayId,
     taken.cursor,

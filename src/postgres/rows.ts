@@ -247,6 +247,7 @@ export const ROW_COLUMNS = {
     skipped: col('text'),
   },
   'replay-lock': { locked: col('text') },
+  'replay-no-jit': { jit: col('text') },
   'replay-outstanding': { outstanding: col('int4') },
   'replay-plan': { handler: col('text'), deliveries: col('int4'), events: col('int4'), unsubscribed: col('_text') },
   'replay-start': {

@@ -43,6 +43,7 @@ export const STATEMENT_FOLDERS = {
     'replay-late-plan',
     'replay-list',
     'replay-lock',
+    'replay-no-jit',
     'replay-outstanding',
     'replay-plan',
     'replay-start',

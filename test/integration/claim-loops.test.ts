@@ -259,13 +259,14 @@ describe('claim loops on real Postgres', { skip: 'skip' in found ? found.skip : 
       await bus.stop();
     }
     const elapsedMs = performance.now() - started;
-    // Each run end woke the idle loop before: it claimed beside every claim of its sibling (318 claims that found
-    // nothing in 1.4 s). Now each loop finds nothing at most about once a poll (a claim that finds nothing may also
-    // follow a publish's wake-up or a run end of its own: 11 in 3 polls seen with other test files running).
+    // A loop woken at each of its sibling's run ends would claim beside every claim of the sibling (318 claims that
+    // found nothing in 1.4 s); each loop finds nothing at most a few times a poll (a claim that finds nothing may also
+    // follow a publish's wake-up or a run end of its own: up to 23 in 6 polls under the whole suite's load). The bound
+    // stays an order of magnitude below the woken loop's count.
     const polls = Math.ceil(elapsedMs / pollIntervalMs);
     const total = [...barren.values()].reduce((sum, n) => sum + n, 0);
     assert.ok(
-      total <= 3 * polls + 4,
+      total <= 4 * polls + 10,
       `claims that found nothing: ${[...barren.values()].join(' and ')} in ${Math.round(elapsedMs)} ms (${polls} polls)`,
     );
   });

@@ -25,7 +25,7 @@ export { transactionRunner };
 export function resetSql(schema: string): string {
   const s = `"${schema}"`;
   return `TRUNCATE ${s}.relaybus_deliveries, ${s}.relaybus_events, ${s}.relaybus_subscriptions, ${s}.relaybus_completed_deliveries,
-                   ${s}.relaybus_paused_handlers;
+                   ${s}.relaybus_paused_handlers, ${s}.relaybus_replays, ${s}.relaybus_replay_items;
           UPDATE ${s}.relaybus_lanes SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}';`;
 }
 
