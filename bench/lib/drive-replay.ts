@@ -1,0 +1,30 @@
+/**
+ * Drive a running replay to its end for the backfill benchmark: relaybus's `runReplay` (from dist/) with its default
+ * throttle, counting its steps and those that waited (in-flight deliveries at the start, or draining at the end).
+ */
+import type * as Api from '../../src/index.js';
+
+export interface DrivenReplay {
+  readonly view: Api.ReplayView;
+  readonly steps: number;
+  /** Steps that answered `waiting` (`in-flight` or `draining`). */
+  readonly waits: number;
+}
+
+export async function driveReplay(
+  api: typeof Api,
+  store: Pick<Api.Store<unknown>, 'replayStep'>,
+  replayId: string,
+  signal?: AbortSignal,
+): Promise<DrivenReplay> {
+  let steps = 0;
+  let waits = 0;
+  const view = await api.runReplay(store, replayId, {
+    ...(signal ? { signal } : {}),
+    onProgress: (_replay, step) => {
+      steps += 1;
+      if (step.waiting !== undefined) waits += 1;
+    },
+  });
+  return { view, steps, waits };
+}
