@@ -67,6 +67,7 @@ export type Columns = Readonly<Record<string, Column<PgTypeName, unknown>>>;
 
 /** Statements that return no rows (DDL, inserts without RETURNING). The test checks that Postgres agrees. */
 export const NO_ROWS = [
+  'replay-analyze',
   'setup-record',
   'subscribe',
   'upgrade-drop-lane-function',
@@ -265,6 +266,7 @@ export const ROW_COLUMNS = {
     cursor: col('text'),
     planned: col('text'),
     settled: col('bool'),
+    first_step: col('bool'),
   },
   'publish-undo': { deliveries: col('int4'), events: col('int4'), restored: col('int4') },
   'publish-guard': { marker: col('text') },

@@ -38,6 +38,7 @@ export const STATEMENT_FOLDERS = {
     'list-subscriptions',
     'pause-handler',
     'purge-expired',
+    'replay-analyze',
     'replay-cancel',
     'replay-in-flight',
     'replay-late-plan',

@@ -1,0 +1,11 @@
+-- replay-analyze: refresh the planner's statistics of the deliveries table after a replay's first step put its first
+--                 deliveries there. A delivery table whose statistics were taken while it was empty (the steady state
+--                 of a table that deletes on completion) reads as empty to the planner, which then plans the claims'
+--                 look-ups as sequential scans and keeps those plans while a replay fills the table (seconds a claim at
+--                 a few thousand rows). Statistics taken with rows in them give the planner a row density that
+--                 follows the table as it grows, and the new statistics make every session plan the claims again.
+--                 A role that does not own the table gets a warning from Postgres and nothing changes.
+-- index: none (samples the table)
+-- params: none
+-- returns: nothing
+ANALYZE /*schema*/relaybus_deliveries
