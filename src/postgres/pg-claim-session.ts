@@ -51,14 +51,18 @@ export class PgClaimSession implements ClaimSession {
   async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {
     this.#assertOpen();
     validateClaim(params);
-    return (await new ClaimCycle(this.#context, this, params, []).run()).claimed;
+    const { claimed } = await new ClaimCycle(this.#context, this, params, []).run();
+    void this.#context.statistics.tick();
+    return claimed;
   }
 
   async completeAndClaim(leases: readonly DeliveryLease[], params: ClaimParams): Promise<CompleteAndClaimResult> {
     this.#assertOpen();
     const parsed = parseLeases(leases);
     validateClaim(params);
-    return new ClaimCycle(this.#context, this, params, parsed).run();
+    const result = await new ClaimCycle(this.#context, this, params, parsed).run();
+    void this.#context.statistics.tick();
+    return result;
   }
 
   async forgetInFlight(holding: readonly string[]): Promise<number> {

@@ -176,7 +176,7 @@ async function advance(
 export async function replayStep(context: StoreContext, params: ReplayStepParams): Promise<ReplayStepResult> {
   const limit = validateReplayStep(params);
   const now = iso(params.now);
-  const { result, firstDeliveries } = await context.driver.transaction(async (tx) => {
+  return context.driver.transaction(async (tx) => {
     const executor = context.driver.unwrap(tx);
     const [taken] = await context.run<TakenRow>(executor, 'replay-take', [params.replayId]);
     if (taken === undefined) throw new InvalidInputError(`No replay has id ${params.replayId}.`);
@@ -185,17 +185,13 @@ export async function replayStep(context: StoreContext, params: ReplayStepParams
         ? await advance(context, executor, params.replayId, taken, limit, now)
         : { created: 0 };
     const replay = (await read(context, executor, params.replayId))!;
-    const result: ReplayStepResult = {
+    return {
       replay,
       created: done.created,
       ...(done.waiting === undefined ? {} : { waiting: done.waiting }),
       outstanding: await outstanding(context, executor, params.replayId),
     };
-    return { result, firstDeliveries: taken.first_step && done.created > 0 };
   });
-  // After the commit, so no lock of the step's is held while Postgres samples the table (see replay-analyze.sql).
-  if (firstDeliveries) await context.runOwned('replay-analyze', []);
-  return result;
 }
 
 export async function cancelReplay(context: StoreContext, replayId: string, now?: Date): Promise<ReplayView | null> {

@@ -67,7 +67,8 @@ export type Columns = Readonly<Record<string, Column<PgTypeName, unknown>>>;
 
 /** Statements that return no rows (DDL, inserts without RETURNING). The test checks that Postgres agrees. */
 export const NO_ROWS = [
-  'replay-analyze',
+  'analyze-deliveries',
+  'analyze-events',
   'setup-record',
   'subscribe',
   'upgrade-drop-lane-function',
@@ -229,6 +230,11 @@ export const ROW_COLUMNS = {
     no_handlers: col('bool'),
     raced: col('bool'),
   },
+  'planner-statistics': {
+    name: typed<'text', 'deliveries' | 'events'>('text'),
+    stale: col('bool'),
+    owned: col('bool'),
+  },
   'replay-cancel': { id: col('text') },
   'replay-in-flight': { in_flight: col('int4') },
   'replay-late-plan': { planned: col('int4'), finished: nullable('bool') },
@@ -266,7 +272,6 @@ export const ROW_COLUMNS = {
     cursor: col('text'),
     planned: col('text'),
     settled: col('bool'),
-    first_step: col('bool'),
   },
   'publish-undo': { deliveries: col('int4'), events: col('int4'), restored: col('int4') },
   'publish-guard': { marker: col('text') },

@@ -12,6 +12,8 @@ export const STATEMENT_FOLDERS = {
   /** What a delivery goes through: publish, claim, complete, extend, reschedule, bury, release, relinquish. */
   'hot-path': [
     'acquire-lanes',
+    'analyze-deliveries',
+    'analyze-events',
     'bury',
     'claim-held-lanes',
     'claim-light',
@@ -19,6 +21,7 @@ export const STATEMENT_FOLDERS = {
     'complete-one',
     'extend-lease',
     'forget-in-flight',
+    'planner-statistics',
     'publish',
     'publish-guard',
     'publish-new',
@@ -38,7 +41,6 @@ export const STATEMENT_FOLDERS = {
     'list-subscriptions',
     'pause-handler',
     'purge-expired',
-    'replay-analyze',
     'replay-cancel',
     'replay-in-flight',
     'replay-late-plan',

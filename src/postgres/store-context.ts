@@ -3,6 +3,7 @@ import { isRetryableDatabaseError, sqlStateOf } from './retryable-errors.js';
 import { HeldConnections } from './held-connections.js';
 import { missingSchemaError, PublishProbe } from './publish-probe.js';
 import { RetryProbes } from './retry-probes.js';
+import { StatisticsKeeper } from './statistics-keeper.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './schema-sql.js';
 import type { PostgresDriver, SqlExecutor } from './sql-client.js';
 import { loadStatements, type StatementName, type Statements } from './statements.js';
@@ -67,6 +68,8 @@ export interface StoreContext {
   readonly publishProbe: PublishProbe;
   /** The connections the claim sessions hold (at most half the pool). */
   readonly held: HeldConnections;
+  /** Keeps the planner's statistics of the tables the claims read in step with their size. */
+  readonly statistics: StatisticsKeeper;
   /** Run one statement on `executor`; a driver error becomes a `RelayBusError` (`toStoreError`). */
   run<Row extends object>(executor: SqlExecutor, name: StatementName, params: readonly unknown[]): Promise<Row[]>;
   /** Run one statement on the pool. */
@@ -139,6 +142,7 @@ export function createStoreContext<TTx>(options: PostgresStoreOptions<TTx>): Sto
     publishProbe: new PublishProbe(schema, statements),
     // The listening connection is held besides the claim sessions' ones.
     held: new HeldConnections(options.holdClaimConnections === false ? undefined : driver, listens ? 1 : 0),
+    statistics: new StatisticsKeeper((name, params) => run(driver.executor, name, params)),
     run,
     runOwned: (name, params) => run(driver.executor, name, params),
   };
