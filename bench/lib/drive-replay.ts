@@ -1,6 +1,7 @@
 /**
- * Drive a running replay to its end for the backfill benchmark: relaybus's `runReplay` (from dist/) with its default
- * throttle, counting its steps and those that waited (in-flight deliveries at the start, or draining at the end).
+ * Drive a running replay to its end for the backfill benchmark: relaybus's `runReplay` (from dist/) with the throttle
+ * given (its defaults otherwise), counting its steps and those that waited (in-flight deliveries at the start, or
+ * draining at the end).
  */
 import type * as Api from '../../src/index.js';
 
@@ -15,11 +16,13 @@ export async function driveReplay(
   api: typeof Api,
   store: Pick<Api.Store<unknown>, 'replayStep'>,
   replayId: string,
+  throttle: Pick<Api.RunReplayOptions, 'rate' | 'maxOutstanding'>,
   signal?: AbortSignal,
 ): Promise<DrivenReplay> {
   let steps = 0;
   let waits = 0;
   const view = await api.runReplay(store, replayId, {
+    ...throttle,
     ...(signal ? { signal } : {}),
     onProgress: (_replay, step) => {
       steps += 1;

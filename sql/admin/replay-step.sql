@@ -19,27 +19,30 @@ WITH taken AS (
   WHERE i.replay_id = $1::bigint AND i.position > $2::bigint AND i.position <= $2::bigint + $3::int
   RETURNING i.position, i.handler, i.event_id, i.sequence, i.max_attempts
 ),
-events AS (
-  SELECT e.id, e.key, e.handlers FROM /*schema*/relaybus_events e
-  WHERE e.id IN (SELECT t.event_id FROM taken t)
+taken_events AS (
+  -- Each taken item with its event, the events locked in id order (as publish locks them). Joined here, from the
+  -- items to the events' primary key, once per item: the items are never analyzed (a replay plans them and takes them
+  -- in the same minutes), and a join of two CTEs planned for one row each became a pass over the events for every item.
+  SELECT t.position, t.handler, t.event_id, t.sequence, t.max_attempts, e.key, e.handlers
+  FROM taken t JOIN /*schema*/relaybus_events e ON e.id = t.event_id
   ORDER BY e.id
-  FOR UPDATE
+  FOR UPDATE OF e
 ),
 pairs AS (
-  SELECT t.position, t.handler, t.event_id, t.sequence, t.max_attempts, e.key,
-         /*schema*/relaybus_lane(coalesce(e.key, t.event_id)) AS lane
-  FROM taken t JOIN events e ON e.id = t.event_id
-  WHERE CASE WHEN $4::text = 'backfill' THEN t.handler <> ALL (e.handlers)
-        ELSE t.handler = ANY (e.handlers)
+  SELECT t.position, t.handler, t.event_id, t.sequence, t.max_attempts, t.key,
+         /*schema*/relaybus_lane(coalesce(t.key, t.event_id)) AS lane
+  FROM taken_events t
+  WHERE CASE WHEN $4::text = 'backfill' THEN t.handler <> ALL (t.handlers)
+        ELSE t.handler = ANY (t.handlers)
           -- No delivery of the event now, looked up where the claims' partial indexes keep it: pending keyed by its
           -- key, pending unkeyed in its lane, dead ones among the dead.
           AND NOT EXISTS (
             SELECT 1 FROM /*schema*/relaybus_deliveries d
-            WHERE d.lane = /*schema*/relaybus_lane(e.key) AND d.handler = t.handler AND d.key = e.key
+            WHERE d.lane = /*schema*/relaybus_lane(t.key) AND d.handler = t.handler AND d.key = t.key
               AND d.key IS NOT NULL AND d.status = 'pending' AND d.event_id = t.event_id)
           AND NOT EXISTS (
             SELECT 1 FROM /*schema*/relaybus_deliveries d
-            WHERE d.lane = /*schema*/relaybus_lane(t.event_id) AND e.key IS NULL AND d.key IS NULL
+            WHERE d.lane = /*schema*/relaybus_lane(t.event_id) AND t.key IS NULL AND d.key IS NULL
               AND d.status = 'pending' AND d.handler = t.handler AND d.event_id = t.event_id)
           AND NOT EXISTS (
             SELECT 1 FROM /*schema*/relaybus_deliveries d

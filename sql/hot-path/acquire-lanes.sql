@@ -15,8 +15,8 @@ WITH /*include runnable-handlers*/,
 clock AS MATERIALIZED (
   SELECT coalesce($6::timestamptz, now()) AS now, set_config('synchronous_commit', 'off', true) AS async_commit,
          $1::text AS owner, $3::int AS take,
-         -- A lane whose only due work is a paused handler's is not taken.
-         (SELECT handlers FROM runnable) AS handlers,
+         -- A lane whose only due work is a paused handler's, or held by a replay, is not taken.
+         (SELECT handlers FROM runnable) AS handlers, (SELECT held FROM runnable) AS held,
          $4::int AS start, $7::smallint[] AS prefer
 ),
 free AS (
@@ -46,6 +46,8 @@ free AS (
         OR (SELECT true FROM /*schema*/relaybus_deliveries d
             WHERE d.lane = l.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
               AND d.handler = ANY ((SELECT handlers FROM clock)::text[])
+              -- Held by a running replay (sql/fragments/runnable-handlers.sql): not work a lane is taken for.
+              AND (d.replay_id IS NOT NULL OR d.handler <> ALL ((SELECT held FROM clock)::text[]))
             ORDER BY d.lane, d.available_at LIMIT 1))
     FOR UPDATE OF l SKIP LOCKED
   ) f

@@ -1,5 +1,5 @@
 -- planner-statistics: whether the planner's statistics of the deliveries and events tables are stale: the table has
---                     grown to more than four times the pages its statistics last saw (and past 32 pages). The claims
+--                     grown to more than twice the pages its statistics last saw (and past 4 pages). The claims
 --                     run as generic plans made from those statistics; a table last analyzed or vacuumed while nearly
 --                     empty (the steady state of a table that deletes on completion) reads as a page or two, and the
 --                     plans then read every row for each look-up once a backlog builds. Run now and then by a worker's
@@ -8,7 +8,7 @@
 -- params: none
 -- returns: one row per table: name ('deliveries' | 'events'), stale, owned (this role may analyze it)
 SELECT t.name,
-       pg_relation_size(c.oid) / current_setting('block_size')::int > 4 * (greatest(c.relpages, 0) + 8) AS stale,
+       pg_relation_size(c.oid) / current_setting('block_size')::int > 2 * (greatest(c.relpages, 0) + 2) AS stale,
        pg_has_role(c.relowner, 'USAGE') AS owned
 FROM (VALUES ('deliveries', '/*schema*/relaybus_deliveries'::regclass),
              ('events', '/*schema*/relaybus_events'::regclass)) AS t(name, oid)

@@ -132,13 +132,9 @@ export class ClaimCycle {
     return this.#peerLanes === undefined ? { claimed, completed } : { claimed, completed, peerLanes: this.#peerLanes };
   }
 
-  /** The claim's statements run on the session's connection when it holds one (`HeldConnection`). */
+  /** The claim's statements run where the session's do (its held connection, else the pool). */
   #runClaim<Row extends object>(name: StatementName, values: readonly unknown[]): Promise<Row[]> {
-    const { run, driver } = this.#context;
-    const connection = this.#session.connection;
-    return connection === undefined
-      ? run<Row>(driver.executor, name, values)
-      : connection.run(driver.executor, (executor) => run<Row>(executor, name, values));
+    return this.#session.run<Row>(name, values);
   }
 
   /**

@@ -14,6 +14,7 @@ import type { HeldConnection } from './held-connections.js';
 import { KeyWalkCursors } from './key-walk-cursors.js';
 import { RecordedLanes } from './recorded-lanes.js';
 import type { RowOf } from './rows.js';
+import type { StatementName } from './statements.js';
 import type { StoreContext } from './store-context.js';
 
 /**
@@ -52,7 +53,7 @@ export class PgClaimSession implements ClaimSession {
     this.#assertOpen();
     validateClaim(params);
     const { claimed } = await new ClaimCycle(this.#context, this, params, []).run();
-    void this.#context.statistics.tick();
+    await this.#context.statistics.tick(this.run);
     return claimed;
   }
 
@@ -61,9 +62,18 @@ export class PgClaimSession implements ClaimSession {
     const parsed = parseLeases(leases);
     validateClaim(params);
     const result = await new ClaimCycle(this.#context, this, params, parsed).run();
-    void this.#context.statistics.tick();
+    await this.#context.statistics.tick(this.run);
     return result;
   }
+
+  /** Run one statement where this session's claims run: on its held connection (`HeldConnection`), else the pool. */
+  readonly run = <Row extends object>(name: StatementName, values: readonly unknown[]): Promise<Row[]> => {
+    const { run, driver } = this.#context;
+    const connection = this.connection;
+    return connection === undefined
+      ? run<Row>(driver.executor, name, values)
+      : connection.run(driver.executor, (executor) => run<Row>(executor, name, values));
+  };
 
   async forgetInFlight(holding: readonly string[]): Promise<number> {
     validateForgetInFlight(holding);

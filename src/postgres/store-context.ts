@@ -142,7 +142,7 @@ export function createStoreContext<TTx>(options: PostgresStoreOptions<TTx>): Sto
     publishProbe: new PublishProbe(schema, statements),
     // The listening connection is held besides the claim sessions' ones.
     held: new HeldConnections(options.holdClaimConnections === false ? undefined : driver, listens ? 1 : 0),
-    statistics: new StatisticsKeeper((name, params) => run(driver.executor, name, params)),
+    statistics: new StatisticsKeeper(),
     run,
     runOwned: (name, params) => run(driver.executor, name, params),
   };

@@ -17,7 +17,7 @@ export const DEFAULT_REPLAY_BATCH_SIZE = 500;
 /** Unfinished replayed deliveries allowed at once by default. */
 export const DEFAULT_REPLAY_MAX_OUTSTANDING = 2_000;
 /** Wait between steps that create nothing by default, in ms. */
-export const DEFAULT_REPLAY_POLL_MS = 200;
+export const DEFAULT_REPLAY_POLL_MS = 50;
 /** Consecutive retryable store failures tolerated by default before the error is thrown. */
 export const DEFAULT_REPLAY_MAX_RETRIES = 10;
 
@@ -36,7 +36,7 @@ export interface RunReplayOptions {
   readonly maxOutstanding?: number;
   /** At most this many events per second (a positive number). Default: no rate limit. */
   readonly rate?: number;
-  /** How long to wait, in ms, when a step says the replay waits or the outstanding cap is reached. 1..60,000. Default 200. */
+  /** How long to wait, in ms, when a step says the replay waits or the outstanding cap is reached. 1..60,000. Default 50. */
   readonly pollMs?: number;
   /** Called after each step with where the replay stands and what the step did. */
   readonly onProgress?: (replay: ReplayView, step: ReplayStepResult) => void;

@@ -144,9 +144,10 @@ describe('a claim naming free lanes on real Postgres', { skip: 'skip' in found ?
       );
       // The named lanes' work comes in the claim's own statement; a claim that may look at free lanes (no
       // freeLanes 'skip') looks once after it, and takes none: no other lane has work, so no claim statement follows.
+      // (The store's look at its tables' statistics after a claim is not part of it.)
       const names = loadStatements(schema);
       assert.deepEqual(
-        statements,
+        statements.filter((name) => name !== names['planner-statistics'].name),
         [names['claim-held-lanes'].name, names['acquire-lanes'].name],
         `the claim, then one look at the free lanes: ${statements.join(', ')}`,
       );

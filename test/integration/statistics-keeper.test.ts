@@ -23,7 +23,7 @@ describe('the planner statistics of the claimed tables', { skip: 'skip' in found
     (
       await pool.query<{ reltuples: number; stale: boolean }>(
         `SELECT c.reltuples::float8 AS reltuples,
-                pg_relation_size(c.oid) / current_setting('block_size')::int > 4 * (greatest(c.relpages, 0) + 8) AS stale
+                pg_relation_size(c.oid) / current_setting('block_size')::int > 2 * (greatest(c.relpages, 0) + 2) AS stale
          FROM pg_class c WHERE c.oid = '"${schema}".relaybus_deliveries'::regclass`,
       )
     ).rows[0]!;
