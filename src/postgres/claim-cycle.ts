@@ -7,7 +7,6 @@ import type { ParsedLease } from '../store/validate.js';
 import { leaseArrays, toClaimed } from './claimed-deliveries.js';
 import type { PgClaimSession } from './pg-claim-session.js';
 import type { RowOf } from './rows.js';
-import type { StatementName } from './statements.js';
 import type { StoreContext } from './store-context.js';
 
 /**
@@ -132,11 +131,6 @@ export class ClaimCycle {
     return this.#peerLanes === undefined ? { claimed, completed } : { claimed, completed, peerLanes: this.#peerLanes };
   }
 
-  /** The claim's statements run where the session's do (its held connection, else the pool). */
-  #runClaim<Row extends object>(name: StatementName, values: readonly unknown[]): Promise<Row[]> {
-    return this.#session.run<Row>(name, values);
-  }
-
   /**
    * The one row of a claim statement, and what it claimed. The walks move on, then the lanes it handed back lose their
    * cursors (in that order: a handed-back lane may have walked in the same claim).
@@ -169,7 +163,7 @@ export class ClaimCycle {
     const params = this.#params;
     const session = this.#session;
     const probes = this.#context.probes;
-    const rows = await this.#runClaim<ClaimRow>('claim-held-lanes', [
+    const rows = await this.#session.run<ClaimRow>('claim-held-lanes', [
       session.owner,
       params.handlers,
       want,
@@ -207,7 +201,7 @@ export class ClaimCycle {
    */
   async #claimLightOnce(want: number, take: readonly number[]): Promise<Claimed> {
     const session = this.#session;
-    const rows = await this.#runClaim<ClaimRow>('claim-light', [
+    const rows = await this.#session.run<ClaimRow>('claim-light', [
       session.owner,
       this.#params.handlers,
       want,
@@ -256,7 +250,7 @@ export class ClaimCycle {
     prefer: readonly number[] = this.#params.preferLanes ?? [],
   ): Promise<RowOf<'acquire-lanes'>[]> {
     const params = this.#params;
-    return this.#runClaim<RowOf<'acquire-lanes'>>('acquire-lanes', [
+    return this.#session.run<RowOf<'acquire-lanes'>>('acquire-lanes', [
       this.#session.owner,
       params.handlers,
       take,
