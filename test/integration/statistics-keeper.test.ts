@@ -49,6 +49,47 @@ describe('the planner statistics of the claimed tables', { skip: 'skip' in found
     assert.equal(after.stale, false);
   });
 
+  it('a table that kept its pages through a drain, analyzed with none of its rows, is analyzed once rows return', async () => {
+    const handlers = [{ name: 'h', maxAttempts: 3 }];
+    // One connection for the whole preparation, its statistics counters flushed before each look at them (a session
+    // flushes them at most once a second otherwise, and a late flush would count rows the table no longer has).
+    const client = await pool.connect();
+    const publish = async (count: number, from: number) => {
+      await client.query('BEGIN');
+      await store.publish(
+        client,
+        Array.from({ length: count }, (_, n) => ({ type: 't', key: `k${(from + n) % 500}`, payload: { n }, handlers })),
+      );
+      await client.query('COMMIT');
+      await client.query('SELECT pg_stat_force_next_flush()');
+    };
+    try {
+      await client.query(`DELETE FROM "${schema}".relaybus_deliveries`);
+      await publish(20_000, 0);
+      // The drain: every row gone but the last one, which keeps the heap's pages from being truncated by VACUUM.
+      await client.query(
+        `DELETE FROM "${schema}".relaybus_deliveries WHERE id < (SELECT max(id) FROM "${schema}".relaybus_deliveries)`,
+      );
+      await client.query('SELECT pg_stat_force_next_flush()');
+      await client.query(`VACUUM ANALYZE "${schema}".relaybus_deliveries`);
+      const drained = await deliveriesStatistics();
+      assert.ok(drained.reltuples < 10, `analyzed nearly empty: reltuples ${drained.reltuples}`);
+
+      await publish(3_000, 20_000);
+      assert.equal((await deliveriesStatistics()).stale, false, 'the rows fit in the pages the table kept');
+    } finally {
+      client.release();
+    }
+
+    const deadline = Date.now() + 10_000;
+    while ((await deliveriesStatistics()).reltuples < 1_000 && Date.now() < deadline) {
+      await owners.claim(store, { owner: 'w3', handlers: ['h'], limit: 1, leaseDurationMs: 60_000 });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const after = await deliveriesStatistics();
+    assert.ok(after.reltuples > 2_000, `analyzed with the rows back: reltuples ${after.reltuples}`);
+  });
+
   it('a table within its statistics is not analyzed again', async () => {
     const analyzeCount = async () =>
       Number(
