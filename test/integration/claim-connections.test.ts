@@ -69,10 +69,12 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
   const claim = (owner: string, holdConnection = true) =>
     owners.claim(store, { owner, handlers: ['h'], limit: 5, leaseDurationMs: 60_000, holdConnection });
 
-  it('a lent connection plans generically from the first call, and is reset when given back', async () => {
+  it('a lent connection plans generically from the first call with index look-ups priced as cached, and is reset when given back', async () => {
     const session = await fromPg(pool).session!();
     const show = { name: '', text: 'SHOW plan_cache_mode' };
     assert.deepEqual(await session.run(show, []), [{ plan_cache_mode: 'force_generic_plan' }]);
+    const pageCost = { name: '', text: 'SHOW random_page_cost' };
+    assert.deepEqual(await session.run(pageCost, []), [{ random_page_cost: '1.1' }], 'index look-ups priced as cached');
     await session.run({ name: 'claim_connections_probe', text: 'SELECT $1::int + 1 AS n' }, [1]);
     assert.deepEqual(
       await session.run(
@@ -90,8 +92,10 @@ describe('claim connections held per owner on real Postgres', { skip: 'skip' in 
     // Every connection of the pool, the given-back one among them, has the server's setting.
     const clients = await Promise.all(Array.from({ length: pool.totalCount }, () => pool.connect()));
     try {
-      for (const client of clients)
+      for (const client of clients) {
         assert.equal((await client.query('SHOW plan_cache_mode')).rows[0].plan_cache_mode, 'auto');
+        assert.equal((await client.query('SHOW random_page_cost')).rows[0].random_page_cost, '4');
+      }
     } finally {
       for (const client of clients) client.release();
     }

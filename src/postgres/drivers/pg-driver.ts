@@ -89,17 +89,30 @@ function pgPoolSize(pool: PgPoolLike): number | undefined {
 }
 
 /**
- * A connection of `pool` lent to relaybus (`PostgresDriver.session`). With prepared statements its statements get a
- * generic plan from the first call: Postgres otherwise plans a statement five times with its parameters' values and once
- * more generically on every connection before it settles, and the claim statements take milliseconds to plan. Not
- * without them (transaction-mode PgBouncer): unnamed statements are planned on every call anyway, and a session setting
- * would stay on whichever server connection the pooler picked.
+ * The settings of a lent connection while relaybus holds it (restored when given back):
+ * - plan_cache_mode: a generic plan from the first call. Postgres otherwise plans a statement five times with its
+ *   parameters' values and once more generically on every connection before it settles, and the claim statements take
+ *   milliseconds to plan.
+ * - random_page_cost at most 1.1: the claims read a queue's tables, which live in shared buffers. At the default (4) a
+ *   table analyzed while nearly empty (a drained queue: what autovacuum analyzes most often) beside its indexes' pages
+ *   prices each index look-up above a read of the whole heap, and the claims' generic plans then scan the heap for
+ *   every key they visit (claims of hundreds of milliseconds under a light load).
+ */
+const LENT_SESSION_SETTINGS =
+  "SELECT set_config('plan_cache_mode', 'force_generic_plan', false), " +
+  "set_config('random_page_cost', least(current_setting('random_page_cost')::float8, 1.1)::text, false)";
+const LENT_SESSION_RESET = 'RESET plan_cache_mode; RESET random_page_cost';
+
+/**
+ * A connection of `pool` lent to relaybus (`PostgresDriver.session`), with LENT_SESSION_SETTINGS where statements are
+ * prepared. Not without them (transaction-mode PgBouncer): unnamed statements are planned on every call anyway, and a
+ * session setting would stay on whichever server connection the pooler picked.
  */
 async function lendPgConnection(pool: PgPoolLike, prepared: boolean): Promise<SqlSession> {
   const client = await pool.connect();
   guardCheckedOut(pool, client);
   try {
-    if (prepared) await client.query("SELECT set_config('plan_cache_mode', 'force_generic_plan', false)");
+    if (prepared) await client.query(LENT_SESSION_SETTINGS);
   } catch (error) {
     client.release(error instanceof Error ? error : new Error(String(error)));
     throw error;
@@ -115,8 +128,8 @@ async function lendPgConnection(pool: PgPoolLike, prepared: boolean): Promise<Sq
         : undefined;
       if (destroy === undefined && prepared) {
         try {
-          // Back to the connection's own setting (the server's, or the pool's startup options).
-          await client.query('RESET plan_cache_mode');
+          // Back to the connection's own settings (the server's, or the pool's startup options).
+          await client.query(LENT_SESSION_RESET);
         } catch (error) {
           destroy = error instanceof Error ? error : new Error(String(error));
         }
