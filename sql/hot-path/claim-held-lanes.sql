@@ -24,6 +24,7 @@
 -- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE); relaybus_deliveries_unkeyed_due_idx (unkeyed,
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
 --        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight);
+--        relaybus_deliveries_keyed_due_idx (fresh: the newest rows of a named lane, read backwards);
 --        relaybus_events_pkey (payload, history; an event published inline has none: its deliveries carry it, and the
 --        claim reads it with the rest of the row); relaybus_paused_handlers and
 --        relaybus_replays_running_idx (read once: sql/fragments/runnable-handlers.sql)
@@ -33,15 +34,18 @@
 --         nothing to complete), $13 completion history boolean, $14 probe lanes smallint[], $15 probe handlers text[],
 --         $16 probe keys text[] (keys whose head this owner rescheduled and that are due again: looked up directly,
 --         from the lowest sequence: a replayed row's may be negative),
---         $17 free lanes to take when they give work smallint[] (lanes held by anyone, or expired, are left alone),
+--         $17 lanes a wake-up or a retry named smallint[]: a free one is taken when it gives work (lanes held by
+--         anyone else, or expired, are left alone), and in each one this owner holds or takes, the newest keyed rows
+--         that are their key's head run first (see fresh),
 --         $18 retry lookahead ms int (a probed head due within it is claimed now and flagged early: the worker starts
 --         it when due, and the key is in flight meanwhile, so nothing of it runs early), $19 followers int (how many
 --         of its key's next due deliveries each keyed head brings, beyond $3, at least, with the room fewer heads leave;
 --         0: none), $20 sibling owners text[] (the other claim loops of this worker: their lanes are not a peer's),
 --         $21 rows int (the most this statement may bring, heads and followers; at least $3)
 -- returns: one row: claimed, the claimed deliveries as one JSON text (sql/fragments/claimed-rows.sql: each with
---          whether it was claimed before it was due, early: only a probed head, see $18; heads oldest due first, then
---          their followers; NULL when nothing was picked); lane_epochs, 'lane:epoch' of each lane recorded in flight
+--          whether it was claimed before it was due, early: only a probed head, see $18; probed heads, then a
+--          wake-up's new heads, then the others oldest due first, then their followers; NULL when nothing was picked);
+--          lane_epochs, 'lane:epoch' of each lane recorded in flight
 --          (the epoch of a claimed delivery's lease is its lane's); completed_ids, NULL when every listed lease was
 --          completed (the common case: no id is sent back), else the ids completed; skipped_lanes, how many held lanes
 --          were skipped because they changed while this statement waited for them (see seen; the store asks again
@@ -125,7 +129,7 @@ direct AS (
          n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, q.rank
   FROM (
     -- One lookup per key: a key whose head and followers complete together has one new head, after the last of them.
-    SELECT c.lane, c.handler, c.key, max(c.sequence) AS after, 1 AS rank FROM deleted c WHERE c.key IS NOT NULL
+    SELECT c.lane, c.handler, c.key, max(c.sequence) AS after, 2 AS rank FROM deleted c WHERE c.key IS NOT NULL
     GROUP BY c.lane, c.handler, c.key
     UNION ALL
     SELECT p.lane, p.handler, p.key, '-9223372036854775808'::bigint, 0 FROM unnest($14::smallint[], $15::text[], $16::text[]) AS p(lane, handler, key)
@@ -161,7 +165,7 @@ share AS (
 unkeyed AS (
   SELECT c.* FROM seen s CROSS JOIN LATERAL (
     SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-           d.available_at, d.created_at, d.event_type, d.payload, d.headers, NULL::int AS walk_step, 1 AS rank
+           d.available_at, d.created_at, d.event_type, d.payload, d.headers, NULL::int AS walk_step, 2 AS rank
     FROM /*schema*/relaybus_deliveries d
     WHERE d.lane = s.lane AND d.key IS NULL AND d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now())
       AND d.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND d.id NOT IN (SELECT id FROM busy)
@@ -215,19 +219,47 @@ walk AS (
 keyed AS (
   -- The walk carries each head's columns (its index scan read the row anyway): no second lookup.
   SELECT w.id, w.lane, w.event_id, w.handler, w.key, w.sequence, w.attempts, w.max_attempts, w.claims,
-         w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 1 AS rank
+         w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 2 AS rank
   FROM walk w
   WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND w.id NOT IN (SELECT id FROM busy)
     AND (w.replay_id IS NOT NULL OR w.handler <> ALL ((SELECT held FROM runnable)::text[]))
 ),
+fresh AS (
+  -- The newest keyed rows of each lane a wake-up named ($17: what a publish just committed there), the ones that are
+  -- their key's head and can run now: they come at once and before the backlog's heads (rank 1), instead of when the
+  -- lane's walk comes round to their key. Under a backlog or a replay the walk visits a few keys of a lane a claim
+  -- (see share), and live work waited several claims for it.
+  SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
+         n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, 1 AS rank
+  FROM seen s
+  CROSS JOIN LATERAL (
+    SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+           d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
+    FROM /*schema*/relaybus_deliveries d
+    WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending'
+    ORDER BY d.available_at DESC
+    LIMIT 4
+  ) n
+  WHERE s.lane = ANY ($17::smallint[]) AND n.available_at <= coalesce($5::timestamptz, now())
+    AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
+    AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[]))
+    AND NOT EXISTS (
+      SELECT 1 FROM /*schema*/relaybus_deliveries x
+      WHERE x.lane = n.lane AND x.handler = n.handler AND x.key = n.key AND x.sequence < n.sequence
+        AND x.key IS NOT NULL AND x.status = 'pending')
+),
 heads AS (
-  -- A head can come by two ways (the walk and a probe): once, as the probe's row when it is one (rank 0: a retried
-  -- head goes first in a full batch; the walk's row would sort it last, by its late due time).
+  -- A head can come by several ways (the walk, a probe, a wake-up): once, with its lowest rank (rank 0, a probe: a
+  -- retried head goes first in a full batch; the walk's row would sort it last, by its late due time) and the walk's
+  -- step when the walk found it (walk_end counts the walk's heads taken).
   SELECT * FROM (
-    SELECT DISTINCT ON (c.id) * FROM (
-      SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM direct
+    SELECT DISTINCT ON (c.id) c.id, c.lane, c.event_id, c.handler, c.key, c.sequence, c.attempts, c.max_attempts,
+           c.claims, c.available_at, c.created_at, c.event_type, c.payload, c.headers,
+           min(c.walk_step) OVER (PARTITION BY c.id) AS walk_step, c.rank
+    FROM (
+      SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM direct UNION ALL SELECT * FROM fresh
     ) c
-    ORDER BY c.id, c.rank, c.walk_step
+    ORDER BY c.id, c.rank
   ) c
   ORDER BY c.rank, c.available_at, c.id
   LIMIT $3::int
@@ -242,7 +274,7 @@ followers AS (
   -- the statements they took at $19 + 1 a claim. Each run is one key's, in order, as with $19 (the invariant of the
   -- header).
   SELECT r.id, r.lane, r.event_id, r.handler, r.key, r.sequence, r.attempts, r.max_attempts, r.claims,
-         r.available_at, r.created_at, r.event_type, r.payload, r.headers, NULL::int AS walk_step, 2 AS rank, r.after
+         r.available_at, r.created_at, r.event_type, r.payload, r.headers, NULL::int AS walk_step, 3 AS rank, r.after
   FROM heads h
   CROSS JOIN LATERAL (
     SELECT x.*, bool_and(x.ok) OVER (ORDER BY x.sequence) AS run, lag(x.id, 1, h.id) OVER (ORDER BY x.sequence) AS after
@@ -257,10 +289,10 @@ followers AS (
       ORDER BY d.handler, d.key, d.sequence
       -- The room the heads leave, shared by the keyed ones: $19 when the batch is full of keyed heads, more otherwise.
       LIMIT least(100, ($21::int - (SELECT count(*) FROM heads)::int)
-        / greatest((SELECT count(*) FROM heads WHERE key IS NOT NULL AND rank = 1)::int, 1))
+        / greatest((SELECT count(*) FROM heads WHERE key IS NOT NULL AND rank > 0)::int, 1))
     ) x
   ) r
-  WHERE $19::int > 0 AND h.key IS NOT NULL AND h.rank = 1 AND r.run
+  WHERE $19::int > 0 AND h.key IS NOT NULL AND h.rank > 0 AND r.run
 ),
 picked AS (
   SELECT h.id, h.lane, h.event_id, h.handler, h.key, h.sequence, h.attempts, h.max_attempts, h.claims,
