@@ -31,6 +31,7 @@ import { findPostgres, uniqueSchemaName } from '../support/databases.js';
 import { waitFor } from '../support/wait.js';
 import { REPO, runCli, startCli, useBuiltCli, type RunningCli } from './support.js';
 import * as owners from '../support/claims.js';
+import { logIn as logInWith } from '../support/dashboard-login.js';
 
 const found = await findPostgres();
 useBuiltCli();
@@ -49,18 +50,8 @@ async function startDashboard(
   return { cli, url };
 }
 
-/** Log in with the token as the login form does: the login's response, the session cookie, the page and its CSRF token. */
-async function logIn(address: string): Promise<{ login: Response; cookie: string; html: string; csrf: string }> {
-  const login = await fetch(`${address}/login`, {
-    method: 'POST',
-    body: new URLSearchParams({ token: TOKEN }),
-    redirect: 'manual',
-  });
-  const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
-  const html = await (await fetch(address, { headers: { cookie } })).text();
-  const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
-  return { login, cookie, html, csrf };
-}
+/** Log in with the suite's token as the login form does. */
+const logIn = (address: string) => logInWith(address, TOKEN);
 
 async function stop(cli: RunningCli): Promise<void> {
   cli.child.kill('SIGINT');

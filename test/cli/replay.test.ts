@@ -11,6 +11,7 @@ import * as owners from '../support/claims.js';
 import { findPostgres } from '../support/databases.js';
 import { useAdminSchema } from './admin-schema.js';
 import { lines, runCli, startCli, useBuiltCli } from './support.js';
+import { logIn } from '../support/dashboard-login.js';
 
 const found = await findPostgres();
 const TOKEN = 'replay-test-token-0123456789';
@@ -191,15 +192,8 @@ describe('relaybus replay (real Postgres, built bin)', { skip: 'skip' in found ?
       const address = /relaybus dashboard on (http:\/\/\S+) /
         .exec(cli.output().stdout)![1]!
         .replace('0.0.0.0', '127.0.0.1');
-      const login = await fetch(`${address}/login`, {
-        method: 'POST',
-        body: new URLSearchParams({ token: TOKEN }),
-        redirect: 'manual',
-      });
-      const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
-      const html = await (await fetch(address, { headers: { cookie } })).text();
+      const { cookie, html, csrf } = await logIn(address, TOKEN);
       assert.match(html, /<table id="replays">/);
-      const csrf = /name="relaybus-csrf" content="([^"]+)"/.exec(html)![1]!;
       const overview = (await (await fetch(`${address}/api/overview`, { headers: { cookie } })).json()) as {
         replays: { id: string; created: number; total: number; requestedBy: string; undriven: boolean }[];
       };
