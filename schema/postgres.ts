@@ -86,6 +86,11 @@ export const relaybusDeliveries = relaybusSchema.table(
     index('relaybus_deliveries_keyed_due_idx')
       .on(t.lane, t.availableAt)
       .where(sql`key IS NOT NULL AND status = 'pending'`),
+    // A running replay's pending keyed rows by key: while its handlers' live rows are held, the claim finds the
+    // replayed heads here instead of walking every held key (migration 0006). Holds no published row.
+    index('relaybus_deliveries_replayed_idx')
+      .on(t.lane, t.handler, t.key, t.sequence)
+      .where(sql`replay_id IS NOT NULL AND key IS NOT NULL AND status = 'pending'`),
     index('relaybus_deliveries_updated_at_id_idx').on(t.updatedAt, t.id).where(sql`status = 'dead'`),
     check('relaybus_deliveries_lane_check', sql`lane >= 0 AND lane < 256`),
     check('relaybus_deliveries_status_check', sql`status IN ('pending', 'dead', 'completed')`),
@@ -176,6 +181,9 @@ export const relaybusReplays = relaybusSchema.table(
     planned: bigint('planned', { mode: 'bigint' }).notNull(),
     startXmax: bigint('start_xmax', { mode: 'bigint' }).notNull(),
     firstDeliveryId: bigint('first_delivery_id', { mode: 'bigint' }),
+    // The first key-order value a publish after the start can get: live keyed rows from it on wait for the replay
+    // (null: every live keyed row of its handlers waits). See sql/fragments/runnable-handlers.sql.
+    holdFrom: bigint('hold_from', { mode: 'bigint' }),
   },
   (t) => [
     // The running replays: every claim statement reads which handlers are held (sql/fragments/runnable-handlers.sql).

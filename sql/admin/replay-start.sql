@@ -7,7 +7,8 @@
 --               lane it then reads as changed (see seen in claim-held-lanes and claim-light), so no claim that began
 --               before the replay claims after it; later claims see the replay and hold its handlers' live keyed rows.
 --               start_xmax: the late look waits until every transaction running now has ended (at most 30 seconds
---               after the start: see replay-take).
+--               after the start: see replay-take). hold_from: the first key-order value a publish after this one can
+--               get (the sequence's, read as it stands: not transactional); see sql/fragments/runnable-handlers.sql.
 -- index: relaybus_replays_running_idx (running replays); relaybus_subscriptions_pkey; relaybus_events (the selection,
 --        read once); relaybus_lanes_pkey (the 256 lane rows)
 -- params: $1-$8 as replay-plan (mode, handlers, types, since, until, from id, to id, key), $9 requested_by text,
@@ -36,10 +37,11 @@ ordered AS (
 replay AS (
   INSERT INTO /*schema*/relaybus_replays
     (mode, handlers, filter, requested_by, reason, state, created_at, updated_at, total, created, skipped, cursor,
-     planned, start_xmax)
+     planned, start_xmax, hold_from)
   SELECT $1::text, $2::text[], $11::text::jsonb, $9::text, $10::text, 'running', coalesce($12::timestamptz, now()),
          coalesce($12::timestamptz, now()), (SELECT count(*) FROM ordered), 0, 0, 0,
-         coalesce((SELECT max(position) FROM ordered), 0), txid_snapshot_xmax(txid_current_snapshot())
+         coalesce((SELECT max(position) FROM ordered), 0), txid_snapshot_xmax(txid_current_snapshot()),
+         (SELECT CASE WHEN q.is_called THEN q.last_value + 1 ELSE q.last_value END FROM /*schema*/relaybus_key_order q)
   WHERE (SELECT ok FROM allowed)
   RETURNING id
 ),

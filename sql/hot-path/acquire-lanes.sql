@@ -17,6 +17,7 @@ clock AS MATERIALIZED (
          $1::text AS owner, $3::int AS take,
          -- A lane whose only due work is a paused handler's, or held by a replay, is not taken.
          (SELECT handlers FROM runnable) AS handlers, (SELECT held FROM runnable) AS held,
+         (SELECT hold_from FROM runnable) AS hold_from,
          $4::int AS start, $7::smallint[] AS prefer
 ),
 free AS (
@@ -47,7 +48,8 @@ free AS (
             WHERE d.lane = l.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
               AND d.handler = ANY ((SELECT handlers FROM clock)::text[])
               -- Held by a running replay (sql/fragments/runnable-handlers.sql): not work a lane is taken for.
-              AND (d.replay_id IS NOT NULL OR d.handler <> ALL ((SELECT held FROM clock)::text[]))
+              AND (d.replay_id IS NOT NULL OR d.handler <> ALL ((SELECT held FROM clock)::text[])
+                   OR d.sequence < (SELECT hold_from FROM clock))
             ORDER BY d.lane, d.available_at LIMIT 1))
     FOR UPDATE OF l SKIP LOCKED
   ) f

@@ -145,7 +145,8 @@ direct AS (
     LIMIT 1
   ) n
   WHERE n.available_at <= coalesce($5::timestamptz, now()) + CASE WHEN q.rank = 0 THEN make_interval(secs => $18::int / 1000.0) ELSE interval '0' END
-    AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy) AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[]))
+    AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy) AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
+         OR n.sequence < (SELECT hold_from FROM runnable))
 ),
 share AS (
   -- Each lane's share of what the direct lookups left of the batch, doubled so lanes with little due work leave room to
@@ -179,7 +180,8 @@ walk AS (
   -- back at its start.
   SELECT s.lane, st.handler AS start_handler, st.key AS start_key, n.*, 1 AS step,
          (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
-          AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])))::int AS found
+          AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
+         OR n.sequence < (SELECT hold_from FROM runnable)))::int AS found
   FROM seen s
   CROSS JOIN LATERAL (
     SELECT coalesce(c.handler, '') AS handler, coalesce(c.key, '') AS key
@@ -201,7 +203,8 @@ walk AS (
   UNION ALL
   SELECT w.lane, w.start_handler, w.start_key, n.*, w.step + 1,
          w.found + (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
-                    AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])))::int
+                    AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
+         OR n.sequence < (SELECT hold_from FROM runnable)))::int
   FROM walk w
   CROSS JOIN LATERAL (
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
@@ -222,7 +225,8 @@ keyed AS (
          w.available_at, w.created_at, w.event_type, w.payload, w.headers, w.step AS walk_step, 2 AS rank
   FROM walk w
   WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND w.id NOT IN (SELECT id FROM busy)
-    AND (w.replay_id IS NOT NULL OR w.handler <> ALL ((SELECT held FROM runnable)::text[]))
+    AND (w.replay_id IS NOT NULL OR w.handler <> ALL ((SELECT held FROM runnable)::text[])
+         OR w.sequence < (SELECT hold_from FROM runnable))
 ),
 fresh AS (
   -- The newest keyed rows of each lane a wake-up named ($17: what a publish just committed there), the ones that are
@@ -242,7 +246,8 @@ fresh AS (
   ) n
   WHERE s.lane = ANY ($17::smallint[]) AND n.available_at <= coalesce($5::timestamptz, now())
     AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
-    AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[]))
+    AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
+         OR n.sequence < (SELECT hold_from FROM runnable))
     AND NOT EXISTS (
       SELECT 1 FROM /*schema*/relaybus_deliveries x
       WHERE x.lane = n.lane AND x.handler = n.handler AND x.key = n.key AND x.sequence < n.sequence
@@ -282,7 +287,8 @@ followers AS (
       SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
              d.available_at, d.created_at, d.event_type, d.payload, d.headers,
              d.available_at <= coalesce($5::timestamptz, now()) AND d.id NOT IN (SELECT id FROM busy)
-             AND (d.replay_id IS NOT NULL OR d.handler <> ALL ((SELECT held FROM runnable)::text[])) AS ok
+             AND (d.replay_id IS NOT NULL OR d.handler <> ALL ((SELECT held FROM runnable)::text[])
+         OR d.sequence < (SELECT hold_from FROM runnable)) AS ok
       FROM /*schema*/relaybus_deliveries d
       WHERE d.lane = h.lane AND d.handler = h.handler AND d.key = h.key AND d.sequence > h.sequence
         AND d.key IS NOT NULL AND d.status = 'pending'

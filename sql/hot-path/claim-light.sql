@@ -67,7 +67,8 @@ candidates AS (
   ) c
   WHERE c.available_at <= coalesce($5::timestamptz, now()) AND c.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND c.id <> ALL (s.in_flight)
     -- The hold (sql/fragments/runnable-handlers.sql): a held keyed head keeps its key back.
-    AND (c.key IS NULL OR c.replay_id IS NOT NULL OR c.handler <> ALL ((SELECT held FROM runnable)::text[]))
+    AND (c.key IS NULL OR c.replay_id IS NOT NULL OR c.handler <> ALL ((SELECT held FROM runnable)::text[])
+         OR c.sequence < (SELECT hold_from FROM runnable))
 ),
 picked AS (
   SELECT c.*, NULL::bigint AS after FROM candidates c ORDER BY c.available_at, c.id LIMIT $3::int

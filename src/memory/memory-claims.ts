@@ -12,14 +12,6 @@ import { validateClaim, validateForgetInFlight } from '../store/validate.js';
 import { byDueOrder, headKey, timeOf, type DeliveryRecord, type MemoryState } from './memory-state.js';
 
 /**
- * The hold of a running replay: a keyed delivery of one of its handlers that no replay created waits, so each key's
- * replayed history runs before it. Unkeyed deliveries have no order to keep.
- */
-function runnable(delivery: DeliveryRecord, held: ReadonlySet<string>): boolean {
-  return delivery.key === null || delivery.replayId !== null || !held.has(delivery.handler);
-}
-
-/**
  * A claim session of the memory store (`Store.openClaims`): one owner's claims. What it keeps between claims is the
  * lanes its last claim took (the next claim's first round, `acquireRounds`); the lanes themselves are the store's.
  */
@@ -112,10 +104,10 @@ export class MemoryClaimSession implements ClaimSession {
     const picked = new Set<number>();
     if (held.size === 0 || picks.length >= params.limit) return picked;
     const heads = this.data.keyHeads();
-    const waiting = this.data.heldHandlers();
+    const hold = this.data.replayHold();
     const candidates = [...this.data.deliveries.values()]
       .filter((d) => held.has(d.lane) && d.status === 'pending' && handlers.has(d.handler) && d.availableAt <= now)
-      .filter((d) => runnable(d, waiting))
+      .filter((d) => hold.allows(d))
       .filter((d) => !this.data.lanes[d.lane]!.inFlight.has(d.id))
       .sort(byDueOrder);
     for (const delivery of candidates) {
@@ -136,11 +128,11 @@ export class MemoryClaimSession implements ClaimSession {
    */
   #acquireFreeLanes(params: ClaimParams, handlers: ReadonlySet<string>, now: number, batch: number): number {
     const locked = new Set(this.data.locked.values());
-    const waiting = this.data.heldHandlers();
+    const hold = this.data.replayHold();
     const oldest = new Map<number, DeliveryRecord>();
     for (const d of this.data.deliveries.values()) {
       if (d.status !== 'pending' || !handlers.has(d.handler) || d.availableAt > now) continue;
-      if (!runnable(d, waiting)) continue;
+      if (!hold.allows(d)) continue;
       if (locked.has(d.lane) || !this.#isFree(d.lane, now)) continue;
       const current = oldest.get(d.lane);
       if (!current || byDueOrder(d, current) < 0) oldest.set(d.lane, d);

@@ -60,7 +60,7 @@ function selected(event: EventRecord, filter: ReplayFilter): boolean {
 /**
  * Replay on the memory store: the plan is fixed at the start (events in key order, each with the handlers it lacks,
  * or had), steps create its deliveries in that order, and while it runs its handlers' live keyed deliveries wait
- * (`MemoryState.heldHandlers`, applied by the claims).
+ * (`ReplayHold`, applied by the claims).
  */
 export class MemoryReplay {
   constructor(readonly data: MemoryState) {}
@@ -113,6 +113,7 @@ export class MemoryReplay {
       plan,
       cursor: 0,
       openAtStart: new Set(this.data.openTransactions),
+      keyOrderAtStart: new Map(this.data.keySequences),
     };
     this.data.replays.set(id, replay);
     return this.#view(replay);

@@ -103,6 +103,8 @@ export interface ReplayRecord {
   cursor: number;
   /** Transactions open at the start: until they end, a publish lacking a handler may still commit. */
   readonly openAtStart: ReadonlySet<TransactionState>;
+  /** Each key's last key-order value at the start: a later publish gets a larger one (see `ReplayHold`). */
+  readonly keyOrderAtStart: ReadonlyMap<string, bigint>;
 }
 
 /** A publish staged by an open transaction; applied at commit. */
@@ -322,12 +324,9 @@ export class MemoryState {
     return next;
   }
 
-  /** Handlers with a running replay: their keyed deliveries not created by a replay wait (the hold). */
-  heldHandlers(): Set<string> {
-    const held = new Set<string>();
-    for (const replay of this.replays.values())
-      if (replay.state === 'running') for (const handler of replay.handlers) held.add(handler);
-    return held;
+  /** The hold of the running replays, as a claim made now sees it. */
+  replayHold(): ReplayHold {
+    return new ReplayHold(this);
   }
 
   lanesOwnedBy(owner: string): number[] {
@@ -416,5 +415,39 @@ export class MemoryState {
 
   assertOpen(): void {
     if (this.closed) throw new InvalidStateError('This memory store is closed; create a new one with memoryStore().');
+  }
+}
+
+/**
+ * The hold of the running replays: a keyed delivery of one of their handlers that no replay created waits unless its
+ * key-order value was given before the replay started and is below its key's next planned item (the items are taken
+ * in key order): each key's replayed history runs before its live deliveries, and a delivery published before the
+ * start is not held behind history that follows it. Unkeyed deliveries have no order to keep.
+ */
+export class ReplayHold {
+  /** Per held handler: its replay's key-order values at the start, and each key's lowest planned item not taken. */
+  readonly #byHandler = new Map<string, { atStart: ReadonlyMap<string, bigint>; next: ReadonlyMap<string, bigint> }>();
+
+  constructor(data: MemoryState) {
+    for (const replay of data.replays.values()) {
+      if (replay.state !== 'running') continue;
+      const next = new Map<string, bigint>();
+      for (const item of replay.plan.slice(replay.cursor)) {
+        const key = data.events.get(item.eventId)?.key ?? null;
+        if (key === null || item.sequence === null) continue;
+        const lowest = next.get(key);
+        if (lowest === undefined || item.sequence < lowest) next.set(key, item.sequence);
+      }
+      for (const handler of replay.handlers) this.#byHandler.set(handler, { atStart: replay.keyOrderAtStart, next });
+    }
+  }
+
+  allows(delivery: DeliveryRecord): boolean {
+    if (delivery.key === null || delivery.replayId !== null) return true;
+    const hold = this.#byHandler.get(delivery.handler);
+    if (hold === undefined) return true;
+    if (delivery.sequence === null || delivery.sequence > (hold.atStart.get(delivery.key) ?? 0n)) return false;
+    const next = hold.next.get(delivery.key);
+    return next === undefined || delivery.sequence < next;
   }
 }

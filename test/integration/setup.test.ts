@@ -69,12 +69,14 @@ describe('setup() on real Postgres', { skip: 'skip' in found ? found.skip : unde
     const { indexes } = await catalog(schema);
     const onDeliveries = indexes.filter((i) => i.includes('ON S.relaybus_deliveries '));
     // No (event_id, handler) index since 0002: events.handlers keeps one delivery per handler (see publish.sql).
+    // replayed_idx (0006) holds replayed rows only: a published row never enters it.
     assert.deepEqual(
       onDeliveries.map((i) => i.split(':')[0]),
       [
         'relaybus_deliveries_keyed_due_idx',
         'relaybus_deliveries_lane_handler_key_sequence_idx',
         'relaybus_deliveries_pkey',
+        'relaybus_deliveries_replayed_idx',
         'relaybus_deliveries_unkeyed_due_idx',
         'relaybus_deliveries_updated_at_id_idx',
       ],

@@ -183,7 +183,10 @@ export const replayCases: CaseGroup = {
           'ev04/h1:pending',
           'ev05/h2:pending',
         ]);
-        await runOne(harness, H1, 'ev01');
+        // ev04, pending since before the start with no history before it in k3, is not held; ev02 waits behind ev01.
+        const firsts = await claim(harness, 'w1', { handlers: [H1] });
+        assert.deepEqual(firsts.map((c) => c.eventId).sort(), ['ev01', 'ev04']);
+        assert.deepEqual(await harness.store.completeMany(firsts.map(leaseOf), harness.clock.now()), [true, true]);
         await runOne(harness, H1, 'ev02');
       },
     },
@@ -231,6 +234,26 @@ export const replayCases: CaseGroup = {
           'after the replay the live event runs, after its key history',
         );
         assert.ok(BigInt(live[0]!.sequence!) > BigInt(first!.sequence!));
+      },
+    },
+    {
+      name: 'a delivery pending before the start is not held behind history after it in its key; live ones still are',
+      async run({ harness }) {
+        // h2 takes TYPE: ev01 gives it a pending delivery. ev02 (OTHER, same key, later) it never got.
+        await subscribe(harness, H2);
+        await publish(harness, [event({ id: 'ev01', key: 'k1' })]);
+        await publish(harness, [event({ id: 'ev02', key: 'k1', type: OTHER })]);
+        await subscribe(harness, H2, 4, OTHER);
+        const replay = await start(harness, backfill({ eventTypes: [OTHER] }));
+        assert.equal(replay.total, 1);
+        await publish(harness, [event({ id: 'ev03', key: 'k1' })]);
+        assert.equal((await step(harness, replay.id, 10)).created, 1);
+        // Publish order in k1: ev01 (pending since before the start), ev02 (replayed), ev03 (live, held).
+        await runOne(harness, H2, 'ev01');
+        await runOne(harness, H2, 'ev02');
+        assert.deepEqual(await claim(harness, 'w1', { handlers: [H2] }), [], 'the live ev03 waits for the replay');
+        assert.equal((await stepToEnd(harness, replay.id)).replay.state, 'finished');
+        await runOne(harness, H2, 'ev03');
       },
     },
     {
