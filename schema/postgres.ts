@@ -182,7 +182,8 @@ export const relaybusReplays = relaybusSchema.table(
     startXmax: bigint('start_xmax', { mode: 'bigint' }).notNull(),
     firstDeliveryId: bigint('first_delivery_id', { mode: 'bigint' }),
     // The first key-order value a publish after the start can get: live keyed rows from it on wait for the replay
-    // (null: every live keyed row of its handlers waits). See sql/fragments/runnable-handlers.sql.
+    // (null: every live keyed row of its handlers waits; none was pending at the start). See
+    // sql/fragments/runnable-handlers.sql.
     holdFrom: bigint('hold_from', { mode: 'bigint' }),
   },
   (t) => [

@@ -10,7 +10,8 @@
 --          start can get) and the sequence of its next planned item (items are taken in sequence order): a row below
 --          it has every replayed row of its key that sorts before it created already, pending (so it waits behind
 --          them in its key) or done, and a row published before the start is not held behind history it precedes.
---          Null (a replay started before 0006): every live keyed row waits.
+--          A replay's hold_from is null when none of its handlers' keyed deliveries was pending at its start (or it
+--          started before 0006): every live keyed row waits, and hold_from here is the smallest bigint.
 runnable AS MATERIALIZED (
   SELECT ARRAY(SELECT h FROM unnest($2::text[]) AS h
                WHERE h NOT IN (SELECT p.handler FROM /*schema*/relaybus_paused_handlers p)) AS handlers,

@@ -1,7 +1,8 @@
 -- acquire-lanes: take free or expired lanes that have due work for these handlers; taking over an expired lease
 --                charges one attempt to every delivery its holder still had in flight (dead at max_attempts).
 -- index: relaybus_lanes_pkey (one probe per lane tried, FOR UPDATE SKIP LOCKED: two claimers never take the same lane);
---        relaybus_deliveries_unkeyed_due_idx and relaybus_deliveries_keyed_due_idx (due work?); relaybus_deliveries_pkey
+--        relaybus_deliveries_unkeyed_due_idx and relaybus_deliveries_keyed_due_idx (due work?; while a replay runs,
+--        relaybus_deliveries_lane_handler_key_sequence_idx and relaybus_deliveries_replayed_idx); relaybus_deliveries_pkey
 --        (charging); relaybus_paused_handlers (read once)
 -- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out), $3 lanes to take int, $4 start
 --         offset int (spreads claimers), $5 lease_ms int, $6 now timestamptz (null = now()), $7 preferred lanes
@@ -17,7 +18,8 @@ clock AS MATERIALIZED (
          $1::text AS owner, $3::int AS take,
          -- A lane whose only due work is a paused handler's, or held by a replay, is not taken.
          (SELECT handlers FROM runnable) AS handlers, (SELECT held FROM runnable) AS held,
-         (SELECT hold_from FROM runnable) AS hold_from,
+         ARRAY(SELECT h FROM unnest((SELECT handlers FROM runnable)) AS h
+               WHERE h <> ALL ((SELECT held FROM runnable)::text[])) AS free,
          $4::int AS start, $7::smallint[] AS prefer
 ),
 free AS (
@@ -46,11 +48,24 @@ free AS (
             ORDER BY d.lane, d.available_at LIMIT 1)
         OR (SELECT true FROM /*schema*/relaybus_deliveries d
             WHERE d.lane = l.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.available_at <= (SELECT now FROM clock)
-              AND d.handler = ANY ((SELECT handlers FROM clock)::text[])
-              -- Held by a running replay (sql/fragments/runnable-handlers.sql): not work a lane is taken for.
-              AND (d.replay_id IS NOT NULL OR d.handler <> ALL ((SELECT held FROM clock)::text[])
-                   OR d.sequence < (SELECT hold_from FROM clock))
-            ORDER BY d.lane, d.available_at LIMIT 1))
+              AND d.handler = ANY ((SELECT handlers FROM clock)::text[]) AND cardinality((SELECT held FROM clock)) = 0
+            ORDER BY d.lane, d.available_at LIMIT 1)
+        -- While a replay runs, its handlers' live keyed rows are held (sql/fragments/runnable-handlers.sql) and fill
+        -- the due order: the other handlers are probed one by one, in key order (the due time is written as an
+        -- expression so that no plan reads it from keyed_due_idx, through the held rows), and the held ones by their
+        -- replayed rows. A held handler's row the hold spares (pending since before the start) runs when its lane is
+        -- taken for other work, or after the replay.
+        OR (SELECT true FROM unnest((SELECT free FROM clock)) AS h(handler) CROSS JOIN LATERAL (
+              SELECT 1 FROM /*schema*/relaybus_deliveries d
+              WHERE d.lane = l.lane AND d.handler = h.handler AND d.key IS NOT NULL AND d.status = 'pending'
+                AND d.available_at + interval '0' <= (SELECT now FROM clock)
+              ORDER BY d.lane, d.handler, d.key, d.sequence LIMIT 1) x
+            WHERE cardinality((SELECT held FROM clock)) > 0 LIMIT 1)
+        OR (SELECT true FROM /*schema*/relaybus_deliveries d
+            WHERE d.lane = l.lane AND d.replay_id IS NOT NULL AND d.key IS NOT NULL AND d.status = 'pending'
+              AND d.available_at + interval '0' <= (SELECT now FROM clock)
+              AND d.handler = ANY ((SELECT handlers FROM clock)::text[]) AND cardinality((SELECT held FROM clock)) > 0
+            ORDER BY d.lane, d.handler, d.key, d.sequence LIMIT 1))
     FOR UPDATE OF l SKIP LOCKED
   ) f
   LIMIT (SELECT take FROM clock)

@@ -13,8 +13,10 @@
 --                   followers are never read and no backlog shape can hide a due head. The walk starts after the key
 --                   this owner picked last in the lane (a cursor the store keeps) and wraps around, so every key gets
 --                   its turn even when the batch fills before the walk ends.
---                   Hold: while a replay of a handler runs, its keyed rows that no replay created do not run (a head
---                   held so blocks its key; a follower held so ends its run); see sql/fragments/runnable-handlers.sql.
+--                   Hold: while a replay of a handler runs, its keyed rows that no replay created do not run unless
+--                   the hold spares them (a head held so blocks its key; a follower held so ends its run); see
+--                   sql/fragments/runnable-handlers.sql. The walk passes over such a handler's keys in one step, and
+--                   the heads of its keys with replayed rows come from those rows' own index (see replayed).
 --                   Followers ($19): each due keyed head (not a probe) brings its key's next rows beyond the limit, as
 --                   long as each is due and not in flight, marked with the row that must succeed first; the worker
 --                   runs them one after another and releases the rest of a run whose row fails. A claim brings at
@@ -25,6 +27,7 @@
 --        capped at each lane's share); relaybus_deliveries_lane_handler_key_sequence_idx (the walk: one descent per key;
 --        successors); relaybus_deliveries_pkey (completion, pruning finished ids from in_flight);
 --        relaybus_deliveries_keyed_due_idx (fresh: the newest rows of a named lane, read backwards);
+--        relaybus_deliveries_replayed_idx (replayed: only while a replay runs);
 --        relaybus_events_pkey (payload, history; an event published inline has none: its deliveries carry it, and the
 --        claim reads it with the rest of the row); relaybus_paused_handlers and
 --        relaybus_replays_running_idx (read once: sql/fragments/runnable-handlers.sql)
@@ -209,6 +212,14 @@ walk AS (
   CROSS JOIN LATERAL (
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (w.handler, w.key)
+       AND w.handler <> ALL ((SELECT held FROM runnable)::text[])
+     ORDER BY d.handler, d.key, d.sequence LIMIT 1)
+    UNION ALL
+    -- A held handler's keys are passed over in one step: their live rows wait, and its replayed heads come from
+    -- replayed, so visiting each of its keys (every key it has in the lane, in every claim) would find nothing.
+    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
+     WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.handler > w.handler
+       AND w.handler = ANY ((SELECT held FROM runnable)::text[])
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, true FROM /*schema*/relaybus_deliveries d
@@ -227,6 +238,36 @@ keyed AS (
   WHERE w.available_at <= coalesce($5::timestamptz, now()) AND w.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND w.id NOT IN (SELECT id FROM busy)
     AND (w.replay_id IS NOT NULL OR w.handler <> ALL ((SELECT held FROM runnable)::text[])
          OR w.sequence < (SELECT hold_from FROM runnable))
+),
+replayed AS (
+  -- While a replay runs (held is not empty): the heads of the keys that have replayed rows pending, found through
+  -- their own index (relaybus_deliveries_replayed_idx: no published row), at most the lane's share of keys a lane; the
+  -- walk passes over the held handlers' keys. A key's head may be a row published before the start that its
+  -- replayed rows follow (the hold spares it: see sql/fragments/runnable-handlers.sql); it runs first.
+  SELECT n.id, n.lane, n.event_id, n.handler, n.key, n.sequence, n.attempts, n.max_attempts, n.claims,
+         n.available_at, n.created_at, n.event_type, n.payload, n.headers, NULL::int AS walk_step, 2 AS rank
+  FROM seen s
+  CROSS JOIN LATERAL (
+    SELECT DISTINCT r.handler, r.key FROM (
+      SELECT d.handler, d.key FROM /*schema*/relaybus_deliveries d
+      WHERE d.lane = s.lane AND d.replay_id IS NOT NULL AND d.key IS NOT NULL AND d.status = 'pending'
+      ORDER BY d.handler, d.key, d.sequence
+      LIMIT (SELECT rows FROM share)
+    ) r
+  ) k
+  CROSS JOIN LATERAL (
+    SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+           d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
+    FROM /*schema*/relaybus_deliveries d
+    WHERE d.lane = s.lane AND d.handler = k.handler AND d.key = k.key AND d.key IS NOT NULL AND d.status = 'pending'
+    ORDER BY d.handler, d.key, d.sequence
+    LIMIT 1
+  ) n
+  WHERE cardinality((SELECT held FROM runnable)) > 0
+    AND n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[])
+    AND n.id NOT IN (SELECT id FROM busy)
+    AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
+         OR n.sequence < (SELECT hold_from FROM runnable))
 ),
 fresh AS (
   -- The newest keyed rows of each lane a wake-up named ($17: what a publish just committed there), the ones that are
@@ -254,15 +295,16 @@ fresh AS (
         AND x.key IS NOT NULL AND x.status = 'pending')
 ),
 heads AS (
-  -- A head can come by several ways (the walk, a probe, a wake-up): once, with its lowest rank (rank 0, a probe: a
-  -- retried head goes first in a full batch; the walk's row would sort it last, by its late due time) and the walk's
-  -- step when the walk found it (walk_end counts the walk's heads taken).
+  -- A head can come by several ways (the walk, a probe, a wake-up, a replayed key): once, with its lowest rank (rank
+  -- 0, a probe: a retried head goes first in a full batch; the walk's row would sort it last, by its late due time)
+  -- and the walk's step when the walk found it (walk_end counts the walk's heads taken).
   SELECT * FROM (
     SELECT DISTINCT ON (c.id) c.id, c.lane, c.event_id, c.handler, c.key, c.sequence, c.attempts, c.max_attempts,
            c.claims, c.available_at, c.created_at, c.event_type, c.payload, c.headers,
            min(c.walk_step) OVER (PARTITION BY c.id) AS walk_step, c.rank
     FROM (
       SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed UNION ALL SELECT * FROM direct UNION ALL SELECT * FROM fresh
+      UNION ALL SELECT * FROM replayed
     ) c
     ORDER BY c.id, c.rank
   ) c

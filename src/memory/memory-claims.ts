@@ -132,7 +132,7 @@ export class MemoryClaimSession implements ClaimSession {
     const oldest = new Map<number, DeliveryRecord>();
     for (const d of this.data.deliveries.values()) {
       if (d.status !== 'pending' || !handlers.has(d.handler) || d.availableAt > now) continue;
-      if (!hold.allows(d)) continue;
+      if (!hold.drawsLane(d)) continue;
       if (locked.has(d.lane) || !this.#isFree(d.lane, now)) continue;
       const current = oldest.get(d.lane);
       if (!current || byDueOrder(d, current) < 0) oldest.set(d.lane, d);

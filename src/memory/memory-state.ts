@@ -442,6 +442,14 @@ export class ReplayHold {
     }
   }
 
+  /**
+   * Whether the delivery is work a free lane is taken for: not a row the hold spares (those run when their lane is
+   * taken for other work, or after the replay), as the Postgres store's acquire-lanes judges.
+   */
+  drawsLane(delivery: DeliveryRecord): boolean {
+    return delivery.key === null || delivery.replayId !== null || !this.#byHandler.has(delivery.handler);
+  }
+
   allows(delivery: DeliveryRecord): boolean {
     if (delivery.key === null || delivery.replayId !== null) return true;
     const hold = this.#byHandler.get(delivery.handler);

@@ -128,6 +128,7 @@ export async function startReplay(context: StoreContext, params: ReplayParams): 
       );
     if (row?.unsubscribed_handler != null && row.unsubscribed_type != null)
       throw unsubscribedError(row.unsubscribed_handler, row.unsubscribed_type);
+    await context.run(executor, 'replay-quiesce', []);
     const view = await read(context, executor, row!.id!);
     return view!;
   });

@@ -254,6 +254,7 @@ export const ROW_COLUMNS = {
     skipped: col('text'),
   },
   'replay-lock': { locked: col('text') },
+  'replay-quiesce': { lanes: col('int4') },
   'replay-no-jit': { jit: col('text') },
   'replay-outstanding': { outstanding: col('int4') },
   'replay-plan': { handler: col('text'), deliveries: col('int4'), events: col('int4'), unsubscribed: col('_text') },

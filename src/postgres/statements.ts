@@ -49,6 +49,7 @@ export const STATEMENT_FOLDERS = {
     'replay-no-jit',
     'replay-outstanding',
     'replay-plan',
+    'replay-quiesce',
     'replay-start',
     'replay-step',
     'replay-take',
