@@ -53,7 +53,7 @@ export class PgClaimSession implements ClaimSession {
     this.#assertOpen();
     validateClaim(params);
     const { claimed } = await new ClaimCycle(this.#context, this, params, []).run();
-    await this.#context.statistics.tick(this.run);
+    await this.#context.statistics.tick(this.run, this.#context.runOwned);
     return claimed;
   }
 
@@ -62,7 +62,7 @@ export class PgClaimSession implements ClaimSession {
     const parsed = parseLeases(leases);
     validateClaim(params);
     const result = await new ClaimCycle(this.#context, this, params, parsed).run();
-    await this.#context.statistics.tick(this.run);
+    await this.#context.statistics.tick(this.run, this.#context.runOwned);
     return result;
   }
 

@@ -9,7 +9,7 @@ const ANALYZE: Record<RowOf<'planner-statistics'>['name'], StatementName> = {
   events: 'analyze-events',
 };
 
-/** Runs one statement: where the claim that looks ran its own (`PgClaimSession.run`). */
+/** Runs one statement: the look where the claim ran its own (`PgClaimSession.run`), an ANALYZE on the pool. */
 type Run = <Row extends object>(name: StatementName, params: readonly unknown[]) => Promise<Row[]>;
 
 /**
@@ -19,7 +19,7 @@ type Run = <Row extends object>(name: StatementName, params: readonly unknown[])
  * plans read every row for each look-up, until autovacuum analyzes the
  * table again (a minute or more, never with autovacuum off). Now and then (`tick`, after a claim, on the claim's own
  * connection) it asks Postgres whether a table outgrew its statistics (sql/hot-path/planner-statistics.sql) and
- * analyzes the stale ones it owns, which makes every session plan the claims again. A look costs a catalog read; a
+ * analyzes the stale ones it owns (on a pool connection, not awaited), which makes every session plan the claims again. A look costs a catalog read; a
  * failed one is left to the next.
  */
 export class StatisticsKeeper {
@@ -31,20 +31,27 @@ export class StatisticsKeeper {
     this.#intervalMs = intervalMs;
   }
 
-  /** Look now, with `run`, if the last look is older than the interval and none is under way; resolves when done. */
-  tick(run: Run, now = Date.now()): Promise<void> {
+  /**
+   * Look now, with `look`, if the last look is older than the interval and none is under way (an ANALYZE it started
+   * included); resolves once the look is done. A stale table is analyzed with `analyze`, not awaited: a claim that
+   * looked goes on at once, and the next claim does not queue behind an ANALYZE (hundreds of milliseconds on a large
+   * events table) on the claim's connection.
+   */
+  tick(look: Run, analyze: Run, now = Date.now()): Promise<void> {
     if (this.#looking || now - this.#lastLook < this.#intervalMs) return Promise.resolve();
     this.#lastLook = now;
     this.#looking = true;
-    return this.#look(run)
-      .catch(() => {})
-      .finally(() => {
-        this.#looking = false;
-      });
-  }
-
-  async #look(run: Run): Promise<void> {
-    const tables = await run<RowOf<'planner-statistics'>>('planner-statistics', []);
-    for (const table of tables) if (table.stale && table.owned) await run(ANALYZE[table.name], []);
+    const done = () => {
+      this.#looking = false;
+    };
+    return look<RowOf<'planner-statistics'>>('planner-statistics', []).then((tables) => {
+      const stale = tables.filter((table) => table.stale && table.owned);
+      if (stale.length === 0) return done();
+      void (async () => {
+        for (const table of stale) await analyze(ANALYZE[table.name], []);
+      })()
+        .catch(() => {})
+        .finally(done);
+    }, done);
   }
 }

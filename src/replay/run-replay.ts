@@ -22,6 +22,8 @@ export const DEFAULT_REPLAY_POLL_MS = 50;
 export const DEFAULT_REPLAY_MAX_RETRIES = 10;
 
 const MAX_OUTSTANDING_LIMIT = 10_000_000;
+/** With a rate, steps a second (at most: a step never takes less than one event). */
+const PACES_PER_SECOND = 20;
 const MAX_POLL_MS = 60_000;
 const MAX_RETRY_DELAY_MS = 10_000;
 
@@ -142,8 +144,10 @@ export async function runReplay(
   // A step of 0 first: where the replay stands (and how many of its deliveries are outstanding) before taking any.
   let last = await step(0);
   onProgress?.(last.replay, last);
-  // With a rate, one step takes at most a second's worth of events, and the next waits until the rate allows it.
-  const perStep = settings.rate === undefined ? settings.batchSize : Math.max(1, Math.floor(settings.rate));
+  // With a rate, one step takes at most a tenth of a second's worth of events, and the next waits until the rate
+  // allows it: the deliveries come in small batches rather than one burst a second, which a claim would carry at once.
+  const perStep =
+    settings.rate === undefined ? settings.batchSize : Math.max(1, Math.floor(settings.rate / PACES_PER_SECOND));
   while (last.replay.state === 'running' && !stopped()) {
     const room = Math.max(0, settings.maxOutstanding - last.outstanding);
     const limit = last.waiting === undefined ? Math.min(settings.batchSize, perStep, room) : 0;
