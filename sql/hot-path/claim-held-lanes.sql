@@ -148,7 +148,8 @@ direct AS (
     LIMIT 1
   ) n
   WHERE n.available_at <= coalesce($5::timestamptz, now()) + CASE WHEN q.rank = 0 THEN make_interval(secs => $18::int / 1000.0) ELSE interval '0' END
-    AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy) AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
+    AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
+    AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
          OR n.sequence < (SELECT hold_from FROM runnable))
 ),
 share AS (
@@ -184,7 +185,7 @@ walk AS (
   SELECT s.lane, st.handler AS start_handler, st.key AS start_key, n.*, 1 AS step,
          (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
           AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
-         OR n.sequence < (SELECT hold_from FROM runnable)))::int AS found
+               OR n.sequence < (SELECT hold_from FROM runnable)))::int AS found
   FROM seen s
   CROSS JOIN LATERAL (
     SELECT coalesce(c.handler, '') AS handler, coalesce(c.key, '') AS key
@@ -207,19 +208,15 @@ walk AS (
   SELECT w.lane, w.start_handler, w.start_key, n.*, w.step + 1,
          w.found + (n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[]) AND n.id NOT IN (SELECT id FROM busy)
                     AND (n.replay_id IS NOT NULL OR n.handler <> ALL ((SELECT held FROM runnable)::text[])
-         OR n.sequence < (SELECT hold_from FROM runnable)))::int
+                         OR n.sequence < (SELECT hold_from FROM runnable)))::int
   FROM walk w
   CROSS JOIN LATERAL (
+    -- A held handler's keys are passed over in one step (the second bound: past its last key): its live rows wait, and
+    -- its replayed heads come from replayed, so visiting each of its keys (every key it has in the lane, in every
+    -- claim) would find nothing. Handler names are never empty: '' bounds nothing.
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (w.handler, w.key)
-       AND w.handler <> ALL ((SELECT held FROM runnable)::text[])
-     ORDER BY d.handler, d.key, d.sequence LIMIT 1)
-    UNION ALL
-    -- A held handler's keys are passed over in one step: their live rows wait, and its replayed heads come from
-    -- replayed, so visiting each of its keys (every key it has in the lane, in every claim) would find nothing.
-    (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
-     WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND d.handler > w.handler
-       AND w.handler = ANY ((SELECT held FROM runnable)::text[])
+       AND d.handler > CASE WHEN w.handler = ANY ((SELECT held FROM runnable)::text[]) THEN w.handler ELSE '' END
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, true FROM /*schema*/relaybus_deliveries d
@@ -330,7 +327,7 @@ followers AS (
              d.available_at, d.created_at, d.event_type, d.payload, d.headers,
              d.available_at <= coalesce($5::timestamptz, now()) AND d.id NOT IN (SELECT id FROM busy)
              AND (d.replay_id IS NOT NULL OR d.handler <> ALL ((SELECT held FROM runnable)::text[])
-         OR d.sequence < (SELECT hold_from FROM runnable)) AS ok
+                  OR d.sequence < (SELECT hold_from FROM runnable)) AS ok
       FROM /*schema*/relaybus_deliveries d
       WHERE d.lane = h.lane AND d.handler = h.handler AND d.key = h.key AND d.sequence > h.sequence
         AND d.key IS NOT NULL AND d.status = 'pending'
