@@ -16,11 +16,11 @@ type Run = <Row extends object>(name: StatementName, params: readonly unknown[])
  * Keeps the planner's statistics of the deliveries and events tables in step with their size while the store claims.
  * The claims run as generic plans made from those statistics; a table analyzed or vacuumed while nearly empty reads as
  * a page or two (or as pages with no rows, when it kept its pages through a drain), and once a backlog builds the
- * plans read every row for each look-up, until autovacuum analyzes the
- * table again (a minute or more, never with autovacuum off). Now and then (`tick`, after a claim, on the claim's own
- * connection) it asks Postgres whether a table outgrew its statistics (sql/hot-path/planner-statistics.sql) and
- * analyzes the stale ones it owns (on a pool connection, not awaited), which makes every session plan the claims again. A look costs a catalog read; a
- * failed one is left to the next.
+ * plans read every row for each look-up, until autovacuum analyzes the table again (a minute or more, never with
+ * autovacuum off). Now and then (`tick`, after a claim, on the claim's own connection) it asks Postgres whether a table
+ * outgrew its statistics (sql/hot-path/planner-statistics.sql) and analyzes the stale ones it owns (on a pool
+ * connection, not awaited), which makes every session plan the claims again. A look costs a catalog read; a failed one
+ * is left to the next.
  */
 export class StatisticsKeeper {
   readonly #intervalMs: number;

@@ -144,8 +144,9 @@ export async function runReplay(
   // A step of 0 first: where the replay stands (and how many of its deliveries are outstanding) before taking any.
   let last = await step(0);
   onProgress?.(last.replay, last);
-  // With a rate, one step takes at most a tenth of a second's worth of events, and the next waits until the rate
-  // allows it: the deliveries come in small batches rather than one burst a second, which a claim would carry at once.
+  // With a rate, one step takes at most 1/PACES_PER_SECOND of a second's worth of events, and the next waits until the
+  // rate allows it: the deliveries come in small batches rather than one burst a second, which a claim would carry at
+  // once.
   const perStep =
     settings.rate === undefined ? settings.batchSize : Math.max(1, Math.floor(settings.rate / PACES_PER_SECOND));
   while (last.replay.state === 'running' && !stopped()) {
