@@ -16,7 +16,8 @@
 --        cumulative statistics (as of the last flush of the sessions' counters); only when those say stale, the
 --        table's heap from its start, up to the rows the statistics counted (10,000 at most)
 -- params: none
--- returns: one row per table: name ('deliveries' | 'events'), stale, owned (this role may analyze it)
+-- returns: one row per table: name ('deliveries' | 'events'), stale, owned (this role may analyze it), pages (the heap's
+--          pages now), analyzed_pages and analyzed_rows (the statistics: what the last ANALYZE or VACUUM saw)
 SELECT t.name,
        CASE WHEN NOT s.outgrown THEN false
             WHEN s.counted = 0 THEN true
@@ -24,12 +25,17 @@ SELECT t.name,
               THEN (SELECT count(*) FROM (SELECT FROM /*schema*/relaybus_deliveries LIMIT s.counted) AS held) >= s.counted
             ELSE (SELECT count(*) FROM (SELECT FROM /*schema*/relaybus_events LIMIT s.counted) AS held) >= s.counted
        END AS stale,
-       pg_has_role(c.relowner, 'USAGE') AS owned
+       pg_has_role(c.relowner, 'USAGE') AS owned,
+       s.pages::int AS pages, c.relpages::int AS analyzed_pages, c.reltuples::float8 AS analyzed_rows
 FROM (VALUES ('deliveries', '/*schema*/relaybus_deliveries'::regclass),
              ('events', '/*schema*/relaybus_events'::regclass)) AS t(name, oid)
 JOIN pg_class c ON c.oid = t.oid
 CROSS JOIN LATERAL (
-  SELECT pg_relation_size(c.oid) / current_setting('block_size')::int > 2 * (greatest(c.relpages, 0) + 2)
+  SELECT pg_relation_size(c.oid) / current_setting('block_size')::int AS pages
+) AS p
+CROSS JOIN LATERAL (
+  SELECT p.pages,
+         p.pages > 2 * (greatest(c.relpages, 0) + 2)
            OR pg_stat_get_live_tuples(c.oid) > 2 * (greatest(c.reltuples, 0) + 50) AS outgrown,
          least(greatest(c.reltuples, 0), 10000)::bigint AS counted
 ) AS s

@@ -15,6 +15,7 @@ import { KeyWalkCursors } from './key-walk-cursors.js';
 import { RecordedLanes } from './recorded-lanes.js';
 import type { RowOf } from './rows.js';
 import type { StatementName } from './statements.js';
+import { StatisticsWatch } from './statistics-keeper.js';
 import type { StoreContext } from './store-context.js';
 
 /**
@@ -40,6 +41,8 @@ export class PgClaimSession implements ClaimSession {
   /** The connection the claims run on (`ClaimSessionOptions.holdConnection`); undefined: the pool. */
   readonly connection: HeldConnection | undefined;
   readonly #context: StoreContext;
+  /** Its looks at the tables' statistics after claims (and the sizes its connection's plans were made at). */
+  readonly #statistics: StatisticsWatch;
   #closed = false;
 
   constructor(context: StoreContext, owner: string, options: ClaimSessionOptions | undefined) {
@@ -47,13 +50,14 @@ export class PgClaimSession implements ClaimSession {
     this.owner = owner;
     this.siblingOwners = options?.siblingOwners ?? [];
     this.connection = options?.holdConnection === true ? context.held.connection() : undefined;
+    this.#statistics = new StatisticsWatch(context.statistics);
   }
 
   async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {
     this.#assertOpen();
     validateClaim(params);
     const { claimed } = await new ClaimCycle(this.#context, this, params, []).run();
-    await this.#context.statistics.tick(this.run, this.#context.runOwned);
+    await this.#lookAtStatistics();
     return claimed;
   }
 
@@ -62,8 +66,13 @@ export class PgClaimSession implements ClaimSession {
     const parsed = parseLeases(leases);
     validateClaim(params);
     const result = await new ClaimCycle(this.#context, this, params, parsed).run();
-    await this.#context.statistics.tick(this.run, this.#context.runOwned);
+    await this.#lookAtStatistics();
     return result;
+  }
+
+  #lookAtStatistics(): Promise<void> {
+    const discardPlans = this.connection === undefined ? undefined : () => this.run('discard-plans', []);
+    return this.#statistics.tick(this.run, this.#context.runOwned, discardPlans);
   }
 
   /** Run one statement where this session's claims run: on its held connection (`HeldConnection`), else the pool. */

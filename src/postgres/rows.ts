@@ -69,6 +69,7 @@ export type Columns = Readonly<Record<string, Column<PgTypeName, unknown>>>;
 export const NO_ROWS = [
   'analyze-deliveries',
   'analyze-events',
+  'discard-plans',
   'setup-record',
   'subscribe',
   'upgrade-drop-lane-function',
@@ -234,6 +235,9 @@ export const ROW_COLUMNS = {
     name: typed<'text', 'deliveries' | 'events'>('text'),
     stale: col('bool'),
     owned: col('bool'),
+    pages: col('int4'),
+    analyzed_pages: col('int4'),
+    analyzed_rows: col('float8'),
   },
   'replay-cancel': { id: col('text') },
   'replay-in-flight': { in_flight: col('int4') },

@@ -19,6 +19,7 @@ export const STATEMENT_FOLDERS = {
     'claim-light',
     'complete-many',
     'complete-one',
+    'discard-plans',
     'extend-lease',
     'forget-in-flight',
     'planner-statistics',

@@ -1,7 +1,8 @@
+import { PlanSizes } from './plan-sizes.js';
 import type { RowOf } from './rows.js';
 import type { StatementName } from './statements.js';
 
-/** How often a store looks at its tables' statistics, at most (while it claims). */
+/** How often a claim session looks at the tables' statistics, at most (while it claims). */
 export const STATISTICS_CHECK_INTERVAL_MS = 1_000;
 
 const ANALYZE: Record<RowOf<'planner-statistics'>['name'], StatementName> = {
@@ -13,45 +14,67 @@ const ANALYZE: Record<RowOf<'planner-statistics'>['name'], StatementName> = {
 type Run = <Row extends object>(name: StatementName, params: readonly unknown[]) => Promise<Row[]>;
 
 /**
- * Keeps the planner's statistics of the deliveries and events tables in step with their size while the store claims.
- * The claims run as generic plans made from those statistics; a table analyzed or vacuumed while nearly empty reads as
- * a page or two (or as pages with no rows, when it kept its pages through a drain), and once a backlog builds the
- * plans read every row for each look-up, until autovacuum analyzes the table again (a minute or more, never with
- * autovacuum off). Now and then (`tick`, after a claim, on the claim's own connection) it asks Postgres whether a table
- * outgrew its statistics (sql/hot-path/planner-statistics.sql) and analyzes the stale ones it owns (on a pool
- * connection, not awaited), which makes every session plan the claims again. A look costs a catalog read; a failed one
- * is left to the next.
+ * Keeps the planner's statistics of the deliveries and events tables in step with their size while the store claims:
+ * one per store, fed by its claim sessions' looks (`StatisticsWatch`). The claims run as generic plans made from those
+ * statistics; a table analyzed or vacuumed while nearly empty reads as a page or two (or as pages with no rows, when it
+ * kept its pages through a drain), and once a backlog builds the plans read every row for each look-up, until
+ * autovacuum analyzes the table again (a minute or more, never with autovacuum off). A stale table it owns is analyzed
+ * on a pool connection, one ANALYZE at a time, not awaited: no claim queues behind it (hundreds of milliseconds on a
+ * large events table). The new statistics make every session plan the claims again.
  */
 export class StatisticsKeeper {
+  #analyzing = false;
+
+  /** Analyze the stale tables among `tables` with `analyze`, unless an ANALYZE is under way. A failure is left to the next look. */
+  analyzeStale(tables: readonly RowOf<'planner-statistics'>[], analyze: Run): void {
+    const stale = tables.filter((table) => table.stale && table.owned);
+    if (stale.length === 0 || this.#analyzing) return;
+    this.#analyzing = true;
+    void (async () => {
+      for (const table of stale) await analyze(ANALYZE[table.name], []);
+    })()
+      .catch(() => {})
+      .finally(() => {
+        this.#analyzing = false;
+      });
+  }
+}
+
+/**
+ * One claim session's looks at the statistics (sql/hot-path/planner-statistics.sql), now and then after a claim, on the
+ * claim's own connection: a stale table goes to the store's `StatisticsKeeper`, and plans of the connection that a
+ * heap has outgrown are dropped (`PlanSizes`). A look costs a catalog read (and, when a table looks outgrown, a count
+ * of its rows up to the ones its statistics hold); a failed one is left to the next.
+ */
+export class StatisticsWatch {
+  readonly #keeper: StatisticsKeeper;
   readonly #intervalMs: number;
+  readonly #plans = new PlanSizes();
   #lastLook = Number.NEGATIVE_INFINITY;
   #looking = false;
 
-  constructor(intervalMs = STATISTICS_CHECK_INTERVAL_MS) {
+  constructor(keeper: StatisticsKeeper, intervalMs = STATISTICS_CHECK_INTERVAL_MS) {
+    this.#keeper = keeper;
     this.#intervalMs = intervalMs;
   }
 
   /**
-   * Look now, with `look`, if the last look is older than the interval and none is under way (an ANALYZE it started
-   * included); resolves once the look is done. A stale table is analyzed with `analyze`, not awaited: a claim that
-   * looked goes on at once, and the next claim does not queue behind an ANALYZE (hundreds of milliseconds on a large
-   * events table) on the claim's connection.
+   * Look now, with `look`, if the last look is older than the interval and none is under way; resolves once the look
+   * (and a `discardPlans` it calls for) is done. `discardPlans` is absent where the claims do not run on a connection
+   * of their own (they are then planned wherever they land).
    */
-  tick(look: Run, analyze: Run, now = Date.now()): Promise<void> {
-    if (this.#looking || now - this.#lastLook < this.#intervalMs) return Promise.resolve();
+  async tick(look: Run, analyze: Run, discardPlans: (() => Promise<unknown>) | undefined, now = Date.now()) {
+    if (this.#looking || now - this.#lastLook < this.#intervalMs) return;
     this.#lastLook = now;
     this.#looking = true;
-    const done = () => {
+    try {
+      const tables = await look<RowOf<'planner-statistics'>>('planner-statistics', []);
+      this.#keeper.analyzeStale(tables, analyze);
+      if (this.#plans.outgrown(tables) && discardPlans !== undefined) await discardPlans();
+    } catch {
+      // Left to the next look.
+    } finally {
       this.#looking = false;
-    };
-    return look<RowOf<'planner-statistics'>>('planner-statistics', []).then((tables) => {
-      const stale = tables.filter((table) => table.stale && table.owned);
-      if (stale.length === 0) return done();
-      void (async () => {
-        for (const table of stale) await analyze(ANALYZE[table.name], []);
-      })()
-        .catch(() => {})
-        .finally(done);
-    }, done);
+    }
   }
 }
