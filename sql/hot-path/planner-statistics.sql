@@ -26,7 +26,7 @@ SELECT t.name,
             ELSE (SELECT count(*) FROM (SELECT FROM /*schema*/relaybus_events LIMIT s.counted) AS held) >= s.counted
        END AS stale,
        pg_has_role(c.relowner, 'USAGE') AS owned,
-       s.pages::int AS pages, c.relpages::int AS analyzed_pages, c.reltuples::float8 AS analyzed_rows
+       p.pages::int AS pages, c.relpages::int AS analyzed_pages, c.reltuples::float8 AS analyzed_rows
 FROM (VALUES ('deliveries', '/*schema*/relaybus_deliveries'::regclass),
              ('events', '/*schema*/relaybus_events'::regclass)) AS t(name, oid)
 JOIN pg_class c ON c.oid = t.oid
@@ -34,8 +34,7 @@ CROSS JOIN LATERAL (
   SELECT pg_relation_size(c.oid) / current_setting('block_size')::int AS pages
 ) AS p
 CROSS JOIN LATERAL (
-  SELECT p.pages,
-         p.pages > 2 * (greatest(c.relpages, 0) + 2)
+  SELECT p.pages > 2 * (greatest(c.relpages, 0) + 2)
            OR pg_stat_get_live_tuples(c.oid) > 2 * (greatest(c.reltuples, 0) + 50) AS outgrown,
          least(greatest(c.reltuples, 0), 10000)::bigint AS counted
 ) AS s

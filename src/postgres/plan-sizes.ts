@@ -26,22 +26,20 @@ export class PlanSizes {
    * made at today's sizes. The first look sets the sizes (the session's first claim planned just before it).
    */
   outgrown(tables: readonly TableSize[]): boolean {
+    const seen = tables.map((table) => ({
+      table,
+      sizes: { pages: table.pages, statistics: `${table.analyzed_pages}/${table.analyzed_rows}` },
+    }));
     let outgrown = false;
-    for (const table of tables) {
+    for (const { table, sizes } of seen) {
       const planned = this.#planned.get(table.name);
-      const statistics = `${table.analyzed_pages}/${table.analyzed_rows}`;
-      if (planned === undefined) this.#planned.set(table.name, { pages: table.pages, statistics });
+      if (planned === undefined) this.#planned.set(table.name, sizes);
       // New statistics: the plans were made again, at about the size the statistics saw.
-      else if (planned.statistics !== statistics)
-        this.#planned.set(table.name, { pages: table.analyzed_pages, statistics });
+      else if (planned.statistics !== sizes.statistics)
+        this.#planned.set(table.name, { pages: table.analyzed_pages, statistics: sizes.statistics });
       else if (table.pages > 2 * (planned.pages + 2)) outgrown = true;
     }
-    if (outgrown)
-      for (const table of tables)
-        this.#planned.set(table.name, {
-          pages: table.pages,
-          statistics: `${table.analyzed_pages}/${table.analyzed_rows}`,
-        });
+    if (outgrown) for (const { table, sizes } of seen) this.#planned.set(table.name, sizes);
     return outgrown;
   }
 }
