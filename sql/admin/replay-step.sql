@@ -63,7 +63,7 @@ delivered AS (
          coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()), $1::bigint
   FROM pairs p
   ORDER BY p.position, p.handler
-  RETURNING id
+  RETURNING id, lane
 ),
 progress AS (
   UPDATE /*schema*/relaybus_replays r
@@ -75,8 +75,10 @@ progress AS (
   WHERE r.id = $1::bigint
 ),
 notified AS (
-  -- Wakes the dispatchers that LISTEN at commit; an empty payload names no lane (a step spans many).
-  SELECT pg_notify($6::text, '') FROM (SELECT 1 FROM delivered LIMIT 1) d WHERE $6::text IS NOT NULL
+  -- Wakes the dispatchers that LISTEN at commit, naming the lanes written (as a publish does: `3,17,200`, at most the
+  -- 256 lanes), so their next claims take those lanes rather than look at every free lane, for every step.
+  SELECT pg_notify($6::text, (SELECT string_agg(DISTINCT d.lane::text, ',') FROM delivered d))
+  WHERE $6::text IS NOT NULL AND EXISTS (SELECT 1 FROM delivered)
 )
 SELECT (SELECT count(*) FROM delivered)::int AS created, (SELECT count(*) FROM taken)::int AS taken
 WHERE (SELECT count(*) FROM notified) >= 0

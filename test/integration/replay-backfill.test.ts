@@ -129,6 +129,34 @@ describe('replay on real Postgres', { skip: 'skip' in found ? found.skip : undef
     await store.cancelReplay(replay.id);
   });
 
+  it("a step's wake-up names the lanes it wrote, as a publish's does", { timeout: 30_000 }, async () => {
+    await subscribe('first', 'wake');
+    await publish(Array.from({ length: 12 }, (_, n) => ({ id: `w${n}`, key: `wk${n % 6}`, type: 'wake' })));
+    await subscribe('second', 'wake');
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['second'] });
+    const woken: (readonly number[] | undefined)[] = [];
+    const unsubscribe = await store.subscribeWakeups!((lanes) => woken.push(lanes));
+    try {
+      await pause(300); // the listener wakes once when it connects
+      woken.length = 0;
+      const stepped = await store.replayStep({ replayId: replay.id, limit: 12 });
+      assert.equal(stepped.created, 12);
+      const written = await pool.query<{ lane: number }>(
+        `SELECT DISTINCT lane FROM "${schema}".relaybus_deliveries WHERE replay_id = $1 ORDER BY lane`,
+        [replay.id],
+      );
+      const deadline = Date.now() + 5_000;
+      while (woken.length === 0 && Date.now() < deadline) await pause(20);
+      assert.deepEqual(
+        [...(woken[0] ?? [])].sort((a, b) => a - b),
+        written.rows.map((row) => row.lane),
+      );
+    } finally {
+      await unsubscribe();
+      await store.cancelReplay(replay.id);
+    }
+  });
+
   it('a replay interrupted between steps is continued by another store instance: nothing twice, nothing skipped', {
     timeout: 30_000,
   }, async () => {
