@@ -103,6 +103,7 @@ export class PgClaimSession implements ClaimSession {
       return (await this.#context.runOwned('relinquish', [this.owner])).length;
     } finally {
       await this.connection?.release();
+      await this.#context.statistics.settled();
     }
   }
 

@@ -245,6 +245,7 @@ class PgStore<TTx> implements PostgresStore<TTx> {
 
   async close(): Promise<void> {
     await this.#context.held.releaseAll();
+    await this.#context.statistics.settled();
     await this.#context.driver.close();
   }
 }

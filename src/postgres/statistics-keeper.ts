@@ -23,20 +23,25 @@ type Run = <Row extends object>(name: StatementName, params: readonly unknown[])
  * large events table). The new statistics make every session plan the claims again.
  */
 export class StatisticsKeeper {
-  #analyzing = false;
+  /** The ANALYZE under way (it holds a pool connection until it ends). */
+  #analyzing: Promise<void> | undefined;
 
   /** Analyze the stale tables among `tables` with `analyze`, unless an ANALYZE is under way. A failure is left to the next look. */
   analyzeStale(tables: readonly RowOf<'planner-statistics'>[], analyze: Run): void {
     const stale = tables.filter((table) => table.stale && table.owned);
-    if (stale.length === 0 || this.#analyzing) return;
-    this.#analyzing = true;
-    void (async () => {
+    if (stale.length === 0 || this.#analyzing !== undefined) return;
+    this.#analyzing = (async () => {
       for (const table of stale) await analyze(ANALYZE[table.name], []);
     })()
       .catch(() => {})
       .finally(() => {
-        this.#analyzing = false;
+        this.#analyzing = undefined;
       });
+  }
+
+  /** Resolves once no ANALYZE is under way: a stopping worker gives every connection back. */
+  async settled(): Promise<void> {
+    await this.#analyzing;
   }
 }
 
