@@ -77,8 +77,9 @@ progress AS (
 notified AS (
   -- Wakes the dispatchers that LISTEN at commit, naming the lanes written (as a publish does: `3,17,200`, at most the
   -- 256 lanes), so their next claims take those lanes rather than look at every free lane, for every step.
-  SELECT pg_notify($6::text, (SELECT string_agg(DISTINCT d.lane::text, ',') FROM delivered d))
-  WHERE $6::text IS NOT NULL AND EXISTS (SELECT 1 FROM delivered)
+  SELECT pg_notify($6::text, w.lanes)
+  FROM (SELECT string_agg(DISTINCT d.lane::text, ',') AS lanes FROM delivered d) w
+  WHERE $6::text IS NOT NULL AND w.lanes IS NOT NULL
 )
 SELECT (SELECT count(*) FROM delivered)::int AS created, (SELECT count(*) FROM taken)::int AS taken
 WHERE (SELECT count(*) FROM notified) >= 0
