@@ -125,6 +125,7 @@ export type {
   ReplayView,
   ReplayStepParams,
   ReplayStepResult,
+  LiveWait,
   ListReplaysParams,
   RescheduleParams,
   Statistics,
@@ -145,6 +146,7 @@ export {
   runReplay,
 } from './replay/run-replay.js';
 export type { RunReplayOptions } from './replay/run-replay.js';
+export type { ReplayPaceView } from './replay/replay-pace.js';
 
 export { memoryStore } from './memory/memory-store.js';
 export type { MemoryStoreOptions, MemoryTransaction } from './memory/memory-store.js';

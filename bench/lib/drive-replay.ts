@@ -4,6 +4,7 @@
  * draining at the end).
  */
 import type * as Api from '../../src/index.js';
+import { appendFileSync } from 'node:fs';
 
 export interface DrivenReplay {
   readonly view: Api.ReplayView;
@@ -24,7 +25,12 @@ export async function driveReplay(
   const view = await api.runReplay(store, replayId, {
     ...throttle,
     ...(signal ? { signal } : {}),
-    onProgress: (_replay, step) => {
+    onProgress: (_replay, step, pace) => {
+      if (process.env.BENCH_PACE_LOG)
+        appendFileSync(
+          process.env.BENCH_PACE_LOG,
+          `${Date.now()} ${step.created} ${step.outstanding} ${step.liveWaits[0]?.ms.toFixed(1) ?? '-'} ${pace.eventsPerSecond} ${pace.yielding}\n`,
+        );
       steps += 1;
       if (step.waiting !== undefined) waits += 1;
     },

@@ -3,6 +3,7 @@ import { echo } from '../core/limits.js';
 import { laneOf } from '../core/lanes.js';
 import type {
   ListReplaysParams,
+  LiveWait,
   ReplayFilter,
   ReplayParams,
   ReplayPlan,
@@ -24,6 +25,9 @@ import {
 } from './memory-state.js';
 
 type Types = ReadonlyMap<string, ReadonlySet<string>>;
+
+/** Handlers a step's `liveWaits` lists at most (as sql/admin/replay-live-wait.sql). */
+const MAX_LIVE_WAITS = 16;
 
 /** Replay order: the event's key-order value (unkeyed last), then publish time, then id. */
 function byReplayOrder(a: EventRecord, b: EventRecord): number {
@@ -126,22 +130,22 @@ export class MemoryReplay {
     const replay = this.data.replays.get(params.replayId);
     if (replay === undefined)
       throw new InvalidInputError(`No replay has id ${echo(params.replayId)}; listReplays() shows the replays.`);
-    if (replay.state !== 'running') return this.#result(replay, 0);
-    if (this.#olderKeyedInFlight(replay)) return this.#result(replay, 0, 'in-flight');
+    if (replay.state !== 'running') return this.#result(replay, now, 0);
+    if (this.#olderKeyedInFlight(replay)) return this.#result(replay, now, 0, 'in-flight');
     if (replay.cursor >= replay.plan.length) {
-      if (limit === 0 || !this.#drained(replay)) return this.#result(replay, 0, 'draining');
+      if (limit === 0 || !this.#drained(replay)) return this.#result(replay, now, 0, 'draining');
       // A publish that committed after the start may lack the handler: a backfill looks once more.
       const late = replay.mode === 'backfill' ? this.#latePlan(replay) : [];
       if (late.length === 0) {
         replay.state = 'finished';
         replay.finishedAt = now;
         replay.updatedAt = now;
-        return this.#result(replay, 0);
+        return this.#result(replay, now, 0);
       }
       replay.plan.push(...late);
       replay.total += late.reduce((sum, item) => sum + item.handlers.length, 0);
     }
-    if (limit === 0) return this.#result(replay, 0);
+    if (limit === 0) return this.#result(replay, now, 0);
     const taken = replay.plan.slice(replay.cursor, replay.cursor + limit);
     const present = replay.mode === 'redrive' ? this.#present() : new Map<string, Set<string>>();
     let created = 0;
@@ -153,7 +157,7 @@ export class MemoryReplay {
     replay.cursor += taken.length;
     replay.created += created;
     replay.updatedAt = now;
-    return this.#result(replay, created);
+    return this.#result(replay, now, created);
   }
 
   async cancelReplay(replayId: string, now?: Date): Promise<ReplayView | null> {
@@ -335,13 +339,29 @@ export class MemoryReplay {
     return count;
   }
 
-  #result(replay: ReplayRecord, created: number, waiting?: 'in-flight' | 'draining'): ReplayStepResult {
+  #result(replay: ReplayRecord, now: number, created: number, waiting?: 'in-flight' | 'draining'): ReplayStepResult {
     return {
       replay: this.#view(replay),
       created,
       outstanding: this.#outstanding(replay),
       ...(waiting === undefined ? {} : { waiting }),
+      liveWaits: this.#liveWaits(replay, now),
     };
+  }
+
+  /** Per handler, its live delivery due the longest without starting, as the Postgres store's (replay-live-wait). */
+  #liveWaits(replay: ReplayRecord, now: number): LiveWait[] {
+    const longest = new Map<string, number>();
+    for (const d of this.data.deliveries.values()) {
+      if (d.status !== 'pending' || d.replayId !== null || d.availableAt > now) continue;
+      if (replay.handlers.includes(d.handler) || this.data.pausedHandlers.has(d.handler)) continue;
+      if (this.data.lanes[d.lane]!.inFlight.has(d.id)) continue;
+      longest.set(d.handler, Math.max(longest.get(d.handler) ?? 0, now - d.availableAt));
+    }
+    return [...longest]
+      .map(([handler, ms]) => ({ handler, ms }))
+      .sort((a, b) => b.ms - a.ms || compareText(a.handler, b.handler))
+      .slice(0, MAX_LIVE_WAITS);
   }
 
   #view(r: ReplayRecord): ReplayView {

@@ -1,6 +1,7 @@
 import { InvalidInputError, InvalidStateError } from '../core/errors.js';
 import type {
   ListReplaysParams,
+  LiveWait,
   ReplayFilter,
   ReplayParams,
   ReplayPlan,
@@ -134,6 +135,26 @@ export async function startReplay(context: StoreContext, params: ReplayParams): 
   });
 }
 
+/**
+ * Delivery ids looked at for live traffic waiting (sql/admin/replay-live-wait.sql): the newest this many, a second or
+ * more of a busy store's deliveries, read through the primary key in a millisecond or two.
+ */
+const LIVE_WAIT_IDS = 10_000;
+
+async function liveWaits(
+  context: StoreContext,
+  executor: SqlExecutor,
+  replayId: string,
+  now: string | null,
+): Promise<LiveWait[]> {
+  const rows = await context.run<RowOf<'replay-live-wait'>>(executor, 'replay-live-wait', [
+    replayId,
+    LIVE_WAIT_IDS,
+    now,
+  ]);
+  return rows.map((row) => ({ handler: row.handler, ms: row.waited_ms }));
+}
+
 async function outstanding(context: StoreContext, executor: SqlExecutor, replayId: string): Promise<number> {
   const [row] = await context.run<RowOf<'replay-outstanding'>>(executor, 'replay-outstanding', [replayId]);
   return Number(row?.outstanding ?? 0);
@@ -191,6 +212,7 @@ export async function replayStep(context: StoreContext, params: ReplayStepParams
       created: done.created,
       ...(done.waiting === undefined ? {} : { waiting: done.waiting }),
       outstanding: await outstanding(context, executor, params.replayId),
+      liveWaits: await liveWaits(context, executor, params.replayId, now),
     };
   });
 }

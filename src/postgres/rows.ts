@@ -242,6 +242,7 @@ export const ROW_COLUMNS = {
   'replay-cancel': { id: col('text') },
   'replay-in-flight': { in_flight: col('int4') },
   'replay-late-plan': { planned: col('int4'), finished: nullable('bool') },
+  'replay-live-wait': { handler: col('text'), waited_ms: col('float8') },
   'replay-list': {
     id: col('text'),
     mode: typed<'text', ReplayMode>('text'),

@@ -46,6 +46,7 @@ export const STATEMENT_FOLDERS = {
     'replay-in-flight',
     'replay-late-plan',
     'replay-list',
+    'replay-live-wait',
     'replay-lock',
     'replay-no-jit',
     'replay-outstanding',

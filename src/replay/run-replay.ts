@@ -4,12 +4,14 @@ import { describeError, noopLogger, type Logger } from '../core/logger.js';
 import { assertLogger } from '../core/options.js';
 import type { ReplayStepResult, ReplayView, Store } from '../store/contract.js';
 import { MAX_REPLAY_STEP } from '../store/validate-replay.js';
+import { ReplayPace, type ReplayPaceView } from './replay-pace.js';
 
 /**
  * `runReplay` drives a running replay to its end through `store.replayStep`: bounded steps, throttled so the replay's
- * unfinished deliveries stay below a cap (and optionally to a rate of events per second), waiting while a step says
- * the replay waits. Every step commits its progress, so stopping (the signal, a crash) loses nothing: driving the
- * same replay again goes on where it stood.
+ * unfinished deliveries stay below a cap, yielding to live traffic (slower while other handlers' live deliveries wait,
+ * `ReplayPace`) and optionally to a rate of events per second, waiting while a step says the replay waits. Every step
+ * commits its progress, so stopping (the signal, a crash) loses nothing: driving the same replay again goes on where
+ * it stood.
  */
 
 /** Events per step by default. */
@@ -20,12 +22,16 @@ export const DEFAULT_REPLAY_MAX_OUTSTANDING = 2_000;
 export const DEFAULT_REPLAY_POLL_MS = 50;
 /** Consecutive retryable store failures tolerated by default before the error is thrown. */
 export const DEFAULT_REPLAY_MAX_RETRIES = 10;
+/** The yield's target at most, in ms (an hour). */
+export const MAX_REPLAY_LIVE_WAIT_MS = 3_600_000;
+/** The yield's target by default: live deliveries of other handlers due this long (ms) without starting slow it down. */
+export const DEFAULT_REPLAY_LIVE_WAIT_MS = 20;
 
 const MAX_OUTSTANDING_LIMIT = 10_000_000;
-/** With a rate, steps a second (at most: a step never takes less than one event). */
-const PACES_PER_SECOND = 20;
 const MAX_POLL_MS = 60_000;
 const MAX_RETRY_DELAY_MS = 10_000;
+/** While the replay yields, at most one log line this often (ms). */
+const YIELD_LOG_MS = 10_000;
 
 /** Options of `runReplay`. */
 export interface RunReplayOptions {
@@ -38,10 +44,16 @@ export interface RunReplayOptions {
   readonly maxOutstanding?: number;
   /** At most this many events per second (a positive number). Default: no rate limit. */
   readonly rate?: number;
+  /**
+   * Yield to live traffic: while a live delivery of another handler (not paused) has been due longer than this many
+   * ms without starting, the replay's rate halves, down to one event a step; while none has, it grows by a quarter a
+   * step, up to `rate`. 1..3,600,000, or `false` to never yield. Default 20.
+   */
+  readonly liveWaitMs?: number | false;
   /** How long to wait, in ms, when a step says the replay waits or the outstanding cap is reached. 1..60,000. Default 50. */
   readonly pollMs?: number;
-  /** Called after each step with where the replay stands and what the step did. */
-  readonly onProgress?: (replay: ReplayView, step: ReplayStepResult) => void;
+  /** Called after each step with where the replay stands, what the step did, and the pace now. */
+  readonly onProgress?: (replay: ReplayView, step: ReplayStepResult, pace: ReplayPaceView) => void;
   /** Stops driving after the current step; the replay stays `running` and can be driven again. */
   readonly signal?: AbortSignal;
   /** Where retried store failures are logged (at warn). */
@@ -54,6 +66,7 @@ interface Resolved {
   readonly batchSize: number;
   readonly maxOutstanding: number;
   readonly rate: number | undefined;
+  readonly liveWaitMs: number | undefined;
   readonly pollMs: number;
   readonly maxRetries: number;
   readonly logger: Logger;
@@ -76,7 +89,8 @@ function resolve(options: RunReplayOptions): Resolved {
   integerOption(options, 'maxOutstanding', 1, MAX_OUTSTANDING_LIMIT);
   integerOption(options, 'pollMs', 1, MAX_POLL_MS);
   integerOption(options, 'maxRetries', 0, 1_000);
-  const { rate, onProgress, signal, logger } = options;
+  const { rate, onProgress, signal, logger, liveWaitMs } = options;
+  if (liveWaitMs !== false) integerOption(options, 'liveWaitMs', 1, MAX_REPLAY_LIVE_WAIT_MS);
   if (rate !== undefined && (typeof rate !== 'number' || !Number.isFinite(rate) || rate <= 0))
     throw new InvalidOptionsError(`runReplay(): rate must be a positive number of events per second, got ${rate}.`);
   if (onProgress !== undefined && typeof onProgress !== 'function')
@@ -88,6 +102,7 @@ function resolve(options: RunReplayOptions): Resolved {
     batchSize: options.batchSize ?? DEFAULT_REPLAY_BATCH_SIZE,
     maxOutstanding: options.maxOutstanding ?? DEFAULT_REPLAY_MAX_OUTSTANDING,
     rate,
+    liveWaitMs: liveWaitMs === false ? undefined : (liveWaitMs ?? DEFAULT_REPLAY_LIVE_WAIT_MS),
     pollMs: options.pollMs ?? DEFAULT_REPLAY_POLL_MS,
     maxRetries: options.maxRetries ?? DEFAULT_REPLAY_MAX_RETRIES,
     logger: logger ?? noopLogger,
@@ -141,30 +156,50 @@ export async function runReplay(
     }
   };
 
+  const pace = new ReplayPace(settings.batchSize, settings.rate, settings.liveWaitMs);
+  let lastYieldLog = Number.NEGATIVE_INFINITY;
+  let looked = false;
+  const report = (last: ReplayStepResult): void => {
+    const slowedFor = pace.observe(last.liveWaits, performance.now());
+    if (!looked && pace.view.leftOut.length > 0)
+      settings.logger.info('live deliveries of these handlers already wait; the replay does not slow down for them', {
+        replayId,
+        handlers: pace.view.leftOut.join(', '),
+        liveWaitMs: settings.liveWaitMs,
+      });
+    looked = true;
+    if (slowedFor !== undefined && performance.now() - lastYieldLog >= YIELD_LOG_MS) {
+      lastYieldLog = performance.now();
+      settings.logger.info('live deliveries are waiting; the replay slows down for them', {
+        replayId,
+        handler: slowedFor.handler,
+        waitedMs: Math.round(slowedFor.ms),
+        liveWaitMs: settings.liveWaitMs,
+        eventsPerSecond: pace.view.eventsPerSecond,
+      });
+    }
+    onProgress?.(last.replay, last, pace.view);
+  };
+
   // A step of 0 first: where the replay stands (and how many of its deliveries are outstanding) before taking any.
   let last = await step(0);
-  onProgress?.(last.replay, last);
-  // With a rate, one step takes at most 1/PACES_PER_SECOND of a second's worth of events, and the next waits until the
-  // rate allows it: the deliveries come in small batches rather than one burst a second, which a claim would carry at
-  // once.
-  const perStep =
-    settings.rate === undefined ? settings.batchSize : Math.max(1, Math.floor(settings.rate / PACES_PER_SECOND));
+  report(last);
   while (last.replay.state === 'running' && !stopped()) {
     const room = Math.max(0, settings.maxOutstanding - last.outstanding);
-    const limit = last.waiting === undefined ? Math.min(settings.batchSize, perStep, room) : 0;
+    const limit = last.waiting === undefined ? Math.min(settings.batchSize, pace.perStep, room) : 0;
     if (limit === 0) {
       await pause(settings.pollMs, signal);
       if (stopped()) break;
       // Waiting or at the cap: a step sized by what is free now (the store says again whether it still waits).
-      last = await step(Math.min(settings.batchSize, perStep, room));
-      onProgress?.(last.replay, last);
+      last = await step(Math.min(settings.batchSize, pace.perStep, room));
+      report(last);
       continue;
     }
     const started = performance.now();
+    pace.started(limit, started);
     last = await step(limit);
-    onProgress?.(last.replay, last);
-    if (settings.rate !== undefined && last.replay.state === 'running')
-      await pause((limit / settings.rate) * 1000 - (performance.now() - started), signal);
+    report(last);
+    if (last.replay.state === 'running') await pause(pace.waitAfter(limit, started, performance.now()), signal);
   }
   return last.replay;
 }

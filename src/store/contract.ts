@@ -45,6 +45,7 @@ export type {
   ReplayState,
   ReplayStepParams,
   ReplayStepResult,
+  LiveWait,
   ReplayView,
 } from './replay-contract.js';
 

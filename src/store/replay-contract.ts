@@ -104,6 +104,18 @@ export interface ReplayStepResult {
   readonly waiting?: 'in-flight' | 'draining';
   /** The replay's deliveries not finished yet (pending or running): what a throttle keeps bounded. */
   readonly outstanding: number;
+  /**
+   * Live traffic held up beside the replay: per handler (the longest first, at most 16), how long its longest-waiting
+   * delivery has been due without starting, among the newest deliveries; paused handlers, replayed deliveries and the
+   * replay's own handlers left out. Empty when none waits. What `runReplay`'s yield slows down for.
+   */
+  readonly liveWaits: readonly LiveWait[];
+}
+
+/** A handler's live deliveries due and not started yet: how long the longest-waiting one has been due. */
+export interface LiveWait {
+  readonly handler: string;
+  readonly ms: number;
 }
 
 export interface ListReplaysParams {

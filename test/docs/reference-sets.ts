@@ -278,6 +278,7 @@ export const OPTION_GROUPS: readonly OptionGroup[] = [
       batchSize: true,
       maxOutstanding: true,
       rate: true,
+      liveWaitMs: true,
       pollMs: true,
       onProgress: true,
       signal: true,

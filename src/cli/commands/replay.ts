@@ -1,9 +1,17 @@
 import { hostname, userInfo } from 'node:os';
-import type { ReplayMode, ReplayParams, ReplayPlan, ReplayStepResult, ReplayView } from '../../index.js';
-import { runReplay } from '../../replay/run-replay.js';
+import type {
+  ReplayMode,
+  ReplayPaceView,
+  ReplayParams,
+  ReplayPlan,
+  ReplayStepResult,
+  ReplayView,
+} from '../../index.js';
+import { MAX_REPLAY_LIVE_WAIT_MS, runReplay } from '../../replay/run-replay.js';
 import { MAX_REPLAY_REASON, MAX_REPLAY_STEP } from '../../store/validate-replay.js';
 import {
   DATABASE_FLAGS,
+  durationFlag,
   HELP_FLAG,
   integerFlag,
   JSON_FLAG,
@@ -42,6 +50,12 @@ const DRIVE_FLAGS = {
       "At most this many of the replay's deliveries unfinished at once (pending or running): the throttle that keeps the workers' backlog bounded. Default: 2000.",
   },
   rate: { type: 'string', value: 'n', description: 'At most this many events per second. Default: no limit.' },
+  'live-wait': {
+    type: 'string',
+    value: 'duration|off',
+    description:
+      'Yield to live traffic: while a live delivery of another handler has been due this long without starting, the replay slows down (halving its rate, down to 20 events/s), and speeds up again once none has. A duration (20ms, 1s) or off. Default: 20ms.',
+  },
 } as const satisfies FlagSpecs;
 
 const START_FLAGS = {
@@ -143,25 +157,43 @@ function driveOptions(values: {
   readonly batch?: string;
   readonly 'max-outstanding'?: string;
   readonly rate?: string;
+  readonly 'live-wait'?: string;
 }) {
   const batchSize = integerFlag('batch', values.batch, 1, MAX_REPLAY_STEP);
   const maxOutstanding = integerFlag('max-outstanding', values['max-outstanding'], 1, 10_000_000);
   const rate = positiveFlag('rate', values.rate);
+  const rawLiveWait = values['live-wait'];
+  const liveWaitMs =
+    rawLiveWait?.trim() === 'off'
+      ? (false as const)
+      : durationFlag('live-wait', rawLiveWait, 1, MAX_REPLAY_LIVE_WAIT_MS);
   return {
     ...(batchSize === undefined ? {} : { batchSize }),
     ...(maxOutstanding === undefined ? {} : { maxOutstanding }),
     ...(rate === undefined ? {} : { rate }),
+    ...(liveWaitMs === undefined ? {} : { liveWaitMs }),
   };
 }
 
+/** While the replay yields: whose live deliveries it slows down for, and the rate now. */
+function yieldNote(step: ReplayStepResult, pace: ReplayPaceView): string {
+  if (!pace.yielding) return '';
+  const wait = step.liveWaits.find((w) => !pace.leftOut.includes(w.handler));
+  const rate = pace.eventsPerSecond === null ? '' : `, ${pace.eventsPerSecond} events/s`;
+  return wait === undefined ? '' : `  yielding to ${wait.handler} (waits ${Math.round(wait.ms)} ms${rate})`;
+}
+
 /** Progress on stderr: a bar on a terminal, else a line every `PROGRESS_LOG_MS`. */
-function progressReporter(context: CliContext, replay: ReplayView): (view: ReplayView, step: ReplayStepResult) => void {
+function progressReporter(
+  context: CliContext,
+  replay: ReplayView,
+): (view: ReplayView, step: ReplayStepResult, pace: ReplayPaceView) => void {
   const label = `replay ${replay.id}`;
   let bar: Progress | undefined;
   let barTotal = -1;
   let lastLine = 0;
-  return (view, step) => {
-    const suffix = `out ${step.outstanding}${step.waiting === undefined ? '' : `  waiting: ${step.waiting}`}`;
+  return (view, step, pace) => {
+    const suffix = `out ${step.outstanding}${step.waiting === undefined ? '' : `  waiting: ${step.waiting}`}${yieldNote(step, pace)}`;
     if (context.stderr.isTTY) {
       if (bar === undefined || barTotal !== view.total) {
         bar = createProgress(context.stderr, label, view.total);
@@ -175,7 +207,7 @@ function progressReporter(context: CliContext, replay: ReplayView): (view: Repla
     lastLine = now;
     writeLine(
       context.stderr,
-      `relaybus replay: ${label} ${view.state}: created ${replayProgress(view)}, skipped ${view.skipped}, outstanding ${step.outstanding}${step.waiting === undefined ? '' : `, waiting (${step.waiting})`}`,
+      `relaybus replay: ${label} ${view.state}: created ${replayProgress(view)}, skipped ${view.skipped}, outstanding ${step.outstanding}${step.waiting === undefined ? '' : `, waiting (${step.waiting})`}${yieldNote(step, pace)}`,
     );
   };
 }
@@ -201,8 +233,9 @@ async function drive(
     },
   });
   const started = performance.now();
+  // On a terminal the bar says when the replay yields; in a log, the runner's lines say it (info).
   const logger = createCliLogger({
-    level: 'warn',
+    level: context.stderr.isTTY ? 'warn' : 'info',
     format: 'pretty',
     stdout: context.stderr,
     stderr: context.stderr,
