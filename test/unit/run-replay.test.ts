@@ -12,6 +12,7 @@ import {
   StoreUnavailableError,
   runReplay,
   type LogFields,
+  type ReplayPaceView,
   type ReplayStepResult,
   type RunReplayOptions,
 } from '../../src/index.js';
@@ -29,15 +30,15 @@ function event(id: string, key?: string): PublishParams {
   };
 }
 
-/** A store with `count` events over three keys (and some unkeyed), published before handler h2 subscribed. */
-async function history(count: number): Promise<Store<MemoryTransaction>> {
+/** A store with `count` events over three keys (and some unkeyed), published (at `at`) before handler h2 subscribed. */
+async function history(count: number, at?: Date): Promise<Store<MemoryTransaction>> {
   const store = memoryStore();
   await store.subscribe([{ eventType: 'test.event', handler: 'h1', maxAttempts: 5 }]);
   const events = Array.from({ length: count }, (_, i) => {
     const id = `ev${String(i).padStart(4, '0')}`;
     return event(id, i % 4 === 3 ? undefined : `k${i % 3}`);
   });
-  await store.transaction((tx) => store.publish(tx, events));
+  await store.transaction((tx) => store.publish(tx, events, at));
   await store.subscribe([{ eventType: 'test.event', handler: 'h2', maxAttempts: 3 }]);
   return store;
 }
@@ -173,6 +174,72 @@ describe('runReplay', () => {
     assert.ok(took >= 250, `12 events at 40/s take at least 0.25 s after the first second's worth, took ${took} ms`);
   });
 
+  it('yields to live traffic: slower while another handler waits, not for one already behind at its start', async () => {
+    const store = await history(40, new Date(Date.now() - 60_000));
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['h2'] });
+    const running = worker(store, 'h2');
+    const infos: { message: string; fields: LogFields }[] = [];
+    const logger = {
+      debug() {},
+      info: (message: string, fields?: LogFields) => infos.push({ message, fields: fields ?? {} }),
+      warn() {},
+      error() {},
+    };
+    const paces: ReplayPaceView[] = [];
+    let published = false;
+    const final = await runReplay(store, replay.id, {
+      batchSize: 2,
+      pollMs: 1,
+      logger,
+      onProgress: (_view, _step, pace) => {
+        paces.push(pace);
+        if (published) return;
+        published = true;
+        // A live delivery of h3 due a second ago that no worker starts: the replay slows down for it.
+        void store.transaction((tx) =>
+          store.publish(
+            tx,
+            [{ ...event('live'), handlers: [{ name: 'h3', maxAttempts: 1 }] }],
+            new Date(Date.now() - 1_000),
+          ),
+        );
+      },
+    });
+    await running.stop();
+    assert.equal(final.state, 'finished');
+    // Two events a step: unlimited from the start (the rate allows more than a batch a step), h1 waiting a minute.
+    assert.deepEqual(
+      paces[0],
+      { eventsPerSecond: null, yielding: false, leftOut: ['h1'] },
+      'h1 was behind at the start',
+    );
+    const yielding = paces.filter((pace) => pace.yielding);
+    assert.ok(yielding.length > 0, 'it yielded');
+    const rates = yielding.map((pace) => pace.eventsPerSecond!);
+    assert.ok(
+      rates.every((rate, i) => i === 0 || rate <= rates[i - 1]!),
+      `falling: ${rates}`,
+    );
+    assert.deepEqual(
+      infos.map((info) => info.message),
+      [
+        'live deliveries of these handlers already wait; the replay does not slow down for them',
+        'live deliveries are waiting; the replay slows down for them',
+      ],
+    );
+    assert.equal(infos[0]!.fields.handlers, 'h1');
+    assert.equal(infos[1]!.fields.handler, 'h3');
+    assert.ok(Number(infos[1]!.fields.waitedMs) >= 1_000);
+
+    const unyielding = await history(6);
+    const second = await unyielding.startReplay({ mode: 'backfill', handlers: ['h2'] });
+    const seen: ReplayPaceView[] = [];
+    const secondWorker = worker(unyielding, 'h2');
+    await runReplay(unyielding, second.id, { liveWaitMs: false, onProgress: (_v, _s, pace) => seen.push(pace) });
+    await secondWorker.stop();
+    assert.ok(seen.every((pace) => pace.eventsPerSecond === null && !pace.yielding && pace.leftOut.length === 0));
+  });
+
   it('retries retryable store failures with a log line, and throws the others', async () => {
     const store = await history(3);
     const replay = await store.startReplay({ mode: 'backfill', handlers: ['h2'] });
@@ -234,6 +301,9 @@ describe('runReplay', () => {
       { rate: 0 },
       { rate: Number.POSITIVE_INFINITY },
       { pollMs: 0 },
+      { liveWaitMs: 0 },
+      { liveWaitMs: true },
+      { liveWaitMs: 3_600_001 },
       { maxRetries: -1 },
       { onProgress: 'yes' },
       { signal: {} },

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import type { ReplayParams } from '../../../src/store/contract.js';
 import {
   claim,
+  claimExpecting,
   deferred,
   event,
   H1,
@@ -17,7 +18,7 @@ import {
   rejectsWithCode,
   type CaseGroup,
 } from './kit.js';
-import { backfill, redrive, remaining, runOne, start, step, stepToEnd, subscribe } from './replay-kit.js';
+import { backfill, OTHER, redrive, remaining, runOne, start, step, stepToEnd, subscribe } from './replay-kit.js';
 
 export const replayRunCases: CaseGroup = {
   area: 'replay: steps, cancel and audit',
@@ -48,6 +49,39 @@ export const replayRunCases: CaseGroup = {
         await runOne(harness, H2, 'ev03');
         assert.deepEqual(await claim(harness, 'w1', { handlers: [H2] }), []);
         assert.equal(await harness.store.cancelReplay('987654321'), null);
+      },
+    },
+    {
+      name: "a step reports how long other handlers' live deliveries have been due without starting, per handler: not the replay's own, paused, in flight or scheduled ones",
+      async run({ harness }) {
+        await subscribe(harness, H1);
+        await publish(harness, [event({ id: 'ev01', key: 'k1' })]);
+        await subscribe(harness, H2);
+        const replay = await start(harness, backfill());
+        assert.deepEqual((await step(harness, replay.id, 0)).liveWaits, [{ handler: H1, ms: 0 }]);
+        harness.clock.advance(500);
+        await publish(harness, [
+          event({ id: 'live1', type: OTHER, key: 'k2', handlers: handlers(H2, 'h3', 'h4', 'h5') }),
+          event({ id: 'live2', type: OTHER, key: 'k3', handlers: handlers('h3') }),
+          event({
+            id: 'later',
+            type: OTHER,
+            handlers: handlers('h6'),
+            availableAt: new Date(harness.clock.now().getTime() + 60_000),
+          }),
+        ]);
+        await harness.store.pauseHandler({ handler: 'h4', now: harness.clock.now() });
+        await claimExpecting(harness, 'w1', ['live1'], { handlers: ['h5'] });
+        harness.clock.advance(1_000);
+        const stepped = await step(harness, replay.id, 1);
+        assert.equal(stepped.created, 1, 'the replayed delivery (H2 of ev01) is not live traffic');
+        assert.deepEqual(stepped.liveWaits, [
+          { handler: H1, ms: 1_500 },
+          { handler: 'h3', ms: 1_000 },
+        ]);
+        const running = await claim(harness, 'w1', { handlers: [H1, 'h3'] });
+        assert.deepEqual(running.map((d) => d.eventId).sort(), ['ev01', 'live1', 'live2']);
+        assert.deepEqual((await step(harness, replay.id, 0)).liveWaits, [], 'none waits once they started');
       },
     },
     {
