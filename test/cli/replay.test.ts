@@ -172,7 +172,7 @@ describe('relaybus replay (real Postgres, built bin)', { skip: 'skip' in found ?
     const replay = await db.store.startReplay({ mode: 'backfill', handlers: ['mirror'], key: 'k2' });
     assert.equal(replay.total, 3);
     const running = worker('mirror');
-    const result = await runCli(['replay', 'resume', replay.id, ...flags]);
+    const result = await runCli(['replay', 'resume', replay.id, '--live-wait', '1s', ...flags]);
     await running.stop();
     assert.equal(result.code, 0, result.stderr);
     assert.match(result.stdout, new RegExp(`replay ${replay.id} finished: created 3 deliveries`));
@@ -243,6 +243,8 @@ describe('relaybus replay (real Postgres, built bin)', { skip: 'skip' in found ?
       [['replay', 'backfill', '--handler', 'h', '--since', 'yesterday'], /--since must be an ISO 8601 time/],
       [['replay', 'backfill', '--handler', 'h', '--batch', '0'], /--batch must be an integer from 1 to 10000/],
       [['replay', 'backfill', '--handler', 'h', '--rate', '0'], /--rate/],
+      [['replay', 'backfill', '--handler', 'h', '--live-wait', 'soon'], /--live-wait must be a duration/],
+      [['replay', 'backfill', '--handler', 'h', '--live-wait', '2h'], /--live-wait must be between 1 ms and 3600000 ms/],
       [['replay', 'show', 'abc'], /the replay id must be a positive number/],
       [['replay', 'cancel'], /needs the replay id/],
       [['replay', 'list', '--state', 'done'], /--state must be one of running, finished, cancelled/],
