@@ -56,8 +56,9 @@ export class PgClaimSession implements ClaimSession {
   async claim(params: ClaimParams): Promise<ClaimedDelivery[]> {
     this.#assertOpen();
     validateClaim(params);
+    const started = performance.now();
     const { claimed } = await new ClaimCycle(this.#context, this, params, []).run();
-    await this.#lookAtStatistics();
+    await this.#lookAtStatistics(performance.now() - started);
     return claimed;
   }
 
@@ -65,14 +66,16 @@ export class PgClaimSession implements ClaimSession {
     this.#assertOpen();
     const parsed = parseLeases(leases);
     validateClaim(params);
+    const started = performance.now();
     const result = await new ClaimCycle(this.#context, this, params, parsed).run();
-    await this.#lookAtStatistics();
+    await this.#lookAtStatistics(performance.now() - started);
     return result;
   }
 
-  #lookAtStatistics(): Promise<void> {
+  /** After a claim that took `claimMs`: a look at the statistics when one is due (sooner after a slow claim). */
+  #lookAtStatistics(claimMs: number): Promise<void> {
     const discardPlans = this.connection === undefined ? undefined : () => this.run('discard-plans', []);
-    return this.#statistics.tick(this.run, this.#context.runOwned, discardPlans);
+    return this.#statistics.tick(this.run, this.#context.runOwned, discardPlans, claimMs);
   }
 
   /** Run one statement where this session's claims run: on its held connection (`HeldConnection`), else the pool. */

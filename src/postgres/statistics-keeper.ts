@@ -4,6 +4,13 @@ import type { StatementName } from './statements.js';
 
 /** How often a claim session looks at the tables' statistics, at most (while it claims). */
 export const STATISTICS_CHECK_INTERVAL_MS = 1_000;
+/**
+ * A claim this long (ms) is slow: the next look comes sooner, at most every `SLOW_CLAIM_LOOK_INTERVAL_MS`. A plan made
+ * on a heap of a few pages slows every claim as the heap grows (a heap that grows by tens of pages a second, as when a
+ * replay starts and its handlers' live deliveries wait, took claims from 50 to 230 ms within the second a look waited).
+ */
+export const SLOW_CLAIM_MS = 50;
+export const SLOW_CLAIM_LOOK_INTERVAL_MS = 100;
 
 const ANALYZE: Record<RowOf<'planner-statistics'>['name'], StatementName> = {
   deliveries: 'analyze-deliveries',
@@ -64,12 +71,21 @@ export class StatisticsWatch {
   }
 
   /**
-   * Look now, with `look`, if the last look is older than the interval and none is under way; resolves once the look
-   * (and a `discardPlans` it calls for) is done. `discardPlans` is absent where the claims do not run on a connection
-   * of their own (they are then planned wherever they land).
+   * Look now, with `look`, if the last look is older than the interval (`SLOW_CLAIM_LOOK_INTERVAL_MS` after a claim
+   * of `claimMs` >= `SLOW_CLAIM_MS`) and none is under way; resolves once the look (and a `discardPlans` it calls for)
+   * is done. `discardPlans` is absent where the claims do not run on a connection of their own (they are then planned
+   * wherever they land).
    */
-  async tick(look: Run, analyze: Run, discardPlans: (() => Promise<unknown>) | undefined, now = Date.now()) {
-    if (this.#looking || now - this.#lastLook < this.#intervalMs) return;
+  async tick(
+    look: Run,
+    analyze: Run,
+    discardPlans: (() => Promise<unknown>) | undefined,
+    claimMs: number,
+    now = Date.now(),
+  ): Promise<void> {
+    const interval =
+      claimMs >= SLOW_CLAIM_MS ? Math.min(SLOW_CLAIM_LOOK_INTERVAL_MS, this.#intervalMs) : this.#intervalMs;
+    if (this.#looking || now - this.#lastLook < interval) return;
     this.#lastLook = now;
     this.#looking = true;
     try {
