@@ -2,9 +2,9 @@ import type { LiveWait } from '../store/contract.js';
 
 /**
  * How fast `runReplay` takes events: a fixed rate, no limit, or (the yield) a rate that halves while live traffic
- * waits longer than a target and grows while it does not, so a replay goes as fast as the live
- * deliveries beside it allow. One object per run; the runner asks it how many events the next step takes and how
- * long to wait after it, and tells it what each step saw.
+ * waits longer than a target and grows while it does not, so a replay goes as fast as the live deliveries beside it
+ * allow. One object per run; the runner asks it how many events the next step takes and how long to wait after it,
+ * and tells it what each step saw.
  */
 
 /** With a rate, steps a second (at most: a step never takes less than one event). */
@@ -74,16 +74,16 @@ export class ReplayPace {
     return Math.min(this.#batchSize, Math.max(1, Math.floor(this.#rate / PACES_PER_SECOND)));
   }
 
-  /** A step that takes `taken` events starts now. */
+  /** A step that takes `taken` events starts at `now`. */
   started(taken: number, now: number): void {
     this.#lastStart = now;
     this.#lastTaken = taken;
   }
 
-  /** How long to wait (ms) after a step of `taken` events that started at `startedAt`, for the rate. */
-  waitAfter(taken: number, startedAt: number, now: number): number {
-    if (!Number.isFinite(this.#rate)) return 0;
-    return (taken / this.#rate) * 1000 - (now - startedAt);
+  /** How long to wait (ms) after the step last started, for the rate: its events' share of a second, less its time. */
+  waitAfter(now: number): number {
+    if (!Number.isFinite(this.#rate) || this.#lastStart === undefined) return 0;
+    return (this.#lastTaken / this.#rate) * 1000 - (now - this.#lastStart);
   }
 
   /**

@@ -191,15 +191,16 @@ export async function runReplay(
       await pause(settings.pollMs, signal);
       if (stopped()) break;
       // Waiting or at the cap: a step sized by what is free now (the store says again whether it still waits).
-      last = await step(Math.min(settings.batchSize, pace.perStep, room));
+      const size = Math.min(settings.batchSize, pace.perStep, room);
+      pace.started(size, performance.now());
+      last = await step(size);
       report(last);
       continue;
     }
-    const started = performance.now();
-    pace.started(limit, started);
+    pace.started(limit, performance.now());
     last = await step(limit);
     report(last);
-    if (last.replay.state === 'running') await pause(pace.waitAfter(limit, started, performance.now()), signal);
+    if (last.replay.state === 'running') await pause(pace.waitAfter(performance.now()), signal);
   }
   return last.replay;
 }

@@ -244,7 +244,10 @@ describe('relaybus replay (real Postgres, built bin)', { skip: 'skip' in found ?
       [['replay', 'backfill', '--handler', 'h', '--batch', '0'], /--batch must be an integer from 1 to 10000/],
       [['replay', 'backfill', '--handler', 'h', '--rate', '0'], /--rate/],
       [['replay', 'backfill', '--handler', 'h', '--live-wait', 'soon'], /--live-wait must be a duration/],
-      [['replay', 'backfill', '--handler', 'h', '--live-wait', '2h'], /--live-wait must be between 1 ms and 3600000 ms/],
+      [
+        ['replay', 'backfill', '--handler', 'h', '--live-wait', '2h'],
+        /--live-wait must be between 1 ms and 3600000 ms/,
+      ],
       [['replay', 'show', 'abc'], /the replay id must be a positive number/],
       [['replay', 'cancel'], /needs the replay id/],
       [['replay', 'list', '--state', 'done'], /--state must be one of running, finished, cancelled/],

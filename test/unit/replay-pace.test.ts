@@ -13,13 +13,15 @@ describe('ReplayPace', () => {
   it('without a yield: full batches back to back, or a twentieth of the rate a step and the rest of its time waited', () => {
     const free = new ReplayPace(500, undefined, undefined);
     assert.equal(free.perStep, 500);
-    assert.equal(free.waitAfter(500, 0, 10), 0);
+    free.started(500, 0);
+    assert.equal(free.waitAfter(10), 0);
     assert.equal(free.observe([wait('h1', 10_000)], 0), undefined, 'no yield: waits are not looked at');
     assert.deepEqual(free.view, { eventsPerSecond: null, yielding: false, leftOut: [] });
 
     const rated = new ReplayPace(500, 2_000, undefined);
     assert.equal(rated.perStep, 100);
-    assert.equal(rated.waitAfter(100, 0, 20), 30, '100 events at 2,000/s take 50 ms, 20 of them spent in the step');
+    rated.started(100, 0);
+    assert.equal(rated.waitAfter(20), 30, '100 events at 2,000/s take 50 ms, 20 of them spent in the step');
   });
 
   it('yielding: starts low, halves while a live delivery waits past the target (at most every 200 ms), down to the floor', () => {
