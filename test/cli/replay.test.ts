@@ -138,6 +138,17 @@ describe('relaybus replay (real Postgres, built bin)', { skip: 'skip' in found ?
     const id = /started replay (\d+)/.exec(cli.output().stderr)![1]!;
     // No worker runs audit-log: the replay stops at 2 outstanding deliveries.
     for (let i = 0; i < 100 && (await db.store.getReplay(id))?.created !== 2; i += 1) await sleep(20);
+    // publish-to's history deliveries (no worker runs it) already waited at the replay's first look: left out, and said.
+    assert.match(cli.output().stderr, /already wait; the replay does not slow down for them.*publish-to/);
+    // A live delivery of another handler, due a second ago and started by no worker: the replay yields to it, and says so.
+    await db.store.transaction((tx) =>
+      db.store.publish(
+        tx,
+        [{ id: 'live-page', type: 'page.sent', payload: {}, handlers: [{ name: 'pager', maxAttempts: 3 }] }],
+        new Date(Date.now() - 1_000),
+      ),
+    );
+    await cli.waitFor(/the replay slows down for them.*pager/);
     cli.child.kill('SIGINT');
     const stopped = await cli.exited;
     assert.equal(stopped.code, 130, stopped.stderr);
