@@ -115,7 +115,7 @@ export class ReplayPace {
       this.#rate = Math.max(YIELD_FLOOR_RATE, Math.min(rate, achieved) / 2);
       return counted;
     }
-    // Unlimited once a full batch a pace is allowed and no rate caps it: the steps then run back to back.
+    // Unlimited past four full batches a pace when no rate caps it: the steps then run back to back.
     const grown = rate * 2 ** (sinceLast / YIELD_DOUBLING_MS);
     this.#rate =
       this.#cap === undefined && grown >= this.#batchSize * PACES_PER_SECOND * 4

@@ -46,8 +46,8 @@ export interface RunReplayOptions {
   readonly rate?: number;
   /**
    * Yield to live traffic: while a live delivery of another handler (not paused) has been due longer than this many
-   * ms without starting, the replay's rate halves, down to one event a step; while none has, it grows by a quarter a
-   * step, up to `rate`. 1..3,600,000, or `false` to never yield. Default 20.
+   * ms without starting, the replay's rate halves, down to one event a step; while none has, it doubles every two
+   * seconds, up to `rate`. 1..3,600,000, or `false` to never yield. Default 20.
    */
   readonly liveWaitMs?: number | false;
   /** How long to wait, in ms, when a step says the replay waits or the outstanding cap is reached. 1..60,000. Default 50. */
@@ -161,10 +161,11 @@ export async function runReplay(
   let looked = false;
   const report = (last: ReplayStepResult): void => {
     const slowedFor = pace.observe(last.liveWaits, performance.now());
-    if (!looked && pace.view.leftOut.length > 0)
+    const view = pace.view;
+    if (!looked && view.leftOut.length > 0)
       settings.logger.info('live deliveries of these handlers already wait; the replay does not slow down for them', {
         replayId,
-        handlers: pace.view.leftOut.join(', '),
+        handlers: view.leftOut.join(', '),
         liveWaitMs: settings.liveWaitMs,
       });
     looked = true;
@@ -175,10 +176,10 @@ export async function runReplay(
         handler: slowedFor.handler,
         waitedMs: Math.round(slowedFor.ms),
         liveWaitMs: settings.liveWaitMs,
-        eventsPerSecond: pace.view.eventsPerSecond,
+        eventsPerSecond: view.eventsPerSecond,
       });
     }
-    onProgress?.(last.replay, last, pace.view);
+    onProgress?.(last.replay, last, view);
   };
 
   // A step of 0 first: where the replay stands (and how many of its deliveries are outstanding) before taking any.
@@ -186,16 +187,12 @@ export async function runReplay(
   report(last);
   while (last.replay.state === 'running' && !stopped()) {
     const room = Math.max(0, settings.maxOutstanding - last.outstanding);
-    const limit = last.waiting === undefined ? Math.min(settings.batchSize, pace.perStep, room) : 0;
+    let limit = last.waiting === undefined ? Math.min(settings.batchSize, pace.perStep, room) : 0;
     if (limit === 0) {
       await pause(settings.pollMs, signal);
       if (stopped()) break;
       // Waiting or at the cap: a step sized by what is free now (the store says again whether it still waits).
-      const size = Math.min(settings.batchSize, pace.perStep, room);
-      pace.started(size, performance.now());
-      last = await step(size);
-      report(last);
-      continue;
+      limit = Math.min(settings.batchSize, pace.perStep, room);
     }
     pace.started(limit, performance.now());
     last = await step(limit);
