@@ -48,6 +48,7 @@ import { type DrivenReplay, driveReplay } from './lib/drive-replay.js';
 import { wallNow } from './lib/recorder.js';
 import { analyzeSchema } from './scenarios/common.js';
 import { max, median, min, percentile, sleep } from './lib/stats.js';
+import { backfillTimeline } from './lib/timeline.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -464,6 +465,8 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
       if (out.records.h[r] === 1 && out.records.i[r]! < HISTORY)
         lastHistory = Number.isNaN(lastHistory) ? out.records.t[r]! : Math.max(lastHistory, out.records.t[r]!);
     const seconds = driven ? (driven.endedAt - driven.startedAt) / 1000 : Number.NaN;
+    if (process.env.BENCH_TIMELINE)
+      for (const line of backfillTimeline(out.records, commitOf, HISTORY, h1From, h1To)) log(line);
     return {
       published: pub.commitI.length,
       h1: latency(out.records, 0, commitOf, h1From, h1To),

@@ -1,3 +1,4 @@
+import { appendFileSync } from 'node:fs';
 /**
  * A dispatcher or a paced publisher process of the backfill benchmark (bench/backfill.ts), forked with
  * `node --import tsx`; relaybus runs from dist/ as in the other cells (bench/README.md, "relaybus runs from dist/").
@@ -80,7 +81,18 @@ async function runDispatcher(init: BackfillInit): Promise<void> {
       const t = wallNow();
       recorder.add(i, h, t, t);
     },
-    { debug: noop, info: noop, warn: report('warn'), error: report('error') },
+    {
+      debug:
+        process.env.BENCH_CLAIM_LOG === undefined
+          ? noop
+          : (message: string, fields?: Record<string, unknown>) => {
+              if (message === 'claimed deliveries')
+                appendFileSync(process.env.BENCH_CLAIM_LOG!, `${Date.now()} ${JSON.stringify(fields)}\n`);
+            },
+      info: noop,
+      warn: report('warn'),
+      error: report('error'),
+    },
   );
   await warmPool(pool, TUNED.poolSize);
   await send({ type: 'ready' });
