@@ -79,3 +79,10 @@ export function nameProblem(value: unknown, what: string): string | undefined {
   }
   return `${what} must be a non-empty string of at most ${MAX_NAME_LENGTH} characters, got ${echo(value)}.`;
 }
+
+/**
+ * Delivery ids a replay step looks at for live traffic waiting (`ReplayStepResult.liveWaits`): the newest this many, a
+ * second or more of a busy store's deliveries (the Postgres store reads them through the primary key in a millisecond
+ * or two). When the workers fall behind, the newest deliveries wait too.
+ */
+export const LIVE_WAIT_IDS = 10_000;

@@ -1,5 +1,5 @@
 import { InvalidInputError, InvalidStateError } from '../core/errors.js';
-import { echo } from '../core/limits.js';
+import { echo, LIVE_WAIT_IDS } from '../core/limits.js';
 import { laneOf } from '../core/lanes.js';
 import type {
   ListReplaysParams,
@@ -349,10 +349,13 @@ export class MemoryReplay {
     };
   }
 
-  /** Per handler, its live delivery due the longest without starting, as the Postgres store's (replay-live-wait). */
+  /**
+   * Per handler, its live delivery due the longest without starting, among the newest `LIVE_WAIT_IDS` deliveries, as
+   * the Postgres store's (replay-live-wait): looked up by id, not a pass over every delivery at every step.
+   */
   #liveWaits(replay: ReplayRecord, now: number): LiveWait[] {
     const longest = new Map<string, number>();
-    for (const d of this.data.deliveries.values()) {
+    for (const d of this.#newestDeliveries()) {
       if (d.status !== 'pending' || d.replayId !== null || d.availableAt > now) continue;
       if (replay.handlers.includes(d.handler) || this.data.pausedHandlers.has(d.handler)) continue;
       if (this.data.lanes[d.lane]!.inFlight.has(d.id)) continue;
@@ -362,6 +365,20 @@ export class MemoryReplay {
       .map(([handler, ms]) => ({ handler, ms }))
       .sort((a, b) => b.ms - a.ms || compareText(a.handler, b.handler))
       .slice(0, MAX_LIVE_WAITS);
+  }
+
+  /** The deliveries among the newest `LIVE_WAIT_IDS` ids: by id when there are more, else all of them. */
+  *#newestDeliveries(): Generator<DeliveryRecord> {
+    const { deliveries } = this.data;
+    const after = this.data.nextDeliveryId - 1n - BigInt(LIVE_WAIT_IDS);
+    if (deliveries.size <= LIVE_WAIT_IDS) {
+      for (const d of deliveries.values()) if (BigInt(d.id) > after) yield d;
+      return;
+    }
+    for (let id = this.data.nextDeliveryId - 1n; id > after && id > 0n; id -= 1n) {
+      const d = deliveries.get(id.toString());
+      if (d !== undefined) yield d;
+    }
   }
 
   #view(r: ReplayRecord): ReplayView {

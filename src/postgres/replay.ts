@@ -1,4 +1,5 @@
 import { InvalidInputError, InvalidStateError } from '../core/errors.js';
+import { LIVE_WAIT_IDS } from '../core/limits.js';
 import type {
   ListReplaysParams,
   LiveWait,
@@ -134,12 +135,6 @@ export async function startReplay(context: StoreContext, params: ReplayParams): 
     return view!;
   });
 }
-
-/**
- * Delivery ids looked at for live traffic waiting (sql/admin/replay-live-wait.sql): the newest this many, a second or
- * more of a busy store's deliveries, read through the primary key in a millisecond or two.
- */
-const LIVE_WAIT_IDS = 10_000;
 
 async function liveWaits(
   context: StoreContext,

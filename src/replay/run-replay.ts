@@ -56,7 +56,7 @@ export interface RunReplayOptions {
   readonly onProgress?: (replay: ReplayView, step: ReplayStepResult, pace: ReplayPaceView) => void;
   /** Stops driving after the current step; the replay stays `running` and can be driven again. */
   readonly signal?: AbortSignal;
-  /** Where retried store failures are logged (at warn). */
+  /** Where retried store failures (at warn) and the yield's decisions (at info) are logged. */
   readonly logger?: Logger;
   /** Consecutive retryable store failures retried (with backoff) before the error is thrown, 0..1,000. Default 10. */
   readonly maxRetries?: number;
@@ -116,6 +116,52 @@ async function pause(ms: number, signal: AbortSignal | undefined): Promise<void>
 }
 
 /**
+ * What each step of `runReplay` tells: the pace's look at the live waits it reports, the log lines that say what the
+ * yield decided (the handlers it leaves out, once; the one it slows down for, at most every `YIELD_LOG_MS`), and the
+ * caller's `onProgress`.
+ */
+class StepReporter {
+  readonly #replayId: string;
+  readonly #pace: ReplayPace;
+  readonly #settings: Resolved;
+  readonly #onProgress: RunReplayOptions['onProgress'];
+  /** The first step was looked at: the handlers left out of the yield are logged once. */
+  #looked = false;
+  #lastYieldLogAt = Number.NEGATIVE_INFINITY;
+
+  constructor(replayId: string, pace: ReplayPace, settings: Resolved, onProgress: RunReplayOptions['onProgress']) {
+    this.#replayId = replayId;
+    this.#pace = pace;
+    this.#settings = settings;
+    this.#onProgress = onProgress;
+  }
+
+  report(last: ReplayStepResult): void {
+    const { logger, liveWaitMs } = this.#settings;
+    const slowedFor = this.#pace.observe(last.liveWaits, performance.now());
+    const view = this.#pace.view;
+    if (!this.#looked && view.leftOut.length > 0)
+      logger.info('live deliveries of these handlers already wait; the replay does not slow down for them', {
+        replayId: this.#replayId,
+        handlers: view.leftOut.join(', '),
+        liveWaitMs,
+      });
+    this.#looked = true;
+    if (slowedFor !== undefined && performance.now() - this.#lastYieldLogAt >= YIELD_LOG_MS) {
+      this.#lastYieldLogAt = performance.now();
+      logger.info('live deliveries are waiting; the replay slows down for them', {
+        replayId: this.#replayId,
+        handler: slowedFor.handler,
+        waitedMs: Math.round(slowedFor.ms),
+        liveWaitMs,
+        eventsPerSecond: view.eventsPerSecond,
+      });
+    }
+    this.#onProgress?.(last.replay, last, view);
+  }
+}
+
+/**
  * Drive the running replay `replayId` (from `store.startReplay`) until it is finished or cancelled, or `signal` aborts;
  * resolves with the replay as it stands then. Throws `InvalidOptionsError` for bad options, and the store's errors
  * (a retryable one after `maxRetries` retries).
@@ -157,34 +203,11 @@ export async function runReplay(
   };
 
   const pace = new ReplayPace(settings.batchSize, settings.rate, settings.liveWaitMs);
-  let lastYieldLog = Number.NEGATIVE_INFINITY;
-  let looked = false;
-  const report = (last: ReplayStepResult): void => {
-    const slowedFor = pace.observe(last.liveWaits, performance.now());
-    const view = pace.view;
-    if (!looked && view.leftOut.length > 0)
-      settings.logger.info('live deliveries of these handlers already wait; the replay does not slow down for them', {
-        replayId,
-        handlers: view.leftOut.join(', '),
-        liveWaitMs: settings.liveWaitMs,
-      });
-    looked = true;
-    if (slowedFor !== undefined && performance.now() - lastYieldLog >= YIELD_LOG_MS) {
-      lastYieldLog = performance.now();
-      settings.logger.info('live deliveries are waiting; the replay slows down for them', {
-        replayId,
-        handler: slowedFor.handler,
-        waitedMs: Math.round(slowedFor.ms),
-        liveWaitMs: settings.liveWaitMs,
-        eventsPerSecond: view.eventsPerSecond,
-      });
-    }
-    onProgress?.(last.replay, last, view);
-  };
+  const reporter = new StepReporter(replayId, pace, settings, onProgress);
 
   // A step of 0 first: where the replay stands (and how many of its deliveries are outstanding) before taking any.
   let last = await step(0);
-  report(last);
+  reporter.report(last);
   while (last.replay.state === 'running' && !stopped()) {
     const room = Math.max(0, settings.maxOutstanding - last.outstanding);
     let limit = last.waiting === undefined ? Math.min(settings.batchSize, pace.perStep, room) : 0;
@@ -196,7 +219,7 @@ export async function runReplay(
     }
     pace.started(limit, performance.now());
     last = await step(limit);
-    report(last);
+    reporter.report(last);
     if (last.replay.state === 'running') await pause(pace.waitAfter(performance.now()), signal);
   }
   return last.replay;

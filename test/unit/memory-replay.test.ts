@@ -1,10 +1,12 @@
 /**
  * The memory store's replay where the contract suite cannot reach it (its late-commit case needs concurrent
  * connections): a memory transaction open at a backfill's start may commit an event without the handler, and the
- * replay must look again before it finishes; a re-drive does not look again.
+ * replay must look again before it finishes; a re-drive does not look again. A step's live waits look at the newest
+ * `LIVE_WAIT_IDS` deliveries, as the Postgres store's do (the contract suite would publish that many on every target).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { LIVE_WAIT_IDS } from '../../src/core/limits.js';
 import { memoryStore } from '../../src/memory/memory-store.js';
 import type { PublishParams, Store } from '../../src/store/contract.js';
 import type { MemoryTransaction } from '../../src/memory/memory-store.js';
@@ -78,5 +80,33 @@ describe('memory replay', () => {
     assert.deepEqual(await drain(store, 'h1'), ['ev04']);
     const listed = await store.listDeliveries({ status: 'pending' });
     assert.deepEqual(listed.items, []);
+  });
+  it("a step's live waits look at the newest LIVE_WAIT_IDS deliveries only, as the Postgres store's", async () => {
+    const store = memoryStore();
+    await store.transaction((tx) => store.publish(tx, [event('waiting', 'k1')]));
+    // Deliveries scheduled an hour ahead: newer ids that wait for nothing yet.
+    const later = new Date(Date.now() + 3_600_000);
+    const fillers = async (from: number, count: number): Promise<void> => {
+      const events = Array.from({ length: count }, (_, i) => ({
+        id: `later-${from + i}`,
+        type: 'later.event',
+        payload: {},
+        handlers: [{ name: 'h3', maxAttempts: 1 }],
+        availableAt: later,
+      }));
+      await store.transaction((tx) => store.publish(tx, events));
+    };
+    await fillers(0, LIVE_WAIT_IDS - 1);
+    await store.subscribe([{ eventType: 'test.event', handler: 'h2', maxAttempts: 3 }]);
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['h2'] });
+    const seen = await store.replayStep({ replayId: replay.id, limit: 0 });
+    assert.deepEqual(
+      seen.liveWaits.map((w) => w.handler),
+      ['h1'],
+      'the waiting delivery is among the newest ids',
+    );
+    await fillers(LIVE_WAIT_IDS, 1);
+    const past = await store.replayStep({ replayId: replay.id, limit: 0 });
+    assert.deepEqual(past.liveWaits, [], 'one more delivery puts it past the window');
   });
 });
