@@ -120,7 +120,7 @@ const CHILD = fileURLToPath(new URL('./lib/backfill-child.ts', import.meta.url))
 
 class Proc {
   readonly #child = fork(CHILD, [], {
-    execArgv: ['--import', 'tsx'],
+    execArgv: ['--import', 'tsx', ...(process.env.BENCH_CHILD_FLAGS ?? '').split(' ').filter(Boolean)],
     serialization: 'advanced',
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
@@ -467,6 +467,15 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
     const seconds = driven ? (driven.endedAt - driven.startedAt) / 1000 : Number.NaN;
     if (process.env.BENCH_TIMELINE)
       for (const line of backfillTimeline(out.records, commitOf, HISTORY, h1From, h1To)) log(line);
+    if (process.env.BENCH_LIVE_DUMP && driven) {
+      const rows: string[] = [];
+      for (let r = 0; r < out.records.i.length; r += 1) {
+        const c = commitOf.get(out.records.i[r]!);
+        if (out.records.h[r] === 0 && c !== undefined && c >= h1From && c <= h1To)
+          rows.push(`${c} ${out.records.t[r]}`);
+      }
+      writeFileSync(process.env.BENCH_LIVE_DUMP, rows.join('\n'));
+    }
     return {
       published: pub.commitI.length,
       h1: latency(out.records, 0, commitOf, h1From, h1To),
