@@ -2,7 +2,7 @@
  * The claim statement of this checkout against the one of a git revision, on one state, as a ratio.
  *
  *   npm run bench:claim-compare -- --against HEAD [--deliveries 50000] [--batch 100] [--runs 40] [--unkeyed] [--ids]
- *                                   [--plan]
+ *                                   [--replay] [--plan]
  *
  * A change that saves 5-10% of the claim's execution is lost in a throughput run on this shared machine (identical
  * runs differ by 10-15%, and the machine's speed drifts within minutes). Here both texts run on the same state, in
@@ -14,15 +14,19 @@
  * of each and their ratio, after checking that both pick the same deliveries and complete the same ones.
  * The revision's text must take the same parameters; sql/fragments/ is read at that revision too. --plan prints the
  * working tree's plan first (EXPLAIN ANALYZE, BUFFERS; timing on), to see which node a change moved.
+ * --replay (events with ids): the state of a claim beside a backfill instead. A third handler, `h3`, subscribes after
+ * the backlog, a backfill of it has created half its history, and two live events a key published since are held
+ * behind it; the compared claim is `h3`'s first, naming every lane (replayed heads and their followers, up to the
+ * held rows), with nothing in flight.
  */
 import { execFileSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { parseLeaseToken } from '../src/core/lease-token.js';
-import { fromPg, postgresStore } from '../src/postgres/index.js';
+import { fromPg, type PgClientLike, postgresStore, type PostgresStore } from '../src/postgres/index.js';
 import { loadStatements, renderStatement, statementPath } from '../src/postgres/statements.js';
 import type { ClaimedDelivery } from '../src/store/contract.js';
-import { publishBacklog } from './lib/backlog.js';
+import { BACKLOG_TYPE, type Backlog, publishBacklog } from './lib/backlog.js';
 import { createBenchDatabase, dropBenchDatabase } from './lib/db.js';
 import { HANDLERS } from './lib/types.js';
 import * as owners from '../test/support/claims.js';
@@ -35,6 +39,7 @@ const { values: args } = parseArgs({
     runs: { type: 'string', default: '40' },
     unkeyed: { type: 'boolean', default: false },
     ids: { type: 'boolean', default: false },
+    replay: { type: 'boolean', default: false },
     plan: { type: 'boolean', default: false },
   },
 });
@@ -91,20 +96,53 @@ function literal(client: pg.PoolClient, value: unknown): string {
   return client.escapeLiteral(String(value));
 }
 
+/**
+ * --replay's state: `h3` subscribes to the backlog's type, a backfill of it creates half its history (in steps, as
+ * runReplay takes them), and two live events a key (all three handlers) are published after, held behind that history.
+ * Returns the handler the claims run.
+ */
+async function backfillHalf(store: PostgresStore<PgClientLike>, backlog: Backlog): Promise<string> {
+  const handler = 'h3';
+  await store.subscribe([{ eventType: BACKLOG_TYPE, handler, maxAttempts: 10 }]);
+  const replay = await store.startReplay({ mode: 'backfill', handlers: [handler], requestedBy: 'claim-compare' });
+  for (let created = 0; created < backlog.events / 2; ) {
+    const step = await store.replayStep({ replayId: replay.id, limit: Math.min(5_000, backlog.events / 2 - created) });
+    created += step.created;
+  }
+  const live = [...HANDLERS, handler].map((name) => ({ name, maxAttempts: 10 }));
+  for (let round = 0; round < 2; round += 1)
+    await store.transaction((tx) =>
+      store.publish(
+        tx,
+        Array.from({ length: Math.max(backlog.keys, 1) }, (_, k) => ({
+          id: `live-${round}-${k}`,
+          type: BACKLOG_TYPE,
+          key: backlog.keys === 0 ? null : `k${k}`,
+          payload: { live: k },
+          handlers: live,
+        })),
+      ),
+    );
+  return handler;
+}
+
 const { url, created } = await createBenchDatabase('relaybus_bench_claim_compare');
 const pool = new pg.Pool({ connectionString: url, max: 2 });
 try {
   const store = postgresStore({ driver: fromPg(pool), schema });
   await store.setup();
-  const backlog = await publishBacklog(pool, store, deliveries, !args.unkeyed, args.ids);
+  // A backfill replays events from their events rows: --replay publishes with ids.
+  const backlog = await publishBacklog(pool, store, deliveries, !args.unkeyed, args.ids || args.replay);
+  const handlers = args.replay ? [await backfillHalf(store, backlog)] : HANDLERS.slice();
   await pool.query(`ANALYZE "${schema}".relaybus_deliveries`);
   const owner = 'claim-compare';
   const inFlight: ClaimedDelivery[] = [];
-  while (inFlight.length < batch) {
+  // --replay: nothing in flight; the compared claim names every lane (as a step's wake-up names the lanes it wrote).
+  while (!args.replay && inFlight.length < batch) {
     // With followers, as a dispatcher's claims under a keyed backlog: the next claim completes the heads and their runs.
     const more = await owners.claim(store, {
       owner,
-      handlers: HANDLERS.slice(),
+      handlers,
       limit: batch - inFlight.length,
       leaseDurationMs: 600_000,
       followers,
@@ -118,7 +156,7 @@ try {
   // and its followers): $1-$21 of sql/hot-path/claim-held-lanes.sql.
   const params: unknown[] = [
     owner,
-    HANDLERS.slice(),
+    handlers,
     batch,
     600_000,
     null,
@@ -133,7 +171,7 @@ try {
     [],
     [],
     [],
-    [],
+    args.replay ? Array.from({ length: 256 }, (_, lane) => lane) : [],
     0,
     followers,
     [],
@@ -146,7 +184,7 @@ try {
     [owner],
   );
   console.log(
-    `${deliveries} deliveries (${backlog.keys === 0 ? 'unkeyed' : `${backlog.keys} keys`}, ${args.ids ? 'events with ids: events rows' : 'events inline'}), ${inFlight.length} in flight in ${held!.lanes} lanes; the next claim completes them and claims up to ${batch}`,
+    `${deliveries} deliveries (${backlog.keys === 0 ? 'unkeyed' : `${backlog.keys} keys`}, ${args.ids || args.replay ? 'events with ids: events rows' : 'events inline'})${args.replay ? `, h3 backfilled half way with live events held` : ''}, ${inFlight.length} in flight in ${held!.lanes} lanes; the next claim completes them and claims up to ${batch}`,
   );
 
   const client = await pool.connect();

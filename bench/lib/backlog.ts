@@ -8,6 +8,9 @@ import type pg from 'pg';
 import type { PgClientLike, PostgresStore } from '../../src/postgres/index.js';
 import { HANDLERS } from './types.js';
 
+/** The backlog's event type. */
+export const BACKLOG_TYPE = 'bench.event';
+
 export interface Backlog {
   readonly events: number;
   /** Distinct keys (0 when unkeyed). */
@@ -35,7 +38,7 @@ export async function publishBacklog(
         Array.from({ length: Math.min(1000, events - from) }, (_, k) => {
           const i = from + k;
           const key = keyed ? `k${i % keys}` : null;
-          return { ...(withIds ? { id: `e${i}` } : {}), type: 'bench.event', key, payload: { i }, handlers };
+          return { ...(withIds ? { id: `e${i}` } : {}), type: BACKLOG_TYPE, key, payload: { i }, handlers };
         }),
       );
       await client.query('COMMIT');

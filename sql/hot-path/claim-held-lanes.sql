@@ -144,6 +144,11 @@ direct AS (
     FROM /*schema*/relaybus_deliveries d
     WHERE d.lane = q.lane AND d.handler = q.handler AND d.key = q.key AND d.sequence > q.after
       AND d.key IS NOT NULL AND d.status = 'pending'
+      -- A held handler's key is looked up below its bound only (runnable's held_bounds): a held row is not read.
+      AND d.sequence < coalesce(CASE WHEN cardinality((SELECT held FROM runnable)) > 0 THEN (
+            SELECT u.bound
+            FROM unnest((SELECT held FROM runnable), (SELECT held_bounds FROM runnable)) AS u(handler, bound)
+            WHERE u.handler = q.handler) END, '9223372036854775807'::bigint)
     ORDER BY d.handler, d.key, d.sequence
     LIMIT 1
   ) n
@@ -211,12 +216,15 @@ walk AS (
                          OR n.sequence < (SELECT hold_from FROM runnable)))::int
   FROM walk w
   CROSS JOIN LATERAL (
-    -- A held handler's keys are passed over in one step (the second bound: past its last key): its live rows wait, and
-    -- its replayed heads come from replayed, so visiting each of its keys (every key it has in the lane, in every
-    -- claim) would find nothing. Handler names are never empty: '' bounds nothing.
+    -- The keys of a held handler, and of one this claim does not run (not asked for, or paused), are passed over in
+    -- one step (the second bound: past its last key): a held handler's live rows wait and its replayed heads come from
+    -- replayed, and the others' rows are not this claim's, so visiting each of their keys (every key they have in the
+    -- lane, in every claim: a paused handler's backlog) would find nothing. Handler names are never empty: '' bounds
+    -- nothing.
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, w.wrapped AS wrapped FROM /*schema*/relaybus_deliveries d
      WHERE d.lane = w.lane AND d.key IS NOT NULL AND d.status = 'pending' AND (d.handler, d.key) > (w.handler, w.key)
-       AND d.handler > CASE WHEN w.handler = ANY ((SELECT held FROM runnable)::text[]) THEN w.handler ELSE '' END
+       AND d.handler > CASE WHEN w.handler = ANY ((SELECT held FROM runnable)::text[])
+                              OR w.handler <> ALL ((SELECT handlers FROM runnable)::text[]) THEN w.handler ELSE '' END
      ORDER BY d.handler, d.key, d.sequence LIMIT 1)
     UNION ALL
     (SELECT d.id, d.handler, d.key, d.available_at, d.event_id, d.sequence, d.attempts, d.max_attempts, d.claims, d.created_at, d.event_type, d.payload, d.headers, d.replay_id, true FROM /*schema*/relaybus_deliveries d
@@ -331,6 +339,11 @@ followers AS (
       FROM /*schema*/relaybus_deliveries d
       WHERE d.lane = h.lane AND d.handler = h.handler AND d.key = h.key AND d.sequence > h.sequence
         AND d.key IS NOT NULL AND d.status = 'pending'
+        -- A held handler's run ends below its bound (runnable's held_bounds): the held rows behind it are not read.
+        AND d.sequence < coalesce(CASE WHEN cardinality((SELECT held FROM runnable)) > 0 THEN (
+              SELECT u.bound
+              FROM unnest((SELECT held FROM runnable), (SELECT held_bounds FROM runnable)) AS u(handler, bound)
+              WHERE u.handler = h.handler) END, '9223372036854775807'::bigint)
       ORDER BY d.handler, d.key, d.sequence
       -- The room the heads leave, shared by the keyed ones: $19 when the batch is full of keyed heads, more otherwise.
       LIMIT least(100, ($21::int - (SELECT count(*) FROM heads)::int)

@@ -175,6 +175,58 @@ describe('pause and resume a handler across workers, on real Postgres', {
     await owners.relinquish(first, 'light');
   });
 
+  it("a claim's key walk passes over a paused handler's keys in one step: a backlog of them does not hide the others'", {
+    timeout: 30_000,
+  }, async () => {
+    // Keys of one lane: 60 with a delivery for the paused handler only ('emails' sorts first), 4 for 'ledger'.
+    const lane = laneOf('walk-anchor', '');
+    const keys: string[] = [];
+    for (let n = 0; keys.length < 64; n += 1) if (laneOf(`walk-${n}`, '') === lane) keys.push(`walk-${n}`);
+    await first.pauseHandler({ handler: 'emails' });
+    try {
+      await first.transaction((tx) =>
+        first.publish(
+          tx,
+          keys.map((key, n) => ({
+            type: 'order.placed',
+            key,
+            payload: { n },
+            handlers: [{ name: n < 60 ? 'emails' : 'ledger', maxAttempts: 3 }],
+          })),
+        ),
+      );
+      // The walk reaches 'ledger's keys past the paused handler's, which sort first (in one step now; this checks the
+      // step passes over the paused handler and not the one that runs).
+      const claimed = await owners.claim(first, {
+        owner: 'walker',
+        handlers: HANDLERS,
+        limit: 4,
+        leaseDurationMs: 30_000,
+      });
+      assert.deepEqual(
+        claimed.map((c) => c.key).sort(),
+        keys.slice(60).sort(),
+        "the live handler's heads, in one claim",
+      );
+      await first.completeMany(claimed.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
+      await owners.relinquish(first, 'walker');
+    } finally {
+      assert.equal(await first.resumeHandler({ handler: 'emails' }), true);
+    }
+    // Drained after the resume, so the suite's later cases start from an empty lane.
+    for (let round = 0; round < 20; round += 1) {
+      const rest = await owners.claim(first, {
+        owner: 'walker',
+        handlers: HANDLERS,
+        limit: 100,
+        leaseDurationMs: 30_000,
+      });
+      if (rest.length === 0) break;
+      await first.completeMany(rest.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
+    }
+    await owners.relinquish(first, 'walker');
+  });
+
   it('a running bus stops running a paused handler and runs what waited, in order, soon after the resume', {
     timeout: 30_000,
   }, async () => {

@@ -104,6 +104,42 @@ describe('replay on real Postgres', { skip: 'skip' in found ? found.skip : undef
     assert.equal(plan.deliveries.audit, 0);
   });
 
+  it("a replayed head brings its key's replayed rows as followers up to the next planned event, and no held live row", {
+    timeout: 30_000,
+  }, async () => {
+    const type = 'deep.event';
+    await subscribe('deep-mailer', type);
+    await publish(Array.from({ length: 6 }, (_, n) => ({ id: `deep-h${n}`, key: 'deep', type })));
+    await subscribe('deep-indexer', type);
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['deep-indexer'], requestedBy: 'test' });
+    assert.equal((await store.replayStep({ replayId: replay.id, limit: 4 })).created, 4);
+    // Live events of the key, published after the start: held behind its history.
+    await publish([
+      { id: 'deep-l0', key: 'deep', type },
+      { id: 'deep-l1', key: 'deep', type },
+    ]);
+    const params = { handlers: ['deep-indexer'], limit: 10, leaseDurationMs: 30_000, followers: 9 };
+    const first = await owners.claim(store, { owner: 'deep-w', ...params });
+    assert.deepEqual(
+      first.map((c) => c.eventId),
+      ['deep-h0', 'deep-h1', 'deep-h2', 'deep-h3'],
+      'the head and every replayed row created so far, in order, and no live one',
+    );
+    assert.deepEqual(
+      first.map((c) => c.follows ?? null),
+      [null, first[0]!.id, first[1]!.id, first[2]!.id],
+      'each follower after the one before it',
+    );
+    await store.completeMany(first.map((c) => ({ deliveryId: c.id, leaseToken: c.leaseToken })));
+    assert.equal((await store.replayStep({ replayId: replay.id, limit: 10 })).created, 2);
+    const second = await owners.claim(store, { owner: 'deep-w', ...params });
+    assert.deepEqual(
+      second.map((c) => c.eventId),
+      ['deep-h4', 'deep-h5'],
+      'the rest of the history once created, still no live event',
+    );
+  });
+
   it('a delivery in flight at the start makes the steps wait until it completes', { timeout: 30_000 }, async () => {
     await subscribe('other', 'quiesce');
     await publish([{ id: 'qa1', key: 'qk', type: 'quiesce' }]);
