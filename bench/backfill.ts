@@ -341,6 +341,24 @@ interface MixedRun {
   readonly verdict: BackfillVerdict;
 }
 
+/** `handler`'s deliveries of the events committed from `from` to `to`: each one's commit and start (wall-clock ms). */
+function committedBetween(
+  records: BackfillDispatcherResult['records'],
+  handler: number,
+  commitOf: Map<number, number>,
+  from: number,
+  to: number,
+): [committedAt: number, startedAt: number][] {
+  const out: [number, number][] = [];
+  for (let r = 0; r < records.i.length; r += 1) {
+    if (records.h[r] !== handler) continue;
+    const committedAt = commitOf.get(records.i[r]!);
+    if (committedAt === undefined || committedAt < from || committedAt > to) continue;
+    out.push([committedAt, records.t[r]!]);
+  }
+  return out;
+}
+
 function latency(
   records: BackfillDispatcherResult['records'],
   handler: number,
@@ -348,13 +366,9 @@ function latency(
   from: number,
   to: number,
 ): Latency {
-  const values: number[] = [];
-  for (let r = 0; r < records.i.length; r += 1) {
-    if (records.h[r] !== handler) continue;
-    const committedAt = commitOf.get(records.i[r]!);
-    if (committedAt === undefined || committedAt < from || committedAt > to) continue;
-    values.push(records.t[r]! - committedAt);
-  }
+  const values = committedBetween(records, handler, commitOf, from, to).map(
+    ([committed, started]) => started - committed,
+  );
   return { count: values.length, p50: percentile(values, 50), p99: percentile(values, 99) };
 }
 
@@ -467,15 +481,13 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
     const seconds = driven ? (driven.endedAt - driven.startedAt) / 1000 : Number.NaN;
     if (process.env.BENCH_TIMELINE)
       for (const line of backfillTimeline(out.records, commitOf, HISTORY, h1From, h1To)) log(line);
-    if (process.env.BENCH_LIVE_DUMP && driven) {
-      const rows: string[] = [];
-      for (let r = 0; r < out.records.i.length; r += 1) {
-        const c = commitOf.get(out.records.i[r]!);
-        if (out.records.h[r] === 0 && c !== undefined && c >= h1From && c <= h1To)
-          rows.push(`${c} ${out.records.t[r]}`);
-      }
-      writeFileSync(process.env.BENCH_LIVE_DUMP, rows.join('\n'));
-    }
+    if (process.env.BENCH_LIVE_DUMP && driven)
+      writeFileSync(
+        process.env.BENCH_LIVE_DUMP,
+        committedBetween(out.records, 0, commitOf, h1From, h1To)
+          .map(([committed, started]) => `${committed} ${started}`)
+          .join('\n'),
+      );
     return {
       published: pub.commitI.length,
       h1: latency(out.records, 0, commitOf, h1From, h1To),

@@ -1,4 +1,3 @@
-import { appendFileSync } from 'node:fs';
 /**
  * A dispatcher or a paced publisher process of the backfill benchmark (bench/backfill.ts), forked with
  * `node --import tsx`; relaybus runs from dist/ as in the other cells (bench/README.md, "relaybus runs from dist/").
@@ -10,6 +9,7 @@ import { appendFileSync } from 'node:fs';
  *                                     dispatcher: starts, sends { type: 'progress', handled } every 100 ms
  *   parent -> { type: 'stop' }        dispatcher: stops gracefully, replies { type: 'result', ... }, exits
  */
+import { appendFileSync } from 'node:fs';
 import pg from 'pg';
 import type * as Api from '../../src/index.js';
 import {

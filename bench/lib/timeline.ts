@@ -1,3 +1,5 @@
+import { percentile } from './stats.js';
+
 /** Milliseconds per bucket of BENCH_TIMELINE. */
 const TIMELINE_BUCKET_MS = 50;
 
@@ -44,9 +46,8 @@ export function backfillTimeline(
   }
   const lines: string[] = [];
   for (let second = 0; second < Math.max(live.length, replayed.length); second += 1) {
-    const waits = (live[second] ?? []).sort((a, b) => a - b);
-    const at = (p: number): string =>
-      waits.length ? waits[Math.min(waits.length - 1, Math.floor((waits.length * p) / 100))]!.toFixed(1) : '-';
+    const waits = live[second] ?? [];
+    const at = (p: number): string => (waits.length ? percentile(waits, p).toFixed(1) : '-');
     lines.push(
       `s${second}: live ${waits.length} p50 ${at(50)} p99 ${at(99)} max ${at(100)} ms; history started ${replayed[second] ?? 0}`,
     );
