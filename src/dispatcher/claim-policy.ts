@@ -116,17 +116,21 @@ export class LoopClaimState {
     this.retryDue = true;
   }
 
-  /** A claim of this loop took `ms`, launching its batch included; true when the followers per head changed. */
-  claimTook(ms: number): boolean {
+  /**
+   * A claim of this loop took `ms`, launching its batch included, and its heads filled the limit or not (`full`); true
+   * when the followers per head changed.
+   */
+  claimTook(ms: number, full: boolean): boolean {
     this.#recentClaimMs = Math.max(ms, this.#recentClaimMs * 0.9);
     const before = this.#followers;
-    this.#followers = Math.min(this.#maxFollowers, Math.max(1, before * 2));
+    this.#followers = full ? this.#maxFollowers : Math.min(this.#maxFollowers, Math.max(1, before * 2));
     return this.#followers !== before;
   }
 
   /**
    * Followers per keyed head for this loop's next claim: 1 at first, doubled after every claim up to
-   * `DispatcherOptions.followers`. Each brings up to that many rows a head, which makes claims longer; a retried head is
+   * `DispatcherOptions.followers`, and that at once after a full claim (a backlog: the ramp cost a process starting
+   * beside one a fifth of its share of a drain in claims of a fraction of the size). Each brings up to that many rows a head, which makes claims longer; a retried head is
    * not held up by them, as the claims take it ahead of its due time (`retryLookaheadMs`, which follows their length)
    * and it starts at its time. Holding the count down after a retry slowed the healthy keys beside the retried ones and
    * did not make retries start sooner: the lookahead already keeps them within the poll interval.

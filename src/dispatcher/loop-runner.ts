@@ -189,7 +189,7 @@ export async function runClaimLoop<TTx>(loop: ClaimLoop<TTx>, host: ClaimLoopHos
       host.startReady();
       // The claim and the turns that launched it: a retried head due meanwhile waits for both (`retryLookaheadMs`).
       const tookMs = performance.now() - claimStarted;
-      if (claims.claimTook(tookMs))
+      if (claims.claimTook(tookMs, heads >= limit))
         logger.debug('followers per keyed head changed', {
           owner: loop.owner,
           followers: claims.followersNow,

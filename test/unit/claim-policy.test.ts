@@ -115,21 +115,31 @@ describe('claim policy: with which hints', () => {
     const plan = policy.plan(loop!, 10);
     assert.equal(plan.params.freeLanes, undefined);
     assert.equal(plan.params.followers, 1);
-    loop!.claimTook(10);
+    loop!.claimTook(10, false);
     assert.equal(policy.plan(loop!, 10).params.followers, 2);
-    loop!.claimTook(10);
-    loop!.claimTook(10);
+    loop!.claimTook(10, false);
+    loop!.claimTook(10, false);
     assert.equal(policy.plan(loop!, 10).params.followers, 6, 'capped at DispatcherOptions.followers');
+  });
+
+  it('a full claim (a backlog) brings the followers to the most at once', () => {
+    const { policy } = policyOf({ followers: 9 });
+    const [first, second] = [policyOf({ followers: 9 }).policy.loops[0]!, policy.loops[0]!];
+    assert.equal(first.claimTook(10, false), true);
+    assert.equal(first.followersNow, 2, 'a claim short of its limit doubles them');
+    assert.equal(second.claimTook(10, true), true);
+    assert.equal(policy.plan(second, 10).params.followers, 9, 'a full one takes them to DispatcherOptions.followers');
+    assert.equal(second.claimTook(10, true), false, 'nothing changes at the most');
   });
 
   it('the retry lookahead covers four of the longest recent claims, decaying by a tenth a claim', () => {
     const { policy } = policyOf();
     const [loop] = policy.loops;
-    loop!.claimTook(100);
+    loop!.claimTook(100, false);
     assert.equal(policy.plan(loop!, 10).params.retryLookaheadMs, 405);
-    loop!.claimTook(10);
+    loop!.claimTook(10, false);
     assert.equal(loop!.retryLookaheadMs, 365);
-    loop!.claimTook(1_000);
+    loop!.claimTook(1_000, false);
     assert.equal(loop!.retryLookaheadMs, 1_000, 'at most MAX_RETRY_LOOKAHEAD_MS');
   });
 
