@@ -22,7 +22,6 @@
  *                                       [--keys 2000] [--warmup 2] [--stats empty|loaded] [--out backfill]
  *                                       [--replay-rate n] [--max-outstanding n] [--live-wait ms|off]
  */
-import { fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -31,9 +30,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import {
   BACKFILL_HANDLERS,
-  type BackfillDispatcherResult,
   type BackfillHandler,
-  type BackfillInit,
   type BackfillPublisherResult,
   type BackfillPublishPlan,
   backfillBus,
@@ -41,13 +38,23 @@ import {
   loadRelaybus,
   TUNED,
 } from './lib/backfill-bus.js';
+import { committedBetween, historyStartsBetween, latency } from './lib/backfill-latency.js';
+import { Proc, stopDispatcher } from './lib/backfill-proc.js';
+import {
+  type BackfillResults,
+  backfillMarkdown,
+  type DbDelta,
+  type DispatchRun,
+  type MixedRun,
+  type Round,
+} from './lib/backfill-report.js';
 import { type BackfillVerdict, validateBackfill } from './lib/backfill-validate.js';
 import { ensureBuild } from './lib/build.js';
 import { connect, createBenchDatabase, dropBenchDatabase, snapshot, type Snapshot, walBytes } from './lib/db.js';
 import { type DrivenReplay, driveReplay } from './lib/drive-replay.js';
 import { wallNow } from './lib/recorder.js';
 import { analyzeSchema } from './scenarios/common.js';
-import { max, median, min, percentile, sleep } from './lib/stats.js';
+import { sleep } from './lib/stats.js';
 import { backfillTimeline } from './lib/timeline.js';
 
 const { values: args } = parseArgs({
@@ -113,61 +120,6 @@ const log = (line: string) =>
   console.log(`[backfill ${((Date.now() - started) / 1000).toFixed(0).padStart(4)}s] ${line}`);
 const build = ensureBuild(log, { skip: args['no-build'] });
 const { api, pgApi } = await loadRelaybus();
-
-// --- child processes (bench/lib/backfill-child.ts) -------------------------------------------------------------------
-
-const CHILD = fileURLToPath(new URL('./lib/backfill-child.ts', import.meta.url));
-
-class Proc {
-  readonly #child = fork(CHILD, [], {
-    execArgv: ['--import', 'tsx', ...(process.env.BENCH_CHILD_FLAGS ?? '').split(' ').filter(Boolean)],
-    serialization: 'advanced',
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  readonly #messages: { type: string }[] = [];
-  readonly #waiters: { type: string; resolve: (m: never) => void; reject: (e: Error) => void }[] = [];
-  #exited: Error | undefined;
-  handled = 0;
-
-  constructor(init: Omit<BackfillInit, 'type'>) {
-    this.#child.on('message', (message: { type: string; handled?: number }) => {
-      if (message.type === 'progress') {
-        this.handled = message.handled ?? 0;
-        return;
-      }
-      const index = this.#waiters.findIndex((w) => w.type === message.type);
-      if (index >= 0) this.#waiters.splice(index, 1)[0]!.resolve(message as never);
-      else this.#messages.push(message);
-    });
-    this.#child.on('exit', (code) => {
-      this.#exited = new Error(`backfill ${init.role} exited with code ${code}`);
-      for (const waiter of this.#waiters.splice(0)) waiter.reject(this.#exited);
-    });
-    this.#child.send({ type: 'init', ...init });
-  }
-
-  next<T>(type: string): Promise<T> {
-    const index = this.#messages.findIndex((m) => m.type === type);
-    if (index >= 0) return Promise.resolve(this.#messages.splice(index, 1)[0] as T);
-    if (this.#exited) return Promise.reject(this.#exited);
-    return new Promise<T>((resolve, reject) =>
-      this.#waiters.push({ type, resolve: resolve as (m: never) => void, reject }),
-    );
-  }
-
-  send(message: unknown): void {
-    this.#child.send(message as never);
-  }
-
-  exited(): Promise<void> {
-    if (this.#child.exitCode !== null || this.#child.signalCode !== null) return Promise.resolve();
-    return new Promise((resolve) => this.#child.once('exit', () => resolve()));
-  }
-
-  kill(): void {
-    if (this.#child.exitCode === null && this.#child.signalCode === null) this.#child.kill('SIGKILL');
-  }
-}
 
 // --- schema with history ---------------------------------------------------------------------------------------------
 
@@ -237,11 +189,6 @@ async function until(done: () => boolean | Promise<boolean>, deadline: number, p
   return true;
 }
 
-interface DbDelta {
-  readonly walBytes: number;
-  readonly serverCpuMs: number | null;
-}
-
 async function dbDelta(before: Snapshot, after: Snapshot): Promise<DbDelta> {
   return {
     walBytes: await walBytes(admin, before.lsn, after.lsn),
@@ -252,24 +199,7 @@ async function dbDelta(before: Snapshot, after: Snapshot): Promise<DbDelta> {
   };
 }
 
-/** Stop a dispatcher gracefully and collect its records. */
-async function stopDispatcher(dispatcher: Proc): Promise<BackfillDispatcherResult> {
-  const result = dispatcher.next<BackfillDispatcherResult>('result');
-  dispatcher.send({ type: 'stop' });
-  const out = await result;
-  await dispatcher.exited();
-  return out;
-}
-
 // --- the cells -------------------------------------------------------------------------------------------------------
-
-interface DispatchRun {
-  readonly rate: number;
-  readonly seconds: number;
-  readonly dispatcherCpuUsPerDelivery: number;
-  readonly db: DbDelta;
-  readonly verdict: BackfillVerdict;
-}
 
 async function dispatchCell(): Promise<DispatchRun> {
   const schema = await schemaWithHistory(true);
@@ -312,64 +242,6 @@ async function dispatchCell(): Promise<DispatchRun> {
     dispatcher.kill();
     await dropSchema(schema);
   }
-}
-
-interface Latency {
-  readonly count: number;
-  readonly p50: number;
-  readonly p99: number;
-}
-
-interface MixedRun {
-  readonly published: number;
-  /** h1's live deliveries (window; with a backfill, those committed while it ran). */
-  readonly h1: Latency;
-  /** indexer's live deliveries committed in the window. */
-  readonly indexer: Latency;
-  readonly backfill: {
-    readonly seconds: number;
-    readonly rate: number;
-    /** The last history delivery's handler start, from the backfill's start. */
-    readonly lastHistoryStartSeconds: number;
-    readonly steps: number;
-    readonly waits: number;
-    /** Steps after which the replay was yielding to live traffic. */
-    readonly yielding: number;
-    readonly view: { state: string; total: number; created: number; skipped: number };
-  } | null;
-  readonly db: DbDelta;
-  readonly verdict: BackfillVerdict;
-}
-
-/** `handler`'s deliveries of the events committed from `from` to `to`: each one's commit and start (wall-clock ms). */
-function committedBetween(
-  records: BackfillDispatcherResult['records'],
-  handler: number,
-  commitOf: Map<number, number>,
-  from: number,
-  to: number,
-): [committedAt: number, startedAt: number][] {
-  const out: [number, number][] = [];
-  for (let r = 0; r < records.i.length; r += 1) {
-    if (records.h[r] !== handler) continue;
-    const committedAt = commitOf.get(records.i[r]!);
-    if (committedAt === undefined || committedAt < from || committedAt > to) continue;
-    out.push([committedAt, records.t[r]!]);
-  }
-  return out;
-}
-
-function latency(
-  records: BackfillDispatcherResult['records'],
-  handler: number,
-  commitOf: Map<number, number>,
-  from: number,
-  to: number,
-): Latency {
-  const values = committedBetween(records, handler, commitOf, from, to).map(
-    ([committed, started]) => started - committed,
-  );
-  return { count: values.length, p50: percentile(values, 50), p99: percentile(values, 99) };
 }
 
 async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
@@ -496,6 +368,9 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
         ? {
             seconds,
             rate: HISTORY / seconds,
+            rateWhileLive:
+              historyStartsBetween(out.records, 1, HISTORY, driven.startedAt, windowEnd) /
+              Math.max(0.001, (windowEnd - driven.startedAt) / 1000),
             lastHistoryStartSeconds: (lastHistory - driven.startedAt) / 1000,
             steps: driven.driven.steps,
             waits: driven.driven.waits,
@@ -520,19 +395,6 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
 }
 
 // --- rounds ----------------------------------------------------------------------------------------------------------
-
-interface Round {
-  readonly round: number;
-  readonly dispatch: DispatchRun;
-  readonly mixed: MixedRun;
-  readonly backfill: MixedRun;
-  readonly valid: boolean;
-  readonly ratios: {
-    readonly backfillVsDispatch: number;
-    readonly h1P50: number;
-    readonly h1P99: number;
-  };
-}
 
 const {
   rows: [server],
@@ -601,7 +463,7 @@ const params = {
   deliveriesStatistics: STATS,
   dispatcher: TUNED,
 };
-const results = {
+const results: BackfillResults = {
   name: args.out,
   startedAt: new Date(started).toISOString(),
   durationSeconds,
@@ -611,70 +473,15 @@ const results = {
   rounds,
 };
 
-const fmt = (n: number, digits = 0) =>
-  Number.isFinite(n)
-    ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
-    : 'n/a';
-const ratio = (n: number) => (Number.isFinite(n) ? `${n.toFixed(2)}x` : 'n/a');
-const valid = rounds.filter((r) => r.valid);
-const spread = (values: number[], digits = 0) =>
-  `${fmt(median(values), digits)} (${fmt(min(values), digits)}-${fmt(max(values), digits)})`;
-const p99Ratio = median(valid.map((r) => r.ratios.h1P99));
-/**
- * Met when every VALID round meets it, not met when none does; otherwise the rounds disagree and the verdict is
- * inconclusive (a mixed cell whose own p99 swings several-fold between rounds makes any one ratio noise).
- */
-const p99Verdict = (): string => {
-  if (!Number.isFinite(p99Ratio)) return 'no VALID round';
-  const meeting = valid.filter((r) => r.ratios.h1P99 <= 2).length;
-  if (meeting === valid.length) return `${ratio(p99Ratio)}, met in every round`;
-  if (meeting === 0) return `${ratio(p99Ratio)}, not met`;
-  const mixed = valid.map((r) => r.mixed.h1.p99);
-  return `${ratio(p99Ratio)}, inconclusive: met in ${meeting} of ${valid.length} rounds (ratios ${valid
-    .map((r) => ratio(r.ratios.h1P99))
-    .join(', ')}; the mixed cell's own p99 ranged ${fmt(min(mixed), 1)}-${fmt(max(mixed), 1)} ms)`;
-};
-const lines = [
-  '# Backfill beside live traffic',
-  '',
-  `Generated by \`bench/backfill.ts --history ${HISTORY} --rate ${RATE} --window ${WINDOW_MS / 1000} --rounds ${ROUNDS}${throttleFlags()}\` (keys ${KEYS}, warm-up ${WARMUP_MS / 1000} s, deliveries statistics ${STATS}) on ${results.startedAt.slice(0, 10)} in ${fmt(durationSeconds)} s. Machine: ${machine.cpus} x ${machine.cpuModel}, ${machine.memoryGiB} GiB, Node ${machine.node}, ${machine.postgres.split(' on ')[0]} on the same cores (autovacuum ${machine.autovacuum}, synchronous_commit ${machine.synchronousCommit}, shared_buffers ${machine.sharedBuffers}); load average at the end ${machine.loadAverageAtEnd.join(' ')}. relaybus ran from dist/ built from ${build.commit}${build.uncommitted.length ? ` plus ${build.uncommitted.length} uncommitted file(s)` : ''}. The machine is shared: read the ratios (paired per round, cells interleaved), not the absolute rates.`,
-  '',
-  `Workload: ${fmt(HISTORY)} retained keyed events (${fmt(KEYS)} keys) per cell, published before \`indexer\` existed; one dispatcher process, relaybus tuned (concurrency ${TUNED.concurrency}, batch ${TUNED.batchSize}, ${TUNED.claimLoops} claim loops, followers ${TUNED.followers}). dispatch: a drain of the history's ${fmt(HISTORY)} deliveries of \`h1\`. mixed: ${fmt(RATE)} keyed events/s to \`h1\` and \`indexer\`, ${WINDOW_MS / 1000} s measured. mixed + backfill: the same, and at the window's start \`startReplay({ mode: 'backfill', handlers: ['indexer'] })\` driven by \`runReplay\` (${THROTTLE.rate === undefined ? 'no rate limit' : `rate ${fmt(THROTTLE.rate)} events/s`}, ${THROTTLE.maxOutstanding === undefined ? 'default outstanding cap' : `at most ${fmt(THROTTLE.maxOutstanding)} outstanding`}, ${yieldText(api)}); backfill rate = history events / (start to finished); \`h1\` latency there is of the live events committed while the backfill ran.`,
-  '',
-  `Exactness: ${valid.length} of ${rounds.length} rounds VALID (every history event to \`indexer\` once and per key in publish order before any live event of the key, every live event to \`h1\` and \`indexer\` once, in key order, nothing pending or dead, the replay finished with every planned delivery created).`,
-  '',
-  '| round | dispatch deliveries/s | backfill events/s | backfill s | backfill / dispatch | h1 p50 ms mixed | h1 p50 ms + backfill | ratio | h1 p99 ms mixed | h1 p99 ms + backfill | ratio | indexer live p50 / p99 ms + backfill | valid |',
-  '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |',
-  ...rounds.map(
-    (r) =>
-      `| ${r.round} | ${fmt(r.dispatch.rate)} | ${fmt(r.backfill.backfill?.rate ?? Number.NaN)} | ${fmt(r.backfill.backfill?.seconds ?? Number.NaN, 1)} | ${ratio(r.ratios.backfillVsDispatch)} | ${fmt(r.mixed.h1.p50, 1)} | ${fmt(r.backfill.h1.p50, 1)} | ${ratio(r.ratios.h1P50)} | ${fmt(r.mixed.h1.p99, 1)} | ${fmt(r.backfill.h1.p99, 1)} | ${ratio(r.ratios.h1P99)} | ${fmt(r.backfill.indexer.p50)} / ${fmt(r.backfill.indexer.p99)} | ${r.valid ? 'VALID' : 'INVALID'} |`,
-  ),
-  `| **median (min-max) of VALID** | ${spread(valid.map((r) => r.dispatch.rate))} | ${spread(valid.map((r) => r.backfill.backfill?.rate ?? Number.NaN))} | ${spread(
-    valid.map((r) => r.backfill.backfill?.seconds ?? Number.NaN),
-    1,
-  )} | ${ratio(median(valid.map((r) => r.ratios.backfillVsDispatch)))} | ${fmt(median(valid.map((r) => r.mixed.h1.p50)), 1)} | ${fmt(median(valid.map((r) => r.backfill.h1.p50)), 1)} | ${ratio(median(valid.map((r) => r.ratios.h1P50)))} | ${fmt(median(valid.map((r) => r.mixed.h1.p99)), 1)} | ${fmt(median(valid.map((r) => r.backfill.h1.p99)), 1)} | ${ratio(p99Ratio)} | ${fmt(median(valid.map((r) => r.backfill.indexer.p50)))} / ${fmt(median(valid.map((r) => r.backfill.indexer.p99)))} | |`,
-  '',
-  `Target: \`h1\`'s live p99 with the backfill at most 2x the mixed cell's (median of the rounds' ratios): ${p99Verdict()}. \`indexer\`'s live deliveries wait for its history by design (the hold): its latency is reported, not a target.`,
-  ...rounds
-    .filter((r) => !r.valid)
-    .flatMap((r) => [
-      '',
-      `Round ${r.round} INVALID: ${[
-        ['dispatch', r.dispatch.verdict],
-        ['mixed', r.mixed.verdict],
-        ['mixed + backfill', r.backfill.verdict],
-      ]
-        .filter(([, v]) => !(v as BackfillVerdict).valid)
-        .map(([name, v]) => `${name as string}: ${(v as BackfillVerdict).reasons.join('; ')}`)
-        .join('; ')}`,
-    ]),
-  '',
-];
 const dir = new URL('./results/', import.meta.url);
 mkdirSync(dir, { recursive: true });
 const out = (ext: string) =>
   args.out.startsWith('/') ? `${args.out}.${ext}` : fileURLToPath(new URL(`${args.out}.${ext}`, dir));
 writeFileSync(out('json'), `${JSON.stringify(results, null, 2)}\n`);
+const lines = backfillMarkdown(results, {
+  flags: throttleFlags(),
+  driving: `${THROTTLE.rate === undefined ? 'no rate limit' : `rate ${THROTTLE.rate.toLocaleString('en-US')} events/s`}, ${THROTTLE.maxOutstanding === undefined ? 'default outstanding cap' : `at most ${THROTTLE.maxOutstanding.toLocaleString('en-US')} outstanding`}, ${yieldText(api)}`,
+});
 writeFileSync(out('md'), lines.join('\n'));
 console.log(lines.join('\n'));
 log(`done in ${durationSeconds.toFixed(0)} s: ${out('md')}, ${out('json')}`);
