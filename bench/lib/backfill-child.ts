@@ -10,6 +10,7 @@
  *   parent -> { type: 'stop' }        dispatcher: stops gracefully, replies { type: 'result', ... }, exits
  */
 import { appendFileSync } from 'node:fs';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import pg from 'pg';
 import type * as Api from '../../src/index.js';
 import {
@@ -98,6 +99,8 @@ async function runDispatcher(init: BackfillInit): Promise<void> {
   await send({ type: 'ready' });
   await nextMessage('go');
   const cpuAtGo = process.cpuUsage();
+  const loopDelay = process.env.BENCH_LOOP_DELAY ? monitorEventLoopDelay({ resolution: 1 }) : undefined;
+  loopDelay?.enable();
   let error: string | undefined;
   let reported = -1;
   const progress = setInterval(() => {
@@ -114,6 +117,13 @@ async function runDispatcher(init: BackfillInit): Promise<void> {
   await nextMessage('stop');
   const cpu = process.cpuUsage(cpuAtGo);
   clearInterval(progress);
+  if (loopDelay) {
+    loopDelay.disable();
+    const ms = (ns: number) => (ns / 1e6).toFixed(1);
+    console.log(
+      `[backfill dispatcher] event loop delay ms: p50 ${ms(loopDelay.percentile(50))} p90 ${ms(loopDelay.percentile(90))} p99 ${ms(loopDelay.percentile(99))} max ${ms(loopDelay.max)} (${loopDelay.count} samples)`,
+    );
+  }
   try {
     await bus.stop({ graceMs: 5_000 });
   } catch (e) {
