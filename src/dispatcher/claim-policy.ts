@@ -129,11 +129,12 @@ export class LoopClaimState {
 
   /**
    * Followers per keyed head for this loop's next claim: 1 at first, doubled after every claim up to
-   * `DispatcherOptions.followers`, and that at once after a full claim (a backlog: the ramp cost a process starting
-   * beside one a fifth of its share of a drain in claims of a fraction of the size). Each brings up to that many rows a head, which makes claims longer; a retried head is
-   * not held up by them, as the claims take it ahead of its due time (`retryLookaheadMs`, which follows their length)
-   * and it starts at its time. Holding the count down after a retry slowed the healthy keys beside the retried ones and
-   * did not make retries start sooner: the lookahead already keeps them within the poll interval.
+   * `DispatcherOptions.followers`, and the most at once after a full claim (a backlog: doubling took five claims of a
+   * fraction of the size, a fifth of a process's share of a drain beside three others). Each brings up to that many
+   * rows a head, which makes claims longer; a retried head is not held up by them, as the claims take it ahead of its
+   * due time (`retryLookaheadMs`, which follows their length) and it starts at its time. Holding the count down after
+   * a retry slowed the healthy keys beside the retried ones and did not make retries start sooner: the lookahead
+   * already keeps them within the poll interval.
    */
   get followersNow(): number {
     return this.#followers;

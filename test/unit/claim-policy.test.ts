@@ -123,13 +123,14 @@ describe('claim policy: with which hints', () => {
   });
 
   it('a full claim (a backlog) brings the followers to the most at once', () => {
+    const short = policyOf({ followers: 9 }).policy.loops[0]!;
+    assert.equal(short.claimTook(10, false), true);
+    assert.equal(short.followersNow, 2, 'a claim short of its limit doubles them');
     const { policy } = policyOf({ followers: 9 });
-    const [first, second] = [policyOf({ followers: 9 }).policy.loops[0]!, policy.loops[0]!];
-    assert.equal(first.claimTook(10, false), true);
-    assert.equal(first.followersNow, 2, 'a claim short of its limit doubles them');
-    assert.equal(second.claimTook(10, true), true);
-    assert.equal(policy.plan(second, 10).params.followers, 9, 'a full one takes them to DispatcherOptions.followers');
-    assert.equal(second.claimTook(10, true), false, 'nothing changes at the most');
+    const full = policy.loops[0]!;
+    assert.equal(full.claimTook(10, true), true);
+    assert.equal(policy.plan(full, 10).params.followers, 9, 'a full one takes them to DispatcherOptions.followers');
+    assert.equal(full.claimTook(10, true), false, 'nothing changes at the most');
   });
 
   it('the retry lookahead covers four of the longest recent claims, decaying by a tenth a claim', () => {
