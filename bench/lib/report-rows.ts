@@ -1,4 +1,7 @@
-/** The rows of a benchmark's report (the runs of one cell, contender, variant and ordering) and the figures read from them: shared by the tables (bench/report.ts) and the targets (report-targets.ts). */
+/**
+ * The rows of a benchmark's report (the runs of one cell, contender, variant and ordering) and the figures read from
+ * them: shared by the tables (bench/report.ts) and the targets (report-targets.ts).
+ */
 import type { RunRecord } from '../scenarios/common.js';
 import { max, median, min } from './stats.js';
 
