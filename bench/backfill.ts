@@ -38,7 +38,7 @@ import {
   loadRelaybus,
   TUNED,
 } from './lib/backfill-bus.js';
-import { committedBetween, historyStartsBetween, latency } from './lib/backfill-latency.js';
+import { backfillTimeline, committedBetween, historyStarts, latency } from './lib/backfill-latency.js';
 import { Proc, stopDispatcher } from './lib/backfill-proc.js';
 import {
   type BackfillResults,
@@ -55,7 +55,6 @@ import { type DrivenReplay, driveReplay } from './lib/drive-replay.js';
 import { wallNow } from './lib/recorder.js';
 import { analyzeSchema } from './scenarios/common.js';
 import { sleep } from './lib/stats.js';
-import { backfillTimeline } from './lib/timeline.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -346,10 +345,7 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
     // With a backfill, h1's figures are those of the live events committed while it ran (within the window).
     const h1From = driven ? Math.max(windowStart, driven.startedAt) : windowStart;
     const h1To = driven ? Math.min(windowEnd, driven.endedAt) : windowEnd;
-    let lastHistory = Number.NaN;
-    for (let r = 0; r < out.records.i.length; r += 1)
-      if (out.records.h[r] === 1 && out.records.i[r]! < HISTORY)
-        lastHistory = Number.isNaN(lastHistory) ? out.records.t[r]! : Math.max(lastHistory, out.records.t[r]!);
+    const historyStarted = historyStarts(out.records, 1, HISTORY);
     const seconds = driven ? (driven.endedAt - driven.startedAt) / 1000 : Number.NaN;
     if (process.env.BENCH_TIMELINE)
       for (const line of backfillTimeline(out.records, commitOf, HISTORY, h1From, h1To)) log(line);
@@ -369,9 +365,11 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
             seconds,
             rate: HISTORY / seconds,
             rateWhileLive:
-              historyStartsBetween(out.records, 1, HISTORY, driven.startedAt, windowEnd) /
+              historyStarted.filter((t) => t >= driven.startedAt && t <= windowEnd).length /
               Math.max(0.001, (windowEnd - driven.startedAt) / 1000),
-            lastHistoryStartSeconds: (lastHistory - driven.startedAt) / 1000,
+            lastHistoryStartSeconds:
+              (historyStarted.reduce((last, t) => Math.max(last, t), Number.NEGATIVE_INFINITY) - driven.startedAt) /
+              1000,
             steps: driven.driven.steps,
             waits: driven.driven.waits,
             yielding: driven.driven.yielding,
