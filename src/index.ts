@@ -90,6 +90,7 @@ export { isPermanentFailure, PermanentFailure } from './core/permanent-failure.j
 export type {
   BuryParams,
   ClaimedDelivery,
+  ClaimClock,
   ClaimHints,
   ClaimParams,
   ClaimSession,

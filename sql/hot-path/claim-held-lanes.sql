@@ -30,7 +30,7 @@
 --        relaybus_deliveries_replayed_idx (replayed: only while a replay runs);
 --        relaybus_events_pkey (payload, history; an event published inline has none: its deliveries carry it, and the
 --        claim reads it with the rest of the row); relaybus_paused_handlers and
---        relaybus_replays_running_idx (read once: sql/fragments/runnable-handlers.sql)
+--        relaybus_replays_running_idx (sql/fragments/runnable-handlers.sql, and replay-clock.sql)
 -- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out: see runnable), $3 limit int,
 --         $4 lease_ms int, $5 now timestamptz (null = now()), $6 cursor lanes smallint[], $7 cursor handlers text[], $8 cursor keys text[] (where each lane's walk resumes),
 --         $9 completed delivery ids bigint[], $10 their lanes smallint[], $11 epochs bigint[], $12 claims int[] (empty:
@@ -55,7 +55,8 @@
 --          with a fresh snapshot); handed_back, the lanes handed back (the store drops their walk cursors: a lane taken
 --          again starts afresh); walk_ends, lane, handler and key in turn, where each walked lane's walk resumes (the
 --          store sends them back as $6-$8); peer_lanes, how many lanes other workers hold under a lease not expired
---          (neither this owner nor its siblings: a 256-row scan, so the dispatcher knows whether it is alone)
+--          (neither this owner nor its siblings: a 256-row scan, so the dispatcher knows whether it is alone);
+--          replay_clock, this statement's time in ms while a replay runs, else NULL (sql/fragments/replay-clock.sql)
 -- commit: asynchronous (synchronous_commit off for this statement's own transaction): a crash of the server may lose
 --         it, which only means a redelivery (at-least-once), never a lost delivery; see docs/guide/guarantees.md.
 -- plan: the time is written out as coalesce($5, now()) wherever it is needed (the same value within the statement's
@@ -425,5 +426,5 @@ summary AS MATERIALIZED (
 SELECT /*include claimed-rows*/ AS claimed, ARRAY(SELECT r.lane || ':' || r.epoch FROM recorded r) AS lane_epochs,
        CASE WHEN k.completed = cardinality($9::bigint[]) THEN NULL ELSE ARRAY(SELECT c.id::text FROM deleted c) END
          AS completed_ids,
-       k.lanes AS skipped_lanes, k.handed_back, k.walk_ends, k.peer_lanes
+       k.lanes AS skipped_lanes, k.handed_back, k.walk_ends, k.peer_lanes, /*include replay-clock*/ AS replay_clock
 FROM summary k

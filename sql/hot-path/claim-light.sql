@@ -13,7 +13,7 @@
 --        relaybus_deliveries_lane_handler_key_sequence_idx (keyed heads); relaybus_deliveries_unkeyed_due_idx
 --        (unkeyed); relaybus_deliveries_pkey (pruning finished ids from in_flight, hand-back);
 --        relaybus_events_pkey (payload of an event that has an events row); relaybus_paused_handlers and
---        relaybus_replays_running_idx (read once)
+--        relaybus_replays_running_idx (the hold, and replay_clock)
 -- params: $1 owner text, $2 handlers text[] (less the paused ones: sql/fragments/runnable-handlers.sql), $3 limit int, $4 lease_ms int,
 --         $5 now timestamptz (null = now()), $6 rows read per lane int, $7 free lanes to take when they give work
 --         smallint[], $8 lanes the owner may hold smallint[] (those its claims recorded deliveries in and did not hand
@@ -23,7 +23,7 @@
 --          null: no followers), lane_epochs, skipped_lanes (held lanes changed while this statement waited for them: see
 --          claim-held-lanes, seen), handed_back;
 --          completed_ids, walk_ends and peer_lanes always NULL (it does not count peers: the dispatcher keeps what
---          the last claim-held-lanes reported)
+--          the last claim-held-lanes reported); replay_clock as claim-held-lanes's
 -- commit: asynchronous, as claim-held-lanes (a lost claim is a redelivery)
 WITH clock AS (
   SELECT set_config('synchronous_commit', 'off', true) AS async_commit
@@ -104,5 +104,5 @@ summary AS MATERIALIZED (
 -- One row: the claimed deliveries as one JSON value (sql/fragments/claimed-rows.sql), then the summary.
 SELECT /*include claimed-rows*/ AS claimed, ARRAY(SELECT r.lane || ':' || r.epoch FROM recorded r) AS lane_epochs,
        NULL::text[] AS completed_ids, k.lanes AS skipped_lanes, k.handed_back,
-       NULL::text[] AS walk_ends, NULL::int AS peer_lanes
+       NULL::text[] AS walk_ends, NULL::int AS peer_lanes, /*include replay-clock*/ AS replay_clock
 FROM summary k

@@ -18,6 +18,7 @@ import {
   type RunOutcome,
 } from './handler-runner.js';
 import { HealthState } from './health.js';
+import { LiveLag } from './live-lag.js';
 import { type ClaimLoopHost, ClaimTurns, listenForWakeups, runClaimLoop } from './loop-runner.js';
 import { closeSessions, GracePeriod, releaseUnfinished } from './shutdown.js';
 
@@ -110,6 +111,8 @@ export class Dispatcher<TTx> {
   readonly #wallNow: () => Date;
   /** Runs claimed before they were due, waiting for their time: looked at on every handler end. */
   readonly #earlyStarts: EarlyStarts;
+  /** The live deliveries' start lag, reported while a replay runs; undefined when the store takes no reports. */
+  readonly #liveLag: LiveLag | undefined;
 
   constructor(config: DispatcherConfig<TTx>) {
     this.#config = config;
@@ -121,6 +124,11 @@ export class Dispatcher<TTx> {
     // Read at every handler end while a run waits: Date.now() unless a clock is set (no Date made per look).
     const { clock } = config;
     this.#earlyStarts = new EarlyStarts(clock === undefined ? Date.now : () => clock.now().getTime());
+    const { store } = config;
+    this.#liveLag =
+      store.reportLiveLag === undefined
+        ? undefined
+        : new LiveLag((waits) => store.reportLiveLag!(waits), config.logger);
     const { options } = config;
     // Runs at most: the handler slots, and as many again (or what the loops' claims bring with their followers).
     const claimRows = options.batchSize * (1 + options.followers);
@@ -154,6 +162,7 @@ export class Dispatcher<TTx> {
             wallNow: this.#wallNow,
             random: config.random,
             earlyStarts: this.#earlyStarts,
+            liveLag: this.#liveLag,
             handlerEnded: () => this.#handlerEnded(),
             succeeded: (run) => this.#startFollower(run),
             finished: (run, outcome) => {
@@ -180,6 +189,7 @@ export class Dispatcher<TTx> {
       policy: this.#policy,
       health: this.#health,
       stopSignal: this.#stopSignal.signal,
+      liveLag: this.#liveLag,
       loops: options.claimLoops,
       running: () => this.#state === 'running',
       freeSlots: () =>
@@ -497,6 +507,7 @@ export class Dispatcher<TTx> {
     await releaseUnfinished(store, this.#toRelease.splice(0), this.#now(), logger);
     await Promise.all(this.#loops.map((loop) => loop.batcher.flush()));
     for (const loop of this.#loops) loop.retryAlarm.stop();
+    this.#liveLag?.stop();
     await Promise.all(this.#loops.map((loop) => loop.renewer.stop()));
     const unsubscribe = await this.#wakeups;
     await unsubscribe?.().catch((error: unknown) =>

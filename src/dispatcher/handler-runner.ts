@@ -102,6 +102,7 @@ export async function runDelivery<TTx>(run: RunningDelivery<TTx>, deps: RunnerDe
   }
   const started = performance.now();
   const { handler, claimed } = run;
+  deps.liveLag?.started(claimed.handler, claimed.availableAt, started);
 
   if (claimed.eventType !== handler.eventType) {
     const error = new Error(
@@ -184,6 +185,7 @@ export function runAtOnce<TTx>(run: RunningDelivery<TTx>, deps: RunnerDeps<TTx>)
   )
     return false;
   const started = performance.now();
+  deps.liveLag?.started(claimed.handler, claimed.availableAt, started);
   const ended = callHandler(run, deps, started);
   if (ended !== undefined) {
     endWith(run, deps, ended);

@@ -4,6 +4,7 @@ import type { Logger } from '../core/logger.js';
 import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js';
 import type { CompletionBatcher } from './completion-batcher.js';
 import type { EarlyStarts } from './early-starts.js';
+import type { LiveLag } from './live-lag.js';
 
 /**
  * A claimed delivery while it runs (`RunningDelivery`), the runner's dependencies (`RunnerDeps`) and how a run ends
@@ -35,6 +36,8 @@ export interface RunnerDeps<TTx> {
   readonly handlerEnded?: (run: RunningDelivery<TTx>) => void;
   /** Where a run claimed before it was due waits for its time besides its timer (`EarlyStarts`). */
   readonly earlyStarts?: EarlyStarts;
+  /** Told when each handler starts: how long its delivery waited, reported while a replay runs (`LiveLag`). */
+  readonly liveLag?: LiveLag;
   /** Called once a reschedule is written: the delivery is due again `delayMs` from now. */
   readonly retryScheduled?: (delayMs: number) => void;
   /**

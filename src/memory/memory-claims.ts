@@ -1,6 +1,7 @@
 import { InvalidStateError } from '../core/errors.js';
 import { acquireRounds, TAKEOVER_ROUND } from '../store/acquire.js';
 import type {
+  ClaimClock,
   ClaimedDelivery,
   ClaimParams,
   ClaimSession,
@@ -22,6 +23,8 @@ export class MemoryClaimSession implements ClaimSession {
   readonly #completeMany: (leases: readonly DeliveryLease[], now?: Date) => Promise<boolean[]>;
   /** Lanes the last claim that took any took in all: the next claim's first round (`acquireRounds`). */
   #lanesTakenLast: number | undefined;
+  /** The store's clock at the last claim, while a replay runs (`ClaimSession.replayClock`). */
+  replayClock: ClaimClock | undefined;
   #closed = false;
 
   constructor(
@@ -59,6 +62,8 @@ export class MemoryClaimSession implements ClaimSession {
     this.#assertOpen();
     validateClaim(params);
     const now = timeOf(params.now);
+    const replaying = [...this.data.replays.values()].some((replay) => replay.state === 'running');
+    this.replayClock = replaying ? { storeMs: now, sentAt: performance.now() } : undefined;
     // The runnable handlers: those asked for, less the paused ones (read once per claim, as the Postgres statements do).
     const handlers = new Set(params.handlers.filter((handler) => !this.data.pausedHandlers.has(handler)));
     const picks: ClaimedDelivery[] = [];

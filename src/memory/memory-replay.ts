@@ -12,7 +12,13 @@ import type {
   ReplayView,
 } from '../store/contract.js';
 import { assertOptionalDate } from '../store/validate.js';
-import { assertReplayId, validateListReplays, validateReplay, validateReplayStep } from '../store/validate-replay.js';
+import {
+  assertReplayId,
+  validateListReplays,
+  validateLiveWaits,
+  validateReplay,
+  validateReplayStep,
+} from '../store/validate-replay.js';
 import {
   compareIds,
   compareText,
@@ -67,7 +73,25 @@ function selected(event: EventRecord, filter: ReplayFilter): boolean {
  * (`ReplayHold`, applied by the claims).
  */
 export class MemoryReplay {
+  /** Who hears the workers' live lag reports (`subscribeLiveLag`): in process, as the memory store's workers are. */
+  readonly #lagListeners = new Set<(waits: readonly LiveWait[]) => void>();
+
   constructor(readonly data: MemoryState) {}
+
+  async reportLiveLag(waits: readonly LiveWait[]): Promise<void> {
+    this.data.assertOpen();
+    validateLiveWaits(waits);
+    for (const listener of [...this.#lagListeners]) listener(waits);
+  }
+
+  async subscribeLiveLag(onReport: (waits: readonly LiveWait[]) => void): Promise<() => Promise<void>> {
+    // A wrapper, so subscribing the same function twice gives two subscriptions, each unsubscribed on its own.
+    const listener = (waits: readonly LiveWait[]): void => onReport(waits);
+    this.#lagListeners.add(listener);
+    return async () => {
+      this.#lagListeners.delete(listener);
+    };
+  }
 
   async planReplay(params: ReplayParams): Promise<ReplayPlan> {
     this.data.assertOpen();

@@ -62,6 +62,7 @@ import type {
   ReplayStepParams,
   ReplayStepResult,
   ListReplaysParams,
+  LiveWait,
   ResumeHandlerParams,
   RescheduleParams,
   Statistics,
@@ -213,6 +214,14 @@ class MemoryStore implements Store<MemoryTransaction> {
 
   replayStep(params: ReplayStepParams): Promise<ReplayStepResult> {
     return this.#replay.replayStep(params);
+  }
+
+  reportLiveLag(waits: readonly LiveWait[]): Promise<void> {
+    return this.#replay.reportLiveLag(waits);
+  }
+
+  subscribeLiveLag(onReport: (waits: readonly LiveWait[]) => void): Promise<() => Promise<void>> {
+    return this.#replay.subscribeLiveLag(onReport);
   }
 
   cancelReplay(replayId: string, now?: Date): Promise<ReplayView | null> {

@@ -135,11 +135,15 @@ export class ClaimCycle {
    * The one row of a claim statement, and what it claimed. The walks move on, then the lanes it handed back lose their
    * cursors (in that order: a handed-back lane may have walked in the same claim).
    */
-  #readClaim(rows: readonly ClaimRow[]): { summary: ClaimRow; claimedRows: ClaimedDelivery[]; heads: number } {
+  #readClaim(
+    rows: readonly ClaimRow[],
+    sentAt: number,
+  ): { summary: ClaimRow; claimedRows: ClaimedDelivery[]; heads: number } {
     const [summary] = rows;
     if (summary === undefined)
       throw new StoreUnavailableError('a claim statement returned no row; it always returns one');
     const session = this.#session;
+    session.replayClock = summary.replay_clock === null ? undefined : { storeMs: summary.replay_clock, sentAt };
     if (summary.walk_ends) session.walks.move(summary.walk_ends);
     if (summary.handed_back.length > 0) session.walks.drop(summary.handed_back);
     session.recordedLanes.claimed(summary.lane_epochs, summary.handed_back);
@@ -163,6 +167,7 @@ export class ClaimCycle {
     const params = this.#params;
     const session = this.#session;
     const probes = this.#context.probes;
+    const sentAt = performance.now();
     const rows = await this.#session.run<ClaimRow>('claim-held-lanes', [
       session.owner,
       params.handlers,
@@ -179,7 +184,7 @@ export class ClaimCycle {
       session.siblingOwners,
       room,
     ]);
-    const { summary, claimedRows, heads } = this.#readClaim(rows);
+    const { summary, claimedRows, heads } = this.#readClaim(rows, sentAt);
     probes.claimed(claimedRows);
     // No ids back: every lease listed was completed. A lease listed twice succeeds once, as it would in two calls.
     const ids = summary.completed_ids === null ? undefined : new Set(summary.completed_ids);
@@ -201,6 +206,7 @@ export class ClaimCycle {
    */
   async #claimLightOnce(want: number, take: readonly number[]): Promise<Claimed> {
     const session = this.#session;
+    const sentAt = performance.now();
     const rows = await this.#session.run<ClaimRow>('claim-light', [
       session.owner,
       this.#params.handlers,
@@ -211,7 +217,7 @@ export class ClaimCycle {
       take,
       session.recordedLanes.of(take),
     ]);
-    const { summary, claimedRows, heads } = this.#readClaim(rows);
+    const { summary, claimedRows, heads } = this.#readClaim(rows, sentAt);
     return { claimedRows, heads, completed: [], skippedLanes: summary.skipped_lanes, peerLanes: undefined };
   }
 

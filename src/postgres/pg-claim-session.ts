@@ -1,5 +1,6 @@
 import { InvalidStateError } from '../core/errors.js';
 import type {
+  ClaimClock,
   ClaimedDelivery,
   ClaimParams,
   ClaimSession,
@@ -38,6 +39,8 @@ export class PgClaimSession implements ClaimSession {
   mayHoldLanes = false;
   /** Lanes the last claim that took any took in all: the next claim's first round (`acquireRounds`). */
   lanesTakenLast: number | undefined;
+  /** The store's clock at the last claim statement, while a replay runs (its replay_clock). */
+  replayClock: ClaimClock | undefined;
   /** The connection the claims run on (`ClaimSessionOptions.holdConnection`); undefined: the pool. */
   readonly connection: HeldConnection | undefined;
   readonly #context: StoreContext;

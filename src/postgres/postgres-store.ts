@@ -25,6 +25,7 @@ import type {
   ReplayStepParams,
   ReplayStepResult,
   ListReplaysParams,
+  LiveWait,
   ResumeHandlerParams,
   RescheduleParams,
   Statistics,
@@ -40,6 +41,7 @@ import { validateClaimSession } from '../store/validate.js';
 import * as admin from './admin.js';
 import * as replay from './replay.js';
 import * as fencedWrites from './fenced-writes.js';
+import { reportLiveLag, subscribeLiveLag } from './live-lag.js';
 import { PgClaimSession } from './pg-claim-session.js';
 import { lanesOfPayload, publish } from './publish.js';
 import { setupPostgres } from './setup.js';
@@ -195,6 +197,16 @@ class PgStore<TTx> implements PostgresStore<TTx> {
 
   replayStep(params: ReplayStepParams): Promise<ReplayStepResult> {
     return replay.replayStep(this.#context, params);
+  }
+
+  // live-lag.ts
+
+  reportLiveLag(waits: readonly LiveWait[]): Promise<void> {
+    return reportLiveLag(this.#context, waits);
+  }
+
+  subscribeLiveLag(onReport: (waits: readonly LiveWait[]) => void): Promise<() => Promise<void>> {
+    return subscribeLiveLag(this.#context, onReport);
   }
 
   cancelReplay(replayId: string, now?: Date): Promise<ReplayView | null> {

@@ -119,6 +119,8 @@ const CLAIMED = {
   walk_ends: nullable('_text'),
   /** Lanes other workers hold under a lease not expired (claim-held-lanes; claim-light: NULL). */
   peer_lanes: nullable('int4'),
+  /** While a replay runs, the statement's time in ms since the epoch (the store's clock); NULL while none runs. */
+  replay_clock: nullable('float8'),
 } satisfies Columns;
 
 /**
@@ -288,6 +290,7 @@ export const ROW_COLUMNS = {
   'purge-expired': { events: col('int4'), dead_deliveries: col('int4'), history: col('int4') },
   release: IDS,
   relinquish: { lane: col('int2') },
+  'report-live-lag': { sent: col('bool') },
   'forget-in-flight': { lane: col('int2'), forgotten: col('int4') },
   requeue: IDS,
   reschedule: { id: col('text'), lane: col('int2'), handler: col('text'), key: nullable('text') },

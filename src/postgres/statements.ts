@@ -31,6 +31,7 @@ export const STATEMENT_FOLDERS = {
     'publish-undo',
     'release',
     'relinquish',
+    'report-live-lag',
     'reschedule',
   ],
   /** What operators, the CLI and the bus's start run: listings, statistics, requeue, purge, subscriptions, replays. */

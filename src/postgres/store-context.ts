@@ -60,6 +60,8 @@ export interface StoreContext {
   readonly inlineEvents: boolean;
   /** The NOTIFY channel of this schema; null without `notify`. */
   readonly channel: string | null;
+  /** The channel of the workers' live lag reports while a replay runs (live-lag.ts); null without `notify`. */
+  readonly lagChannel: string | null;
   /** The store LISTENs (notify on, and the driver can hold a listening connection). */
   readonly listens: boolean;
   /** Keys whose head this store rescheduled: any of its claim sessions looks them up (they are rows, not an owner's). */
@@ -137,6 +139,8 @@ export function createStoreContext<TTx>(options: PostgresStoreOptions<TTx>): Sto
     inlineEvents: !(options.completionHistory ?? false) && !(options.keepEvents ?? false),
     // An unquoted identifier: schema names are plain, and channels stop at 63 bytes.
     channel: notify ? `relaybus_${schema}`.slice(0, 63) : null,
+    // Never another schema's wake-up channel (those start `relaybus_`); unquoted, as PGlite listens.
+    lagChannel: notify ? `relaybuslag_${schema}`.slice(0, 63) : null,
     listens,
     probes: new RetryProbes(),
     publishProbe: new PublishProbe(schema, statements),

@@ -2,9 +2,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidOptionsError, isRetryableError } from '../core/errors.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
 import { assertLogger } from '../core/options.js';
-import type { ReplayStepResult, ReplayView, Store } from '../store/contract.js';
+import type { LiveWait, ReplayStepResult, ReplayView, Store } from '../store/contract.js';
 import { MAX_REPLAY_STEP } from '../store/validate-replay.js';
 import { ReplayPace, type ReplayPaceView } from './replay-pace.js';
+import { ReportedLag } from './reported-lag.js';
 
 /**
  * `runReplay` drives a running replay to its end through `store.replayStep`: bounded steps, throttled so the replay's
@@ -47,7 +48,10 @@ export interface RunReplayOptions {
   /**
    * Yield to live traffic: while a live delivery of another handler (not paused) has been due longer than this many
    * ms without starting, the replay's rate halves, down to one event a step; while none has, it doubles every two
-   * seconds, up to `rate`. 1..3,600,000, or `false` to never yield. Default 20.
+   * seconds, up to `rate`. What it looks at: the deliveries not claimed yet (each step's `liveWaits`) and, where the
+   * store carries them (`Store.subscribeLiveLag`: the Postgres store with `notify`, the memory store), the workers'
+   * reports of how long the deliveries they started had waited (one more connection, held while the replay runs).
+   * 1..3,600,000, or `false` to never yield. Default 20.
    */
   readonly liveWaitMs?: number | false;
   /** How long to wait, in ms, when a step says the replay waits or the outstanding cap is reached. 1..60,000. Default 50. */
@@ -125,6 +129,8 @@ class StepReporter {
   readonly #pace: ReplayPace;
   readonly #settings: Resolved;
   readonly #onProgress: RunReplayOptions['onProgress'];
+  /** The workers' reports of their live deliveries' start lag, heard between steps. */
+  readonly #reported = new ReportedLag();
   /** The first step was looked at: the handlers left out of the yield are logged once. */
   #looked = false;
   #lastYieldLogAt = Number.NEGATIVE_INFINITY;
@@ -136,9 +142,15 @@ class StepReporter {
     this.#onProgress = onProgress;
   }
 
+  /** A worker's report (`Store.subscribeLiveLag`). */
+  heard(waits: readonly LiveWait[]): void {
+    this.#reported.heard(waits);
+  }
+
   report(last: ReplayStepResult): void {
     const { logger, liveWaitMs } = this.#settings;
-    const slowedFor = this.#pace.observe(last.liveWaits, performance.now());
+    const waits = this.#reported.withStep(last.liveWaits, last.replay.handlers);
+    const slowedFor = this.#pace.observe(waits, performance.now());
     const view = this.#pace.view;
     if (!this.#looked && view.leftOut.length > 0)
       logger.info('live deliveries of these handlers already wait; the replay does not slow down for them', {
@@ -172,7 +184,7 @@ class StepReporter {
  * ```
  */
 export async function runReplay(
-  store: Pick<Store<unknown>, 'replayStep'>,
+  store: Pick<Store<unknown>, 'replayStep' | 'subscribeLiveLag'>,
   replayId: string,
   options: RunReplayOptions = {},
 ): Promise<ReplayView> {
@@ -204,23 +216,47 @@ export async function runReplay(
 
   const pace = new ReplayPace(settings.batchSize, settings.rate, settings.liveWaitMs);
   const reporter = new StepReporter(replayId, pace, settings, onProgress);
-
-  // A step of 0 first: where the replay stands (and how many of its deliveries are outstanding) before taking any.
-  let last = await step(0);
-  reporter.report(last);
-  while (last.replay.state === 'running' && !stopped()) {
-    const room = Math.max(0, settings.maxOutstanding - last.outstanding);
-    let limit = last.waiting === undefined ? Math.min(settings.batchSize, pace.perStep, room) : 0;
-    if (limit === 0) {
-      await pause(settings.pollMs, signal);
-      if (stopped()) break;
-      // Waiting or at the cap: a step sized by what is free now (the store says again whether it still waits).
-      limit = Math.min(settings.batchSize, pace.perStep, room);
-    }
-    pace.started(limit, performance.now());
-    last = await step(limit);
+  const unlisten = settings.liveWaitMs === undefined ? undefined : await hearWorkers(store, reporter, settings.logger);
+  try {
+    // A step of 0 first: where the replay stands (and how many of its deliveries are outstanding) before taking any.
+    let last = await step(0);
     reporter.report(last);
-    if (last.replay.state === 'running') await pause(pace.waitAfter(performance.now()), signal);
+    while (last.replay.state === 'running' && !stopped()) {
+      const room = Math.max(0, settings.maxOutstanding - last.outstanding);
+      let limit = last.waiting === undefined ? Math.min(settings.batchSize, pace.perStep, room) : 0;
+      if (limit === 0) {
+        await pause(settings.pollMs, signal);
+        if (stopped()) break;
+        // Waiting or at the cap: a step sized by what is free now (the store says again whether it still waits).
+        limit = Math.min(settings.batchSize, pace.perStep, room);
+      }
+      pace.started(limit, performance.now());
+      last = await step(limit);
+      reporter.report(last);
+      if (last.replay.state === 'running') await pause(pace.waitAfter(performance.now()), signal);
+    }
+    return last.replay;
+  } finally {
+    await unlisten?.().catch(() => {});
   }
-  return last.replay;
+}
+
+/**
+ * Listen for the workers' live lag reports while the replay yields; undefined when the store has none to give, or the
+ * listener failed (logged: the yield then sees only what its steps report).
+ */
+async function hearWorkers(
+  store: Pick<Store<unknown>, 'subscribeLiveLag'>,
+  reporter: StepReporter,
+  logger: Logger,
+): Promise<(() => Promise<void>) | undefined> {
+  if (store.subscribeLiveLag === undefined) return undefined;
+  try {
+    return await store.subscribeLiveLag((waits) => reporter.heard(waits));
+  } catch (error) {
+    logger.warn("listening for the workers' live lag reports failed; the replay yields to what its steps see only", {
+      error: describeError(error),
+    });
+    return undefined;
+  }
 }

@@ -62,6 +62,14 @@ export interface ClaimParams extends ClaimHints {
   readonly now?: Date;
 }
 
+/** The store's clock at a claim (`ClaimSession.replayClock`), tied to the worker's. */
+export interface ClaimClock {
+  /** The store's time at the claim, in ms since the epoch: the clock `ClaimedDelivery.availableAt` is in. */
+  readonly storeMs: number;
+  /** `performance.now()` when the claim was sent: the worker's clock then, so `storeMs - sentAt` converts it. */
+  readonly sentAt: number;
+}
+
 /** Options of `Store.openClaims`. */
 export interface ClaimSessionOptions {
   /**
@@ -96,6 +104,13 @@ export interface ClaimSessionOptions {
 export interface ClaimSession {
   /** The lease owner id (unique per worker instance, never reused by a restarted process). */
   readonly owner: string;
+
+  /**
+   * Set by each claim: the store's clock at that claim while a replay runs (any handler's), undefined while none
+   * does. The worker measures its live deliveries' start lag on it and reports it (`Store.reportLiveLag`). Optional:
+   * a store that leaves it undefined gets no reports.
+   */
+  readonly replayClock?: ClaimClock;
 
   /**
    * Claim up to `limit` due deliveries of `handlers`: keep the lanes the owner holds, take free (or

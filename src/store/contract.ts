@@ -27,9 +27,10 @@ import type { PublishHandler, PublishParams, PublishResult } from '../core/publi
 import type { ClaimSession, ClaimSessionOptions } from './claim-session.js';
 
 export type { PublishHandler, PublishParams, PublishResult };
-export type { ClaimHints, ClaimParams, ClaimSession, ClaimSessionOptions } from './claim-session.js';
+export type { ClaimClock, ClaimHints, ClaimParams, ClaimSession, ClaimSessionOptions } from './claim-session.js';
 import type {
   ListReplaysParams,
+  LiveWait,
   ReplayParams,
   ReplayPlan,
   ReplayStepParams,
@@ -472,6 +473,18 @@ export interface Store<TTx> {
    * returns it.
    */
   replayStep(params: ReplayStepParams): Promise<ReplayStepResult>;
+
+  /**
+   * A worker's report, while a replay runs (a claim session's `replayClock` says so), of how long its live deliveries
+   * had been due when their handlers started: per handler, the longest since its last report, the longest first. For
+   * the replays that yield (`subscribeLiveLag`): the store's own sample (`ReplayStepResult.liveWaits`) sees deliveries
+   * not claimed yet, not those claimed and waiting in a worker. A hint: a report nobody hears is dropped. Optional
+   * (with `subscribeLiveLag`): a store without it yields to its own sample only.
+   */
+  reportLiveLag?(waits: readonly LiveWait[]): Promise<void>;
+
+  /** Hear the workers' `reportLiveLag` reports (`runReplay` does while it yields); returns the unsubscribe. */
+  subscribeLiveLag?(onReport: (waits: readonly LiveWait[]) => void): Promise<() => Promise<void>>;
 
   /** Stop a running replay (its created deliveries stay); returns it, or null when the id is unknown. */
   cancelReplay(replayId: string, now?: Date): Promise<ReplayView | null>;

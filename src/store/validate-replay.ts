@@ -1,6 +1,6 @@
 import { InvalidInputError } from '../core/errors.js';
 import { echo } from '../core/limits.js';
-import type { ListReplaysParams, ReplayParams, ReplayState, ReplayStepParams } from './contract.js';
+import type { ListReplaysParams, LiveWait, ReplayParams, ReplayState, ReplayStepParams } from './contract.js';
 import { assertName, assertNoNul, assertOptionalDate } from './validate.js';
 
 /** Input checks of the replay methods, shared by every store (see validate.ts): each throws before anything is written. */
@@ -87,4 +87,22 @@ export function validateListReplays(params: ListReplaysParams = {}): number {
   if (!Number.isInteger(limit) || limit < 1 || limit > MAX_REPLAY_LIST)
     fail(`limit must be an integer from 1 to ${MAX_REPLAY_LIST}, got ${echo(params.limit)}.`);
   return limit;
+}
+
+/** Handlers a live lag report names at most (`Store.reportLiveLag`). */
+export const MAX_LIVE_LAG_REPORTED = 16;
+
+/** `Store.reportLiveLag`'s waits: at most 16, each a handler name and a finite, non-negative ms. */
+export function validateLiveWaits(waits: readonly LiveWait[]): void {
+  if (!Array.isArray(waits) || waits.length > MAX_LIVE_LAG_REPORTED)
+    fail(
+      `reportLiveLag() takes an array of at most ${MAX_LIVE_LAG_REPORTED} waits, got ${echo(waits)}; nothing was sent.`,
+    );
+  waits.forEach((wait: unknown, index) => {
+    if (typeof wait !== 'object' || wait === null) fail(`waits[${index}] must be { handler, ms }, got ${echo(wait)}.`);
+    const { handler, ms } = wait as Partial<LiveWait>;
+    assertName(handler, `waits[${index}].handler`);
+    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0)
+      fail(`waits[${index}].ms must be a finite number of ms, 0 or more, got ${echo(ms)}; nothing was sent.`);
+  });
 }

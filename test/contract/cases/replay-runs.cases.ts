@@ -3,7 +3,9 @@
  * replay per handler, waiting for deliveries in flight at the start, the audit record, input checks.
  */
 import assert from 'node:assert/strict';
-import type { ReplayParams } from '../../../src/store/contract.js';
+import type { LiveWait, ReplayParams } from '../../../src/store/contract.js';
+import { sessionOf } from '../../support/claims.js';
+import { waitFor } from '../../support/wait.js';
 import {
   claim,
   claimExpecting,
@@ -12,6 +14,7 @@ import {
   H1,
   H2,
   handlers,
+  LEASE_MS,
   leaseOf,
   pause,
   publish,
@@ -336,6 +339,60 @@ export const replayRunCases: CaseGroup = {
         const view = await harness.store.getReplay(replay.id);
         assert.equal(view?.created, 0, 'no refused step created anything');
         assert.deepEqual(await remaining(harness), ['ev01/h1:pending']);
+      },
+    },
+    {
+      name: "a claim gives the store's clock while a replay runs (none before or after); a worker's live lag report reaches the replays that listen",
+      async run({ harness }) {
+        const { store } = harness;
+        await subscribe(harness, H1);
+        await publish(harness, [event({ id: 'ev01', key: 'k1' })]);
+        await subscribe(harness, H2);
+        const session = sessionOf(store, 'w-clock');
+        const claimAt = () =>
+          session.claim({ handlers: ['h9'], limit: 1, leaseDurationMs: LEASE_MS, now: harness.clock.now() });
+        // Read through a function: the compiler would keep the property narrowed to undefined after the first check.
+        const clockNow = () => session.replayClock;
+        await claimAt();
+        assert.equal(clockNow(), undefined, 'no replay runs');
+        const replay = await start(harness, backfill());
+        harness.clock.advance(1_234);
+        const sentAfter = performance.now();
+        await claimAt();
+        const clock = clockNow();
+        assert.ok(clock !== undefined, 'a replay runs, of a handler this claim does not ask for');
+        assert.ok(Math.abs(clock.storeMs - harness.clock.now().getTime()) < 0.01, `store time ${clock.storeMs}`);
+        assert.ok(clock.sentAt >= sentAfter && clock.sentAt <= performance.now(), 'sent during the claim');
+        await store.cancelReplay(replay.id, harness.clock.now());
+        await claimAt();
+        assert.equal(clockNow(), undefined, 'the replay was cancelled');
+
+        assert.ok(store.reportLiveLag !== undefined && store.subscribeLiveLag !== undefined);
+        const heard: (readonly LiveWait[])[] = [];
+        const unsubscribe = await store.subscribeLiveLag((waits) => heard.push(waits));
+        const report = [
+          { handler: H1, ms: 42.5 },
+          { handler: 'h3', ms: 3 },
+        ];
+        await store.reportLiveLag(report);
+        // The memory store's workers are in process; the Postgres store's report is a NOTIFY, heard where it listens.
+        const hears = store.kind === 'memory' || store.capabilities.wakeups === 'listen-notify';
+        if (hears) await waitFor(() => heard.length > 0, 'the report');
+        else await pause(50);
+        assert.deepEqual(heard, hears ? [report] : []);
+        await unsubscribe();
+        await store.reportLiveLag(report);
+        await pause(50);
+        assert.equal(heard.length, hears ? 1 : 0, 'nothing heard after unsubscribing');
+        for (const bad of [
+          null,
+          [{ handler: H1, ms: -1 }],
+          [{ handler: H1, ms: Number.NaN }],
+          [{ handler: '', ms: 1 }],
+          [{ handler: H1 }],
+          Array.from({ length: 17 }, (_, index) => ({ handler: `h${index}`, ms: 1 })),
+        ])
+          await rejectsWithCode(store.reportLiveLag(bad as unknown as LiveWait[]), 'RELAYBUS_INVALID_INPUT');
       },
     },
   ],
