@@ -70,6 +70,10 @@ export interface PostgresStore<TTx> extends Store<TTx> {
    * drivers that never emit them (postgres.js, PGlite).
    */
   onConnectionError(listener: (error: Error) => void): () => void;
+  /** A NOTIFY on the schema's lag channel (nothing without `notify`). */
+  reportLiveLag(waits: readonly LiveWait[]): Promise<void>;
+  /** LISTENs on the schema's lag channel on a connection of its own (a no-op without `notify` or a driver that listens). */
+  subscribeLiveLag(onReport: (waits: readonly LiveWait[]) => void): Promise<() => Promise<void>>;
 }
 
 class PgStore<TTx> implements PostgresStore<TTx> {

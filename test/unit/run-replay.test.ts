@@ -240,6 +240,48 @@ describe('runReplay', () => {
     assert.ok(seen.every((pace) => pace.eventsPerSecond === null && !pace.yielding && pace.leftOut.length === 0));
   });
 
+  it("yields to the workers' reports of their live deliveries' start lag, never to the replay's own handlers", async () => {
+    const store = await history(40, new Date(Date.now() - 60_000));
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['h2'] });
+    const running = worker(store, 'h2');
+    const slowedFor: LogFields[] = [];
+    const logger = {
+      debug() {},
+      info: (message: string, fields?: LogFields) => {
+        if (message.startsWith('live deliveries are waiting')) slowedFor.push(fields ?? {});
+      },
+      warn() {},
+      error() {},
+    };
+    const paces: ReplayPaceView[] = [];
+    const final = await runReplay(store, replay.id, {
+      batchSize: 2,
+      pollMs: 1,
+      logger,
+      onProgress: (_view, _step, pace) => {
+        paces.push(pace);
+        // What a worker reports: first the replay's own handler (its live keyed deliveries wait for history by
+        // design), then another handler's deliveries that waited half a second to start.
+        if (paces.length === 2) void store.reportLiveLag!([{ handler: 'h2', ms: 5_000 }]);
+        if (paces.length === 4) void store.reportLiveLag!([{ handler: 'h3', ms: 500 }]);
+      },
+    });
+    await running.stop();
+    assert.equal(final.state, 'finished');
+    assert.deepEqual(
+      paces.slice(0, 4).map((pace) => pace.yielding),
+      [false, false, false, false],
+      "h1 is left out (behind at the start) and h2 is the replay's",
+    );
+    assert.equal(paces[4]?.yielding, true, 'the step after the report of h3 yields');
+    assert.equal(paces[3]?.eventsPerSecond, null, 'unlimited before');
+    assert.ok(paces[4]!.eventsPerSecond! > 0, 'limited from then on');
+    assert.deepEqual(
+      slowedFor.map((fields) => [fields.handler, fields.waitedMs]),
+      [['h3', 500]],
+    );
+  });
+
   it('retries retryable store failures with a log line, and throws the others', async () => {
     const store = await history(3);
     const replay = await store.startReplay({ mode: 'backfill', handlers: ['h2'] });
