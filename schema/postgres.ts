@@ -159,7 +159,7 @@ export const relaybusPausedHandlers = relaybusSchema.table('relaybus_paused_hand
  * Replays (`store.startReplay`, `relaybus replay`), kept as the audit record of who replayed what and when, with the
  * progress of a running one: `cursor` is the position of the last planned event taken, `planned` the last position
  * planned; `start_xmax` the xmax of the start's snapshot (the late look waits until every transaction running at start
- * has ended); `first_delivery_id` the id of its first delivery (its outstanding ones are counted from there on).
+ * has ended); `first_delivery_id` the id of its first delivery (where its deliveries begin in the id sequence).
  */
 export const relaybusReplays = relaybusSchema.table(
   'relaybus_replays',

@@ -23,8 +23,8 @@ import type { StoreContext } from './store-context.js';
  * One owner's claims on the Postgres store (`Store.openClaims`). Everything the store remembers between an owner's
  * claims is here, so `close()` forgets it with the lanes: where each held lane's key walk resumes (`KeyWalkCursors`),
  * the lanes its claims recorded work in (`RecordedLanes`), what its failed claims named (`FailedClaims`), whether it
- * likely holds lanes, the lanes its last claim took, and its held connection (`HeldConnection`). One claim is a
- * `ClaimCycle` (claim-cycle.ts).
+ * likely holds lanes, the lanes its last claim took, the store's clock at its last claim while a replay runs, and its
+ * held connection (`HeldConnection`). One claim is a `ClaimCycle` (claim-cycle.ts).
  */
 export class PgClaimSession implements ClaimSession {
   readonly owner: string;
