@@ -74,6 +74,25 @@ function worker(store: Store<MemoryTransaction>, handler: string) {
   };
 }
 
+/**
+ * A yield's case: 40 events a minute old (h1's deliveries already wait: it is left out), a backfill of h2 and a worker
+ * of h2; a logger that keeps its info lines (the yield's decisions) and the paces seen.
+ */
+async function yieldCase() {
+  const store = await history(40, new Date(Date.now() - 60_000));
+  const replay = await store.startReplay({ mode: 'backfill', handlers: ['h2'] });
+  const running = worker(store, 'h2');
+  const infos: { message: string; fields: LogFields }[] = [];
+  const logger = {
+    debug() {},
+    info: (message: string, fields?: LogFields) => infos.push({ message, fields: fields ?? {} }),
+    warn() {},
+    error() {},
+  };
+  const paces: ReplayPaceView[] = [];
+  return { store, replay, running, logger, infos, paces };
+}
+
 describe('runReplay', () => {
   it('drives a backfill to its end, each step within the batch size and the outstanding cap', async () => {
     const store = await history(60);
@@ -175,17 +194,7 @@ describe('runReplay', () => {
   });
 
   it('yields to live traffic: slower while another handler waits, not for one already behind at its start', async () => {
-    const store = await history(40, new Date(Date.now() - 60_000));
-    const replay = await store.startReplay({ mode: 'backfill', handlers: ['h2'] });
-    const running = worker(store, 'h2');
-    const infos: { message: string; fields: LogFields }[] = [];
-    const logger = {
-      debug() {},
-      info: (message: string, fields?: LogFields) => infos.push({ message, fields: fields ?? {} }),
-      warn() {},
-      error() {},
-    };
-    const paces: ReplayPaceView[] = [];
+    const { store, replay, running, logger, infos, paces } = await yieldCase();
     let published = false;
     const final = await runReplay(store, replay.id, {
       batchSize: 2,
@@ -241,19 +250,7 @@ describe('runReplay', () => {
   });
 
   it("yields to the workers' reports of their live deliveries' start lag, never to the replay's own handlers", async () => {
-    const store = await history(40, new Date(Date.now() - 60_000));
-    const replay = await store.startReplay({ mode: 'backfill', handlers: ['h2'] });
-    const running = worker(store, 'h2');
-    const slowedFor: LogFields[] = [];
-    const logger = {
-      debug() {},
-      info: (message: string, fields?: LogFields) => {
-        if (message.startsWith('live deliveries are waiting')) slowedFor.push(fields ?? {});
-      },
-      warn() {},
-      error() {},
-    };
-    const paces: ReplayPaceView[] = [];
+    const { store, replay, running, logger, infos, paces } = await yieldCase();
     const final = await runReplay(store, replay.id, {
       batchSize: 2,
       pollMs: 1,
@@ -277,7 +274,9 @@ describe('runReplay', () => {
     assert.equal(paces[3]?.eventsPerSecond, null, 'unlimited before');
     assert.ok(paces[4]!.eventsPerSecond! > 0, 'limited from then on');
     assert.deepEqual(
-      slowedFor.map((fields) => [fields.handler, fields.waitedMs]),
+      infos
+        .filter((info) => info.message.startsWith('live deliveries are waiting'))
+        .map(({ fields }) => [fields.handler, fields.waitedMs]),
       [['h3', 500]],
     );
   });
