@@ -72,7 +72,10 @@ export interface PostgresStore<TTx> extends Store<TTx> {
   onConnectionError(listener: (error: Error) => void): () => void;
   /** A NOTIFY on the schema's lag channel (nothing without `notify`). */
   reportLiveLag(waits: readonly LiveWait[]): Promise<void>;
-  /** LISTENs on the schema's lag channel on a connection of its own (a no-op without `notify` or a driver that listens). */
+  /**
+   * LISTENs on the schema's lag channel on a connection of its own: a no-op without `notify`, a driver that listens, or
+   * a pool of at least two connections.
+   */
   subscribeLiveLag(onReport: (waits: readonly LiveWait[]) => void): Promise<() => Promise<void>>;
 }
 

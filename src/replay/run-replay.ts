@@ -50,8 +50,8 @@ export interface RunReplayOptions {
    * ms without starting, the replay's rate halves, down to one event a step; while none has, it doubles every two
    * seconds, up to `rate`. What it looks at: the deliveries not claimed yet (each step's `liveWaits`) and, where the
    * store carries them (`Store.subscribeLiveLag`: the Postgres store with `notify`, the memory store), the workers'
-   * reports of how long the deliveries they started had waited (one more connection, held while the replay runs).
-   * 1..3,600,000, or `false` to never yield. Default 20.
+   * reports of how long the deliveries they started had waited (one more connection of the pool while the replay runs;
+   * none on a pool of one). 1..3,600,000, or `false` to never yield. Default 20.
    */
   readonly liveWaitMs?: number | false;
   /** How long to wait, in ms, when a step says the replay waits or the outstanding cap is reached. 1..60,000. Default 50. */

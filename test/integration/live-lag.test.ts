@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pg from 'pg';
-import { createRelayBus, defineEvent, Type, type Logger } from '../../src/index.js';
+import { createRelayBus, defineEvent, runReplay, Type, type Logger } from '../../src/index.js';
 import { fromPg, postgresStore, type PgClientLike, type PostgresStore } from '../../src/postgres/index.js';
 import type { LiveWait } from '../../src/store/contract.js';
 import { findPostgres } from '../support/databases.js';
@@ -83,6 +83,21 @@ describe("a worker's live start lag while a replay runs, on real Postgres", {
       await bus.stop();
       await unlisten();
       await replayPool.end();
+    }
+  });
+
+  it('a replay driven through a pool of one connection does not listen: its steps keep the connection', {
+    timeout: 30_000,
+  }, async () => {
+    const onePool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 1 });
+    const oneStore = postgresStore({ driver: fromPg(onePool), schema });
+    try {
+      await oneStore.subscribe([{ eventType: 'lag.history', handler: 'one-pool-indexer', maxAttempts: 3 }]);
+      const replay = await oneStore.startReplay({ mode: 'backfill', handlers: ['one-pool-indexer'] });
+      const done = await runReplay(oneStore, replay.id, { pollMs: 5 });
+      assert.equal(done.state, 'finished');
+    } finally {
+      await onePool.end();
     }
   });
 });
