@@ -54,10 +54,8 @@ export async function subscribeLiveLag(
   context: StoreContext,
   onReport: (waits: readonly LiveWait[]) => void,
 ): Promise<() => Promise<void>> {
-  const { lagChannel, driver } = context;
-  // A listener holds a connection for as long as it lives: on a pool of one it would leave the replay's steps none.
-  const poolTooSmall = driver.poolSize !== undefined && driver.poolSize < 2;
-  if (lagChannel === null || driver.listen === undefined || poolTooSmall) return async () => {};
+  const { lagChannel, driver, listens } = context;
+  if (!listens || lagChannel === null || driver.listen === undefined) return async () => {};
   return driver.listen(lagChannel, (payload) => {
     const waits = waitsOfPayload(payload);
     if (waits.length > 0) onReport(waits);

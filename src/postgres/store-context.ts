@@ -30,9 +30,9 @@ export interface PostgresStoreOptions<TTx> {
   readonly keepEvents?: boolean;
   /**
    * Wake idle workers at once (default true): every publishing transaction sends one NOTIFY at commit, and each
-   * dispatcher LISTENs on one connection of its own (where the driver can hold one). Polling stays the correctness
-   * path. Turn it off behind a transaction-mode pooler (PgBouncer: no LISTEN), or when many concurrent single-event
-   * publishers matter more than latency (NOTIFY serialises commits on a global lock).
+   * dispatcher LISTENs on one connection of its own (where the driver can hold one, beside a pool of two or more).
+   * Polling stays the correctness path. Turn it off behind a transaction-mode pooler (PgBouncer: no LISTEN), or when
+   * many concurrent single-event publishers matter more than latency (NOTIFY serialises commits on a global lock).
    */
   readonly notify?: boolean;
   /**
@@ -62,7 +62,7 @@ export interface StoreContext {
   readonly channel: string | null;
   /** The channel of the workers' live lag reports while a replay runs (live-lag.ts); null without `notify`. */
   readonly lagChannel: string | null;
-  /** The store LISTENs (notify on, and the driver can hold a listening connection). */
+  /** The store LISTENs (notify on, and the driver can hold a listening connection beside its statements' ones). */
   readonly listens: boolean;
   /** Keys whose head this store rescheduled: any of its claim sessions looks them up (they are rows, not an owner's). */
   readonly probes: RetryProbes;
@@ -119,7 +119,8 @@ export function createStoreContext<TTx>(options: PostgresStoreOptions<TTx>): Sto
   const driver = options.driver as PostgresDriver<unknown>;
   const statements = loadStatements(schema);
   const notify = options.notify ?? true;
-  const listens = notify && driver.listen !== undefined;
+  // A listener holds a connection for as long as it lives: on a pool of one it would leave the statements none.
+  const listens = notify && driver.listen !== undefined && !(driver.poolSize !== undefined && driver.poolSize < 2);
   async function run<Row extends object>(
     executor: SqlExecutor,
     name: StatementName,

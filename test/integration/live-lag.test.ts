@@ -86,17 +86,27 @@ describe("a worker's live start lag while a replay runs, on real Postgres", {
     }
   });
 
-  it('a replay driven through a pool of one connection does not listen: its steps keep the connection', {
+  it('a store on a pool of one connection does not listen: a replay and a worker keep it for their statements', {
     timeout: 30_000,
   }, async () => {
     const onePool = new pg.Pool({ connectionString: 'url' in found ? found.url : '', max: 1 });
     const oneStore = postgresStore({ driver: fromPg(onePool), schema });
+    const bus = createRelayBus({ store: oneStore, events: [Live], dispatcher: { pollIntervalMs: 20 } });
+    const started: number[] = [];
+    bus.on(Live, 'one-pool-handler', (payload) => {
+      started.push(payload.n);
+    });
     try {
+      assert.equal(oneStore.capabilities.wakeups, 'poll');
       await oneStore.subscribe([{ eventType: 'lag.history', handler: 'one-pool-indexer', maxAttempts: 3 }]);
       const replay = await oneStore.startReplay({ mode: 'backfill', handlers: ['one-pool-indexer'] });
       const done = await runReplay(oneStore, replay.id, { pollMs: 5 });
       assert.equal(done.state, 'finished');
+      await bus.start();
+      await oneStore.transaction((tx) => bus.publish(tx, Live, { n: 7 }));
+      await waitFor(() => started.includes(7), 'the worker on the pool of one to run the event');
     } finally {
+      await bus.stop();
       await onePool.end();
     }
   });
