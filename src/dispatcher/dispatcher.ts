@@ -18,7 +18,7 @@ import {
   type RunOutcome,
 } from './handler-runner.js';
 import { HealthState } from './health.js';
-import { LiveLag } from './live-lag.js';
+import { type LiveLag, liveLagOf } from './live-lag.js';
 import { type ClaimLoopHost, ClaimTurns, listenForWakeups, runClaimLoop } from './loop-runner.js';
 import { closeSessions, GracePeriod, releaseUnfinished } from './shutdown.js';
 
@@ -124,11 +124,7 @@ export class Dispatcher<TTx> {
     // Read at every handler end while a run waits: Date.now() unless a clock is set (no Date made per look).
     const { clock } = config;
     this.#earlyStarts = new EarlyStarts(clock === undefined ? Date.now : () => clock.now().getTime());
-    const { store } = config;
-    this.#liveLag =
-      store.reportLiveLag === undefined
-        ? undefined
-        : new LiveLag((waits) => store.reportLiveLag!(waits), config.logger);
+    this.#liveLag = liveLagOf(config.store, config.logger);
     const { options } = config;
     // Runs at most: the handler slots, and as many again (or what the loops' claims bring with their followers).
     const claimRows = options.batchSize * (1 + options.followers);
@@ -189,7 +185,6 @@ export class Dispatcher<TTx> {
       policy: this.#policy,
       health: this.#health,
       stopSignal: this.#stopSignal.signal,
-      liveLag: this.#liveLag,
       loops: options.claimLoops,
       running: () => this.#state === 'running',
       freeSlots: () =>

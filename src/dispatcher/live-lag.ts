@@ -1,5 +1,6 @@
 import { describeError, type Logger } from '../core/logger.js';
-import type { ClaimClock, LiveWait } from '../store/contract.js';
+import type { ClaimClock, LiveWait, Store } from '../store/contract.js';
+import { LongestWaits } from '../store/longest-waits.js';
 import { MAX_LIVE_LAG_REPORTED } from '../store/validate-replay.js';
 
 /**
@@ -23,6 +24,12 @@ const OFFSET_SPAN_MS = 5_000;
 /** Waits shorter than this (ms) are not reported: a yield's target is at least 1 ms. */
 const REPORT_FLOOR_MS = 1;
 
+/** The live lag of a dispatcher on `store`; undefined when the store takes no reports. */
+export function liveLagOf(store: Pick<Store<unknown>, 'reportLiveLag'>, logger: Logger): LiveLag | undefined {
+  const report = store.reportLiveLag?.bind(store);
+  return report === undefined ? undefined : new LiveLag(report, logger);
+}
+
 export class LiveLag {
   readonly #report: (waits: readonly LiveWait[]) => Promise<void>;
   readonly #logger: Logger;
@@ -33,7 +40,7 @@ export class LiveLag {
   /** Until when (`performance.now()`) starts are measured: a replay was seen running. */
   #seenUntil = Number.NEGATIVE_INFINITY;
   /** The longest wait per handler since the last report. */
-  readonly #longest = new Map<string, number>();
+  readonly #longest = new LongestWaits();
   #timer: NodeJS.Timeout | undefined;
   #sending = false;
 
@@ -65,31 +72,27 @@ export class LiveLag {
   started(handler: string, availableAt: Date, at: number): void {
     if (at > this.#seenUntil) return;
     const waited = at + Math.min(this.#offset, this.#previousOffset) - availableAt.getTime();
-    if (waited >= REPORT_FLOOR_MS && waited > (this.#longest.get(handler) ?? 0)) this.#longest.set(handler, waited);
+    if (waited >= REPORT_FLOOR_MS) this.#longest.add(handler, waited);
   }
 
-  /** Stop reporting (the dispatcher stops). */
+  /** Stop reporting and forget what was measured (the dispatcher stops, or no replay runs any more). */
   stop(): void {
     clearInterval(this.#timer);
     this.#timer = undefined;
     this.#seenUntil = Number.NEGATIVE_INFINITY;
+    this.#offset = this.#previousOffset = Number.POSITIVE_INFINITY;
     this.#longest.clear();
   }
 
   #tick(): void {
     if (performance.now() > this.#seenUntil) {
       this.stop();
-      this.#offset = this.#previousOffset = Number.POSITIVE_INFINITY;
       this.#logger.info("no replay is running any more: this worker stops reporting its live deliveries' waits");
       return;
     }
     // One report at a time: the waits of a slow one are in the next.
     if (this.#longest.size === 0 || this.#sending) return;
-    const waits = [...this.#longest]
-      .map(([handler, ms]) => ({ handler, ms }))
-      .sort((a, b) => b.ms - a.ms)
-      .slice(0, MAX_LIVE_LAG_REPORTED);
-    this.#longest.clear();
+    const waits = this.#longest.take(MAX_LIVE_LAG_REPORTED);
     this.#sending = true;
     this.#report(waits)
       .catch((error: unknown) =>

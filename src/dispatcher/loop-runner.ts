@@ -6,7 +6,6 @@ import type { ClaimedDelivery, DeliveryLease, Store } from '../store/contract.js
 import type { ClaimLoop } from './claim-loop.js';
 import type { ClaimPolicy, LoopClaimState } from './claim-policy.js';
 import type { HealthState } from './health.js';
-import type { LiveLag } from './live-lag.js';
 
 /**
  * A claim loop's turns: ask the claim policy whether to claim (or rest, or wait), claim through the loop's claim
@@ -72,8 +71,6 @@ export interface ClaimLoopHost<TTx> {
   readonly health: HealthState;
   /** Aborted by `stop()`: ends a claim retry's backoff at once. */
   readonly stopSignal: AbortSignal;
-  /** Told each claim's `replayClock` (absent when the store takes no live lag reports). */
-  readonly liveLag: LiveLag | undefined;
   /** How many claim loops the dispatcher has. */
   readonly loops: number;
   /** The dispatcher is running (not stopping). */
@@ -173,7 +170,8 @@ export async function runClaimLoop<TTx>(loop: ClaimLoop<TTx>, host: ClaimLoopHos
         releaseTurn?.();
         host.unreserve(limit);
       }
-      host.liveLag?.claimed(loop.session.replayClock);
+      // Whether a replay runs, and the store's clock: the live lag the loop's runs measure (`LiveLag`).
+      loop.deps.liveLag?.claimed(loop.session.replayClock);
       policy.claimed(claims, plan, claimed.length, peerLanes);
       succeeded(loop, host);
       if (claimed.length > 0)

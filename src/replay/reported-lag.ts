@@ -1,3 +1,4 @@
+import { LongestWaits } from '../store/longest-waits.js';
 import type { LiveWait } from '../store/contract.js';
 
 /**
@@ -6,10 +7,10 @@ import type { LiveWait } from '../store/contract.js';
  * deliveries not claimed yet, the workers those claimed and waiting for them. What `ReplayPace` yields to.
  */
 export class ReportedLag {
-  readonly #longest = new Map<string, number>();
+  readonly #longest = new LongestWaits();
 
   heard(waits: readonly LiveWait[]): void {
-    for (const { handler, ms } of waits) if (ms > (this.#longest.get(handler) ?? 0)) this.#longest.set(handler, ms);
+    for (const { handler, ms } of waits) this.#longest.add(handler, ms);
   }
 
   /**
@@ -20,8 +21,6 @@ export class ReportedLag {
     if (this.#longest.size === 0) return stepWaits;
     for (const handler of replayHandlers) this.#longest.delete(handler);
     this.heard(stepWaits);
-    const merged = [...this.#longest].map(([handler, ms]) => ({ handler, ms })).sort((a, b) => b.ms - a.ms);
-    this.#longest.clear();
-    return merged;
+    return this.#longest.take();
   }
 }
