@@ -8,9 +8,12 @@
 --              the first row of a (handler, key) is its smallest pending sequence, so only heads are picked and a
 --              head in flight holds its key back. A lane whose keys need more than $6 rows is read in part: the
 --              rest waits for claim-held-lanes, which the dispatcher runs at least once per poll interval.
---              While a replay of a handler runs, its keyed rows that no replay created do not run (the hold).
+--              While a replay of a handler runs, its keyed rows that no replay created do not run (the hold), and
+--              are not read: the lane is read handler by handler, the held ones through their replayed rows only, so
+--              the live rows piling up behind a backfill cost nothing and crowd no other handler out of the $6 rows.
 -- index: relaybus_lanes_pkey (the owner's rows among $8 and the named ones, locked FOR NO KEY UPDATE);
---        relaybus_deliveries_lane_handler_key_sequence_idx (keyed heads); relaybus_deliveries_unkeyed_due_idx
+--        relaybus_deliveries_lane_handler_key_sequence_idx (keyed heads); relaybus_deliveries_replayed_idx (the keys
+--        with replayed rows pending, while a replay runs); relaybus_deliveries_unkeyed_due_idx
 --        (unkeyed); relaybus_deliveries_pkey (pruning finished ids from in_flight, hand-back);
 --        relaybus_events_pkey (payload of an event that has an events row); relaybus_paused_handlers and
 --        relaybus_replays_running_idx (the hold, and replay_clock)
@@ -51,12 +54,46 @@ seen AS (
 ),
 candidates AS (
   SELECT c.* FROM seen s CROSS JOIN LATERAL (
+    -- No replay runs: each lane's first rows in key order, every handler's.
     (SELECT DISTINCT ON (d.handler, d.key) d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts,
             d.max_attempts, d.claims, d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
      FROM (SELECT * FROM /*schema*/relaybus_deliveries d
            WHERE d.lane = s.lane AND d.key IS NOT NULL AND d.status = 'pending'
+             AND cardinality((SELECT held FROM runnable)) = 0
            ORDER BY d.handler, d.key, d.sequence LIMIT $6::int) d
      ORDER BY d.handler, d.key, d.sequence)
+    UNION ALL
+    -- While a replay runs: the first rows of each handler it does not hold, read handler by handler, so the held
+    -- handlers' live rows (which pile up while it runs) are never read and never crowd the others out of $6.
+    (SELECT k.* FROM unnest((SELECT handlers FROM runnable)::text[]) AS r(handler)
+     CROSS JOIN LATERAL (
+       SELECT DISTINCT ON (d.key) d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts,
+              d.max_attempts, d.claims, d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
+       FROM (SELECT * FROM /*schema*/relaybus_deliveries d
+             WHERE d.lane = s.lane AND d.handler = r.handler AND d.key IS NOT NULL AND d.status = 'pending'
+             ORDER BY d.key, d.sequence LIMIT $6::int) d
+       ORDER BY d.key, d.sequence
+     ) k
+     WHERE cardinality((SELECT held FROM runnable)) > 0 AND r.handler <> ALL ((SELECT held FROM runnable)::text[]))
+    UNION ALL
+    -- While a replay runs: the heads of the held handlers' keys that have replayed rows pending, found through their
+    -- own index (as claim-held-lanes's replayed). A head may be a row published before the start (the hold spares
+    -- it); one whose key has no replayed row pending waits for claim-held-lanes or the replay's end.
+    (SELECT n.* FROM (
+       SELECT DISTINCT x.handler, x.key FROM (
+         SELECT d.handler, d.key FROM /*schema*/relaybus_deliveries d
+         WHERE d.lane = s.lane AND d.replay_id IS NOT NULL AND d.key IS NOT NULL AND d.status = 'pending'
+           AND cardinality((SELECT held FROM runnable)) > 0
+         ORDER BY d.handler, d.key, d.sequence LIMIT $6::int
+       ) x
+     ) k
+     CROSS JOIN LATERAL (
+       SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
+              d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
+       FROM /*schema*/relaybus_deliveries d
+       WHERE d.lane = s.lane AND d.handler = k.handler AND d.key = k.key AND d.key IS NOT NULL AND d.status = 'pending'
+       ORDER BY d.handler, d.key, d.sequence LIMIT 1
+     ) n)
     UNION ALL
     (SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
             d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id

@@ -43,12 +43,12 @@ export interface RunReplayOptions {
    * `min(batchSize, maxOutstanding - outstanding)` events. 1..10,000,000. Default 2,000.
    */
   readonly maxOutstanding?: number;
-  /** At most this many events per second (a positive number). Default: no rate limit. */
+  /** At most this many events per second (a positive number), in steps of at least 20 events. Default: no rate limit. */
   readonly rate?: number;
   /**
    * Yield to live traffic: while a live delivery of another handler (not paused) has been due longer than this many
-   * ms without starting, the replay's rate halves, down to one event a step; while none has, it doubles every two
-   * seconds, up to `rate`. What it looks at: the deliveries not claimed yet (each step's `liveWaits`) and, where the
+   * ms without starting, the replay's rate halves, down to 20 events a second (one step); while none has, it doubles
+   * every two seconds (every ten below twice the rate it last overshot at), up to `rate`, from 250 a second. What it looks at: the deliveries not claimed yet (each step's `liveWaits`) and, where the
    * store carries them (`Store.subscribeLiveLag`: the Postgres store with `notify`, the memory store), the workers'
    * reports of how long the deliveries they started had waited (one more connection of the pool while the replay runs;
    * none on a pool of one). 1..3,600,000, or `false` to never yield. Default 20.

@@ -47,11 +47,15 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
   }
 
   /** A light claim (as the dispatcher makes one under a light load), checking that claim-light ran. */
-  async function claimLight(owner: string, preferLanes: readonly number[]): Promise<ClaimedDelivery[]> {
+  async function claimLight(
+    owner: string,
+    preferLanes: readonly number[],
+    handlerNames: readonly string[] = ['h'],
+  ): Promise<ClaimedDelivery[]> {
     const before = await runs();
     const params: ClaimParams = {
       owner,
-      handlers: ['h'],
+      handlers: handlerNames,
       limit: 50,
       leaseDurationMs: 60_000,
       preferLanes,
@@ -135,6 +139,49 @@ describe('claim-light on real Postgres', { skip: 'skip' in found ? found.skip : 
     assert.deepEqual(full.map(payloadOf), [1000], "claim-held-lanes finds the other key's head, and no follower");
     await complete([...light, ...full]);
     await owners.relinquish(store, 'w4');
+  });
+
+  it("while a replay holds a handler, its live rows are not read: another handler's head behind them runs, and a replayed head", async () => {
+    // Index order in the lane: the held handler ('a-new') sorts first, and 300 of its live rows (more than the rows
+    // claim-light reads a lane) lie before h's head.
+    const { lane, keys } = keysInOneLane('light-hold', 2);
+    const [history, other] = keys;
+    const type = 'light.hold';
+    await store.transaction((tx) =>
+      store.publish(tx, [
+        {
+          type,
+          id: 'light-hold-history',
+          key: history!,
+          payload: { n: -1 },
+          handlers: [{ name: 'h-old', maxAttempts: 3 }],
+        },
+      ]),
+    );
+    await store.subscribe([{ eventType: type, handler: 'a-new', maxAttempts: 3 }]);
+    const replay = await store.startReplay({ mode: 'backfill', handlers: ['a-new'], eventTypes: [type] });
+    assert.equal(replay.total, 1);
+    const held = [{ name: 'a-new', maxAttempts: 3 }];
+    await store.transaction((tx) =>
+      store.publish(tx, [
+        ...Array.from({ length: 300 }, (_, n) => ({ type, key: history!, payload: { n }, handlers: held })),
+        { type: 't', key: other!, payload: { n: 1000 }, handlers },
+      ]),
+    );
+    const both = ['a-new', 'h'];
+    const live = await claimLight('w7', [lane], both);
+    assert.deepEqual(live.map(payloadOf), [1000], "h's head, past the held handler's live rows");
+    assert.equal((await store.replayStep({ replayId: replay.id, limit: 10 })).created, 1);
+    const replayed = await claimLight('w7', [lane], both);
+    assert.deepEqual(
+      replayed.map((d) => [d.handler, payloadOf(d)]),
+      [['a-new', -1]],
+      'the replayed head, no held live row',
+    );
+    await complete([...live, ...replayed]);
+    assert.deepEqual(await claimLight('w7', [lane], both), [], 'the live rows wait for the replay');
+    await store.cancelReplay(replay.id);
+    await owners.relinquish(store, 'w7');
   });
 
   it('a retried head due again, or a completion riding on the claim, goes through claim-held-lanes', async () => {
