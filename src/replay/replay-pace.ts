@@ -11,8 +11,8 @@ import type { LiveWait } from '../store/contract.js';
 export const PACES_PER_SECOND = 20;
 /**
  * With a rate, a step takes at least this many events (fewer steps a second below 400 events/s): a step's own
- * statements cost about as much as a few of the deliveries it creates, and at a slow rate they were most of what a
- * replay cost the live traffic beside it.
+ * statements cost about as much as a few of the deliveries it creates, and at a slow rate they would be most of what
+ * the replay costs the live traffic beside it.
  */
 export const MIN_PACED_STEP = 20;
 /** Where a yielding replay starts, in events a second: low, as nothing is known yet of the live traffic beside it. */
