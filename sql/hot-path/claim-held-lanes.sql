@@ -261,14 +261,7 @@ replayed AS (
       LIMIT (SELECT rows FROM share)
     ) r
   ) k
-  CROSS JOIN LATERAL (
-    SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-           d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
-    FROM /*schema*/relaybus_deliveries d
-    WHERE d.lane = s.lane AND d.handler = k.handler AND d.key = k.key AND d.key IS NOT NULL AND d.status = 'pending'
-    ORDER BY d.handler, d.key, d.sequence
-    LIMIT 1
-  ) n
+  CROSS JOIN LATERAL (/*include key-head*/) n
   WHERE cardinality((SELECT held FROM runnable)) > 0
     AND n.available_at <= coalesce($5::timestamptz, now()) AND n.handler = ANY ((SELECT handlers FROM runnable)::text[])
     AND n.id NOT IN (SELECT id FROM busy)

@@ -87,13 +87,7 @@ candidates AS (
          ORDER BY d.handler, d.key, d.sequence LIMIT $6::int
        ) x
      ) k
-     CROSS JOIN LATERAL (
-       SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
-              d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
-       FROM /*schema*/relaybus_deliveries d
-       WHERE d.lane = s.lane AND d.handler = k.handler AND d.key = k.key AND d.key IS NOT NULL AND d.status = 'pending'
-       ORDER BY d.handler, d.key, d.sequence LIMIT 1
-     ) n)
+     CROSS JOIN LATERAL (/*include key-head*/) n)
     UNION ALL
     (SELECT d.id, d.lane, d.event_id, d.handler, d.key, d.sequence, d.attempts, d.max_attempts, d.claims,
             d.available_at, d.created_at, d.event_type, d.payload, d.headers, d.replay_id
