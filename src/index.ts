@@ -24,7 +24,7 @@ export type {
   RelayBusState,
   StartOptions,
   TransactionalHandler,
-} from './bus/bus.js';
+} from './bus/bus-api.js';
 export type { RelayBusHealth, StopOptions } from './dispatcher/dispatcher.js';
 
 export { defineEvent, isEventDefinition } from './core/events.js';

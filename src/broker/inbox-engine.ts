@@ -3,7 +3,7 @@ import type { EventDefinition } from '../core/events.js';
 import { EventConflictError } from '../core/errors.js';
 import type { TypedEmitter } from '../core/emitter.js';
 import { describeError, type Logger } from '../core/logger.js';
-import type { PublishOptions } from '../bus/bus.js';
+import type { PublishOptions } from '../bus/bus-api.js';
 import { RetryBackoff } from '../core/retry-backoff.js';
 import type { PublishResult, Store } from '../store/contract.js';
 import { deadLetterReasonOf, truncate, type DeadLetterReason } from './dead-letter.js';

@@ -37,16 +37,6 @@ import type { PublishItem, PublishOptions, RelayBus, RelayBusState, StartOptions
  * an outbox that drops events because no worker ever ran is the bug this library exists to prevent.
  */
 
-export type {
-  Handler,
-  PublishItem,
-  PublishOptions,
-  RelayBus,
-  RelayBusState,
-  StartOptions,
-  TransactionalHandler,
-} from './bus-api.js';
-
 /** What one `start()` runs: a subset of the handlers and the dispatcher options. */
 interface RunSettings<TTx> {
   readonly handlers: ReadonlyMap<string, ResolvedHandler<TTx>>;

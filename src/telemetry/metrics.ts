@@ -1,4 +1,4 @@
-import type { RelayBus } from '../bus/bus.js';
+import type { RelayBus } from '../bus/bus-api.js';
 import { describeError, noopLogger, type Logger } from '../core/logger.js';
 import type {
   ClaimParams,
