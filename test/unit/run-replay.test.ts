@@ -14,6 +14,7 @@ import {
   type LogFields,
   type ReplayPaceView,
   type ReplayStepResult,
+  type ReplayView,
   type RunReplayOptions,
 } from '../../src/index.js';
 import { memoryStore, type MemoryTransaction } from '../../src/memory/memory-store.js';
@@ -90,7 +91,21 @@ async function yieldCase() {
     error() {},
   };
   const paces: ReplayPaceView[] = [];
-  return { store, replay, running, logger, infos, paces };
+  /** Drive the replay in steps of two, each step's pace recorded before `afterStep` sees them; stops the worker. */
+  const drive = async (afterStep: () => void): Promise<ReplayView> => {
+    const final = await runReplay(store, replay.id, {
+      batchSize: 2,
+      pollMs: 1,
+      logger,
+      onProgress: (_view, _step, pace) => {
+        paces.push(pace);
+        afterStep();
+      },
+    });
+    await running.stop();
+    return final;
+  };
+  return { store, drive, infos, paces };
 }
 
 describe('runReplay', () => {
@@ -194,27 +209,20 @@ describe('runReplay', () => {
   });
 
   it('yields to live traffic: slower while another handler waits, not for one already behind at its start', async () => {
-    const { store, replay, running, logger, infos, paces } = await yieldCase();
+    const { store, drive, infos, paces } = await yieldCase();
     let published = false;
-    const final = await runReplay(store, replay.id, {
-      batchSize: 2,
-      pollMs: 1,
-      logger,
-      onProgress: (_view, _step, pace) => {
-        paces.push(pace);
-        if (published) return;
-        published = true;
-        // A live delivery of h3 due a second ago that no worker starts: the replay slows down for it.
-        void store.transaction((tx) =>
-          store.publish(
-            tx,
-            [{ ...event('live'), handlers: [{ name: 'h3', maxAttempts: 1 }] }],
-            new Date(Date.now() - 1_000),
-          ),
-        );
-      },
+    const final = await drive(() => {
+      if (published) return;
+      published = true;
+      // A live delivery of h3 due a second ago that no worker starts: the replay slows down for it.
+      void store.transaction((tx) =>
+        store.publish(
+          tx,
+          [{ ...event('live'), handlers: [{ name: 'h3', maxAttempts: 1 }] }],
+          new Date(Date.now() - 1_000),
+        ),
+      );
     });
-    await running.stop();
     assert.equal(final.state, 'finished');
     // Two events a step: unlimited from the start (the rate allows more than a batch a step), h1 waiting a minute.
     assert.deepEqual(
@@ -250,20 +258,13 @@ describe('runReplay', () => {
   });
 
   it("yields to the workers' reports of their live deliveries' start lag, never to the replay's own handlers", async () => {
-    const { store, replay, running, logger, infos, paces } = await yieldCase();
-    const final = await runReplay(store, replay.id, {
-      batchSize: 2,
-      pollMs: 1,
-      logger,
-      onProgress: (_view, _step, pace) => {
-        paces.push(pace);
-        // What a worker reports: first the replay's own handler (its live keyed deliveries wait for history by
-        // design), then another handler's deliveries that waited half a second to start.
-        if (paces.length === 2) void store.reportLiveLag!([{ handler: 'h2', ms: 5_000 }]);
-        if (paces.length === 4) void store.reportLiveLag!([{ handler: 'h3', ms: 500 }]);
-      },
+    const { store, drive, infos, paces } = await yieldCase();
+    const final = await drive(() => {
+      // What a worker reports: first the replay's own handler (its live keyed deliveries wait for history by design),
+      // then another handler's deliveries that waited half a second to start.
+      if (paces.length === 2) void store.reportLiveLag!([{ handler: 'h2', ms: 5_000 }]);
+      if (paces.length === 4) void store.reportLiveLag!([{ handler: 'h3', ms: 500 }]);
     });
-    await running.stop();
     assert.equal(final.state, 'finished');
     assert.deepEqual(
       paces.slice(0, 4).map((pace) => pace.yielding),
