@@ -48,10 +48,11 @@ export interface RunReplayOptions {
   /**
    * Yield to live traffic: while a live delivery of another handler (not paused) has been due longer than this many
    * ms without starting, the replay's rate halves, down to 20 events a second (one step); while none has, it doubles
-   * every two seconds (every ten below twice the rate it last overshot at), up to `rate`, from 250 a second. What it looks at: the deliveries not claimed yet (each step's `liveWaits`) and, where the
-   * store carries them (`Store.subscribeLiveLag`: the Postgres store with `notify`, the memory store), the workers'
-   * reports of how long the deliveries they started had waited (one more connection of the pool while the replay runs;
-   * none on a pool of one). 1..3,600,000, or `false` to never yield. Default 20.
+   * every two seconds (every ten below twice the rate it last overshot at), up to `rate`, from 250 a second. What it
+   * looks at: the deliveries not claimed yet (each step's `liveWaits`) and, where the store carries them
+   * (`Store.subscribeLiveLag`: the Postgres store with `notify`, the memory store), the workers' reports of how long
+   * the deliveries they started had waited (one more connection of the pool while the replay runs; none on a pool of
+   * one). 1..3,600,000, or `false` to never yield. Default 20.
    */
   readonly liveWaitMs?: number | false;
   /** How long to wait, in ms, when a step says the replay waits or the outstanding cap is reached. 1..60,000. Default 50. */
