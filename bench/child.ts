@@ -13,6 +13,7 @@ import { loadContender } from './contenders/index.js';
 import { installStatementCounter, resetStatementStats, statementStats } from './lib/instrument.js';
 import { makeHook } from './lib/hook.js';
 import { keyString, type KeyMap } from './lib/keys.js';
+import { CpuTrace } from './lib/cpu-trace.js';
 import { Recorder, wallNow } from './lib/recorder.js';
 import { indexOf, keyOf, type DispatcherSettings, type EventSpec } from './lib/types.js';
 
@@ -216,7 +217,9 @@ async function runDispatcher(init: InitMessage): Promise<void> {
   const cpuAtGo = process.cpuUsage();
   let error: string | undefined;
   let reported = -1;
+  const cpuTrace = process.env.BENCH_CPU_TRACE === '1' ? new CpuTrace(cpuAtGo) : undefined;
   const progress = setInterval(() => {
+    cpuTrace?.sample(recorder.length);
     if (recorder.length !== reported) {
       reported = recorder.length;
       process.send!({ type: 'progress', handled: reported });
@@ -230,6 +233,8 @@ async function runDispatcher(init: InitMessage): Promise<void> {
   await nextMessage('stop');
   const cpu = process.cpuUsage(cpuAtGo);
   clearInterval(progress);
+  if (cpuTrace !== undefined)
+    console.error(cpuTrace.report(recorder.length, `${init.contender} dispatcher ${process.pid}`));
   try {
     await handle.stop();
   } catch (e) {

@@ -2,7 +2,7 @@
  * The claim statement of this checkout against the one of a git revision, on one state, as a ratio.
  *
  *   npm run bench:claim-compare -- --against HEAD [--deliveries 50000] [--batch 100] [--runs 40] [--unkeyed] [--ids]
- *                                   [--replay] [--plan]
+ *                                   [--replay] [--plan] [--text <dir>]
  *
  * A change that saves 5-10% of the claim's execution is lost in a throughput run on this shared machine (identical
  * runs differ by 10-15%, and the machine's speed drifts within minutes). Here both texts run on the same state, in
@@ -14,12 +14,18 @@
  * of each and their ratio, after checking that both pick the same deliveries and complete the same ones.
  * The revision's text must take the same parameters; sql/fragments/ is read at that revision too. --plan prints the
  * working tree's plan first (EXPLAIN ANALYZE, BUFFERS; timing on), to see which node a change moved.
+ * --text <dir>: the compared text is <dir>/claim-held-lanes.sql with the fragments <dir> holds (the others from sql/),
+ * not the working tree's; the state is still set up with the working tree's statements. For an ablation, a part cut
+ * out of a copy to see what it costs (the claimed rows' JSON cut to the ids: whatever the compared text writes must
+ * start each tuple with the id).
  * --replay (events with ids): the state of a claim beside a backfill instead. A third handler, `h3`, subscribes after
  * the backlog, a backfill of it has created half its history, and two live events a key published since are held
  * behind it; the compared claim is `h3`'s first, naming every lane (replayed heads and their followers, up to the
  * held rows), with nothing in flight.
  */
 import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { parseLeaseToken } from '../src/core/lease-token.js';
@@ -41,6 +47,7 @@ const { values: args } = parseArgs({
     ids: { type: 'boolean', default: false },
     replay: { type: 'boolean', default: false },
     plan: { type: 'boolean', default: false },
+    text: { type: 'string' },
   },
 });
 const deliveries = Number(args.deliveries);
@@ -70,10 +77,21 @@ function atRevision(...paths: string[]): string {
   );
 }
 
+/** The claim statement of `--text <dir>`, with the fragments the directory holds (the others from sql/fragments/). */
+function textIn(dir: string): string {
+  const file = (name: string, fallback: string) =>
+    readFileSync(existsSync(join(dir, name)) ? join(dir, name) : fallback, 'utf8');
+  return renderStatement(file('claim-held-lanes.sql', statementPath('claim-held-lanes')), schema, (name) =>
+    file(`${name}.sql`, `sql/fragments/${name}.sql`),
+  );
+}
+
 /** The highest $n a statement text uses. */
 const parameterCount = (text: string): number =>
   Math.max(0, ...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
 
+/** The compared side: the working tree's statement, or the one of --text. */
+const compared = args.text ?? 'working tree';
 const texts = {
   // sql/ had no folders before the statements were grouped by job: a revision from then has the file at the top.
   [args.against]: renderStatement(
@@ -81,7 +99,7 @@ const texts = {
     schema,
     (name) => atRevision(`sql/fragments/${name}.sql`),
   ),
-  'working tree': loadStatements(schema)['claim-held-lanes'].text,
+  [compared]: args.text === undefined ? loadStatements(schema)['claim-held-lanes'].text : textIn(args.text),
 };
 const sides = Object.keys(texts);
 if (texts[sides[0]!] === texts[sides[1]!])
@@ -205,9 +223,7 @@ try {
 
     if (args.plan) {
       await client.query('BEGIN');
-      const { rows } = await client.query<{ 'QUERY PLAN': string }>(
-        `EXPLAIN (ANALYZE, BUFFERS) ${execute('working tree')}`,
-      );
+      const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${execute(compared)}`);
       await client.query('ROLLBACK');
       console.log(rows.map((row) => row['QUERY PLAN']).join('\n'));
     }
@@ -247,7 +263,7 @@ try {
     for (const side of sides)
       console.log(`${side}: median ${median(times.get(side)!).toFixed(3)} ms over ${runs} runs`);
     console.log(
-      `working tree / ${args.against}: ${median(ratios).toFixed(3)} (median of ${runs} paired rounds; middle half ${median(ratios.filter((r) => r <= median(ratios))).toFixed(3)}-${median(ratios.filter((r) => r >= median(ratios))).toFixed(3)})`,
+      `${compared} / ${args.against}: ${median(ratios).toFixed(3)} (median of ${runs} paired rounds; middle half ${median(ratios.filter((r) => r <= median(ratios))).toFixed(3)}-${median(ratios.filter((r) => r >= median(ratios))).toFixed(3)})`,
     );
   } finally {
     client.release();
