@@ -163,6 +163,11 @@ export interface ClaimPlan {
    * of a due next delivery wakes the loop), so the store can run its light claim, which is what a publish waits for.
    */
   readonly light: boolean;
+  /**
+   * The completions waiting ride on this claim: not on a light claim, nor on a light load's look for unannounced work
+   * (`freeLanes: 'when-due'`), which then costs one short statement when it finds none.
+   */
+  readonly carriesCompletions: boolean;
   /** The `wallNow` reading when the claim asks to acquire lanes even when full; undefined: it does not. */
   readonly acquireAt: number | undefined;
 }
@@ -304,11 +309,10 @@ export class ClaimPolicy {
   plan(loop: LoopClaimState, limit: number): ClaimPlan {
     const config = this.#config;
     const acquireAt = this.#acquireWhenFullDue(loop);
+    // The look of every poll interval, rather than one a wake-up without lanes, a failed claim or the first claim asks for.
+    const periodic = loop.freeLanesScannedAt !== undefined;
     const light = this.#skipFreeLanes(loop);
-    // A loop that is not busy will not fill its batch from its held lanes, so a claim that looks at free lanes takes
-    // them first and claims every lane in one statement after: one round trip fewer, a shorter latency tail. Not beside
-    // other workers, where it would take lanes a peer is about to drain.
-    const freeLanes = light ? 'skip' : loop.busy || this.peersHoldLanes ? undefined : 'first';
+    const freeLanes = this.#freeLanes(loop, light, periodic);
     const params: ClaimParams = {
       handlers: config.handlers,
       limit,
@@ -322,7 +326,20 @@ export class ClaimPolicy {
     };
     this.#hintedLanes.clear();
     loop.retryDue = false;
-    return { params, light, acquireAt };
+    return { params, light, carriesCompletions: !light && freeLanes !== 'when-due', acquireAt };
+  }
+
+  /** Where free lanes come in for `loop`'s next claim (`ClaimHints.freeLanes`). */
+  #freeLanes(loop: LoopClaimState, light: boolean, periodic: boolean): ClaimParams['freeLanes'] {
+    if (light) return 'skip';
+    // A loop that is not busy will not fill its batch from its held lanes, so a claim that looks at free lanes takes
+    // them first and claims every lane in one statement after: one round trip fewer, a shorter latency tail. Not beside
+    // other workers, where it would take lanes a peer is about to drain.
+    if (loop.busy || this.peersHoldLanes) return undefined;
+    // While wake-ups are heard, the look of every poll interval is for work nobody announced, of which there is mostly
+    // none: the store looks whether there is first. Not a look a wake-up without lanes asked for: what it announced was
+    // just published, and the store's first look leaves work that new to the wake-up.
+    return this.listening && periodic ? 'when-due' : 'first';
   }
 
   /**

@@ -132,9 +132,9 @@ export async function runClaimLoop<TTx>(loop: ClaimLoop<TTx>, host: ClaimLoopHos
       const limit = policy.limit(free);
       const plan = policy.plan(claims, limit);
       // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
-      // be claimed at once. Not on a light claim (`ClaimPlan.light`): the batcher writes them on their own.
-      if (plan.light) loop.batcher.unhold();
-      const riding = plan.light ? undefined : loop.batcher.take();
+      // be claimed at once. Not on every claim (`ClaimPlan.carriesCompletions`): else the batcher writes them on their own.
+      if (!plan.carriesCompletions) loop.batcher.unhold();
+      const riding = plan.carriesCompletions ? loop.batcher.take() : undefined;
       const runsEndedBefore = loop.runsEnded;
       let claimed: ClaimedDelivery[];
       let completedAny = false;

@@ -292,6 +292,12 @@ export const ROW_COLUMNS = {
   relinquish: { lane: col('int2') },
   'report-live-lag': { sent: col('bool') },
   'forget-in-flight': { lane: col('int2'), forgotten: col('int4') },
+  'look-due': {
+    due: col('bool'),
+    handed_back: col('_text'),
+    peer_lanes: col('int4'),
+    replay_clock: nullable('float8'),
+  },
   requeue: IDS,
   reschedule: { id: col('text'), lane: col('int2'), handler: col('text'), key: nullable('text') },
   'setup-applied': { name: col('text') },

@@ -22,6 +22,7 @@ export const STATEMENT_FOLDERS = {
     'discard-plans',
     'extend-lease',
     'forget-in-flight',
+    'look-due',
     'planner-statistics',
     'publish',
     'publish-guard',

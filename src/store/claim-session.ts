@@ -39,8 +39,13 @@ export interface ClaimHints {
    *   coming due, a crashed worker's expired lease or a lost notification, which that claim looks for.
    * - `'first'`: the caller is under a light load, its held lanes will likely not fill the batch: take free lanes with
    *   due work first, then claim from every held lane at once, the completions riding on that claim.
+   * - `'when-due'`: as `'first'`, for the claim of a light load that looks for unannounced work while wake-ups are
+   *   heard (the one per poll interval `'skip'` leaves it to): a store may first look whether any lane it could claim
+   *   from has due work nobody announced, and when none has, only hand back the lanes the owner holds with nothing in
+   *   flight and claim nothing (the Postgres store: one statement instead of two several times its length, which a
+   *   publish arriving meanwhile waits for).
    */
-  readonly freeLanes?: 'skip' | 'first';
+  readonly freeLanes?: 'skip' | 'first' | 'when-due';
   /**
    * With each keyed head it claims, the store may also claim up to this many of that key's next deliveries (default
    * 0; at most 100), beyond `limit`, as long as each is due: they come with `follows`, in key order. One read of a

@@ -211,6 +211,9 @@ export function validatePublish(events: readonly PublishParams[], now: Date | un
   });
 }
 
+/** `ClaimHints.freeLanes`'s values. */
+const FREE_LANES: readonly unknown[] = ['skip', 'first', 'when-due'] satisfies NonNullable<ClaimParams['freeLanes']>[];
+
 export function validateClaim(params: ClaimParams): void {
   if (typeof params !== 'object' || params === null)
     fail('claim() needs its params: handlers, limit, leaseDurationMs.');
@@ -220,8 +223,8 @@ export function validateClaim(params: ClaimParams): void {
   assertPositiveInteger(params.leaseDurationMs, 'leaseDurationMs', 86_400_000);
   if (params.acquireWhenFull !== undefined && typeof params.acquireWhenFull !== 'boolean')
     fail(`acquireWhenFull must be a boolean, got ${echo(params.acquireWhenFull)}.`);
-  if (params.freeLanes !== undefined && params.freeLanes !== 'skip' && params.freeLanes !== 'first')
-    fail(`freeLanes must be 'skip' or 'first' (or absent), got ${echo(params.freeLanes)}.`);
+  if (params.freeLanes !== undefined && !FREE_LANES.includes(params.freeLanes))
+    fail(`freeLanes must be 'skip', 'first' or 'when-due' (or absent), got ${echo(params.freeLanes)}.`);
   const prefer: unknown = params.preferLanes;
   if (
     prefer !== undefined &&

@@ -117,7 +117,7 @@ describe('acquire rounds on real Postgres', { skip: 'skip' in found ? found.skip
     assert.equal(heldFirst.claims, 2);
     await assert.rejects(
       owners.claim(store, { owner: 'x', handlers: ['a'], limit: 1, leaseDurationMs: 1_000, freeLanes: 1 as never }),
-      /freeLanes must be 'skip' or 'first'/,
+      /freeLanes must be 'skip', 'first' or 'when-due'/,
     );
   });
 });

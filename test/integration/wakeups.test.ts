@@ -205,7 +205,7 @@ for (const target of TARGETS) {
           leaseDurationMs: 1_000,
           freeLanes: 1 as never,
         }),
-        /freeLanes must be 'skip' or 'first'/,
+        /freeLanes must be 'skip', 'first' or 'when-due'/,
       );
     });
 

@@ -47,6 +47,7 @@ describe('claim policy: with which hints', () => {
       acquireWhenFull: true,
     });
     assert.equal(first.light, false);
+    assert.equal(first.carriesCompletions, true, 'no wake-ups heard: the completions ride on the look');
     policy.claimed(loop!, first, 100, undefined);
     const second = policy.plan(loop!, 100);
     assert.equal(second.params.acquireWhenFull, undefined, 'once per lease duration');
@@ -67,13 +68,25 @@ describe('claim policy: with which hints', () => {
     const { policy, clocks } = policyOf();
     policy.listening = true;
     const [loop] = policy.loops;
-    assert.equal(policy.plan(loop!, 10).light, false, 'the first claim looks');
+    const first = policy.plan(loop!, 10);
+    assert.equal(first.light, false, 'the first claim looks');
+    assert.equal(first.params.freeLanes, 'first', 'everywhere: nothing is known yet');
     clocks.real += 999;
     const light = policy.plan(loop!, 10);
     assert.equal(light.light, true);
     assert.equal(light.params.freeLanes, 'skip');
+    assert.equal(light.carriesCompletions, false);
     clocks.real += 1;
-    assert.equal(policy.plan(loop!, 10).light, false, 'the look is due');
+    const look = policy.plan(loop!, 10);
+    assert.equal(look.light, false, 'the look is due');
+    // The store looks whether anything unannounced is due before its full claim; the batcher writes the completions,
+    // so that look can be all the claim does.
+    assert.equal(look.params.freeLanes, 'when-due');
+    assert.equal(look.carriesCompletions, false);
+    policy.claimed(loop!, look, BUSY_CLAIM, undefined);
+    const busy = policy.plan(loop!, BUSY_CLAIM);
+    assert.equal(busy.params.freeLanes, undefined, 'a busy loop looks every time, held lanes first');
+    assert.equal(busy.carriesCompletions, true);
   });
 
   it('a due look that meets a wake-up with lanes goes after a light claim of those lanes, at once', () => {
@@ -100,7 +113,10 @@ describe('claim policy: with which hints', () => {
     policy.plan(loop!, 10);
     assert.equal(policy.plan(loop!, 10).light, true);
     policy.heard(undefined);
-    assert.equal(policy.plan(loop!, 10).light, false);
+    const asked = policy.plan(loop!, 10);
+    assert.equal(asked.light, false);
+    assert.equal(asked.params.freeLanes, 'first', "the full look: what the wake-up announced is not 'when-due' yet");
+    assert.equal(asked.carriesCompletions, true);
     policy.heard(Array.from({ length: MAX_HINTED_LANES }, (_, lane) => lane));
     policy.heard([200]);
     const plan = policy.plan(loop!, 10);

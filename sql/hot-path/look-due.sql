@@ -1,0 +1,74 @@
+-- look-due: a light load's look at the lanes no wake-up named, before a full claim does it (ClaimHints.freeLanes
+--           'when-due'): whether any lane this owner could claim from holds due work that no wake-up announced (a
+--           delayed delivery come due, a crashed worker's expired lease, a lost notification): a pending delivery due
+--           now (for longer than a wake-up takes, $3) of a handler asked for, in a free lane, in an expired one, or in
+--           one this owner holds and not in flight there. When none does, the lanes this owner holds with nothing left in flight are handed back (as
+--           claim-held-lanes hands them back), and the caller claims nothing more; when one does, it hands back
+--           nothing and the caller runs its full claim, which finds it.
+--           One probe per lane that could have such work (256 at most, each stopping at the first due row), where the
+--           full claim is two statements of several times its length: under a light load it runs once per poll
+--           interval, and a publish arriving meanwhile waits for it.
+-- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE in lane order); relaybus_deliveries_lane_available_at_id_idx
+--        (a lane's due rows, one descent); relaybus_deliveries_pkey (whether a held lane's in-flight ids are gone);
+--        relaybus_paused_handlers and relaybus_replays_running_idx (sql/fragments/runnable-handlers.sql)
+-- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out), $3 grace ms int (work due for
+--         less is taken as announced: the wake-up of a publish that just committed), $4 sibling owners text[] (the
+--         other claim loops of this worker: their lanes are not a peer's), $5 now timestamptz (null = now(); $5 as in
+--         the claim statements, for sql/fragments/replay-clock.sql)
+-- returns: one row: due, whether a lane holds due work unannounced; handed_back, the lanes handed back (empty when
+--          due); peer_lanes, how many lanes other workers hold under a lease not expired (neither this owner nor its
+--          siblings); replay_clock, as the claims return it (sql/fragments/replay-clock.sql)
+-- commit: asynchronous (synchronous_commit off for this statement's own transaction): a lost hand-back leaves a lane
+--         held, which the next claim hands back.
+WITH clock AS (
+  SELECT set_config('synchronous_commit', 'off', true) AS async_commit
+),
+/*include runnable-handlers*/,
+lanes AS MATERIALIZED (
+  -- Every lane once (one pass over the table; four lanes a page).
+  SELECT l.lane, l.lease_owner, l.lease_expires_at, l.in_flight FROM /*schema*/relaybus_lanes l
+),
+held AS (
+  -- This owner's lanes, locked as claim-held-lanes locks them (one lock order everywhere), found by primary key from
+  -- the pass above; the locked row is the latest version.
+  SELECT l.lane, l.in_flight, l.xmin AS version FROM /*schema*/relaybus_lanes l
+  WHERE l.lane IN (SELECT o.lane FROM lanes o WHERE o.lease_owner = $1) AND l.lease_owner = $1
+    AND (SELECT async_commit FROM clock) IS NOT NULL
+  ORDER BY l.lane
+  FOR NO KEY UPDATE
+),
+due AS MATERIALIZED (
+  -- A due row in a lane this owner could claim from: a free one, an expired one, or its own, where what it has in
+  -- flight is not unannounced work (an expired lane's in-flight rows are what a takeover runs again). Nor is a row due
+  -- for less than $3 ms: under a steady stream of publishes one is nearly always committed and not yet claimed, its
+  -- wake-up on the way. The lanes and the in-flight ids are each one hashed subplan (NOT ... NOT IN is IN here, no
+  -- value is NULL), whatever the plan makes of a heap that was small when it was planned.
+  SELECT EXISTS (
+    SELECT 1 FROM /*schema*/relaybus_deliveries d
+    WHERE d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now()) - make_interval(secs => $3::int / 1000.0)
+      AND d.handler = ANY ((SELECT handlers FROM runnable)::text[])
+      AND NOT (d.lane NOT IN (
+        SELECT l.lane FROM lanes l
+        WHERE l.lease_owner IS NULL OR l.lease_owner = $1 OR l.lease_expires_at <= coalesce($5::timestamptz, now())))
+      AND d.id NOT IN (SELECT unnest(l.in_flight) FROM lanes l WHERE l.lease_owner = $1)
+  ) AS found
+),
+seen AS (
+  -- The held lanes unchanged since this statement's snapshot (claim-held-lanes, seen): only their in-flight ids can be
+  -- judged gone by the rows this snapshot sees.
+  SELECT h.lane, h.in_flight FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane AND s.xmin = h.version
+),
+handed_back AS (
+  -- As claim-held-lanes's handed_back: a lane whose listed deliveries are all gone, judged on the locked row's in_flight.
+  UPDATE /*schema*/relaybus_lanes l
+  SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'
+  FROM seen h
+  WHERE l.lane = h.lane AND l.lease_owner = $1 AND NOT (SELECT found FROM due)
+    AND NOT EXISTS (SELECT 1 FROM /*schema*/relaybus_deliveries d WHERE d.id = ANY (h.in_flight))
+  RETURNING l.lane
+)
+SELECT (SELECT found FROM due) AS due, ARRAY(SELECT h.lane::text FROM handed_back h) AS handed_back,
+       (SELECT count(*) FROM lanes p
+        WHERE p.lease_owner <> $1 AND p.lease_owner <> ALL ($4::text[])
+          AND p.lease_expires_at > coalesce($5::timestamptz, now()))::int AS peer_lanes,
+       /*include replay-clock*/ AS replay_clock
