@@ -2,14 +2,14 @@
 --           'when-due'): whether any lane this owner could claim from holds due work that no wake-up announced (a
 --           delayed delivery come due, a crashed worker's expired lease, a lost notification): a pending delivery due
 --           now (for longer than a wake-up takes, $3) of a handler asked for, in a free lane, in an expired one, or in
---           one this owner holds and not in flight there. When none does, the lanes this owner holds with nothing left in flight are handed back (as
---           claim-held-lanes hands them back), and the caller claims nothing more; when one does, it hands back
---           nothing and the caller runs its full claim, which finds it.
---           One probe per lane that could have such work (256 at most, each stopping at the first due row), where the
---           full claim is two statements of several times its length: under a light load it runs once per poll
---           interval, and a publish arriving meanwhile waits for it.
--- index: relaybus_lanes (the owner's rows, locked FOR NO KEY UPDATE in lane order); relaybus_deliveries_lane_available_at_id_idx
---        (a lane's due rows, one descent); relaybus_deliveries_pkey (whether a held lane's in-flight ids are gone);
+--           one this owner holds and not in flight there. When none does, the lanes this owner holds with nothing left
+--           in flight are handed back (as claim-held-lanes hands them back), and the caller claims only what a wake-up
+--           named; when one does, it hands back nothing and the caller runs its full claim, which finds it.
+--           Two index probes a lane, where the full claim is two statements of several times its length: under a light
+--           load it runs once per poll interval, and a publish arriving meanwhile waits for it.
+-- index: relaybus_lanes (one pass; the owner's rows locked FOR NO KEY UPDATE in lane order, by primary key);
+--        relaybus_deliveries_unkeyed_due_idx and relaybus_deliveries_keyed_due_idx (two probes a lane it could claim
+--        from, as acquire-lanes's); relaybus_deliveries_pkey (whether a held lane's in-flight ids are gone);
 --        relaybus_paused_handlers and relaybus_replays_running_idx (sql/fragments/runnable-handlers.sql)
 -- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out), $3 grace ms int (work due for
 --         less is taken as announced: the wake-up of a publish that just committed), $4 sibling owners text[] (the
@@ -38,19 +38,27 @@ held AS (
   FOR NO KEY UPDATE
 ),
 due AS MATERIALIZED (
-  -- A due row in a lane this owner could claim from: a free one, an expired one, or its own, where what it has in
-  -- flight is not unannounced work (an expired lane's in-flight rows are what a takeover runs again). Nor is a row due
-  -- for less than $3 ms: under a steady stream of publishes one is nearly always committed and not yet claimed, its
-  -- wake-up on the way. The lanes and the in-flight ids are each one hashed subplan (NOT ... NOT IN is IN here, no
-  -- value is NULL), whatever the plan makes of a heap that was small when it was planned.
-  SELECT EXISTS (
-    SELECT 1 FROM /*schema*/relaybus_deliveries d
-    WHERE d.status = 'pending' AND d.available_at <= coalesce($5::timestamptz, now()) - make_interval(secs => $3::int / 1000.0)
-      AND d.handler = ANY ((SELECT handlers FROM runnable)::text[])
-      AND NOT (d.lane NOT IN (
-        SELECT l.lane FROM lanes l
-        WHERE l.lease_owner IS NULL OR l.lease_owner = $1 OR l.lease_expires_at <= coalesce($5::timestamptz, now())))
-      AND d.id NOT IN (SELECT unnest(l.in_flight) FROM lanes l WHERE l.lease_owner = $1)
+  -- A row that could run now, in a lane this owner could claim from: a free one, an expired one, or its own, where
+  -- what it has in flight is not unannounced work (an expired lane's in-flight rows are what a takeover runs again).
+  -- Nor is a row due for less than $3 ms: under a steady stream of publishes one is nearly always committed and not yet
+  -- claimed, its wake-up on the way. Each lane's probes are acquire-lanes's: the first due row in an index's due order
+  -- (LIMIT 1 in index order, never a scan of the heap). While a replay holds a handler, the full claim looks (it knows
+  -- which held rows may run).
+  SELECT cardinality((SELECT held FROM runnable)) > 0 OR EXISTS (
+    SELECT 1 FROM lanes l
+    WHERE (l.lease_owner IS NULL OR l.lease_owner = $1 OR l.lease_expires_at <= coalesce($5::timestamptz, now()))
+      AND ((SELECT true FROM /*schema*/relaybus_deliveries d
+            WHERE d.lane = l.lane AND d.key IS NULL AND d.status = 'pending'
+              AND d.available_at <= coalesce($5::timestamptz, now()) - make_interval(secs => $3::int / 1000.0)
+              AND d.handler = ANY ((SELECT handlers FROM runnable)::text[])
+              AND d.id <> ALL (CASE WHEN l.lease_owner = $1 THEN l.in_flight ELSE '{}' END)
+            ORDER BY d.lane, d.available_at LIMIT 1)
+        OR (SELECT true FROM /*schema*/relaybus_deliveries d
+            WHERE d.lane = l.lane AND d.key IS NOT NULL AND d.status = 'pending'
+              AND d.available_at <= coalesce($5::timestamptz, now()) - make_interval(secs => $3::int / 1000.0)
+              AND d.handler = ANY ((SELECT handlers FROM runnable)::text[])
+              AND d.id <> ALL (CASE WHEN l.lease_owner = $1 THEN l.in_flight ELSE '{}' END)
+            ORDER BY d.lane, d.available_at LIMIT 1))
   ) AS found
 ),
 seen AS (

@@ -187,4 +187,60 @@ describe("a light load's look for unannounced work on real Postgres", {
     await complete([...result.claimed, ...alive]);
     for (const owner of ['w4', 'w5', 'live-worker', 'crashed-worker']) await owners.relinquish(store, owner);
   });
+  it('planned on a large heap, reads the deliveries through the due indexes only, whatever its statistics say', async () => {
+    // Its generic plan, as a claim session's held connection makes it (plan_cache_mode, random_page_cost 1.1): a scan
+    // of the heap would read every pending row (a backlog of delayed deliveries, another service's handlers) at every
+    // poll interval. (On a heap of a page or two a scan is the cheapest read; the session plans again once the heap
+    // has outgrown its plans: sql/hot-path/discard-plans.sql.)
+    const relations = async (): Promise<string[]> => {
+      const client = await pool.connect();
+      try {
+        await client.query("SET plan_cache_mode = 'force_generic_plan'; SET random_page_cost = 1.1");
+        await client.query(`PREPARE look_due_plan AS ${loadStatements(schema)['look-due'].text}`);
+        const {
+          rows: [row],
+        } = await client.query<{ 'QUERY PLAN': unknown }>(
+          "EXPLAIN (FORMAT JSON) EXECUTE look_due_plan('planner', '{h}', 20, '{}', NULL)",
+        );
+        await client.query('DEALLOCATE look_due_plan; RESET plan_cache_mode; RESET random_page_cost');
+        const scans: string[] = [];
+        const walk = (node: Record<string, unknown>) => {
+          if (node['Relation Name'] === 'relaybus_deliveries')
+            scans.push(`${String(node['Node Type'])} ${String(node['Index Name'] ?? '')}`.trim());
+          for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
+        };
+        walk((row!['QUERY PLAN'] as [{ Plan: Record<string, unknown> }])[0].Plan);
+        return scans;
+      } finally {
+        client.release();
+      }
+    };
+    const onlyIndexes = (scans: readonly string[], what: string) => {
+      assert.ok(scans.length > 0, `${what}: the plan reads deliveries`);
+      assert.ok(
+        scans.every((scan) =>
+          /^Index (Only )?Scan relaybus_deliveries_(unkeyed_due_idx|keyed_due_idx|pkey)$/.test(scan),
+        ),
+        `${what}: ${scans.join(', ')}`,
+      );
+    };
+    await pool.query(`ANALYZE "${schema}".relaybus_deliveries`);
+    const later = new Date(Date.now() + 86_400_000);
+    for (let from = 0; from < 6_000; from += 2_000)
+      await store.transaction((tx) =>
+        store.publish(
+          tx,
+          Array.from({ length: 2_000 }, (_, k) => ({
+            type: 't',
+            key: k % 2 === 0 ? `planned-${from + k}` : null,
+            payload: { k },
+            handlers,
+            availableAt: later,
+          })),
+        ),
+      );
+    onlyIndexes(await relations(), '6,000 delayed deliveries, the statistics of a nearly empty heap');
+    await pool.query(`ANALYZE "${schema}".relaybus_deliveries`);
+    onlyIndexes(await relations(), 'analyzed with 6,000 delayed deliveries');
+  });
 });
