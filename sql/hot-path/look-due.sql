@@ -67,7 +67,8 @@ seen AS (
   SELECT h.lane, h.in_flight FROM held h JOIN /*schema*/relaybus_lanes s ON s.lane = h.lane AND s.xmin = h.version
 ),
 handed_back AS (
-  -- As claim-held-lanes's handed_back: a lane whose listed deliveries are all gone, judged on the locked row's in_flight.
+  -- As claim-held-lanes's handed_back: a lane whose listed deliveries are all gone, judged on the locked row's
+  -- in_flight.
   UPDATE /*schema*/relaybus_lanes l
   SET lease_owner = NULL, lease_expires_at = NULL, in_flight = '{}'
   FROM seen h

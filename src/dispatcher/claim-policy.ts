@@ -309,7 +309,8 @@ export class ClaimPolicy {
   plan(loop: LoopClaimState, limit: number): ClaimPlan {
     const config = this.#config;
     const acquireAt = this.#acquireWhenFullDue(loop);
-    // The look of every poll interval, rather than one a wake-up without lanes, a failed claim or the first claim asks for.
+    // The look of every poll interval, rather than one a wake-up without lanes, a failed claim or the first claim asks
+    // for.
     const periodic = loop.freeLanesScannedAt !== undefined;
     const light = this.#skipFreeLanes(loop);
     const freeLanes = this.#freeLanes(loop, light, periodic);

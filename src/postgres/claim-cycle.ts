@@ -28,10 +28,10 @@ import type { StoreContext } from './store-context.js';
 type ClaimRow = RowOf<'claim-held-lanes'>;
 
 /**
- * How long work must have been due before look-due counts it as unannounced (ms): a publish's wake-up reaches the worker
- * and its light claim within a few milliseconds, and under a steady stream of publishes one is nearly always on its
- * way; counted, it made the full claim follow look-due every third time at 1,000 deliveries a second. Unannounced work
- * is found a poll interval and this much after it came due, at the latest.
+ * How long work must have been due before look-due counts it as unannounced (ms): a publish's wake-up reaches the
+ * worker and its light claim within a few milliseconds, and under a steady stream of publishes one is nearly always on
+ * its way; counted, it made the full claim follow look-due every third time at 1,000 deliveries a second. Unannounced
+ * work is found a poll interval and this much after it came due, at the latest.
  */
 const LOOK_DUE_GRACE_MS = 20;
 
