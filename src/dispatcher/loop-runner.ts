@@ -132,7 +132,7 @@ export async function runClaimLoop<TTx>(loop: ClaimLoop<TTx>, host: ClaimLoopHos
       const limit = policy.limit(free);
       const plan = policy.plan(claims, limit);
       // The completions of the last batch ride on this claim: one round trip, and their keys' next deliveries can
-      // be claimed at once. Not on every claim (`ClaimPlan.carriesCompletions`): else the batcher writes them on their own.
+      // be claimed at once. Not on every claim (`ClaimPlan.carriesCompletions`): the batcher writes the others.
       if (!plan.carriesCompletions) loop.batcher.unhold();
       const riding = plan.carriesCompletions ? loop.batcher.take() : undefined;
       const runsEndedBefore = loop.runsEnded;

@@ -39,11 +39,12 @@ export interface ClaimHints {
    *   coming due, a crashed worker's expired lease or a lost notification, which that claim looks for.
    * - `'first'`: the caller is under a light load, its held lanes will likely not fill the batch: take free lanes with
    *   due work first, then claim from every held lane at once, the completions riding on that claim.
-   * - `'when-due'`: as `'first'`, for the claim of a light load that looks for unannounced work while wake-ups are
-   *   heard (the one per poll interval `'skip'` leaves it to): a store may first look whether any lane it could claim
-   *   from has due work nobody announced, and when none has, only hand back the lanes the owner holds with nothing in
-   *   flight and claim nothing (the Postgres store: one statement instead of two several times its length, which a
-   *   publish arriving meanwhile waits for).
+   * - `'when-due'`: the claim of a light load that looks for unannounced work while wake-ups are heard (the one per
+   *   poll interval `'skip'` leaves it to). A store may first look whether any lane it could claim from has work due
+   *   for more than a moment that nobody announced; when none has, it hands back the owner's lanes with nothing in
+   *   flight and claims as with `'skip'` (only from the lanes the claim names); otherwise as with `'first'`. The
+   *   Postgres store: one short statement instead of two several times its length, which a publish arriving meanwhile
+   *   waits for.
    */
   readonly freeLanes?: 'skip' | 'first' | 'when-due';
   /**
