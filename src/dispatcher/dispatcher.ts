@@ -20,7 +20,7 @@ import {
 import { HealthState } from './health.js';
 import { type LiveLag, liveLagOf } from './live-lag.js';
 import { type ClaimLoopHost, ClaimTurns, listenForWakeups, runClaimLoop } from './loop-runner.js';
-import { closeSessions, GracePeriod, releaseUnfinished } from './shutdown.js';
+import { closeSessions, endRuns, GracePeriod, releaseUnfinished, stopListening } from './shutdown.js';
 
 export type { DispatcherConfig, DispatcherState, StopOptions } from './dispatcher-config.js';
 export { HealthState, type RelayBusHealth } from './health.js';
@@ -483,19 +483,7 @@ export class Dispatcher<TTx> {
     logger.info('dispatcher stopping', { owner: this.owner, running: this.#running.size, graceMs });
     this.#wakeAll();
     await Promise.all(this.#loops.map((loop) => loop.done));
-    // A retried head claimed before it was due has not started: it is released with the aborted runs, not started now.
-    for (const run of this.#running.keys())
-      if (run.waitingToStart) run.abort('shutdown', new DOMException('relaybus is stopping', 'AbortError'));
-
-    const drained = await this.#grace.wait(
-      [...this.#running.keys()].map((run) => run.done),
-      graceMs,
-    );
-    const aborted = [...this.#running.keys()];
-    for (const run of aborted)
-      run.abort('shutdown', new DOMException('relaybus is stopping and the grace period is over', 'AbortError'));
-    await Promise.all(aborted.map((run) => run.done));
-    this.#grace.dispose();
+    const { drained, aborted } = await endRuns(() => this.#running.keys(), this.#grace, graceMs);
 
     // Followers still waiting: their run ended while stopping (a success starts nothing new then), or did not.
     this.#toRelease.push(...this.#followers.drain());
@@ -504,15 +492,12 @@ export class Dispatcher<TTx> {
     for (const loop of this.#loops) loop.retryAlarm.stop();
     this.#liveLag?.stop();
     await Promise.all(this.#loops.map((loop) => loop.renewer.stop()));
-    const unsubscribe = await this.#wakeups;
-    await unsubscribe?.().catch((error: unknown) =>
-      logger.warn('stopping the wake-up listener failed', { error: describeError(error) }),
-    );
+    await stopListening(this.#wakeups, logger);
     const lanes = await closeSessions(this.#loops, this.#host);
     logger.info('dispatcher stopped', {
       owner: this.owner,
-      drained: drained === 'drained',
-      aborted: aborted.length,
+      drained,
+      aborted,
       lanesRelinquished: lanes,
     });
     this.#health.markUnready();

@@ -1,13 +1,14 @@
 import { describeError, type Logger } from '../core/logger.js';
 import type { DeliveryLease, Store } from '../store/contract.js';
 import type { ClaimLoop } from './claim-loop.js';
+import type { RunningDelivery } from './running-delivery.js';
 import { type ClaimLoopHost, forgetUnheld } from './loop-runner.js';
 
 /**
  * The grace period of a graceful stop: wait until every running handler has settled, or the grace
  * time is over, or a caller cuts it short (`stop({ graceMs: 0 })` while stopping, e.g. the CLI on a
  * second SIGTERM). What happens next (abort, release, close the claim sessions) is the dispatcher's `stop()`, with
- * the two steps below. No process signals are handled here or anywhere in the library.
+ * the steps below. No process signals are handled here or anywhere in the library.
  */
 export class GracePeriod {
   #cut: (() => void) | undefined;
@@ -46,6 +47,42 @@ export class GracePeriod {
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers = [];
   }
+}
+
+/**
+ * The runs of a stopping dispatcher: a retried head claimed before it was due is aborted at once (released with the
+ * others, not started now); the rest get `graceMs` (or until the grace is cut) to finish, then are aborted and awaited.
+ * `running` is read at each step: a run leaves it when it ends. Whether every run finished in time, and how many were
+ * aborted at the end.
+ */
+export async function endRuns<TTx>(
+  running: () => Iterable<RunningDelivery<TTx>>,
+  grace: GracePeriod,
+  graceMs: number,
+): Promise<{ drained: boolean; aborted: number }> {
+  for (const run of running())
+    if (run.waitingToStart) run.abort('shutdown', new DOMException('relaybus is stopping', 'AbortError'));
+  const drained = await grace.wait(
+    [...running()].map((run) => run.done),
+    graceMs,
+  );
+  const aborted = [...running()];
+  for (const run of aborted)
+    run.abort('shutdown', new DOMException('relaybus is stopping and the grace period is over', 'AbortError'));
+  await Promise.all(aborted.map((run) => run.done));
+  grace.dispose();
+  return { drained: drained === 'drained', aborted: aborted.length };
+}
+
+/** Stop listening for wake-ups (once the subscription, if any, is made); a failure is logged, never thrown. */
+export async function stopListening(
+  wakeups: Promise<(() => Promise<void>) | undefined>,
+  logger: Logger,
+): Promise<void> {
+  const unsubscribe = await wakeups;
+  await unsubscribe?.().catch((error: unknown) =>
+    logger.warn('stopping the wake-up listener failed', { error: describeError(error) }),
+  );
 }
 
 /** Release what a stopping dispatcher did not finish (no attempt charged); a failure is logged, never thrown. */
