@@ -431,13 +431,7 @@ export class ReplayHold {
   constructor(data: MemoryState) {
     for (const replay of data.replays.values()) {
       if (replay.state !== 'running') continue;
-      const next = new Map<string, bigint>();
-      for (const item of replay.plan.slice(replay.cursor)) {
-        const key = data.events.get(item.eventId)?.key ?? null;
-        if (key === null || item.sequence === null) continue;
-        const lowest = next.get(key);
-        if (lowest === undefined || item.sequence < lowest) next.set(key, item.sequence);
-      }
+      const next = nextPlanned(replay, data);
       for (const handler of replay.handlers) this.#byHandler.set(handler, { atStart: replay.keyOrderAtStart, next });
     }
   }
@@ -458,4 +452,26 @@ export class ReplayHold {
     const next = hold.next.get(delivery.key);
     return next === undefined || delivery.sequence < next;
   }
+}
+
+/** Each running replay's `nextPlanned`, kept while its cursor and plan stay as they were (a step or a late look moves them). */
+const planned = new WeakMap<ReplayRecord, { cursor: number; length: number; next: ReadonlyMap<string, bigint> }>();
+
+/**
+ * Each key's lowest planned key-order value not yet taken by `replay`'s steps. Every claim asks while a replay runs,
+ * and the steps move between many claims: it is worked out once per step, not once per claim over the whole plan.
+ */
+function nextPlanned(replay: ReplayRecord, data: MemoryState): ReadonlyMap<string, bigint> {
+  const kept = planned.get(replay);
+  if (kept !== undefined && kept.cursor === replay.cursor && kept.length === replay.plan.length) return kept.next;
+  const next = new Map<string, bigint>();
+  for (let index = replay.cursor; index < replay.plan.length; index += 1) {
+    const item = replay.plan[index]!;
+    const key = data.events.get(item.eventId)?.key ?? null;
+    if (key === null || item.sequence === null) continue;
+    const lowest = next.get(key);
+    if (lowest === undefined || item.sequence < lowest) next.set(key, item.sequence);
+  }
+  planned.set(replay, { cursor: replay.cursor, length: replay.plan.length, next });
+  return next;
 }
