@@ -5,11 +5,12 @@
 --           one this owner holds and not in flight there. When none does, the lanes this owner holds with nothing left
 --           in flight are handed back (as claim-held-lanes hands them back), and the caller claims only what a wake-up
 --           named; when one does, it hands back nothing and the caller runs its full claim, which finds it.
---           Two index probes a lane, where the full claim is two statements of several times its length: under a light
---           load it runs once per poll interval, and a publish arriving meanwhile waits for it.
+--           Two index scans with the lanes as an array (a descent a lane), where the full claim is two statements of
+--           several times its length: under a light load it runs once per poll interval, and a publish arriving
+--           meanwhile waits for it.
 -- index: relaybus_lanes (one pass; the owner's rows locked FOR NO KEY UPDATE in lane order, by primary key);
---        relaybus_deliveries_unkeyed_due_idx and relaybus_deliveries_keyed_due_idx (two probes a lane it could claim
---        from, as acquire-lanes's); relaybus_deliveries_pkey (whether a held lane's in-flight ids are gone);
+--        relaybus_deliveries_unkeyed_due_idx and relaybus_deliveries_keyed_due_idx (one scan each over the lanes it
+--        could claim from: a descent a lane); relaybus_deliveries_pkey (whether a held lane's in-flight ids are gone);
 --        relaybus_paused_handlers and relaybus_replays_running_idx (sql/fragments/runnable-handlers.sql)
 -- params: $1 owner text, $2 handlers text[] (the paused ones among them are left out), $3 grace ms int (work due for
 --         less is taken as announced: the wake-up of a publish that just committed), $4 sibling owners text[] (the
@@ -37,29 +38,37 @@ held AS (
   ORDER BY l.lane
   FOR NO KEY UPDATE
 ),
+open AS (
+  -- The lanes this owner could claim from: free ones, expired ones and its own; and what it has in flight in its own
+  -- (an expired lane's in-flight rows are what a takeover runs again, so only this owner's are left out). An id is in
+  -- one lane, so leaving out every one of the owner's in-flight ids is leaving out each lane's own.
+  SELECT array_agg(l.lane) AS lanes,
+         array(SELECT unnest(o.in_flight) FROM lanes o WHERE o.lease_owner = $1) AS in_flight
+  FROM lanes l
+  WHERE l.lease_owner IS NULL OR l.lease_owner = $1 OR l.lease_expires_at <= coalesce($5::timestamptz, now())
+),
 due AS MATERIALIZED (
-  -- A row that could run now, in a lane this owner could claim from: a free one, an expired one, or its own, where
-  -- what it has in flight is not unannounced work (an expired lane's in-flight rows are what a takeover runs again).
-  -- Nor is a row due for less than $3 ms: under a steady stream of publishes one is nearly always committed and not yet
-  -- claimed, its wake-up on the way. Each lane's probes are acquire-lanes's: the first due row in an index's due order
-  -- (LIMIT 1 in index order, never a scan of the heap). While a replay holds a handler, the full claim looks (it knows
-  -- which held rows may run).
-  SELECT cardinality((SELECT held FROM runnable)) > 0 OR EXISTS (
-    SELECT 1 FROM lanes l
-    WHERE (l.lease_owner IS NULL OR l.lease_owner = $1 OR l.lease_expires_at <= coalesce($5::timestamptz, now()))
-      AND ((SELECT true FROM /*schema*/relaybus_deliveries d
-            WHERE d.lane = l.lane AND d.key IS NULL AND d.status = 'pending'
-              AND d.available_at <= coalesce($5::timestamptz, now()) - make_interval(secs => $3::int / 1000.0)
-              AND d.handler = ANY ((SELECT handlers FROM runnable)::text[])
-              AND d.id <> ALL (CASE WHEN l.lease_owner = $1 THEN l.in_flight ELSE '{}' END)
-            ORDER BY d.lane, d.available_at LIMIT 1)
-        OR (SELECT true FROM /*schema*/relaybus_deliveries d
-            WHERE d.lane = l.lane AND d.key IS NOT NULL AND d.status = 'pending'
-              AND d.available_at <= coalesce($5::timestamptz, now()) - make_interval(secs => $3::int / 1000.0)
-              AND d.handler = ANY ((SELECT handlers FROM runnable)::text[])
-              AND d.id <> ALL (CASE WHEN l.lease_owner = $1 THEN l.in_flight ELSE '{}' END)
-            ORDER BY d.lane, d.available_at LIMIT 1))
-  ) AS found
+  -- A row that could run now, in a lane this owner could claim from and not in flight there. Nor is a row due for less
+  -- than $3 ms: under a steady stream of publishes one is nearly always committed and not yet claimed, its wake-up on
+  -- the way. One index scan per due index with the lanes as an array: a descent per lane, in the index's order (the
+  -- ORDER BY keeps the planner on it), stopping at the first row found, never a scan of the heap. While a replay holds a handler, the full claim looks
+  -- (it knows which held rows may run).
+  SELECT cardinality((SELECT held FROM runnable)) > 0
+    OR coalesce((
+      SELECT true FROM /*schema*/relaybus_deliveries d
+      WHERE d.lane = ANY ((SELECT lanes FROM open)::smallint[]) AND d.key IS NULL AND d.status = 'pending'
+        AND d.available_at <= coalesce($5::timestamptz, now()) - make_interval(secs => $3::int / 1000.0)
+        AND d.handler = ANY ((SELECT handlers FROM runnable)::text[])
+        AND d.id <> ALL ((SELECT in_flight FROM open)::bigint[])
+      ORDER BY d.lane, d.available_at LIMIT 1), false)
+    OR coalesce((
+      SELECT true FROM /*schema*/relaybus_deliveries d
+      WHERE d.lane = ANY ((SELECT lanes FROM open)::smallint[]) AND d.key IS NOT NULL AND d.status = 'pending'
+        AND d.available_at <= coalesce($5::timestamptz, now()) - make_interval(secs => $3::int / 1000.0)
+        AND d.handler = ANY ((SELECT handlers FROM runnable)::text[])
+        AND d.id <> ALL ((SELECT in_flight FROM open)::bigint[])
+      ORDER BY d.lane, d.available_at LIMIT 1), false)
+    AS found
 ),
 seen AS (
   -- The held lanes unchanged since this statement's snapshot (claim-held-lanes, seen): only their in-flight ids can be
