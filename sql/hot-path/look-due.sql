@@ -51,8 +51,9 @@ due AS MATERIALIZED (
   -- A row that could run now, in a lane this owner could claim from and not in flight there. Nor is a row due for less
   -- than $3 ms: under a steady stream of publishes one is nearly always committed and not yet claimed, its wake-up on
   -- the way. One index scan per due index with the lanes as an array: a descent per lane, in the index's order (the
-  -- ORDER BY keeps the planner on it), stopping at the first row found, never a scan of the heap. While a replay holds a handler, the full claim looks
-  -- (it knows which held rows may run).
+  -- ORDER BY keeps the planner on it; without it, a small heap's plan read the keyed rows through a bitmap of every
+  -- lane), stopping at the first row found, never a scan of the heap. While a replay holds a handler, the full claim
+  -- looks (it knows which held rows may run).
   SELECT cardinality((SELECT held FROM runnable)) > 0
     OR coalesce((
       SELECT true FROM /*schema*/relaybus_deliveries d
