@@ -52,7 +52,7 @@ import { type BackfillVerdict, validateBackfill } from './lib/backfill-validate.
 import { ensureBuild } from './lib/build.js';
 import { connect, createBenchDatabase, dropBenchDatabase, snapshot, type Snapshot, walBytes } from './lib/db.js';
 import { type DrivenReplay, driveReplay } from './lib/drive-replay.js';
-import { wallNow } from './lib/recorder.js';
+import { machineNow, wallClockOffset } from './lib/recorder.js';
 import { analyzeSchema } from './scenarios/common.js';
 import { sleep } from './lib/stats.js';
 
@@ -206,7 +206,7 @@ async function dispatchCell(): Promise<DispatchRun> {
   try {
     await dispatcher.next('ready');
     const before = await snapshot(admin, schema);
-    const go = wallNow();
+    const go = machineNow();
     dispatcher.send({ type: 'go' });
     const deadline = Date.now() + TIMEOUT_MS;
     const handled = await until(() => dispatcher.handled >= HISTORY, deadline, 50);
@@ -262,7 +262,7 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
       ratePerSec: RATE,
       durationMs: WARMUP_MS + WINDOW_MS,
     };
-    const goAt = wallNow();
+    const goAt = machineNow();
     publisher.send({ type: 'go', plan });
     let replay:
       | Promise<{ startedAt: number; endedAt: number; driven: DrivenReplay } | { startedAt: number; error: string }>
@@ -271,8 +271,8 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
     const started: { id?: string; at: number } = { at: Number.POSITIVE_INFINITY };
     const abort = new AbortController();
     if (withBackfill) {
-      await sleep(Math.max(0, goAt + WARMUP_MS - wallNow()));
-      const startedAt = wallNow();
+      await sleep(Math.max(0, goAt + WARMUP_MS - machineNow()));
+      const startedAt = machineNow();
       replay = (async () => {
         try {
           const view = await store.startReplay({
@@ -282,9 +282,9 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
             reason: 'benchmark',
           });
           started.id = view.id;
-          started.at = wallNow();
+          started.at = machineNow();
           const driven = await driveReplay(api, store, view.id, THROTTLE, abort.signal);
-          return { startedAt, endedAt: wallNow(), driven };
+          return { startedAt, endedAt: machineNow(), driven };
         } catch (error) {
           return { startedAt, error: error instanceof Error ? error.message : String(error) };
         }
@@ -349,11 +349,13 @@ async function mixedCell(withBackfill: boolean): Promise<MixedRun> {
     const seconds = driven ? (driven.endedAt - driven.startedAt) / 1000 : Number.NaN;
     if (process.env.BENCH_TIMELINE)
       for (const line of backfillTimeline(out.records, commitOf, HISTORY, h1From, h1To)) log(line);
+    // Wall-clock ms, as the claim log (BENCH_CLAIM_LOG) writes them.
+    const offset = wallClockOffset();
     if (process.env.BENCH_LIVE_DUMP && driven)
       writeFileSync(
         process.env.BENCH_LIVE_DUMP,
         committedBetween(out.records, 0, commitOf, h1From, h1To)
-          .map(([committed, started]) => `${committed} ${started}`)
+          .map(([committed, started]) => `${committed + offset} ${started + offset}`)
           .join('\n'),
       );
     return {

@@ -14,7 +14,7 @@ import { installStatementCounter, resetStatementStats, statementStats } from './
 import { makeHook } from './lib/hook.js';
 import { keyString, type KeyMap } from './lib/keys.js';
 import { CpuTrace } from './lib/cpu-trace.js';
-import { Recorder, wallNow } from './lib/recorder.js';
+import { machineNow, Recorder, wallClockOffset } from './lib/recorder.js';
 import { indexOf, keyOf, type DispatcherSettings, type EventSpec } from './lib/types.js';
 
 installStatementCounter();
@@ -118,7 +118,7 @@ async function runPublisher(init: InitMessage): Promise<void> {
   const commitT: number[] = [];
   let n = 0;
   let error: string | undefined;
-  const startedAt = wallNow();
+  const startedAt = machineNow();
   const spec = (k: number): EventSpec => {
     if (plan.kind === 'list') {
       const key = plan.list![k]!;
@@ -136,12 +136,12 @@ async function runPublisher(init: InitMessage): Promise<void> {
       for (;;) {
         const due = startedAt + n * interval;
         if (due >= end) break;
-        const wait = due - wallNow();
+        const wait = due - machineNow();
         if (wait > 1) await new Promise((resolve) => setTimeout(resolve, wait));
         const event = spec(n);
-        const t0 = wallNow();
+        const t0 = machineNow();
         await handle.publish([event]);
-        const t1 = wallNow();
+        const t1 = machineNow();
         calls.push(t1 - t0);
         committed.push(event.i);
         commitI.push(event.i);
@@ -153,12 +153,12 @@ async function runPublisher(init: InitMessage): Promise<void> {
       const total =
         plan.kind === 'count' ? plan.count! : plan.kind === 'list' ? plan.list!.length - (plan.from ?? 0) : Infinity;
       const first = plan.kind === 'list' ? (plan.from ?? 0) : 0;
-      while (n < total && wallNow() < end) {
+      while (n < total && machineNow() < end) {
         const size = Math.min(plan.batch, total - n);
         const events = Array.from({ length: size }, (_, k) => spec(first + n + k));
-        const t0 = wallNow();
+        const t0 = machineNow();
         await handle.publish(events);
-        calls.push(wallNow() - t0);
+        calls.push(machineNow() - t0);
         for (const event of events) committed.push(event.i);
         n += size;
       }
@@ -166,7 +166,7 @@ async function runPublisher(init: InitMessage): Promise<void> {
   } catch (e) {
     error = (e as Error).stack ?? String(e);
   }
-  const endedAt = wallNow();
+  const endedAt = machineNow();
   const statements = statementStats();
   await handle.close();
   const result: PublisherResult = {
@@ -206,7 +206,14 @@ async function runDispatcher(init: InitMessage): Promise<void> {
       onHandle: makeHook(plan, recorder, failures, state),
       warn,
       ...(plan.retryBackoffMs !== undefined
-        ? { retryBackoffMs: plan.retryBackoffMs, retryDue: (i, h, at) => dues.add(i, h, at, at) }
+        ? {
+            retryBackoffMs: plan.retryBackoffMs,
+            // `at` is the library's wall-clock time; the starts it is set beside are on the machine's clock.
+            retryDue: (i, h, at) => {
+              const due = at - wallClockOffset();
+              dues.add(i, h, due, due);
+            },
+          }
         : {}),
     },
   );

@@ -44,7 +44,7 @@ export interface BackfillPublishPlan {
 
 export interface BackfillPublisherResult {
   readonly type: 'result';
-  /** Event indexes committed, in commit order, and when each commit returned (wall-clock ms). */
+  /** Event indexes committed, in commit order, and when each commit returned (ms on the machine clock, `machineNow`). */
   readonly commitI: Int32Array;
   readonly commitT: Float64Array;
   readonly startedAt: number;
@@ -54,7 +54,7 @@ export interface BackfillPublisherResult {
 
 export interface BackfillDispatcherResult {
   readonly type: 'result';
-  /** Every handler start, in the order this process started them: event, handler index, wall-clock ms. */
+  /** Every handler start, in the order this process started them: event, handler index, machine-clock ms. */
   readonly records: { i: Int32Array; h: Uint8Array; t: Float64Array };
   readonly cpuMs: number;
   readonly warnings: readonly string[];

@@ -23,7 +23,7 @@ import {
   TUNED,
 } from './backfill-bus.js';
 import { inTransaction, warmPool } from './db.js';
-import { Recorder, wallNow } from './recorder.js';
+import { Recorder, machineNow } from './recorder.js';
 
 const send = (message: unknown): Promise<void> => new Promise((resolve) => process.send!(message, () => resolve()));
 
@@ -35,23 +35,23 @@ async function runPublisher(init: BackfillInit): Promise<void> {
   const commitI: number[] = [];
   const commitT: number[] = [];
   let error: string | undefined;
-  const startedAt = wallNow();
+  const startedAt = machineNow();
   const interval = 1000 / plan.ratePerSec;
   try {
     for (let n = 0; ; n += 1) {
       const due = startedAt + n * interval;
       if (due >= startedAt + plan.durationMs) break;
-      const wait = due - wallNow();
+      const wait = due - machineNow();
       if (wait > 1) await new Promise((resolve) => setTimeout(resolve, wait));
       const i = plan.firstI + n;
       await inTransaction(pool, (client) => bus.publish(client, Event, { i }, { key: keyOfEvent(i, plan.keys) }));
-      commitT.push(wallNow());
+      commitT.push(machineNow());
       commitI.push(i);
     }
   } catch (e) {
     error = (e as Error).stack ?? String(e);
   }
-  const endedAt = wallNow();
+  const endedAt = machineNow();
   await pool.end();
   const result: BackfillPublisherResult = {
     type: 'result',
@@ -79,7 +79,7 @@ async function runDispatcher(init: BackfillInit): Promise<void> {
     init.schema,
     init.handlers,
     (i, h) => {
-      const t = wallNow();
+      const t = machineNow();
       recorder.add(i, h, t, t);
     },
     {

@@ -8,7 +8,7 @@ export interface Latency {
   readonly p99: number;
 }
 
-/** `handler`'s deliveries of the events committed from `from` to `to`: each one's commit and start (wall-clock ms). */
+/** `handler`'s deliveries of the events committed from `from` to `to`: each one's commit and start (machine-clock ms). */
 export function committedBetween(
   records: BackfillDispatcherResult['records'],
   handler: number,
@@ -39,7 +39,7 @@ export function latency(
   return { count: values.length, p50: percentile(values, 50), p99: percentile(values, 99) };
 }
 
-/** The start times (wall-clock ms) of `handler`'s history deliveries (events below `history`). */
+/** The start times (machine-clock ms) of `handler`'s history deliveries (events below `history`). */
 export function historyStarts(
   records: BackfillDispatcherResult['records'],
   handler: number,

@@ -1,7 +1,7 @@
 /** The handler hook of a dispatcher process (bench/child.ts): what every contender's handler calls. */
 import type { HandlerPlan } from '../child.js';
 import { keyNumber } from './keys.js';
-import { wallNow, type Recorder } from './recorder.js';
+import { machineNow, type Recorder } from './recorder.js';
 import type { OnHandle } from './types.js';
 
 /** The handler hook of a run: records every successful attempt, fails the planned ones, watches overlaps. */
@@ -42,7 +42,7 @@ export function makeHook(
   };
   if (plan.mode === 'noop') {
     return (i, h) => {
-      const start = wallNow();
+      const start = machineNow();
       maybeFail(i, h, start);
       // A synchronous no-op ends as it starts: it cannot overlap another run in this process (no
       // marker needed); overlaps across processes are caught by validate.ts from start/end times.
@@ -50,11 +50,11 @@ export function makeHook(
     };
   }
   return async (i, h) => {
-    const start = wallNow();
+    const start = machineNow();
     maybeFail(i, h, start);
     const slot = ordered ? enter(i, h) : -1;
     await new Promise<void>((resolve) => setImmediate(resolve));
     leave(slot);
-    recorder.add(i, h, start, wallNow());
+    recorder.add(i, h, start, machineNow());
   };
 }

@@ -8,6 +8,7 @@ import type { DispatcherResult, HandlerPlan } from '../child.js';
 import { snapshot, type Snapshot } from '../lib/db.js';
 import { startPerfRecord } from '../lib/perf-record.js';
 import { startDispatcher } from '../lib/procs.js';
+import { machineNow } from '../lib/recorder.js';
 import { sleep } from '../lib/stats.js';
 import type { Contender, DispatcherSettings, Remaining } from '../lib/types.js';
 import { mergeRecords, type Records } from '../validate.js';
@@ -47,7 +48,7 @@ export async function drain(
     await Promise.all(children.map((c) => c.next('ready')));
     const before = await snapshot(context.admin, schema);
     stopPerf = await startPerfRecord(context.log);
-    const go = performance.timeOrigin + performance.now();
+    const go = machineNow();
     for (const c of children) c.send({ type: 'go' });
     const deadline = Date.now() + context.timeoutMs;
     let timedOut = false;
@@ -65,7 +66,7 @@ export async function drain(
     let drainedAt: number | undefined;
     while (!timedOut && Date.now() < drainDeadline) {
       if ((await contender.remaining(context.admin, schema)).pending === 0) {
-        drainedAt = performance.timeOrigin + performance.now();
+        drainedAt = machineNow();
         break;
       }
       await sleep(DRAIN_POLL_MS);

@@ -140,7 +140,7 @@ export async function runLiveness(
       .flatMap((o) => Array.from(o.retryDues.i, (i, k) => ({ i, h: o.retryDues.h[k]!, t: o.retryDues.t[k]! })))
       .map((d) => (startOf.get(d.i * 2 + d.h) ?? NaN) - d.t)
       .filter(Number.isFinite);
-    // Each retry's due time and start (wall ms), to set beside the dispatcher's debug lines (what ran when it was due).
+    // Each retry's due time and start (machine-clock ms), to set beside the dispatcher's debug lines (what ran when it was due).
     if (process.env.BENCH_DEBUG)
       for (const o of out)
         for (let k = 0; k < o.retryDues.i.length; k += 1) {

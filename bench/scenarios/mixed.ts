@@ -3,13 +3,14 @@
  * caller transaction, paced) for a warm-up and then a measured window while D dispatcher processes run; then
  * the backlog drains. Figures (of deliveries committed in the window): achieved deliveries/s, commit-to-handler-start
  * latency p50/p95/p99 (commit = when COMMIT returned in the publisher; start = when the handler was entered, both
- * wall-clock on one machine), backlog max (committed deliveries not yet started, from the logs: no polling load on
+ * on the machine's monotonic clock), backlog max (committed deliveries not yet started, from the logs: no polling load on
  * the database); and the warm-up's p99 on its own (start-up: the dispatchers start with the publishers).
  */
 import { writeFileSync } from 'node:fs';
 import { snapshot } from '../lib/db.js';
 import type { KeyMap } from '../lib/keys.js';
 import { startDispatcher, startPublisher } from '../lib/procs.js';
+import { wallClockOffset } from '../lib/recorder.js';
 import { percentile, sleep } from '../lib/stats.js';
 import { HANDLERS, type Contender, type DispatcherSettings } from '../lib/types.js';
 import { dbFigures, mergeStatements, profile } from '../metrics.js';
@@ -142,8 +143,8 @@ export async function runMixed(
       for (let k = 0; k < commitI.length; k += 1) commitOf.set(commitI[k]!, commitT[k]!);
       const measured: number[] = [];
       const startup: number[] = [];
-      // BENCH_LATENCY_DUMP=<prefix>: each measured delivery's commit and handler start (wall ms), to set beside the
-      // dispatcher's claims (BENCH_DEBUG) and see what the slowest waited for.
+      // BENCH_LATENCY_DUMP=<prefix>: each measured delivery's commit and handler start (wall-clock ms, as of the dump),
+      // to set beside the dispatcher's claims (BENCH_DEBUG) and the server's log and see what the slowest waited for.
       const dump = process.env.BENCH_LATENCY_DUMP;
       const pairs: [number, number][] = [];
       for (let r = 0; r < records.i.length; r += 1) {
@@ -153,7 +154,11 @@ export async function runMixed(
         (inWindow ? measured : startup).push(records.t[r]! - committedAt);
         if (dump && inWindow) pairs.push([committedAt, records.t[r]!]);
       }
-      if (dump) writeFileSync(`${dump}.${contender.name}.${entry.variant}.${rep}.json`, JSON.stringify(pairs));
+      if (dump) {
+        const offset = wallClockOffset();
+        const wall = pairs.map(([committed, started]) => [committed + offset, started + offset]);
+        writeFileSync(`${dump}.${contender.name}.${entry.variant}.${rep}.json`, JSON.stringify(wall));
+      }
       const latencies = Float64Array.from(measured);
       const steps: [number, number][] = [];
       for (const t of commitT) steps.push([t, HANDLERS.length]);
