@@ -50,5 +50,20 @@ export class Recorder {
  */
 export const machineNow = (): number => Number(process.hrtime.bigint()) / 1e6;
 
-/** Add to a `machineNow` time for wall-clock milliseconds as of now: dumps set beside logs with wall-clock times. */
-export const wallClockOffset = (): number => Date.now() - machineNow();
+let offset: number | undefined;
+
+/**
+ * Add to a `machineNow` time for wall-clock milliseconds (subtract from a wall-clock time, such as a library's `Date`,
+ * for the machine's clock): read once per process, at the edge of a wall-clock millisecond, so that it is exact to
+ * microseconds rather than off by up to the millisecond `Date.now()` drops (which read a retry as starting before it
+ * was due).
+ */
+export function wallClockOffset(): number {
+  if (offset === undefined) {
+    const before = Date.now();
+    let now = before;
+    while (now === before) now = Date.now();
+    offset = now - machineNow();
+  }
+  return offset;
+}
