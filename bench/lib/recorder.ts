@@ -45,8 +45,8 @@ export class Recorder {
 /**
  * Milliseconds on the machine's monotonic clock (since boot), with sub-millisecond resolution: comparable across the
  * harness's processes, and unmoved when the wall clock is stepped. The wall clock is not: each process reads it once,
- * at its start (`performance.timeOrigin`), so a step between the harness's start and a child's put every handler of a
- * run seconds after its "go" (a quick run read 5,000 deliveries/s for every contender's dispatch cells once).
+ * at its start (`performance.timeOrigin`), so a step between the harness's start and a child's would put every handler
+ * of a run seconds away from its "go".
  */
 export const machineNow = (): number => Number(process.hrtime.bigint()) / 1e6;
 
@@ -55,7 +55,7 @@ let offset: number | undefined;
 /**
  * Add to a `machineNow` time for wall-clock milliseconds (subtract from a wall-clock time, such as a library's `Date`,
  * for the machine's clock): read once per process, at the edge of a wall-clock millisecond, so that it is exact to
- * microseconds rather than off by up to the millisecond `Date.now()` drops (which read a retry as starting before it
+ * microseconds rather than off by up to the millisecond `Date.now()` drops (a retry would read as starting before it
  * was due).
  */
 export function wallClockOffset(): number {
