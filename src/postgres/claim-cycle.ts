@@ -163,16 +163,29 @@ export class ClaimCycle {
     const [summary] = rows;
     if (summary === undefined)
       throw new StoreUnavailableError('a claim statement returned no row; it always returns one');
-    const session = this.#session;
-    session.replayClock = summary.replay_clock === null ? undefined : { storeMs: summary.replay_clock, sentAt };
-    if (summary.walk_ends) session.walks.move(summary.walk_ends);
-    if (summary.handed_back.length > 0) session.walks.drop(summary.handed_back);
-    session.recordedLanes.claimed(summary.lane_epochs, summary.handed_back);
+    if (summary.walk_ends) this.#session.walks.move(summary.walk_ends);
+    this.#noteLanes(summary.replay_clock, sentAt, summary.lane_epochs, summary.handed_back);
     const claimedRows = toClaimed(summary.claimed, summary.lane_epochs);
     // What counts against the limit: followers come beyond it.
     let heads = 0;
     for (const row of claimedRows) if (row.follows === undefined) heads += 1;
     return { summary, claimedRows, heads };
+  }
+
+  /**
+   * What a statement about this owner's lanes answered besides its rows (a claim, look-due): the store's clock while a
+   * replay runs, the lanes it recorded deliveries in (`lane:epoch`) and those it handed back, whose walks end.
+   */
+  #noteLanes(
+    replayClock: number | null,
+    sentAt: number,
+    recorded: readonly string[],
+    handedBack: readonly string[],
+  ): void {
+    const session = this.#session;
+    session.replayClock = replayClock === null ? undefined : { storeMs: replayClock, sentAt };
+    if (handedBack.length > 0) session.walks.drop(handedBack);
+    session.recordedLanes.claimed(recorded, handedBack);
   }
 
   /**
@@ -304,11 +317,7 @@ export class ClaimCycle {
       this.#now,
     ]);
     if (look === undefined) throw new StoreUnavailableError('look-due returned no row; it always returns one');
-    session.replayClock = look.replay_clock === null ? undefined : { storeMs: look.replay_clock, sentAt };
-    if (look.handed_back.length > 0) {
-      session.walks.drop(look.handed_back);
-      session.recordedLanes.claimed([], look.handed_back);
-    }
+    this.#noteLanes(look.replay_clock, sentAt, [], look.handed_back);
     this.#peerLanes = look.peer_lanes;
     return !look.due;
   }
