@@ -2,7 +2,7 @@
  * The claim statement of this checkout against the one of a git revision, on one state, as a ratio.
  *
  *   npm run bench:claim-compare -- --against HEAD [--deliveries 50000] [--batch 100] [--runs 40] [--unkeyed] [--ids]
- *                                   [--replay] [--plan] [--text <dir>]
+ *                                   [--replay] [--plan] [--text <dir> ...]
  *
  * A change that saves 5-10% of the claim's execution is lost in a throughput run on this shared machine (identical
  * runs differ by 10-15%, and the machine's speed drifts within minutes). Here both texts run on the same state, in
@@ -16,8 +16,10 @@
  * working tree's plan first (EXPLAIN ANALYZE, BUFFERS; timing on), to see which node a change moved.
  * --text <dir>: the compared text is <dir>/claim-held-lanes.sql with the fragments <dir> holds (the others from sql/),
  * not the working tree's; the state is still set up with the working tree's statements. For an ablation, a part cut
- * out of a copy to see what it costs (the claimed rows' JSON cut to the ids: whatever the compared text writes must
- * start each tuple with the id).
+ * out of a copy to see what it costs (bench/ablations/; whatever the compared text writes must start each tuple with
+ * the id). Repeated, each file comes from the first directory that holds it: `--text bench/ablations/ids-only` is the
+ * shipped claim writing only ids, `--text bench/ablations/ids-only --text bench/ablations/minimal-claim` the minimal
+ * claim writing only ids.
  * --replay (events with ids): the state of a claim beside a backfill instead. A third handler, `h3`, subscribes after
  * the backlog, a backfill of it has created half its history, and two live events a key published since are held
  * behind it; the compared claim is `h3`'s first, naming every lane (replayed heads and their followers, up to the
@@ -47,7 +49,7 @@ const { values: args } = parseArgs({
     ids: { type: 'boolean', default: false },
     replay: { type: 'boolean', default: false },
     plan: { type: 'boolean', default: false },
-    text: { type: 'string' },
+    text: { type: 'string', multiple: true },
   },
 });
 const deliveries = Number(args.deliveries);
@@ -77,10 +79,13 @@ function atRevision(...paths: string[]): string {
   );
 }
 
-/** The claim statement of `--text <dir>`, with the fragments the directory holds (the others from sql/fragments/). */
-function textIn(dir: string): string {
+/**
+ * The claim statement of `--text <dir>` (the option repeated: each file from the first directory that holds it), with
+ * the fragments the directories hold (the others, and the statement when none holds it, from sql/).
+ */
+function textIn(dirs: readonly string[]): string {
   const file = (name: string, fallback: string) =>
-    readFileSync(existsSync(join(dir, name)) ? join(dir, name) : fallback, 'utf8');
+    readFileSync(dirs.map((dir) => join(dir, name)).find((path) => existsSync(path)) ?? fallback, 'utf8');
   return renderStatement(file('claim-held-lanes.sql', statementPath('claim-held-lanes')), schema, (name) =>
     file(`${name}.sql`, `sql/fragments/${name}.sql`),
   );
@@ -91,7 +96,7 @@ const parameterCount = (text: string): number =>
   Math.max(0, ...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
 
 /** The compared side: the working tree's statement, or the one of --text. */
-const compared = args.text ?? 'working tree';
+const compared = args.text?.join(' + ') ?? 'working tree';
 const texts = {
   // sql/ had no folders before the statements were grouped by job: a revision from then has the file at the top.
   [args.against]: renderStatement(

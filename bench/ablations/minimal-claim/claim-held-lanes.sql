@@ -2,7 +2,7 @@
 --                   nothing else. The fenced completion of $9-$12 (as sql/hot-path/claim-held-lanes.sql), a walk over
 --                   each held lane's keys from its first (no cursors, no wrap-around) until the lane's share of due
 --                   heads not in flight is found, the oldest due $3 of those heads with up to $19 followers each, the
---                   in-flight record, and the claimed rows (sql/fragments/claimed-rows.sql, or the directory's copy).
+--                   in-flight record, and the claimed rows (sql/fragments/claimed-rows.sql, or bench/ablations/ids-only's).
 --                   Left out: the replay hold and paused handlers, retry probes, named lanes, the completed keys'
 --                   successors, one row per head, hand-back, walk ends and peer lanes. It takes the shipped claim's
 --                   parameters (those it does not use are read in `params`, never evaluated) and returns its
