@@ -3,8 +3,9 @@
  * it and named a free lane, which holds the event's two deliveries. The working tree's statement against `--text
  * <file>` (a copy with a part cut out or changed, rendered as the store renders its statements), in turns, each call in
  * a transaction rolled back (the state stays as it was), on one connection with the settings a claim session's
- * connection has (a generic plan from the first call, random_page_cost 1.1). Prints each side's round trip (p10, p50,
- * p90, ms) and the median of the paired ratios (text / working tree; identical texts read 0.99-1.00).
+ * connection has (`LENT_SESSION_SETTINGS`: a generic plan from the first call, random_page_cost at most 1.1). Prints
+ * each side's round trip (p10, p50, p90, ms) and the median of the paired ratios (text / working tree; identical texts
+ * read 0.99-1.00).
  *
  *   npm run bench:light-claim-compare -- [--text <file>] [--runs 1500] [--held]
  *
@@ -15,6 +16,7 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { LENT_SESSION_SETTINGS } from '../src/postgres/drivers/pg-driver.js';
 import { fromPg, postgresStore } from '../src/postgres/index.js';
 import { loadStatements, renderStatement } from '../src/postgres/statements.js';
 import { createBenchDatabase, dropBenchDatabase } from './lib/db.js';
@@ -70,9 +72,7 @@ try {
 
   const client = await pool.connect();
   try {
-    await client.query(
-      "SELECT set_config('plan_cache_mode', 'force_generic_plan', false), set_config('random_page_cost', '1.1', false)",
-    );
+    await client.query(LENT_SESSION_SETTINGS);
     let claimed: Record<string, string | null> = {};
     for (let run = 0; run < runs + WARM_RUNS; run += 1)
       for (const [index, side] of sides.entries()) {

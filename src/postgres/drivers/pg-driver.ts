@@ -98,7 +98,7 @@ function pgPoolSize(pool: PgPoolLike): number | undefined {
  *   prices each index look-up above a read of the whole heap, and the claims' generic plans then scan the heap for
  *   every key they visit (claims of hundreds of milliseconds under a light load).
  */
-const LENT_SESSION_SETTINGS =
+export const LENT_SESSION_SETTINGS =
   "SELECT set_config('plan_cache_mode', 'force_generic_plan', false), " +
   "set_config('random_page_cost', least(current_setting('random_page_cost')::float8, 1.1)::text, false)";
 const LENT_SESSION_RESET = 'RESET plan_cache_mode; RESET random_page_cost';
